@@ -1,0 +1,214 @@
+"""Typed run configuration: YAML file + dotted command-line overrides, validated by pydantic.
+
+Every field has a description; `extra="forbid"` turns a typo into an error naming the key.
+Errors surface as `ConfigError("config error at train.lr: ...")`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Section):
+    name: str = Field("default", description="Run name; the run folder is out_dir/name.")
+    out_dir: str = Field("runs", description="Folder holding run folders.")
+    seed: int = Field(0, description="Seed for task sampling, generation and initialisation.")
+    resume: bool = Field(True, description="Resume from the run folder's last checkpoint if any.")
+
+
+class ModelConfig(Section):
+    model: str = Field(
+        "smollm2-135m-instruct",
+        description="Local HF folder, a hub name already in the local cache, or a built-in name.",
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Weights dtype; auto = bf16 where the CPU supports it, else fp32."
+    )
+    lora: bool = Field(True, description="Train a LoRA adapter (peft); False = full fine-tuning.")
+    lora_r: int = Field(16, gt=0, description="LoRA rank.")
+    lora_alpha: int = Field(32, gt=0, description="LoRA scaling numerator (scale = alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
+    lora_target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names that get LoRA adapters.",
+    )
+    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+
+
+class TaskConfig(Section):
+    name: Literal["calculator", "mle", "timed_bandit"] = Field(
+        "calculator", description="Which environment/task suite to train on."
+    )
+    generators: dict[str, float] = Field(
+        {"basic_arithmetic": 0.6, "chain_sum": 0.3, "gsm_symbolic": 0.1},
+        description="calculator: reasoning-gym generator names and their sampling weights.",
+    )
+    train_size: int = Field(2000, gt=0, description="Number of generated training tasks.")
+    eval_size: int = Field(64, gt=0, description="Number of held-out evaluation tasks.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Environment-specific options (see the env's docs)."
+    )
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(96, gt=0, description="Token budget of one policy turn.")
+
+
+class RolloutConfig(Section):
+    group_size: int = Field(8, ge=1, description="Episodes per task (the GRPO group).")
+    tasks_per_step: int = Field(4, ge=1, description="Tasks (groups) per training batch.")
+    max_turns: int = Field(3, ge=1, description="Policy turns per episode before truncation.")
+    max_seq_len: int = Field(1024, gt=0, description="Episode token budget; beyond it = overlong.")
+    failure_reward: float = Field(
+        0.0, description="Reward of an episode ended by an environment failure."
+    )
+    env_workers: int = Field(8, ge=1, description="Threads stepping environments in parallel.")
+
+
+class AlgoConfig(Section):
+    advantage: Literal["grpo", "rloo", "flow_grpo"] = Field(
+        "grpo", description="Advantage estimator: GRPO group norm, RLOO, or Flow-GRPO per-turn."
+    )
+    scale_by_std: bool = Field(True, description="Divide group advantages by the group std.")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO-clip eps_low: ratio floor 1 - low.")
+    clip_high: float = Field(0.28, gt=0, description="eps_high (DAPO clip-higher): ceiling 1+high.")
+    loss_agg: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="token_mean over the batch (DAPO) or per-sequence mean (GRPO)."
+    )
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the frozen base (0=off).")
+    dynamic_sampling: bool = Field(
+        True, description="Drop groups whose rewards are all equal and refill the batch (DAPO)."
+    )
+    max_refill_rounds: int = Field(2, ge=0, description="Extra sampling rounds to refill a batch.")
+    overlong_cache: int = Field(
+        0, ge=0, description="DAPO soft overlong penalty window L_cache in tokens (0 = off)."
+    )
+    mask_overlong: bool = Field(True, description="Exclude overlong episodes from the loss.")
+    step_budget: int = Field(0, ge=0, description="Turns allowed before the step penalty (0=off).")
+    step_penalty: float = Field(0.0, ge=0, description="Penalty per turn past step_budget.")
+    duration_weights: bool | None = Field(
+        None, description="Duration-aware weights; None = on in async mode, off in sync."
+    )
+    duration_floor: float = Field(0.05, gt=0, description="Floor on dt in seconds.")
+    duration_cap: float = Field(10.0, gt=0, description="Cap on a duration weight.")
+    off_policy: Literal["none", "tis", "decoupled"] = Field(
+        "tis",
+        description="Correction for behaviour/learner mismatch: truncated IS, decoupled PPO, none.",
+    )
+    is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weights.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(30, ge=0, description="Optimizer steps (one batch each).")
+    lr: float = Field(2e-4, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    warmup_steps: int = Field(2, ge=0, description="Linear warm-up steps.")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="LR schedule after warm-up."
+    )
+    micro_batch_size: int = Field(8, ge=1, description="Episodes per forward/backward pass.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
+
+
+class EvalConfig(Section):
+    every: int = Field(10, ge=0, description="Evaluate on held-out tasks every N steps (0 = only "
+                       "before and after training).")
+    size: int | None = Field(None, description="Held-out tasks per evaluation (None = all).")
+    temperature: float = Field(0.0, ge=0, description="Evaluation temperature (0 = greedy).")
+
+
+class RuntimeConfig(Section):
+    mode: Literal["sync", "async"] = Field("sync", description="Runtime: sync GRPO loop or async.")
+    num_actors: int = Field(8, ge=1, description="async: episodes in flight at once.")
+    max_staleness: int = Field(2, ge=0, description="async: max policy versions behind learner.")
+    staleness_policy: Literal["admission", "drop"] = Field(
+        "admission", description="async: block new episodes past the bound, or drop stale ones."
+    )
+
+
+class Config(Section):
+    run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, resume.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="Task suite.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episodes.")
+    algo: AlgoConfig = Field(default_factory=AlgoConfig, description="RL algorithm.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Runtime.")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.out_dir) / self.run.name
+
+    @property
+    def use_duration_weights(self) -> bool:
+        if self.algo.duration_weights is None:
+            return self.runtime.mode == "async"
+        return self.algo.duration_weights
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value; the message names the key."""
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config error at {dotted}: {k} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`train.lr=1e-4` -> ("train.lr", 1e-4); values are parsed as YAML scalars/lists."""
+    if "=" not in text:
+        raise ConfigError(f"config error: override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    tree: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config error: file {str(p)!r} not found")
+        try:
+            tree = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config error: {p} is not valid YAML: {e}") from e
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config error: {p} must hold a mapping of sections")
+    for o in overrides:
+        _set_dotted(tree, *parse_override(o))
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        got = err.get("input")
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"config error at {where}: {msg} (got {got!r})") from None
+
+
+def dump_config(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,64 @@
+"""Chat-template rendering that never re-renders history.
+
+The template renders the initial prompt once; each later observation is appended as the
+*delta* the template would add after the assistant's reply, tokenised on its own. The policy's
+sampled ids therefore stay exactly as sampled, and the episode's ids equal
+`prompt + sampled + observation + sampled + ...` (design.md, token-exactness).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_REPLY = "PRACTICUM_REPLY_MARK"
+_OBS = "PRACTICUM_OBS_MARK"
+
+
+class ChatFormat:
+    """Renders prompts and observation deltas for one tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat template; practicum needs a chat model")
+        base_msgs = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _REPLY}]
+        base = tokenizer.apply_chat_template(base_msgs, tokenize=False)
+        full = tokenizer.apply_chat_template(
+            base_msgs + [{"role": "user", "content": _OBS}], tokenize=False, add_generation_prompt=True
+        )
+        if not full.startswith(base):
+            raise ValueError("chat template re-renders earlier turns; observation deltas are unsafe")
+        self.reply_suffix = base[base.index(_REPLY) + len(_REPLY):]
+        """Text the template puts after an assistant reply (e.g. '<|im_end|>\\n')."""
+        self.obs_prefix, self.obs_suffix = full[len(base):].split(_OBS)
+        self.eos_token_id = tokenizer.eos_token_id
+
+    def prompt_ids(self, user: str, system: str | None = None) -> list[int]:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}
+        ]
+        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return self.encode(text)
+
+    def observation_ids(self, observation: str, sampled_ids: list[int]) -> list[int]:
+        """Ids to append after `sampled_ids` so the sequence reads as the next user turn.
+
+        If the policy sampled the end-of-turn token itself, only the rest of the reply suffix
+        is added; otherwise (cut by length or a stop string) the whole suffix closes the turn.
+        """
+        suffix = self.reply_suffix
+        if sampled_ids:
+            last = self.tokenizer.decode([sampled_ids[-1]])
+            if last and suffix.startswith(last) and sampled_ids[-1] in self.stop_ids():
+                suffix = suffix[len(last):]
+        return self.encode(suffix + self.obs_prefix + observation + self.obs_suffix)
+
+    def stop_ids(self) -> list[int]:
+        """End-of-turn ids: the eos id and the id of the reply suffix's first token."""
+        ids = {self.eos_token_id} if self.eos_token_id is not None else set()
+        first = self.encode(self.reply_suffix)[:1]
+        ids.update(first)
+        return sorted(ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
