@@ -44,7 +44,7 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    name: Literal["calculator", "mle", "timed_bandit"] = Field(
+    name: Literal["calculator", "mle", "timed_bandit", "toy"] = Field(
         "calculator", description="Which environment/task suite to train on."
     )
     generators: dict[str, float] = Field(

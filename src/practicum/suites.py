@@ -34,6 +34,10 @@ def load_suite(cfg: Config) -> Suite:
         from practicum.envs.timed_bandit import timed_bandit_suite
 
         return timed_bandit_suite(cfg)
+    if name == "toy":
+        from practicum.envs.toy import toy_suite
+
+        return toy_suite(cfg)
     raise ValueError(f"config error at task.name: unknown task suite {name!r}")
 
 

@@ -37,9 +37,11 @@ def calculator_program(snippet: str) -> str:
     snippet = snippet.strip().strip("`")
     try:
         ast.parse(snippet, mode="eval")
-        return f"print({snippet})\n"
     except SyntaxError:
         return snippet + "\n"
+    # Whole floats print as integers so "3.0" does not read as a different answer from "3".
+    return (f"_v = ({snippet})\n"
+            "print(int(_v) if isinstance(_v, float) and _v.is_integer() else _v)\n")
 
 
 class CalculatorEnv:

@@ -1,8 +1,9 @@
 """Running episodes: engine turns and timed environment steps assembled token-exactly.
 
 `EpisodeBuilder` holds one episode in progress; `rollout_batch` advances many in lockstep
-(one batched generate per round, environment steps in parallel threads). Environment failures
-end only their own episode, with a logged reason and `failure_reward`.
+(one batched generate per round, environment steps in parallel threads, the sync runtime);
+`run_episode` drives one episode turn by turn (an async actor). Environment failures end only
+their own episode, with a logged reason and `failure_reward`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import time
 import traceback
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -109,6 +110,33 @@ class EpisodeBuilder:
         if detail:
             self.episode.info["traceback"] = detail
         self._finish(self.limits.failure_reward if reward is None else reward)
+
+
+def run_episode(
+    env: Env,
+    task: Task,
+    group_id: str,
+    chat: ChatFormat,
+    limits: RolloutLimits,
+    generate: Callable[[list[int]], tuple[Sample, int]],
+) -> Episode:
+    """Run one episode turn by turn. `generate(ids)` returns a sample and the policy version of
+    the weights that produced it, so each turn records its own version and new weights are picked
+    up between turns. A failed generate call ends the episode like an environment failure."""
+    b = EpisodeBuilder(env, task, group_id, chat, limits)
+    while not b.done:
+        try:
+            sample, version = generate(b.current_ids())
+        except CancelledError:  # the runtime is shutting down
+            b._fail("generation cancelled")
+            break
+        except Exception as e:
+            log.warning("generation failed on %s: %s", task.task_id, e)
+            b._fail(f"generation failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
+            break
+        b.add_action(sample, version)
+        b.apply(b.step_env())
+    return b.episode
 
 
 def rollout_batch(

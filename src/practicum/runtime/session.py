@@ -102,7 +102,8 @@ class Session:
                                      "failure": e.failure} for e in eps]}, indent=1))
         return result
 
-    def finish(self, started: float) -> dict:
+    def finish(self, started: float, extra_summary: dict | None = None) -> dict:
+        """Final evaluation, checkpoint, plot and summary.json (plus `extra_summary` entries)."""
         final = self.evaluate(f"step_{self.learner.step:06d}")
         self.metrics.log(self.learner.step, {f"eval/{k}": v for k, v in final.items()
                                              if isinstance(v, (int, float))})
@@ -115,6 +116,7 @@ class Session:
             "episodes": len(self.store), "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
+            **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         self.metrics.close()
@@ -124,7 +126,7 @@ class Session:
 def open_session(cfg: Config) -> Session:
     run_dir = cfg.run_dir
     if not cfg.run.resume:  # a fresh start in an existing run folder: clear the old run
-        for name in ("episodes.jsonl", "metrics.jsonl", "summary.json"):
+        for name in ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json"):
             (run_dir / name).unlink(missing_ok=True)
         for name in ("checkpoints", "eval", "tb"):
             shutil.rmtree(run_dir / name, ignore_errors=True)

@@ -1,0 +1,191 @@
+"""Throughput of the HF policy engine: sampled tokens/s and learner tokens/s.
+
+Sampling: fixed chat prompts, temperature 1, eos ignored so every row runs max_new_tokens, batch
+1/8/32, fp32 and bf16, with a LoRA adapter attached (as in training) and without one. The
+log-prob gap between `generate` and `token_logprobs` on the batch-8 samples is reported too.
+Learner: one forward + backward + AdamW step of the LoRA policy on B sequences x T tokens.
+
+    python benchmarks/engine_throughput.py            # full run, a few minutes on 2 cores
+    python benchmarks/engine_throughput.py --quick    # seconds-scale smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
+from practicum.engine.base import SamplingParams
+from practicum.engine.hf import Policy, PolicyConfig
+
+QUESTIONS = [
+    "Write a short story about a robot learning to paint.",
+    "Explain how a random forest makes predictions.",
+    "List five tips for writing clean Python code.",
+    "Describe the water cycle to a ten-year-old.",
+]
+RESULTS = Path(__file__).parent / "results" / "engine_throughput.json"
+
+
+def chat_prompts(policy: Policy, n: int) -> list[list[int]]:
+    tok = policy.tokenizer
+    msgs = [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(n)]
+    return [
+        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
+        for m in msgs
+    ]
+
+
+def bench_generation(policy: Policy, batch: int, new_tokens: int) -> tuple[dict, list]:
+    prompts = chat_prompts(policy, batch)
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=0)
+    policy.generate(prompts[:1], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+    start = time.perf_counter()
+    samples = policy.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(s.token_ids) for s in samples)
+    row = {"batch": batch, "tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds}
+    return row, list(zip(prompts, samples))
+
+
+def logprob_gap(policy: Policy, pairs: list) -> dict:
+    """max / mean |generate log-prob - token_logprobs| over the sampled tokens."""
+    diffs = []
+    for prompt, s in pairs:
+        ids = torch.tensor([prompt + s.token_ids])
+        with torch.no_grad():
+            lp = policy.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt) :]
+        diffs.append((lp - torch.tensor(s.logprobs)).abs())
+    d = torch.cat(diffs)
+    return {"max": d.max().item(), "mean": d.mean().item(), "tokens": d.numel()}
+
+
+def bench_learner(policy: Policy, batch: int, seq: int, steps: int) -> dict:
+    vocab = len(policy.tokenizer)
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-5)
+
+    def step() -> None:
+        loss = -policy.token_logprobs(ids, mask).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # warm-up (allocates optimizer state)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    seconds = (time.perf_counter() - start) / steps
+    return {
+        "batch": batch,
+        "seq": seq,
+        "seconds_per_step": seconds,
+        "tok_per_s": batch * seq / seconds,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--learner-batch", type=int, default=8)
+    ap.add_argument("--learner-seq", type=int, default=256)
+    ap.add_argument("--learner-steps", type=int, default=2)
+    ap.add_argument("--no-plain", action="store_true", help="skip the engine without LoRA")
+    ap.add_argument(
+        "--quick", action="store_true", help="batches 1 8, 16 new tokens, 2x128 learner"
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if args.quick:
+        args.batches, args.new_tokens = [1, 8], 16
+        args.learner_batch, args.learner_seq, args.learner_steps = 2, 128, 1
+
+    gen_rows, learner_rows, gaps = [], [], []
+    for dtype in args.dtypes:
+        for lora in ([True] if args.no_plain else [True, False]):
+            policy = Policy(PolicyConfig(model=args.model, dtype=dtype, lora=lora))
+            policy.eos_ids = set()  # ignore eos: every row runs the full length
+            for batch in args.batches:
+                row, pairs = bench_generation(policy, batch, args.new_tokens)
+                gen_rows.append({"dtype": dtype, "lora": lora, **row})
+                if lora and batch == max(b for b in args.batches if b <= 8):
+                    gaps.append({"dtype": dtype, "batch": batch, **logprob_gap(policy, pairs)})
+            if lora:
+                stats = bench_learner(
+                    policy, args.learner_batch, args.learner_seq, args.learner_steps
+                )
+                learner_rows.append({"dtype": dtype, "lora": True, **stats})
+            del policy
+
+    result = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        },
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "generation": gen_rows,
+        "logprob_gap": gaps,
+        "learner": learner_rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    report(result)
+
+
+def report(result: dict) -> None:
+    console = Console()
+    t = Table(title=f"Sampling, tokens/s ({result['settings']['new_tokens']} new tokens, T=1)")
+    for col in ("dtype", "adapter", "batch", "tokens", "seconds", "tok/s"):
+        t.add_column(col, justify="right")
+    for r in result["generation"]:
+        t.add_row(
+            r["dtype"],
+            "LoRA" if r["lora"] else "none",
+            str(r["batch"]),
+            str(r["tokens"]),
+            f"{r['seconds']:.1f}",
+            f"{r['tok_per_s']:.1f}",
+        )
+    console.print(t)
+    t = Table(title="generate vs token_logprobs, |log-prob difference|")
+    for col in ("dtype", "batch", "tokens", "max", "mean"):
+        t.add_column(col, justify="right")
+    for g in result["logprob_gap"]:
+        t.add_row(
+            g["dtype"], str(g["batch"]), str(g["tokens"]), f"{g['max']:.2e}", f"{g['mean']:.2e}"
+        )
+    console.print(t)
+    t = Table(title="Learner: forward + backward + AdamW (LoRA)")
+    for col in ("dtype", "batch x seq", "s/step", "tok/s"):
+        t.add_column(col, justify="right")
+    for r in result["learner"]:
+        t.add_row(
+            r["dtype"],
+            f"{r['batch']} x {r['seq']}",
+            f"{r['seconds_per_step']:.2f}",
+            f"{r['tok_per_s']:.0f}",
+        )
+    console.print(t)
+    m = result["machine"]
+    console.print(
+        f"{m['cpu']}, torch {m['torch']}, {m['torch_threads']} threads, "
+        f"peak RSS {m['peak_rss_gb']:.1f} GB"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The `bwrap` backend: bubblewrap builds a new root holding only what the code needs.
+
+Inside: system folders and the interpreter read-only, the workdir read-write, a private
+size-limited /tmp and /dev/shm, a new /proc and minimal /dev, no network (loopback only), a new
+pid namespace whose pid 1 is bwrap (killed with its parent: --die-with-parent). Hidden paths
+that fall inside a mounted folder are covered; anything else on the host is simply absent.
+
+Run by root, bwrap keeps uid 0 inside, and uid 0 is exempt from RLIMIT_NPROC; so bwrap grants
+the code CAP_SETUID/CAP_SETGID only for `setpriv` to switch to the unprivileged sandbox uid
+(which clears every capability), then `prlimit` applies the rlimits and execs the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from practicum.envs.sandbox.backend import Status
+from practicum.envs.sandbox.limits import MIB
+from practicum.envs.sandbox.plan import SANDBOX_TMP, SYSTEM_PATHS, Plan, python_roots
+
+NAME = "bwrap"
+PRLIMIT_OPTIONS = {
+    "RLIMIT_AS": "as",
+    "RLIMIT_CPU": "cpu",
+    "RLIMIT_FSIZE": "fsize",
+    "RLIMIT_NPROC": "nproc",
+    "RLIMIT_CORE": "core",
+}
+# Join the run's cgroups before bwrap forks anything: `sh -c JOIN sh FILE... -- COMMAND...`
+JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+def problem() -> str | None:
+    """Why this backend cannot work here, or None."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    for tool in ("setpriv", "prlimit") if os.geteuid() == 0 else ("prlimit",):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (util-linux)"
+    return None
+
+
+def _within(path: Path, folders: list[Path]) -> bool:
+    return any(path == f or f in path.parents for f in folders)
+
+
+def command(plan: Plan) -> list[str]:
+    args = [shutil.which("bwrap") or "bwrap"]
+    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+    args += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    args += ["--json-status-fd", str(plan.status_fd)]
+    host_views: list[Path] = []  # host folders visible inside
+    for p in SYSTEM_PATHS:  # read-only, or the same symlink (/bin -> usr/bin)
+        if os.path.islink(p):
+            args += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            args += ["--ro-bind", p, p]
+            host_views.append(Path(p))
+    tmp_size = str(plan.limits.file_size_mb * MIB)
+    args += ["--dev", "/dev", "--perms", "1777", "--size", tmp_size, "--tmpfs", "/dev/shm"]
+    args += ["--proc", "/proc", "--perms", "1777", "--size", tmp_size, "--tmpfs", SANDBOX_TMP]
+    made = {Path("/"), Path("/dev"), Path("/proc"), Path(SANDBOX_TMP)}  # exist; contents do not
+
+    def make_parents(path: Path) -> None:
+        # bwrap would create missing parents with mode 0700, closed to the sandbox uid.
+        for folder in reversed(path.parents):
+            if folder not in made and not _within(folder, host_views):
+                args.extend(["--perms", "0755", "--dir", str(folder)])
+                made.add(folder)
+
+    for root in python_roots():
+        if not _within(root, host_views):
+            make_parents(root)
+            args += ["--ro-bind", str(root), str(root)]
+            host_views.append(root)
+    make_parents(plan.workdir)
+    args += ["--bind", str(plan.workdir), str(plan.workdir), "--chdir", str(plan.workdir)]
+    host_views.append(plan.workdir)
+    for hidden in plan.hidden:
+        if not _within(hidden, host_views):
+            continue  # never mounted: absent inside
+        if hidden.is_dir():
+            args += ["--perms", "0000", "--size", "4096", "--tmpfs", str(hidden)]
+            args += ["--remount-ro", str(hidden)]
+        else:
+            args += ["--ro-bind", "/dev/null", str(hidden)]
+
+    inner: list[str] = []
+    if plan.uid is not None:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        inner += [shutil.which("setpriv") or "setpriv", f"--reuid={plan.uid}"]
+        inner += [f"--regid={plan.uid}", "--clear-groups", "--inh-caps=-all", "--"]
+    inner += [shutil.which("prlimit") or "prlimit"]
+    inner += [f"--{PRLIMIT_OPTIONS[k]}={s}:{h}" for k, (s, h) in plan.limits.rlimits().items()]
+    inner += ["--", *plan.argv]
+    command = [*args, "--", *inner]
+    if plan.cgroup_procs:
+        command = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *plan.cgroup_procs, "--", *command]
+    return command
+
+
+def read_status(text: str) -> Status:
+    """bwrap writes {"child-pid": ...} at start and {"exit-code": N} when its pid 1 ends; like a
+    shell it reports death by signal S as 128 + S, translated back to -S here."""
+    status = Status()
+    decoder = json.JSONDecoder()
+    pos = 0
+    while pos < len(text):
+        if text[pos].isspace():
+            pos += 1
+            continue
+        fields, pos = decoder.raw_decode(text, pos)
+        if "exit-code" in fields:
+            code = int(fields["exit-code"])
+            status.finished = True
+            status.returncode = -(code - 128) if 128 < code <= 128 + 64 else code
+    return status

@@ -1,0 +1,14 @@
+"""Binary log loss of the predicted probability of an affair."""
+
+import pandas as pd
+
+from practicum.envs.mle.grading import (
+    align_submission, binary_log_loss, check_probabilities, numeric_values,
+)
+
+
+def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
+    sub, ans = align_submission(submission, answers, "id", ["affair"])
+    proba = numeric_values(sub, ["affair"])
+    check_probabilities(proba, ["affair"])
+    return binary_log_loss(ans["affair"].to_numpy(dtype=float), proba[:, 0])

@@ -1,0 +1,10 @@
+"""Macro-averaged F1 of the predicted chapter (every chapter counts equally)."""
+
+import pandas as pd
+
+from practicum.envs.mle.grading import align_submission, macro_f1, normalise_keys
+
+
+def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
+    sub, ans = align_submission(submission, answers, "id", ["chapter"])
+    return macro_f1(normalise_keys(ans["chapter"]), normalise_keys(sub["chapter"]))

@@ -1,0 +1,58 @@
+"""Shared fixtures: a tiny random Llama with the real SmolLM2 tokenizer, and the real SmolLM2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+    "initializer_range": 0.1,  # > 0.02: logits spread out, so greedy has no near-ties
+}
+"""The tiny model: ~3.2M parameters, almost all in the 49,152 x 64 tied embedding."""
+
+
+def build_tiny_model(folder: Path, seed: int = 0) -> Path:
+    """Save a random tiny Llama with the SmolLM2 tokenizer into `folder` (a HF model folder)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from practicum.engine.models import load_builtin_tokenizer
+
+    tokenizer = load_builtin_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A random tiny Llama (2 layers, hidden 64, SmolLM2 tokenizer and chat template), fp32."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2-135M-Instruct folder (converted from the GGUF once per machine, ~35 s)."""
+    from practicum.engine.models import resolve_model
+
+    return resolve_model("smollm2-135m-instruct")

@@ -1,0 +1,36 @@
+"""Observation deltas: appending them to sampled ids gives what a full re-render would give."""
+
+from transformers import AutoTokenizer
+
+from practicum.engine.chat import ChatFormat
+
+
+def _chat(tiny_model_dir):
+    return ChatFormat(AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+def test_delta_after_a_sampled_eos_matches_the_full_template(tiny_model_dir):
+    chat = _chat(tiny_model_dir)
+    tok = chat.tokenizer
+    prompt = chat.prompt_ids("What is 2+2?", system="Be brief.")
+    reply = chat.encode("<calc>2+2</calc>") + [tok.eos_token_id]
+    obs = chat.observation_ids("Result: 4", reply)
+    full = tok.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+         {"role": "assistant", "content": "<calc>2+2</calc>"},
+         {"role": "user", "content": "Result: 4"}], tokenize=False, add_generation_prompt=True)
+    assert tok.decode(prompt + reply + obs) == full
+
+
+def test_delta_closes_the_turn_when_generation_was_cut(tiny_model_dir):
+    chat = _chat(tiny_model_dir)
+    reply = chat.encode("<calc>2+")  # cut by max_new_tokens: no end-of-turn token sampled
+    obs = chat.observation_ids("Error", reply)
+    text = chat.tokenizer.decode(obs)
+    assert text.startswith(chat.reply_suffix)
+    assert text.endswith(chat.obs_suffix) and "Error" in text
+
+
+def test_stop_ids_include_end_of_turn(tiny_model_dir):
+    chat = _chat(tiny_model_dir)
+    assert chat.tokenizer.convert_tokens_to_ids("<|im_end|>") in chat.stop_ids()
