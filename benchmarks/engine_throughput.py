@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -112,6 +113,7 @@ def main() -> None:
         args.batches, args.new_tokens = [1, 8], 16
         args.learner_batch, args.learner_seq, args.learner_steps = 2, 128, 1
 
+    load_before = os.getloadavg()[0]
     gen_rows, learner_rows, gaps = [], [], []
     for dtype in args.dtypes:
         for lora in ([True] if args.no_plain else [True, False]):
@@ -135,6 +137,7 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+            "load_avg_1min": [load_before, os.getloadavg()[0]],
         },
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "generation": gen_rows,
@@ -183,7 +186,8 @@ def report(result: dict) -> None:
     m = result["machine"]
     console.print(
         f"{m['cpu']}, torch {m['torch']}, {m['torch_threads']} threads, "
-        f"peak RSS {m['peak_rss_gb']:.1f} GB"
+        f"peak RSS {m['peak_rss_gb']:.1f} GB, load average (1 min) before/after "
+        f"{m['load_avg_1min'][0]:.1f}/{m['load_avg_1min'][1]:.1f} on {os.cpu_count()} CPUs"
     )
 
 

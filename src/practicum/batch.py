@@ -95,7 +95,7 @@ def token_batch(episodes: list[Episode], turn_adv: list[Tensor], turn_w: list[Te
         if include[b]:
             mask[b, :n] = torch.tensor(e.loss_mask(), dtype=torch.float32)
         blp[b, :n] = torch.tensor(e.behaviour_logprobs())
-        turn = torch.tensor(e.turn_index())
+        turn = torch.tensor(e.turn_index(), dtype=torch.long)  # long even when empty
         on = turn >= 0
         adv[b, :n][on] = turn_adv[b][turn[on]].float()
         wts[b, :n][on] = turn_w[b][turn[on]].float()

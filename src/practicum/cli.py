@@ -11,6 +11,11 @@ from pathlib import Path
 from practicum.config import ConfigError, load_config
 
 
+USER_ERRORS = {"ModelNotFoundError", "CompetitionError", "SandboxError", "ValueError",
+               "FileNotFoundError"}
+"""Errors caused by input (config, model spec, task files): one clear line, no traceback."""
+
+
 def _config(args) -> "object":
     return load_config(args.config, args.overrides)
 
@@ -117,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as e:
+        print(f"practicum: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        if type(e).__name__ not in USER_ERRORS:
+            raise
         print(f"practicum: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -52,7 +52,7 @@ class TaskConfig(Section):
         description="calculator: reasoning-gym generator names and their sampling weights.",
     )
     train_size: int = Field(2000, gt=0, description="Number of generated training tasks.")
-    eval_size: int = Field(64, gt=0, description="Number of held-out evaluation tasks.")
+    eval_size: int = Field(32, gt=0, description="Number of held-out evaluation tasks.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Environment-specific options (see the env's docs)."
     )
@@ -61,14 +61,14 @@ class TaskConfig(Section):
 class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(96, gt=0, description="Token budget of one policy turn.")
+    max_new_tokens: int = Field(48, gt=0, description="Token budget of one policy turn.")
 
 
 class RolloutConfig(Section):
     group_size: int = Field(8, ge=1, description="Episodes per task (the GRPO group).")
-    tasks_per_step: int = Field(4, ge=1, description="Tasks (groups) per training batch.")
-    max_turns: int = Field(3, ge=1, description="Policy turns per episode before truncation.")
-    max_seq_len: int = Field(1024, gt=0, description="Episode token budget; beyond it = overlong.")
+    tasks_per_step: int = Field(3, ge=1, description="Tasks (groups) per training batch.")
+    max_turns: int = Field(2, ge=1, description="Policy turns per episode before truncation.")
+    max_seq_len: int = Field(768, gt=0, description="Episode token budget; beyond it = overlong.")
     failure_reward: float = Field(
         0.0, description="Reward of an episode ended by an environment failure."
     )
@@ -89,7 +89,7 @@ class AlgoConfig(Section):
     dynamic_sampling: bool = Field(
         True, description="Drop groups whose rewards are all equal and refill the batch (DAPO)."
     )
-    max_refill_rounds: int = Field(2, ge=0, description="Extra sampling rounds to refill a batch.")
+    max_refill_rounds: int = Field(1, ge=0, description="Extra sampling rounds to refill a batch.")
     overlong_cache: int = Field(
         0, ge=0, description="DAPO soft overlong penalty window L_cache in tokens (0 = off)."
     )
@@ -109,21 +109,21 @@ class AlgoConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(30, ge=0, description="Optimizer steps (one batch each).")
-    lr: float = Field(2e-4, gt=0, description="Peak learning rate (AdamW).")
+    steps: int = Field(24, ge=0, description="Optimizer steps (one batch each).")
+    lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     warmup_steps: int = Field(2, ge=0, description="Linear warm-up steps.")
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="LR schedule after warm-up."
     )
-    micro_batch_size: int = Field(8, ge=1, description="Episodes per forward/backward pass.")
+    micro_batch_size: int = Field(4, ge=1, description="Episodes per forward/backward pass.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
     checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
 
 
 class EvalConfig(Section):
-    every: int = Field(10, ge=0, description="Evaluate on held-out tasks every N steps (0 = only "
+    every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0 = only "
                        "before and after training).")
     size: int | None = Field(None, description="Held-out tasks per evaluation (None = all).")
     temperature: float = Field(0.0, ge=0, description="Evaluation temperature (0 = greedy).")

@@ -103,3 +103,13 @@ def test_reset_failures_raise_env_failure(envs):
 def test_step_kill_fault_refuses_to_run_in_the_trainer():
     with pytest.raises(ValueError, match="would kill the trainer"):
         FaultyEnv(bandit(), {"step_kill": 0.5})
+
+
+def test_env_attributes_the_runtime_reads_are_forwarded_after_reset(envs):
+    from practicum.envs.calculator import CalculatorEnv
+    from practicum.tasks.arithmetic import make_tasks
+
+    env = envs(partial(CalculatorEnv, few_shot=True))
+    env.reset(make_tasks({"basic_arithmetic": 1.0}, 1, seed=0, split="train")[0])
+    assert env.stop_strings == CalculatorEnv.stop_strings
+    assert env.example_messages and env.system_prompt == CalculatorEnv.system_prompt

@@ -33,8 +33,11 @@ class ChatFormat:
         self.obs_prefix, self.obs_suffix = full[len(base):].split(_OBS)
         self.eos_token_id = tokenizer.eos_token_id
 
-    def prompt_ids(self, user: str, system: str | None = None) -> list[int]:
-        msgs = ([{"role": "system", "content": system}] if system else []) + [
+    def prompt_ids(self, user: str, system: str | None = None,
+                   examples: list[dict] | None = None) -> list[int]:
+        """The first prompt: optional system message, few-shot example turns (real chat
+        messages, so a small model sees the protocol as a conversation), then the user turn."""
+        msgs = ([{"role": "system", "content": system}] if system else []) + list(examples or []) + [
             {"role": "user", "content": user}
         ]
         text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)

@@ -36,6 +36,9 @@ class Env(Protocol):
     """A stateful environment. One instance serves one episode at a time."""
 
     system_prompt: str | None
+    # Optional attributes the runtime reads when present:
+    #   example_messages: list[dict]  few-shot chat turns placed before the first user message
+    #   stop_strings: list[str]       generation of a turn ends once one of these is produced
 
     def reset(self, task: Task) -> str:
         """Start an episode; return the first user message."""

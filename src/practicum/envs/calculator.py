@@ -23,10 +23,12 @@ SYSTEM_PROMPT = (
     "You solve math problems. You have a Python calculator: write <calc>expression</calc> and "
     "you will be told its value. When you know the answer, write <answer>number</answer>."
 )
-EXAMPLE = (
-    "Example:\nQuestion: What is 12 * (3 + 4) - 5?\n"
-    "You: <calc>12 * (3 + 4) - 5</calc>\nCalculator: Result: 79\nYou: <answer>79</answer>\n\n"
-)
+EXAMPLE_MESSAGES = [  # one worked episode, as real chat turns
+    {"role": "user", "content": "Question: Calculate 12 * (3 + 4) - 5."},
+    {"role": "assistant", "content": "<calc>12 * (3 + 4) - 5</calc>"},
+    {"role": "user", "content": "Result: 79"},
+    {"role": "assistant", "content": "<answer>79</answer>"},
+]
 
 _CALC = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -48,11 +50,12 @@ class CalculatorEnv:
     """Calculator tool-use episodes on reasoning-gym tasks (see module docstring)."""
 
     system_prompt = SYSTEM_PROMPT
+    stop_strings = ["</calc>", "</answer>"]
 
     def __init__(self, limits: Limits | None = None, few_shot: bool = True):
         self.limits = limits or Limits(wall_seconds=5, memory_mb=512, max_processes=8,
                                        output_bytes=400)
-        self.few_shot = few_shot
+        self.example_messages = EXAMPLE_MESSAGES if few_shot else []
         self._workdir: Path | None = None
         self._task: Task | None = None
 
@@ -60,7 +63,7 @@ class CalculatorEnv:
         self._task = task
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="practicum-calc-"))
-        return (EXAMPLE if self.few_shot else "") + f"Question: {task.data['question']}"
+        return f"Question: {task.data['question']}"
 
     def step(self, action: str) -> StepResult:
         assert self._task is not None, "reset() before step()"

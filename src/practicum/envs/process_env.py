@@ -25,6 +25,10 @@ from practicum.envs.base import Env, StepResult, Task
 log = logging.getLogger(__name__)
 
 
+FORWARDED = ("system_prompt", "example_messages", "stop_strings")
+"""Env attributes the runtime reads after reset; copied from the child onto the proxy."""
+
+
 class EnvFailure(RuntimeError):
     """The environment's child process failed; the message is the reason to log."""
 
@@ -46,7 +50,7 @@ def _serve(conn, factory: Callable[[], Env]) -> None:
             if build_error:
                 raise RuntimeError(f"building the env failed: {build_error}")
             if op == "reset":
-                out: Any = (env.reset(arg), getattr(env, "system_prompt", None))
+                out: Any = (env.reset(arg), {k: getattr(env, k, None) for k in FORWARDED})
             elif op == "step":
                 out = env.step(arg)
             elif op == "close":
@@ -82,6 +86,8 @@ class ProcessEnv:
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
         self.failure_reward = failure_reward
         self.system_prompt: str | None = None
+        self.example_messages = None
+        self.stop_strings = None
         self._ctx = mp.get_context(start_method)
         self._proc = None
         self._conn = None
@@ -98,7 +104,9 @@ class ProcessEnv:
             self._kill()
             self._start()
         self._killed = False
-        observation, self.system_prompt = self._call("reset", task, self.reset_timeout)
+        observation, attrs = self._call("reset", task, self.reset_timeout)
+        for k, v in attrs.items():
+            setattr(self, k, v)
         return observation
 
     def step(self, action: str) -> StepResult:

@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -98,7 +99,8 @@ class AsyncRun:
             st.current = a
             t0, wall0 = time.perf_counter(), time.time()
             st.env = env = s.suite.make_env()
-            episode = run_episode(env, a.task, a.group_id, s.chat, s.limits, self.server.generate)
+            episode = run_episode(env, a.task, a.group_id, s.chat, s.limits,
+                                  partial(self._generate, env))
             st.env = None
             st.busy_seconds += time.perf_counter() - t0
             if self.stop_event.is_set():
@@ -108,6 +110,14 @@ class AsyncRun:
             self._store(a, episode)
             st.current = None
             st.episodes += 1
+
+    def _generate(self, env, ids: list[int]):
+        """Sample through the server, adding the env's own stop strings (read after reset)."""
+        params, extra = self.server.params, getattr(env, "stop_strings", None)
+        if extra:
+            params = replace(params, stop_strings=list(dict.fromkeys([*params.stop_strings,
+                                                                       *extra])))
+        return self.server.generate(ids, params)
 
     def _store(self, a: Assignment, episode: Episode) -> None:
         position = self.s.store.append([episode]) - 1  # durable before the learner can see it
@@ -142,6 +152,7 @@ class AsyncRun:
         """Stop actors (killing environments in flight) and the generation server."""
         if self.stop_event.is_set():
             return
+        self.pool.stopping.set()  # actors now leave on purpose: not deaths to restart
         self.stop_event.set()
         self.board.close()
         self.server.stop()
@@ -209,9 +220,9 @@ class AsyncRun:
         trained_s = time.perf_counter() - t1
         self.wait_seconds += waited
         self.learner_seconds += trained_s
-        members = lambda gs: [m for g in gs for m in g.members]  # noqa: E731
-        self.ledger.record(s.learner.step, trained=members(trained), filtered=members(filtered),
-                           dropped=members(dropped) + self._carry_dropped)
+        self.ledger.record(s.learner.step, trained=_members(trained),
+                           filtered=_members(filtered),
+                           dropped=_members(dropped) + self._carry_dropped)
         self._carry_dropped = []
         s.consumed = self.ledger.watermark
         seen = batch + [e for g in filtered for e in g.episodes]
@@ -248,6 +259,10 @@ class AsyncRun:
                 "learner_seconds": self.learner_seconds, "wait_seconds": self.wait_seconds,
                 "env_seconds": self.env_seconds, "generation_seconds": self.server.busy_seconds,
                 "num_actors": float(self.s.cfg.runtime.num_actors)}
+
+
+def _members(groups: list[Group]) -> list[tuple[int, Episode]]:
+    return [m for g in groups for m in g.members]
 
 
 def run_async(s: Session, progress: bool = True) -> dict:

@@ -39,7 +39,8 @@ class EpisodeBuilder:
         self.done = False
         try:
             first = env.reset(task)
-            prompt = chat.prompt_ids(first, getattr(env, "system_prompt", None))
+            prompt = chat.prompt_ids(first, getattr(env, "system_prompt", None),
+                                     getattr(env, "example_messages", None))
             failure = None
         except Exception as e:  # a broken task costs one episode, never the run
             prompt, failure = [], f"reset failed: {type(e).__name__}: {e}"
@@ -153,6 +154,8 @@ def rollout_batch(
     """Run one episode per (task, group id), all in lockstep, and return them in order."""
     builders = [EpisodeBuilder(make_env(), t, g, chat, limits) for t, g in zip(tasks, group_ids)]
     stop_ids = sorted(set(params.stop_token_ids) | set(chat.stop_ids()))
+    env_stops = list(getattr(builders[0].env, "stop_strings", None) or []) if builders else []
+    stop_strings = list(dict.fromkeys([*params.stop_strings, *env_stops]))
     with ThreadPoolExecutor(max_workers=env_workers) as pool:
         for round_ in range(limits.max_turns):
             active = [b for b in builders if not b.done]
@@ -160,7 +163,7 @@ def rollout_batch(
                 break
             p = SamplingParams(temperature=params.temperature, top_p=params.top_p,
                                max_new_tokens=params.max_new_tokens,
-                               stop_strings=params.stop_strings,
+                               stop_strings=stop_strings,
                                stop_token_ids=stop_ids,
                                seed=None if seed is None else seed * 1000 + round_)
             samples = engine.generate([b.current_ids() for b in active], p)

@@ -94,6 +94,9 @@ class Session:
             "failures": sum(e.failure is not None for e in eps),
             "mean_turns": sum(len(e.turns) for e in eps) / max(1, len(eps)),
         }
+        valid = [e.turns[-1].info["valid"] for e in eps if e.turns and "valid" in e.turns[-1].info]
+        if valid:  # environments that grade submissions (mle) report validity per turn
+            result["valid_rate"] = sum(map(bool, valid)) / len(valid)
         out = self.run_dir / "eval"
         out.mkdir(exist_ok=True)
         (out / f"{label}.json").write_text(json.dumps(

@@ -407,3 +407,24 @@ print("wrote submission.csv with", len(submission), "rows")
         f"and reports validation {label}"
     )
     return Template(script=script, instruction=instruction, available=available, example=example)
+
+
+_ASSIGN_LINE = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*[^\n`]*")
+
+
+def salvage_region(reply: str, required: tuple[str, ...] = ("model",)) -> str | None:
+    """Leniency for small models in template mode: the first single line of the reply that
+    assigns the required name (e.g. `model = Ridge()`) and parses on its own, wherever it
+    stands (after prose, inside inline backticks, in an unclosed block); None when none does.
+
+    Used only after `fill_template` rejected the reply as a whole.
+    """
+    if len(required) != 1:
+        return None
+    for match in _ASSIGN_LINE.finditer(reply):
+        if match.group(1) != required[0]:
+            continue
+        line = match.group(0).rstrip()
+        if syntax_problem(line) is None:
+            return line
+    return None

@@ -95,3 +95,74 @@ def scratch_prompt(
         f"Reply with only your code (at most {template.max_lines} lines) in one ```python block. "
         f"Example reply:\n```python\n{template.example}\n```"
     )
+
+
+# -------------------------------------------------------------- compact template prompt
+
+_LINE_EXAMPLES = {
+    "classification": (
+        "model = RandomForestClassifier(n_estimators=100)",
+        "model = LogisticRegression(max_iter=1000)",
+        "model = KNeighborsClassifier(n_neighbors=5)",
+    ),
+    "regression": (
+        "model = RandomForestRegressor(n_estimators=100)",
+        "model = Ridge(alpha=1.0)",
+        "model = KNeighborsRegressor(n_neighbors=5)",
+    ),
+}
+LINE_SYSTEM_PROMPT = "You write one line of Python that picks a scikit-learn model."
+"""System prompt of `line_prompt`: small models follow one short instruction best."""
+LINE_REPLY = "Reply with only one line of Python that starts with `model = `."
+
+LINE_EXAMPLE_MESSAGES = (
+    {"role": "user", "content": "Competition: Penguins. Predict the species of a penguin from "
+     "its measurements.\nMetric: accuracy (higher is better).\nChoose an estimator. "
+     + LINE_REPLY},
+    {"role": "assistant", "content": "model = RandomForestClassifier(n_estimators=200)"},
+    {"role": "user", "content": "Competition: House prices. Predict the sale price of a "
+     "house.\nMetric: rmse (lower is better).\nChoose an estimator. " + LINE_REPLY},
+    {"role": "assistant", "content": "model = Ridge(alpha=1.0)"},
+)
+"""Few-shot chat turns placed before `line_prompt` (competitions outside the suite). Measured
+on SmolLM2-135M-Instruct over 4 competitions x 16 samples: replies that fill the region rose
+from 8/64 to 38/64 at temperature 1.0 (14/64 -> 54/64 at 0.7)."""
+
+
+def task_summary(competition_description: str, max_chars: int = 200) -> str:
+    """The first paragraph of the description's `## Task` section (else its first paragraph),
+    on one line, cut to about `max_chars`."""
+    text = competition_description.strip()
+    start = text.find("## Task")
+    if start >= 0:
+        text = text[start + len("## Task"):]
+    paragraphs = [p for p in text.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
+    first = " ".join((paragraphs[0] if paragraphs else "").split())
+    return _cut(first, max_chars)
+
+
+def line_prompt(
+    name: str,
+    summary: str,
+    metric: str,
+    lower_is_better: bool,
+    template: Template,
+    kind: Literal["classification", "regression"],
+) -> str:
+    """Template-mode prompt for very small models (~230 tokens with SmolLM2's tokenizer).
+
+    The reply is one line `model = Estimator(...)`; three example lines name real estimators,
+    and the instruction comes last, where a 135M-parameter model still follows it. Use it with
+    `LINE_EXAMPLE_MESSAGES` as few-shot turns: about 60% of SmolLM2-135M's replies at
+    temperature 1.0 then fill the region (with `actions.salvage_region`), and fewer run
+    correctly (classifier/regressor mix-ups), so RL has reward variance to work with.
+    """
+    names = [n for n in template.available if n not in ("make_pipeline", "StandardScaler",
+                                                         "MaxAbsScaler")]
+    examples = "\n".join(_LINE_EXAMPLES[kind])
+    direction = "lower" if lower_is_better else "higher"
+    return (
+        f"Competition: {name}. {summary}\nMetric: {metric} ({direction} is better).\n"
+        f"Available estimators: {', '.join(names)}.\n\n"
+        f"Choose an estimator. {LINE_REPLY[:-1]}, like one of these:\n{examples}"
+    )

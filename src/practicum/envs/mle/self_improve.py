@@ -147,11 +147,13 @@ def improvement_prompt(
     mode: Literal["script", "template"] = "script",
     lower_is_better: bool | None = None,
     max_output_chars: int = 1500,
+    reply_format: str | None = None,
 ) -> str:
     """Ask to improve an earlier solution, showing its code, output and score.
 
     task_description: the task's scratch prompt (`prompts.scratch_prompt`), which already
     states the reply format; this prompt only adds the previous attempt and the request.
+    reply_format: replaces the closing sentence on the reply's form (e.g. one bare line).
     """
     if previous_score is None:
         score = "it produced no valid submission"
@@ -165,6 +167,7 @@ def improvement_prompt(
         if mode == "script"
         else "Reply with only the improved code for the region in one ```python block."
     )
+    reply = reply_format or reply
     return (
         f"{task_description.rstrip()}\n\n"
         f"Here is a previous solution; {score}.\n```python\n{previous_code.strip()}\n```\n"

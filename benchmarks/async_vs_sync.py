@@ -1,0 +1,126 @@
+"""Sync vs async runtime on the same training episodes with heavy-tailed action durations.
+
+Both runs use one config (timed bandit: fast 0.5 s / slow 2 s mean, lognormal sigma 1; a random
+tiny Llama, whose unparsable replies run a random arm; 8 parallel actors = 8 sync env workers;
+no dynamic sampling, so both train on exactly steps x 8 episodes); only runtime.mode differs.
+
+Printed and written to benchmarks/results/async_vs_sync.json:
+  wall          training-loop seconds (sync: sum of step times; async: runtime start to stop)
+  ratio         sync wall / async wall                                  (target >= 2)
+  env util      sum of action durations / (actors x wall)
+  learner util  learner seconds / wall
+  ideal         sum of action durations / actors + learner seconds      (async target: ideal /
+                wall >= 0.85; the learner overlaps actions in async, so it can beat the bound)
+
+    python benchmarks/async_vs_sync.py [--steps 10] [--actors 8] [--time-scale 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def build_tiny_model(folder: Path, seed: int = 0) -> Path:
+    """A random tiny Llama with the SmolLM2 tokenizer (the recipe of tests/conftest.py)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from practicum.engine.models import load_builtin_tokenizer
+
+    tok = load_builtin_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, tie_word_embeddings=True,
+                         initializer_range=0.1)
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def overrides(args, model: str, out_dir: Path, mode: str) -> list[str]:
+    s = args.time_scale
+    options = (f"{{arms: {{fast: {{reward: 0.3, seconds: 0.5}}, slow: {{reward: 1.0, seconds: 2.0}}}}, "
+               f"sigma: {args.sigma}, time_scale: {s}, fallback_arm: random, step_timeout: 600}}")
+    return [f"model.model={model}", "model.dtype=float32", "task.name=timed_bandit",
+            "rollout.group_size=4", "rollout.tasks_per_step=2", f"train.steps={args.steps}",
+            "train.micro_batch_size=8", "train.checkpoint_every=1000", "eval.every=0",
+            "task.eval_size=1", "sampling.max_new_tokens=8", "algo.dynamic_sampling=false",
+            f"rollout.env_workers={args.actors}", f"runtime.num_actors={args.actors}",
+            f"run.out_dir={out_dir}", f"run.name={mode}", f"runtime.mode={mode}",
+            f"run.seed={args.seed}", f"task.options={options}"]
+
+
+def measure(args, model: str, out_dir: Path, mode: str) -> dict:
+    from practicum.config import load_config
+    from practicum.report import read_metrics
+    from practicum.runtime.session import open_session
+
+    cfg = load_config(None, overrides(args, model, out_dir, mode))
+    s = open_session(cfg)
+    if mode == "async":
+        from practicum.runtime.async_ import run_async as run
+    else:
+        from practicum.runtime.sync import run_sync as run
+    t0 = time.perf_counter()
+    summary = run(s, progress=False)
+    total = time.perf_counter() - t0
+    rows = [r for r in read_metrics(cfg.run_dir) if "learner_seconds" in r]
+    env_s = sum(r["env_seconds"] for r in rows)
+    learner_s = sum(r["learner_seconds"] for r in rows)
+    episodes = int(sum(r["batch_episodes"] for r in rows))
+    if mode == "async":
+        wall = summary["async"]["train_seconds"]
+        extra = {k: summary["async"][k] for k in ("actor_utilisation", "generation_utilisation",
+                                                   "generation_batch_mean", "actor_restarts")}
+    else:
+        wall = sum(r["step_seconds"] for r in rows)
+        extra = {}
+    ideal = env_s / args.actors + learner_s
+    return {"mode": mode, "wall_seconds": wall, "total_seconds_with_eval": total,
+            "episodes": episodes, "action_seconds": env_s, "learner_seconds": learner_s,
+            "env_utilisation": env_s / (args.actors * wall), "learner_utilisation": learner_s / wall,
+            "ideal_seconds": ideal, "ideal_over_wall": ideal / wall, **extra}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--actors", type=int, default=8)
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--sigma", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=None, help="model spec (default: a random tiny Llama)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or str(build_tiny_model(Path(tmp) / "tiny"))
+        results = {m: measure(args, model, Path(tmp) / "runs", m) for m in ("sync", "async")}
+    sync, asyn = results["sync"], results["async"]
+    ratio = sync["wall_seconds"] / asyn["wall_seconds"]
+    print(f"\n{'mode':6} {'episodes':>8} {'wall s':>8} {'actions s':>10} {'learner s':>10} "
+          f"{'env util':>9} {'learner util':>13} {'ideal s':>8} {'ideal/wall':>11}")
+    for r in (sync, asyn):
+        print(f"{r['mode']:6} {r['episodes']:8d} {r['wall_seconds']:8.1f} {r['action_seconds']:10.1f} "
+              f"{r['learner_seconds']:10.1f} {r['env_utilisation']:9.2f} "
+              f"{r['learner_utilisation']:13.2f} {r['ideal_seconds']:8.1f} {r['ideal_over_wall']:11.2f}")
+    print(f"\nasync speed-up over sync: {ratio:.2f}x (target >= 2); async reaches "
+          f"{asyn['ideal_over_wall']:.0%} of the ideal bound (target >= 85%); async actors spent "
+          f"{asyn['actor_utilisation']:.0%} of their time inside episodes")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "async_vs_sync.json"
+    out.write_text(json.dumps({"args": vars(args), "ratio": ratio, **results}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
