@@ -12,9 +12,10 @@ import pytest
 
 from practicum.config import load_config
 from practicum.envs.base import Task
-from practicum.envs.mle.env import MleEnv, self_inspection, solution_output
+from practicum.envs.mle.env import MleEnv
 from practicum.envs.mle.instrument import LLMInstrumenter, rule_instrument
 from practicum.envs.mle.instrumenters import FrozenModel, make_complete
+from practicum.envs.mle.outcome import self_inspection, solution_output
 from practicum.envs.mle.suite import mle_suite
 
 IRIS = Task("iris-species", {"competition": "iris-species", "split": "eval"})
@@ -251,3 +252,40 @@ def test_concurrent_episodes_use_separate_workdirs(suite, answers):
     for t in threads:
         t.join()
     assert [r.info["score"] for r in results] == [1.0, 1.0, 1.0]
+
+
+def test_scratch_then_improve_keeps_the_better_attempt(suite, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from practicum.engine.base import Sample, SamplingParams
+    from practicum.engine.chat import ChatFormat
+    from practicum.envs.mle.evaluate import scratch_then_improve
+    from practicum.runtime.rollout import RolloutLimits
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    copy = "```python\nimport shutil\nshutil.copyfile('sample_submission.csv', 'submission.csv')\n```"
+
+    class Scripted:  # scratch: prose (unparsable); improvement: a valid copy of the sample
+        version = 0
+        prompts: list[str] = []
+
+        def generate(self, prompts, params):
+            out = []
+            for ids in prompts:
+                text = tokenizer.decode(ids)
+                self.prompts.append(text)
+                reply = copy if "Here is a previous solution" in text else "A forest, I think."
+                tokens = tokenizer(reply, add_special_tokens=False)["input_ids"]
+                out.append(Sample(tokens, [0.0] * len(tokens), reply, "stop"))
+            return out
+
+    engine = Scripted()
+    result = scratch_then_improve(engine, ChatFormat(tokenizer), suite.make_env, [IRIS, IRIS],
+                                  SamplingParams(), RolloutLimits(1, 2048, -10.0), 2, 0)
+    assert result["scratch"] == {"reward_mean": -10.0, "valid_rate": 0.0, "episodes": 2.0}
+    assert result["improve"]["valid_rate"] == 1.0
+    assert result["best"]["reward_mean"] == pytest.approx(1 / 3 + 0.1)  # sample: 1/3 accuracy
+    assert [r["kept"] for r in result["tasks"]] == ["improve", "improve"]
+    improve_prompt = engine.prompts[-1]
+    assert "it produced no valid submission" in improve_prompt
+    assert "A forest, I think." in improve_prompt

@@ -215,7 +215,7 @@ def test_the_run_goes_on_after_the_attacks(env_parts):
     attack(env_parts, "fork bomb")
     suite, comp, slots = env_parts
     sample = comp.paths.public / "sample_submission.csv"
-    code = f"import shutil\nshutil.copyfile('sample_submission.csv', 'submission.csv')\n"
+    code = "import shutil\nshutil.copyfile('sample_submission.csv', 'submission.csv')\n"
     env = suite.make_env()
     env.reset(IRIS)
     result = env.step(f"```python\n{code}```")

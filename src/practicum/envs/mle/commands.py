@@ -1,14 +1,11 @@
-"""`practicum mle list | prepare | grade`: the command-line face of the competitions.
+"""`practicum mle list | prepare | grade | run | evaluate`: the competitions' command line.
 
 The main CLI creates the `mle` parser and its subparsers and calls `add_mle_commands(sub)`;
 every command sets `func`, so the CLI dispatches with `args.func(args)` (an exit code).
 
-Hook for `mle run` (not defined here: it needs the sandbox and the instrumentation):
-`add_mle_commands` returns the subparsers action, so the runner's module registers itself with
-    sub = add_mle_commands(mle_subparsers)
-    run = sub.add_parser("run", parents=[competitions_option()], help=...)
-    run.set_defaults(func=its_handler)
-and loads the competition with `load_competition(args.competition, args.competitions)`.
+`mle run` (sandboxed, instrumented, graded run of one solution, `run.py`) and `mle evaluate`
+(scratch-then-improve held-out evaluation, `evaluate.py`) live in their own modules;
+`add_mle_commands` registers them.
 """
 
 from __future__ import annotations
@@ -78,6 +75,12 @@ def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentP
     grade.add_argument("--data", type=Path, metavar="DIR", help="data root (as for prepare)")
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.set_defaults(func=cmd_grade)
+
+    from practicum.envs.mle.evaluate import add_evaluate_command
+    from practicum.envs.mle.run import add_run_command
+
+    add_run_command(sub, [common])
+    add_evaluate_command(sub)
     return sub
 
 

@@ -22,15 +22,22 @@ the prompt shows a previous valid solution of the same competition from the shar
 scratch". Held-out tasks are always from scratch unless the task names a previous solution
 (`evaluate.py` does, for scratch-then-improve evaluation).
 
+Template mode shows few-shot chat turns (`example_messages`, read by the runtime) and, with
+`salvage`, accepts a lone `model = ...` line inside an otherwise malformed reply.
+
+Forged markers: markers printed with a wrong nonce earn nothing. The nonce does sit in the
+running script, so code that reads its own source or code objects could replay it; runs whose
+code looks self-inspecting (`self_inspection`) get no milestone credit. The heuristic can be
+evaded by obfuscated code; the most such a forgery gains is the milestone credit (+0.7), never
+a valid score.
+
 Task.data: {"competition": id, "split": "train"|"eval", optional "previous": Solution fields}.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import random
-import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -51,26 +58,23 @@ from practicum.envs.mle.actions import (
     salvage_region,
 )
 from practicum.envs.mle.competition import Competition, PreparedPaths, read_answers
-from practicum.envs.mle.grading import InvalidSubmissionError
 from practicum.envs.mle.instrument import LLMInstrumenter, instrument
-from practicum.envs.mle.milestones import MILESTONES, new_nonce, parse_milestones
+from practicum.envs.mle.outcome import grade_workdir, run_summary, self_inspection, solution_output
+from practicum.envs.mle.milestones import new_nonce, parse_milestones
 from practicum.envs.mle.rewards import RewardConfig, mle_reward
 from practicum.envs.mle.self_improve import (
     Solution,
     SolutionBuffer,
-    excerpt,
     improvement_prompt,
     sample_prompt_mode,
 )
-from practicum.envs.sandbox import Limits, SandboxError, read_workdir_file, run_python
+from practicum.envs.sandbox import Limits, SandboxError, run_python
 
 log = logging.getLogger(__name__)
 
-SUBMISSION = "submission.csv"
 _KINDS = {"binary": "classification", "multiclass": "classification",
           "classification": "classification", "regression": "regression",
           "text-classification": "classification", "text_classification": "classification"}
-_MARKER_ONLY = re.compile(r"^\[milestone: [a-z_]+\]$")
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,17 @@ class EnvSettings:
     """What every MleEnv of a suite shares (built by `suite.MleEnvFactory` from task options)."""
 
     mode: Literal["template", "script"] = "template"
+    """template: the reply fills one region of a fixed script; script: plan + whole script."""
     limits: Limits = field(default_factory=lambda: Limits(wall_seconds=60, memory_mb=2048))
+    """Sandbox limits of one run."""
     backend: str = "auto"
+    """Sandbox backend (auto, bwrap, namespaces)."""
     attempts: int = 1
     """Actions per episode; > 1 shows each run's summary and asks again (reward: best attempt)."""
     improve_prob: float = 0.5
+    """Probability of a self-improvement prompt on a training task with a stored solution."""
     reward: RewardConfig = field(default_factory=RewardConfig)
+    """Failure reward, milestone credit, orientation of lower-is-better scores."""
     salvage: bool = True
     """Template mode: accept a lone `model = ...` line inside a malformed reply."""
     max_summary_chars: int = 200
@@ -95,6 +104,7 @@ class EnvSettings:
     workdir_root: str | None = None
     """Folder for per-episode work folders (default: the system temp folder)."""
     max_submission_mb: int = 64
+    """A larger submission.csv is invalid (and never read into memory)."""
 
 
 @dataclass
@@ -127,45 +137,6 @@ def load_competition_data(comp: Competition, data_root: Path | None) -> Competit
             log.warning("competition %s has no template: %s", comp.id, err)
     root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
     return CompetitionData(comp, paths, answers, template, (paths.private, root))
-
-
-_INSPECTION_NAMES = {"__file__", "co_consts", "_getframe", "getsource", "get_objects",
-                     "f_code", "__code__", "currentframe", "getsourcelines", "__loader__"}
-_INSPECTION_TEXT = ("practicum", "main.py", "/proc/self", "/proc/")
-
-
-def self_inspection(code: str) -> str | None:
-    """Why `code` may read its own instrumented source or code objects (and with them the
-    run's nonce), else None. Heuristic: names such as __file__, co_consts, _getframe,
-    gc.get_objects, sys.argv, and string constants mentioning main.py, /proc or the marker
-    prefix. Such runs get no milestone credit (a valid submission still scores): the policy
-    never sees the nonce, so reading it back is the only way to forge a marker.
-    """
-    import ast
-
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _INSPECTION_NAMES:
-            return f"uses {node.id}"
-        if isinstance(node, ast.Attribute) and (node.attr in _INSPECTION_NAMES
-                                                or node.attr == "argv"):
-            return f"uses .{node.attr}"
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            low = node.value.lower()
-            for text in _INSPECTION_TEXT:
-                if text in low:
-                    return f"mentions {text!r}"
-    return None
-
-
-def solution_output(stdout: str, max_chars: int) -> str:
-    """Run output for prompts: markers redacted, lines that are only a marker dropped."""
-    lines = [ln for ln in excerpt(stdout, 10 * max_chars).splitlines()
-             if not _MARKER_ONLY.match(ln.strip())]
-    return excerpt("\n".join(lines), max_chars)
 
 
 class MleEnv:
@@ -302,7 +273,8 @@ class MleEnv:
         if inspecting and report.reached:  # it may have read the nonce from its own code
             report.forged += len(report.reached)
             report.reached = []
-        valid, score, reason = self._grade(workdir)
+        valid, score, reason = grade_workdir(workdir, data.comp, data.answers,
+                                             s.max_submission_mb * 2**20)
         if run.killed_reason:
             crash = f"killed ({run.killed_reason})"
         elif run.returncode not in (0, None):
@@ -336,29 +308,6 @@ class MleEnv:
             "metric": comp.metric, "lower_is_better": comp.lower_is_better,
         }
 
-    def _grade(self, workdir: Path) -> tuple[bool, float | None, str | None]:
-        """(valid, raw score, reason when invalid); never follows a symlink in the workdir."""
-        data = self._data
-        try:
-            raw = read_workdir_file(workdir, SUBMISSION, self.settings.max_submission_mb * 2**20)
-        except FileNotFoundError:
-            return False, None, "no submission.csv was written"
-        except OSError as err:  # ELOOP: a symlink
-            return False, None, f"submission.csv is not a regular file ({err.strerror or err})"
-        except ValueError as err:
-            return False, None, str(err).replace(str(workdir) + "/", "").replace(str(workdir), "")
-        try:
-            frame = pd.read_csv(io.BytesIO(raw))
-        except pd.errors.EmptyDataError:
-            return False, None, "submission.csv is empty"
-        except Exception as err:  # any parser failure is the submission's fault
-            return False, None, f"cannot parse submission.csv as CSV: {type(err).__name__}: {err}"
-        try:
-            score = data.comp.grade(frame, data.answers)
-        except InvalidSubmissionError as err:
-            return False, None, f"invalid submission: {err}"
-        return True, score, None
-
     def _remember(self, outcome: dict[str, Any]) -> None:
         task = self._task
         if (self.buffer is None or task is None or task.data.get("split", "train") != "train"
@@ -375,33 +324,11 @@ class MleEnv:
         info["stderr_tail"] = outcome["stderr"][-2000:]
         if outcome["infra_error"] and last:
             info["failure"] = f"sandbox error: {outcome['infra_error']}"
-        observation = self.summary(outcome)
+        observation = run_summary(outcome, self.settings.output_chars)
         if not last:
             observation += "\n\nImprove your solution and reply again in the same format."
         return StepResult(observation, self._best if last else reward, last,
                           float(outcome["duration"]), info)
-
-    def summary(self, outcome: dict[str, Any]) -> str:
-        """What the agent is told about a run (markers redacted, nonce never shown)."""
-        lines = [f"Run took {outcome['duration']:.1f} s."]
-        if outcome["crash"]:
-            lines.append(f"The script ended abnormally: {outcome['crash']}.")
-        reached = outcome["milestones"]
-        lines.append(f"Milestones reached ({len(reached)}/{len(MILESTONES)}): "
-                     f"{', '.join(reached) or 'none'}.")
-        if outcome["valid"]:
-            direction = "lower" if outcome["lower_is_better"] else "higher"
-            lines.append(f"Submission valid: test {outcome['metric']} = {outcome['score']:.5g} "
-                         f"({direction} is better).")
-        else:
-            lines.append(f"No valid submission: {outcome['failure_reason']}.")
-        out = solution_output(outcome["stdout"], self.settings.output_chars).strip()
-        if out:
-            lines.append(f"Output:\n{out}")
-        err = excerpt(outcome["stderr"].strip(), self.settings.output_chars // 2).strip()
-        if err and not outcome["valid"]:
-            lines.append(f"Errors:\n{err}")
-        return "\n".join(lines)
 
     # -- workdirs -----------------------------------------------------------------------------
     def _new_workdir(self) -> Path:

@@ -77,7 +77,9 @@ class FrozenModel:
         policy, chat = self._policy, self._chat
         ids = chat.prompt_ids(prompt, _SYSTEM)
         limit = getattr(policy._lm.config, "max_position_embeddings", None) or 8192
-        budget = min(self.max_new_tokens, limit - len(ids))
+        # The rewrite is the script plus seven short prints: never longer than the prompt,
+        # which holds the script plus the instructions and the seven print lines.
+        budget = min(self.max_new_tokens, len(ids), limit - len(ids))
         if budget <= 0:
             raise ValueError(f"instrumenter prompt of {len(ids)} tokens leaves no room to reply")
         params = SamplingParams(temperature=0.0, max_new_tokens=budget,
