@@ -289,3 +289,26 @@ def test_scratch_then_improve_keeps_the_better_attempt(suite, tiny_model_dir):
     improve_prompt = engine.prompts[-1]
     assert "it produced no valid submission" in improve_prompt
     assert "A forest, I think." in improve_prompt
+
+
+def test_threads_grading_at_once_never_see_a_half_loaded_grader():
+    from practicum.envs.mle import mlebench_compat
+    from practicum.envs.mle.competition import load_competition
+
+    comp = load_competition("school-math-pass-rate")
+    errors: list[Exception] = []
+
+    def load():
+        try:
+            comp._callable("grader.grade_fn", "grade:grade")
+        except Exception as err:  # before the fix: "grade.py defines no 'grade'"
+            errors.append(err)
+
+    for _ in range(10):
+        mlebench_compat.forget_folder(comp.root)
+        threads = [threading.Thread(target=load) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []

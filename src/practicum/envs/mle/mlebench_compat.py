@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import logging
 import sys
+import threading
 import types
 import zipfile
 from collections.abc import Callable
@@ -232,6 +233,17 @@ def load_callable(folder: Path, reference: str) -> Callable:
     leaf = module_name.rpartition(".")[2]
     path = folder / f"{leaf}.py"
     ensure_mlebench()
+    with _LOAD_LOCK:  # threads grading at once must not see a half-executed module
+        module = _load_module(folder, module_name, leaf, path)
+    if not hasattr(module, attr):
+        raise AttributeError(f"{path if path.is_file() else module_name} defines no {attr!r}")
+    return getattr(module, attr)
+
+
+_LOAD_LOCK = threading.RLock()
+
+
+def _load_module(folder: Path, module_name: str, leaf: str, path: Path):
     if path.is_file():
         package = folder_package(folder)
         qualified = f"{package}.{leaf}"
@@ -247,9 +259,7 @@ def load_callable(folder: Path, reference: str) -> Callable:
                 raise
     else:
         module = importlib.import_module(module_name)
-    if not hasattr(module, attr):
-        raise AttributeError(f"{path if path.is_file() else module_name} defines no {attr!r}")
-    return getattr(module, attr)
+    return module
 
 
 def forget_folder(folder: Path) -> None:

@@ -76,7 +76,7 @@ def grade_workdir(workdir: Path, comp: Competition, answers: pd.DataFrame,
     except OSError as err:  # ELOOP: a symlink
         return False, None, f"submission.csv is not a regular file ({err.strerror or err})"
     except ValueError as err:
-        return False, None, str(err).replace(str(workdir) + "/", "").replace(str(workdir), "")
+        return False, None, str(err).replace(f" in {workdir}", "")
     try:
         frame = pd.read_csv(io.BytesIO(raw))
     except pd.errors.EmptyDataError:
