@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -101,6 +103,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="model spec (default: a random tiny Llama)")
     args = p.parse_args()
+    state = machine_state()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(build_tiny_model(Path(tmp) / "tiny"))
@@ -118,7 +121,7 @@ def main() -> None:
           f"{asyn['actor_utilisation']:.0%} of their time inside episodes")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "async_vs_sync.json"
-    out.write_text(json.dumps({"args": vars(args), "ratio": ratio, **results}, indent=1))
+    out.write_text(json.dumps({"args": vars(args), "machine": state, "ratio": ratio, **results}, indent=1))
     print(f"wrote {out}")
 
 

@@ -30,6 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from practicum.envs.timed_bandit import Arm  # noqa: E402
 from practicum.runtime.duration_bias import BiasConfig, run_bias_experiment  # noqa: E402
 
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
+
 RESULTS = Path(__file__).parent / "results"
 THREE_ARMS = (Arm("fast_ok", 0.6, 0.1), Arm("slow", 1.0, 1.0), Arm("fast_bad", 0.0, 0.1))
 CONDITIONS = {
@@ -47,6 +49,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--time-scale", type=float, default=0.05)
     args = p.parse_args()
+    state = machine_state()
     results: dict = {}
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True)
     for ax, (name, kw) in zip(axes.flat, CONDITIONS.items()):
@@ -79,7 +82,7 @@ def main() -> None:
     fig.tight_layout()
     RESULTS.mkdir(exist_ok=True)
     fig.savefig(RESULTS / "duration_bias.png", dpi=110)
-    (RESULTS / "duration_bias.json").write_text(json.dumps({"args": vars(args), **results},
+    (RESULTS / "duration_bias.json").write_text(json.dumps({"args": vars(args), "machine": state, **results},
                                                            indent=1))
     print(f"wrote {RESULTS / 'duration_bias.png'} and .json")
 

@@ -27,6 +27,8 @@ import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import Policy, PolicyConfig
 
+from _machine import machine_state
+
 QUESTIONS = [
     "Write a short story about a robot learning to paint.",
     "Explain how a random forest makes predictions.",
@@ -113,7 +115,7 @@ def main() -> None:
         args.batches, args.new_tokens = [1, 8], 16
         args.learner_batch, args.learner_seq, args.learner_steps = 2, 128, 1
 
-    load_before = os.getloadavg()[0]
+    state = machine_state()
     gen_rows, learner_rows, gaps = [], [], []
     for dtype in args.dtypes:
         for lora in ([True] if args.no_plain else [True, False]):
@@ -137,7 +139,8 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
-            "load_avg_1min": [load_before, os.getloadavg()[0]],
+            "load_avg_1min": [state["load_avg_1min"], os.getloadavg()[0]],
+            "busy_before": state["busy_before"],
         },
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "generation": gen_rows,

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = [(True, True), (True, False), (False, True), (False, False)]
 """(partial credit, duration weights)."""
@@ -139,6 +141,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args()
+    state = machine_state()
     logging.basicConfig(level=logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +167,7 @@ def main() -> None:
     total = time.perf_counter() - started
     print(f"\n{len(records)} runs in {total / 60:.1f} min")
     (out / "mle_ablation.json").write_text(json.dumps(
-        {"args": vars(args), "seconds": total, "table": rows, "runs": records}, indent=1))
+        {"args": vars(args), "machine": state, "seconds": total, "table": rows, "runs": records}, indent=1))
     plot(rows, out / "mle_ablation.png")
     print(f"wrote {out / 'mle_ablation.json'} and {out / 'mle_ablation.png'}")
 

@@ -109,7 +109,7 @@ class AlgoConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(24, ge=0, description="Optimizer steps (one batch each).")
+    steps: int = Field(16, ge=0, description="Optimizer steps (one batch each).")
     lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
@@ -123,8 +123,8 @@ class TrainConfig(Section):
 
 
 class EvalConfig(Section):
-    every: int = Field(0, ge=0, description="Evaluate on held-out tasks every N steps (0 = only "
-                       "before and after training).")
+    every: int = Field(8, ge=0, description="Evaluate on held-out tasks every N steps, besides "
+                       "before and after training (0 = only before and after).")
     size: int | None = Field(None, description="Held-out tasks per evaluation (None = all).")
     temperature: float = Field(0.0, ge=0, description="Evaluation temperature (0 = greedy).")
 

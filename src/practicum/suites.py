@@ -14,6 +14,11 @@ class Suite:
     make_env: Callable[[], Env]
     train_tasks: list[Task]
     eval_tasks: list[Task]
+    state: Callable[[], dict] | None = None
+    """State the environments build up while training (e.g. the MLE solution buffer), as a
+    JSON-able dict; checkpoints keep it so a resumed run continues with it."""
+    load_state: Callable[[dict], None] | None = None
+    """Restore what `state` returned."""
 
 
 def load_suite(cfg: Config) -> Suite:

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from practicum.engine.base import SamplingParams
-from practicum.engine.hf import Policy, PolicyConfig, auto_dtype, sample_next, top_p_filter
+from practicum.engine.device import auto_dtype
+from practicum.engine.hf import Policy, PolicyConfig
+from practicum.engine.sampling import sample_next, top_p_filter
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +200,25 @@ def test_entropy_is_that_of_the_tempered_distribution(policy, prompts):
         z = policy.model(x).logits[0, :-1].float() / 0.5
     expected = -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1)
     assert torch.allclose(ent[0, 1:], expected, atol=1e-4)
+
+
+def test_chunked_logit_rows_give_the_same_logprobs_entropy_and_gradients(tiny_model_dir, prompts):
+    """token_logprobs projects to the vocabulary a few rows at a time (recomputed in backward);
+    results must not depend on the chunk size. Full fine-tuning: the head weight gets gradients."""
+    ids, mask = padded(prompts, "left")
+    outs = []
+    for rows in (10_000, 3, 1):  # one chunk; 1 position x 3 rows per chunk; rows < batch
+        pol = Policy(PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora=False))
+        pol.logit_chunk_rows = rows
+        lp, ent = pol.token_logprobs(ids, mask, temperature=0.7, return_entropy=True)
+        (lp.sum() + 0.1 * ent.sum()).backward()
+        grads = torch.cat([p.grad.flatten() for p in pol.trainable_parameters()])
+        outs.append((lp.detach(), ent.detach(), grads))
+    for lp, ent, grads in outs[1:]:
+        assert torch.allclose(lp, outs[0][0], atol=1e-5)
+        assert torch.allclose(ent, outs[0][1], atol=1e-5)
+        assert (grads - outs[0][2]).norm() <= 1e-5 * outs[0][2].norm()  # fp32 sums reorder
+    assert outs[0][2].abs().sum() > 0
 
 
 # -- training -----------------------------------------------------------------------------------

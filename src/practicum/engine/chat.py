@@ -54,7 +54,11 @@ class ChatFormat:
             last = self.tokenizer.decode([sampled_ids[-1]])
             if last and suffix.startswith(last) and sampled_ids[-1] in self.stop_ids():
                 suffix = suffix[len(last):]
-        return self.encode(suffix + self.obs_prefix + observation + self.obs_suffix)
+        return (
+            self.encode(suffix + self.obs_prefix)
+            + self.encode_text(observation)
+            + self.encode(self.obs_suffix)
+        )
 
     def stop_ids(self) -> list[int]:
         """End-of-turn ids: the eos id and the id of the reply suffix's first token."""
@@ -64,4 +68,12 @@ class ChatFormat:
         return sorted(ids)
 
     def encode(self, text: str) -> list[int]:
+        """Template text: control-token strings such as '<|im_end|>' become control tokens."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_text(self, text: str) -> list[int]:
+        """Untrusted text (environment output): control-token strings stay plain text, so a
+        program printing '<|im_start|>system' cannot forge a turn boundary."""
+        return list(
+            self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )

@@ -74,6 +74,8 @@ class Session:
 
     def checkpoint(self) -> Path:
         state = {"data_position": self.cursor.position, "consumed": self.consumed, **self.extra}
+        if self.suite.state is not None:
+            state["suite"] = self.suite.state()
         return self.learner.save(self.run_dir / "checkpoints", state)
 
     def evaluate(self, label: str) -> dict:
@@ -146,6 +148,9 @@ def open_session(cfg: Config) -> Session:
         extra = learner.load(ckpt)
         s.cursor.position = extra.pop("data_position", 0)
         s.consumed = extra.pop("consumed", 0)
+        suite_state = extra.pop("suite", None)
+        if suite_state is not None and suite.load_state is not None:
+            suite.load_state(suite_state)
         s.extra = extra
         log.info("resumed from %s (step %d, %d episodes consumed)", ckpt, learner.step, s.consumed)
     return s

@@ -8,7 +8,6 @@ episodes it had not yet trained on: nothing is trained twice or skipped.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -64,9 +65,20 @@ def rollout_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
     }
 
 
+def share_policy_with_envs(s: Session) -> None:
+    """Environments that run the frozen base model (the MLE `policy_base` instrumenter) use
+    the live policy with its adapter disabled instead of loading a second copy. Safe here:
+    env steps never overlap generation or training in the lockstep loop, so a lock private to
+    the environments serialises every use of the policy."""
+    bind = getattr(s.suite.make_env, "bind_policy", None)
+    if bind is not None and getattr(getattr(s.policy, "cfg", None), "lora", False):
+        bind(s.policy, threading.Lock())
+
+
 def run_sync(s: Session, progress: bool = True) -> dict:
     cfg = s.cfg
     started = time.time()
+    share_policy_with_envs(s)
     if s.learner.step == 0 and not (s.run_dir / "eval" / "step_000000.json").exists():
         before = s.evaluate("step_000000")
         s.metrics.log(0, {f"eval/{k}": v for k, v in before.items() if isinstance(v, (int, float))})

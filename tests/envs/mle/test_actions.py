@@ -1,22 +1,13 @@
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from practicum.envs.mle.actions import (
-    END_MARKER,
-    START_MARKER,
-    ActionParseError,
-    Template,
-    code_blocks,
-    default_template,
-    fill_template,
-    parse_script_action,
-)
+from practicum.envs.mle.actions import ActionParseError, code_blocks, parse_script_action
 from practicum.envs.mle.prompts import SYSTEM_PROMPT, scratch_prompt
+from practicum.envs.mle.sklearn_template import default_template
+from practicum.envs.mle.template import END_MARKER, START_MARKER, Template, fill_template
 
 FENCE = "```"
 
@@ -196,35 +187,7 @@ CASES = {  # kind -> (task_type, metric, region reply, expected submission colum
 }
 
 
-def run_scripts(folders) -> dict:
-    """Run each folder's main.py (cwd = folder) in ONE fresh interpreter: imports load once.
-
-    Returns folder -> (ok, stdout of that script).
-    """
-    runner = textwrap.dedent("""\
-        import os, runpy, sys, traceback
-        for folder in sys.argv[1:]:
-            os.chdir(folder)
-            print("=== RUN", flush=True)
-            try:
-                runpy.run_path("main.py", run_name="__main__")
-                print("=== OK", flush=True)
-            except BaseException:
-                traceback.print_exc(file=sys.stdout)
-                print("=== FAILED", flush=True)
-        """)
-    proc = subprocess.run(
-        [sys.executable, "-c", runner, *map(str, folders)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    parts = proc.stdout.split("=== RUN\n")[1:]
-    assert len(parts) == len(folders), proc.stderr
-    return {f: (p.rstrip().endswith("=== OK"), p) for f, p in zip(folders, parts)}
-
-
-def test_default_templates_run_end_to_end(tmp_path):
+def test_default_templates_run_end_to_end(tmp_path, run_scripts):
     folders = []
     for kind, (task_type, metric, reply, _) in CASES.items():
         folder = tmp_path / kind

@@ -8,15 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from practicum.envs.mle.competition import (
-    MARKER,
-    Competition,
-    CompetitionError,
-    default_data_root,
-    list_competitions,
-    load_competition,
-)
-from practicum.envs.mle.grading import InvalidSubmissionError, grade_submission
+from practicum.envs.mle.competition import Competition
+from practicum.envs.mle.competition_config import CompetitionError
+from practicum.envs.mle.competition_registry import list_competitions, load_competition
+from practicum.envs.mle.grading import grade_submission
+from practicum.envs.mle.prepared_data import MARKER, default_data_root
+from practicum.envs.mle.submission_checks import InvalidSubmissionError
 
 TOY_CONFIG = """\
 id: {cid}
@@ -48,7 +45,8 @@ def prepare(raw, public, private):
 """
 
 TOY_GRADE = """\
-from practicum.envs.mle.grading import align_submission, numeric_values, rmse
+from practicum.envs.mle.metrics import rmse
+from practicum.envs.mle.submission_checks import align_submission, numeric_values
 
 def grade(submission, answers):
     sub, ans = align_submission(submission, answers, "id", ["y"])

@@ -5,7 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from practicum.envs.mle.competition import CompetitionError, list_competitions, load_folder
+from practicum.envs.mle.competition_config import CompetitionError
+from practicum.envs.mle.competition_folder import load_folder
+from practicum.envs.mle.competition_registry import list_competitions
 
 CONFIG = """\
 id: wine-quality

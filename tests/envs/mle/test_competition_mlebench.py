@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from practicum.envs.mle import mlebench_compat
-from practicum.envs.mle.competition import CompetitionError, load_competition
-from practicum.envs.mle.grading import InvalidSubmissionError, grade_submission
+from practicum.envs.mle.competition_config import CompetitionError
+from practicum.envs.mle.competition_registry import load_competition
+from practicum.envs.mle.grading import grade_submission
+from practicum.envs.mle.submission_checks import InvalidSubmissionError
 
 # --- a folder in MLE-bench's style: mlebench module paths, mlebench imports ------------------
 

@@ -13,7 +13,8 @@ import pytest
 from practicum.config import load_config
 from practicum.envs.base import Task
 from practicum.envs.mle.env import MleEnv
-from practicum.envs.mle.instrument import LLMInstrumenter, rule_instrument
+from practicum.envs.mle.instrument import LLMInstrumenter
+from practicum.envs.mle.instrument_rules import rule_instrument
 from practicum.envs.mle.instrumenters import FrozenModel, make_complete
 from practicum.envs.mle.outcome import self_inspection, solution_output
 from practicum.envs.mle.suite import mle_suite
@@ -293,7 +294,7 @@ def test_scratch_then_improve_keeps_the_better_attempt(suite, tiny_model_dir):
 
 def test_threads_grading_at_once_never_see_a_half_loaded_grader():
     from practicum.envs.mle import mlebench_compat
-    from practicum.envs.mle.competition import load_competition
+    from practicum.envs.mle.competition_registry import load_competition
 
     comp = load_competition("school-math-pass-rate")
     errors: list[Exception] = []

@@ -6,23 +6,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from practicum.envs.mle.grading import (
-    InvalidSubmissionError,
+from practicum.envs.mle.metrics import (
     accuracy,
-    align_submission,
     average_ranks,
     binary_log_loss,
-    check_probabilities,
     log_loss,
     macro_f1,
     mae,
     metric_lower_is_better,
-    normalise_keys,
-    numeric_values,
-    one_hot,
     rmse,
     rmsle,
     roc_auc,
+)
+from practicum.envs.mle.submission_checks import (
+    InvalidSubmissionError,
+    align_submission,
+    check_probabilities,
+    normalise_keys,
+    numeric_values,
+    one_hot,
 )
 
 # --- metrics -------------------------------------------------------------------------------

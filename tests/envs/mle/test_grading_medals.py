@@ -2,7 +2,7 @@
 
 import pytest
 
-from practicum.envs.mle.grading import above_median, medal_for, medal_positions, medal_thresholds
+from practicum.envs.mle.medals import above_median, medal_for, medal_positions, medal_thresholds
 
 
 @pytest.mark.parametrize(

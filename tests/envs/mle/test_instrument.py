@@ -1,9 +1,6 @@
 import ast
 import json
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,15 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from practicum.envs.mle.actions import default_template, fill_template
-from practicum.envs.mle.instrument import (
-    LLMInstrumenter,
-    instrument,
-    only_prints_added,
-    openai_complete,
-    rule_instrument,
-)
+from practicum.envs.mle.instrument import LLMInstrumenter, instrument, openai_complete
+from practicum.envs.mle.instrument_rules import rule_instrument
+from practicum.envs.mle.marker_checks import only_prints_added
 from practicum.envs.mle.milestones import MILESTONES, marker_line, parse_milestones, redact_markers
+from practicum.envs.mle.sklearn_template import default_template
+from practicum.envs.mle.template import fill_template
 
 NONCE = "5eed0123abcd4567"
 FENCE = "```"
@@ -186,35 +180,8 @@ def _write_data(folder, kind: str) -> None:
     df.iloc[60:].drop(columns="target").to_csv(folder / "test.csv", index=False)
 
 
-def run_scripts(folders) -> dict:
-    """Run each folder's main.py (cwd = folder) in ONE fresh interpreter: imports load once."""
-    runner = textwrap.dedent("""\
-        import os, runpy, sys, traceback
-        for folder in sys.argv[1:]:
-            os.chdir(folder)
-            print("=== RUN", flush=True)
-            try:
-                runpy.run_path("main.py", run_name="__main__")
-                print("=== OK", flush=True)
-            except BaseException:
-                traceback.print_exc(file=sys.stdout)
-                print("=== FAILED", flush=True)
-        """)
-    proc = subprocess.run(
-        [sys.executable, "-c", runner, *map(str, folders)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    parts = proc.stdout.split("=== RUN\n")[1:]
-    assert len(parts) == len(folders), proc.stderr
-    return {
-        f: (p.rstrip().endswith("=== OK"), p.rsplit("=== ", 1)[0]) for f, p in zip(folders, parts)
-    }
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, run_scripts):
     """Every script run twice: as written and instrumented by the rules."""
     root = tmp_path_factory.mktemp("runs")
     folders, results = [], {}

@@ -12,14 +12,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
-from practicum.envs.mle.competition import (
-    Competition,
-    bundled_dir,
-    list_competitions,
-    load_competition,
-    tree_checksums,
-)
+from practicum.envs.mle.competition import Competition
+from practicum.envs.mle.competition_registry import bundled_dir, list_competitions, load_competition
 from practicum.envs.mle.grading import grade_submission
+from practicum.envs.mle.prepared_data import tree_checksums
 
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())
 

@@ -1,8 +1,10 @@
 """The ML-engineering environment: MLE-bench-style competitions an agent solves by writing code.
 
-Competition loading, preparation and grading live in `competition`, `grading` and
-`mlebench_compat`; the CLI's `practicum mle ...` handlers in `commands`. The names below are
-imported lazily, so importing a sibling module (actions, rewards, ...) stays cheap.
+Competitions: `competition_registry` finds them, `competition_folder` loads one,
+`competition` prepares and grades it (`prepared_data`, `submission_checks`, `metrics`,
+`medals`, `grading`; `mlebench_compat` for MLE-bench's folders); the CLI's `practicum mle ...`
+handlers are in `commands`. The names below are imported lazily, so importing a sibling module
+(actions, rewards, ...) stays cheap.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from typing import Any
 
 _EXPORTS = {
     "Competition": "competition",
-    "CompetitionError": "competition",
-    "PreparedPaths": "competition",
-    "list_competitions": "competition",
-    "load_competition": "competition",
-    "load_folder": "competition",
-    "InvalidSubmissionError": "grading",
+    "CompetitionError": "competition_config",
+    "PreparedPaths": "prepared_data",
+    "list_competitions": "competition_registry",
+    "load_competition": "competition_registry",
+    "load_folder": "competition_folder",
+    "InvalidSubmissionError": "submission_checks",
     "GradeReport": "grading",
     "grade_submission": "grading",
-    "medal_thresholds": "grading",
+    "medal_thresholds": "medals",
     "add_mle_commands": "commands",
 }
 

@@ -94,7 +94,9 @@ def _fail(err: Exception) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from practicum.envs.mle.competition import CompetitionError, bundled_dir, discover, load_folder
+    from practicum.envs.mle.competition_config import CompetitionError
+    from practicum.envs.mle.competition_folder import load_folder
+    from practicum.envs.mle.competition_registry import bundled_dir, discover
 
     try:
         folders = discover(args.competitions)
@@ -127,7 +129,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from practicum.envs.mle.competition import CompetitionError, load_competition
+    from practicum.envs.mle.competition_config import CompetitionError
+    from practicum.envs.mle.competition_registry import load_competition
 
     try:
         comp = load_competition(args.competition, args.competitions)
@@ -145,7 +148,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from practicum.envs.mle.competition import CompetitionError, load_competition
+    from practicum.envs.mle.competition_config import CompetitionError
+    from practicum.envs.mle.competition_registry import load_competition
     from practicum.envs.mle.grading import grade_submission
 
     try:

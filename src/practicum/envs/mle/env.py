@@ -48,19 +48,12 @@ import pandas as pd
 
 from practicum.envs.base import StepResult, Task
 from practicum.envs.mle import prompts
-from practicum.envs.mle.actions import (
-    ActionParseError,
-    Template,
-    default_template,
-    extract_code,
-    fill_template,
-    parse_script_action,
-    salvage_region,
-)
-from practicum.envs.mle.competition import Competition, PreparedPaths, read_answers
+from practicum.envs.mle.actions import ActionParseError, extract_code, parse_script_action
+from practicum.envs.mle.competition import Competition
 from practicum.envs.mle.instrument import LLMInstrumenter, instrument
 from practicum.envs.mle.outcome import grade_workdir, run_summary, self_inspection, solution_output
 from practicum.envs.mle.milestones import new_nonce, parse_milestones
+from practicum.envs.mle.prepared_data import PreparedPaths, read_answers
 from practicum.envs.mle.rewards import RewardConfig, mle_reward
 from practicum.envs.mle.self_improve import (
     Solution,
@@ -68,6 +61,8 @@ from practicum.envs.mle.self_improve import (
     improvement_prompt,
     sample_prompt_mode,
 )
+from practicum.envs.mle.sklearn_template import default_template
+from practicum.envs.mle.template import Template, fill_template, salvage_region
 from practicum.envs.sandbox import Limits, SandboxError, run_python
 
 log = logging.getLogger(__name__)

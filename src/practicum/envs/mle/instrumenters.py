@@ -14,11 +14,12 @@ learner trains, and `Policy` serves one caller at a time. Two ways:
   policy.generate(...)`. The lock must be the one every other user of the policy takes: in the
   sync runtime, env steps never overlap generation or training (the main thread waits for them),
   so a lock private to the environments suffices; the async runtime samples from its generation
-  server thread while envs step, and disabling the adapter there would corrupt its samples, so
-  the async runtime must pass its weights gate (not done yet: it is another module's job).
-- unbound (what `mle_suite` builds): a separate, frozen copy of the same base weights
-  (`cfg.model.model`), loaded on first use, shared by all environments of the process and
-  serialised by its own lock. Nothing is shared with the trainer, so no lock with it is needed;
+  server thread while envs step, and disabling the adapter there would corrupt its samples
+  (it would have to take the weights gate exclusively and stall every actor for each rewrite).
+  The sync runtime binds (`runtime.sync.share_policy_with_envs`); async does not.
+- unbound (what `mle_suite` builds, and what async runs use): a separate, frozen copy of the
+  same base weights (`cfg.model.model`), loaded on first use, shared by all environments of the
+  process and serialised by its own lock. Nothing is shared with the trainer, so no lock with it is needed;
   the cost is one more copy of the base weights (~270 MB for SmolLM2-135M in bf16).
 """
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from practicum.envs.mle.grading import (
+from practicum.envs.mle.metrics import rmsle
+from practicum.envs.mle.submission_checks import (
     InvalidSubmissionError,
     align_submission,
     check_probabilities,
     numeric_values,
-    rmsle,
 )
 
 SHIM_MARKER = "__practicum_shim__"
@@ -227,7 +227,7 @@ def load_callable(folder: Path, reference: str) -> Callable:
 
     MLE-bench's `mlebench.competitions.<id>.grade:grade` and our `grade:grade` both resolve to
     the folder's grade.py. A module not found in the folder is imported normally (for example
-    `practicum.envs.mle.grading:...`). Import errors propagate to the caller.
+    `practicum.envs.mle.metrics:...`). Import errors propagate to the caller.
     """
     module_name, attr = split_reference(reference)
     leaf = module_name.rpartition(".")[2]

@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from practicum.envs.mle.competition import Competition
-from practicum.envs.mle.grading import InvalidSubmissionError
 from practicum.envs.mle.milestones import MILESTONES
 from practicum.envs.mle.self_improve import excerpt
+from practicum.envs.mle.submission_checks import InvalidSubmissionError
 from practicum.envs.sandbox import read_workdir_file
 
 SUBMISSION = "submission.csv"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from practicum.envs.mle.actions import Template
+from practicum.envs.mle.template import Template
 
 SYSTEM_PROMPT = (
     "You are a machine-learning engineer solving Kaggle-style competitions. You write one Python "
@@ -82,7 +82,7 @@ def scratch_prompt(
     if mode != "template":
         raise ValueError(f"prompt mode must be 'script' or 'template', got {mode!r}")
     if template is None:
-        raise ValueError("template mode needs a template (see actions.default_template)")
+        raise ValueError("template mode needs a template (see sklearn_template.default_template)")
     description = _cut(
         competition_description, 1200 if max_description_chars is None else max_description_chars
     )
@@ -154,7 +154,7 @@ def line_prompt(
     The reply is one line `model = Estimator(...)`; three example lines name real estimators,
     and the instruction comes last, where a 135M-parameter model still follows it. Use it with
     `LINE_EXAMPLE_MESSAGES` as few-shot turns: about 60% of SmolLM2-135M's replies at
-    temperature 1.0 then fill the region (with `actions.salvage_region`), and fewer run
+    temperature 1.0 then fill the region (with `template.salvage_region`), and fewer run
     correctly (classifier/regressor mix-ups), so RL has reward variance to work with.
     """
     names = [n for n in template.available if n not in ("make_pipeline", "StandardScaler",

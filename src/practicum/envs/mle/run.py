@@ -44,7 +44,7 @@ def run_solution(args: argparse.Namespace) -> tuple[dict, str]:
     """(step info + reward + observation, the competition id). Raises CompetitionError,
     ValueError or OSError for bad input."""
     from practicum.envs.base import Task
-    from practicum.envs.mle.competition import load_competition
+    from practicum.envs.mle.competition_registry import load_competition
     from practicum.envs.mle.env import MleEnv, load_competition_data
     from practicum.envs.mle.instrumenters import make_instrumenter
     from practicum.envs.mle.suite import MleOptions, settings_of
@@ -68,7 +68,7 @@ def run_solution(args: argparse.Namespace) -> tuple[dict, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from practicum.envs.mle.competition import CompetitionError
+    from practicum.envs.mle.competition_config import CompetitionError
 
     try:
         info, cid = run_solution(args)

@@ -106,15 +106,29 @@ class SolutionBuffer:
             raise KeyError(f"no solution stored for task {task_id!r}")
         return kept[rng.randrange(len(kept))]
 
-    def save(self, path: str | Path) -> None:
-        """Write the buffer as JSON atomically (temp file in the same folder, then rename)."""
-        path = Path(path)
+    def state(self) -> dict:
+        """The buffer as a JSON-able dict (what `save` writes and checkpoints keep)."""
         with self._lock:
-            data = {
+            return {
                 "k": self.k,
                 "valid_only": self.valid_only,
                 "tasks": {t: [asdict(s) for s in kept] for t, kept in self._tasks.items()},
             }
+
+    def load_state(self, data: dict) -> None:
+        """Replace the contents with a `state()` dict; ValueError if it is not one."""
+        try:
+            tasks = {t: [Solution(**s) for s in kept] for t, kept in data["tasks"].items()}
+            k, valid_only = int(data["k"]), bool(data["valid_only"])
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
+            raise ValueError(f"not a solution buffer state: {err!r}") from err
+        with self._lock:
+            self.k, self.valid_only, self._tasks = k, valid_only, tasks
+
+    def save(self, path: str | Path) -> None:
+        """Write the buffer as JSON atomically (temp file in the same folder, then rename)."""
+        path = Path(path)
+        data = self.state()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
@@ -130,11 +144,10 @@ class SolutionBuffer:
     @classmethod
     def load(cls, path: str | Path) -> SolutionBuffer:
         """Read a buffer written by `save`."""
+        buffer = cls()
         try:
-            data = json.loads(Path(path).read_text())
-            buffer = cls(k=data["k"], valid_only=data["valid_only"])
-            buffer._tasks = {t: [Solution(**s) for s in kept] for t, kept in data["tasks"].items()}
-        except (KeyError, TypeError, json.JSONDecodeError) as err:
+            buffer.load_state(json.loads(Path(path).read_text()))
+        except (ValueError, json.JSONDecodeError) as err:
             raise ValueError(f"{path} is not a solution buffer: {err}") from err
         return buffer
 

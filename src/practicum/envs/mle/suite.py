@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from practicum.envs.base import Task
-from practicum.envs.mle.competition import discover, load_folder
+from practicum.envs.mle.competition_folder import load_folder
+from practicum.envs.mle.competition_registry import discover
 from practicum.envs.mle.env import CompetitionData, EnvSettings, MleEnv, load_competition_data
 from practicum.envs.mle.rewards import RewardConfig
 from practicum.envs.mle.self_improve import SolutionBuffer
@@ -194,7 +195,8 @@ def mle_suite(cfg):
     cache = CompetitionCache(folders, data_root)
     for cid in train_ids + held_ids:  # prepare now: a broken competition fails the start
         cache[cid]
-    factory = MleEnvFactory(settings_of(opts), cache, SolutionBuffer(k=opts.buffer_size),
+    buffer = SolutionBuffer(k=opts.buffer_size)
+    factory = MleEnvFactory(settings_of(opts), cache, buffer,
                             opts.instrumenter, cfg.model.model, cfg.model.dtype, cfg.run.seed)
     factory.llm()  # validates the instrumenter spec now (a model loads only on first use)
     train = [Task(cid, {"competition": cid, "split": "train"})
@@ -202,4 +204,4 @@ def mle_suite(cfg):
     held_out = [Task(f"{cid}#{k}" if opts.eval_repeats > 1 else cid,
                      {"competition": cid, "split": "eval"})
                 for cid in held_ids for k in range(opts.eval_repeats)]
-    return Suite(factory, train, held_out)
+    return Suite(factory, train, held_out, state=buffer.state, load_state=buffer.load_state)

@@ -38,8 +38,10 @@ from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from practicum.envs.mle import mlebench_compat
-from practicum.envs.mle.competition import Competition, list_competitions, tree_checksums
-from practicum.envs.mle.grading import InvalidSubmissionError
+from practicum.envs.mle.competition import Competition
+from practicum.envs.mle.competition_registry import list_competitions
+from practicum.envs.mle.prepared_data import tree_checksums
+from practicum.envs.mle.submission_checks import InvalidSubmissionError
 
 HERE = Path(__file__).parent
 

@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from practicum.envs.mle.grading import (
-    InvalidSubmissionError, align_submission, numeric_values, rmsle,
+from practicum.envs.mle.metrics import rmsle
+from practicum.envs.mle.submission_checks import (
+    InvalidSubmissionError, align_submission, numeric_values,
 )
 
 

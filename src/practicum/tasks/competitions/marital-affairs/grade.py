@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from practicum.envs.mle.grading import (
-    align_submission, binary_log_loss, check_probabilities, numeric_values,
+from practicum.envs.mle.metrics import binary_log_loss
+from practicum.envs.mle.submission_checks import (
+    align_submission, check_probabilities, numeric_values,
 )
 
 

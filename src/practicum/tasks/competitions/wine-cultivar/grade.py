@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from practicum.envs.mle.grading import (
-    align_submission, check_probabilities, log_loss, numeric_values, one_hot,
+from practicum.envs.mle.metrics import log_loss
+from practicum.envs.mle.submission_checks import (
+    align_submission, check_probabilities, numeric_values, one_hot,
 )
 
 CLASSES = ["class_0", "class_1", "class_2"]
