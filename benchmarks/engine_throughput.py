@@ -1,7 +1,8 @@
 """Throughput of the HF policy engine: sampled tokens/s and learner tokens/s.
 
 Sampling: fixed chat prompts, temperature 1, eos ignored so every row runs max_new_tokens, batch
-1/8/32, fp32 and bf16, with a LoRA adapter attached (as in training) and without one. The
+1/8/32, fp32 and bf16, with a LoRA adapter attached (peft layers, or merged into a sampling copy
+as in training) and without one. The
 log-prob gap between `generate` and `token_logprobs` on the batch-8 samples is reported too.
 Learner: one forward + backward + AdamW step of the LoRA policy on B sequences x T tokens.
 
@@ -36,6 +37,8 @@ QUESTIONS = [
     "Describe the water cycle to a ten-year-old.",
 ]
 RESULTS = Path(__file__).parent / "results" / "engine_throughput.json"
+VARIANTS = ("LoRA", "LoRA merged", "none")
+"""Sampling engines: peft LoRA layers, the merged copy (engine/merged.py), no adapter."""
 
 
 def chat_prompts(policy: Policy, n: int) -> list[list[int]]:
@@ -117,16 +120,24 @@ def main() -> None:
 
     state = machine_state()
     gen_rows, learner_rows, gaps = [], [], []
+    variants = [v for v in VARIANTS if not (args.no_plain and v == "none")]
     for dtype in args.dtypes:
-        for lora in ([True] if args.no_plain else [True, False]):
-            policy = Policy(PolicyConfig(model=args.model, dtype=dtype, lora=lora))
+        for adapter in variants:
+            lora, merged = adapter != "none", adapter == "LoRA merged"
+            policy = Policy(PolicyConfig(model=args.model, dtype=dtype, lora=lora,
+                                         merged_sampling=merged))
             policy.eos_ids = set()  # ignore eos: every row runs the full length
+            if lora:  # a trained-looking adapter (B = 0 at init would make merging a no-op)
+                torch.manual_seed(0)
+                for p in policy.trainable_parameters():
+                    torch.nn.init.normal_(p, std=0.01)
             for batch in args.batches:
                 row, pairs = bench_generation(policy, batch, args.new_tokens)
-                gen_rows.append({"dtype": dtype, "lora": lora, **row})
+                gen_rows.append({"dtype": dtype, "adapter": adapter, **row})
                 if lora and batch == max(b for b in args.batches if b <= 8):
-                    gaps.append({"dtype": dtype, "batch": batch, **logprob_gap(policy, pairs)})
-            if lora:
+                    gaps.append({"dtype": dtype, "adapter": adapter, "batch": batch,
+                                 **logprob_gap(policy, pairs)})
+            if adapter == "LoRA":
                 stats = bench_learner(
                     policy, args.learner_batch, args.learner_seq, args.learner_steps
                 )
@@ -160,7 +171,7 @@ def report(result: dict) -> None:
     for r in result["generation"]:
         t.add_row(
             r["dtype"],
-            "LoRA" if r["lora"] else "none",
+            r["adapter"],
             str(r["batch"]),
             str(r["tokens"]),
             f"{r['seconds']:.1f}",
@@ -168,12 +179,11 @@ def report(result: dict) -> None:
         )
     console.print(t)
     t = Table(title="generate vs token_logprobs, |log-prob difference|")
-    for col in ("dtype", "batch", "tokens", "max", "mean"):
+    for col in ("dtype", "adapter", "batch", "tokens", "max", "mean"):
         t.add_column(col, justify="right")
     for g in result["logprob_gap"]:
-        t.add_row(
-            g["dtype"], str(g["batch"]), str(g["tokens"]), f"{g['max']:.2e}", f"{g['mean']:.2e}"
-        )
+        t.add_row(g["dtype"], g["adapter"], str(g["batch"]), str(g["tokens"]),
+                  f"{g['max']:.2e}", f"{g['mean']:.2e}")
     console.print(t)
     t = Table(title="Learner: forward + backward + AdamW (LoRA)")
     for col in ("dtype", "batch x seq", "s/step", "tok/s"):

@@ -41,6 +41,10 @@ class ModelConfig(Section):
         description="Module names that get LoRA adapters.",
     )
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    merged_sampling: bool = Field(
+        True, description="With LoRA, sample from a copy with the adapter merged into the weights "
+        "(faster sampling, one more copy of the adapted layers)."
+    )
 
 
 class TaskConfig(Section):

@@ -221,6 +221,39 @@ def test_chunked_logit_rows_give_the_same_logprobs_entropy_and_gradients(tiny_mo
     assert outs[0][2].abs().sum() > 0
 
 
+def test_merged_sampling_follows_the_adapter_and_never_touches_the_base(tiny_model_dir, prompts):
+    """Sampling runs on a merged copy (W + BA); it must track every adapter change, give the
+    same tokens and log-probs as the unmerged model, and leave frozen_base exactly frozen."""
+    merged = Policy(PolicyConfig(model=str(tiny_model_dir), dtype="float32"))
+    plain = Policy(PolicyConfig(model=str(tiny_model_dir), dtype="float32", merged_sampling=False))
+    assert merged._sampler is not None and plain._sampler is None
+    base_before = merged.generate(prompts, greedy())
+    for pol in (merged, plain):  # the same non-zero adapter in both
+        torch.manual_seed(0)
+        for p in pol.trainable_parameters():
+            torch.nn.init.normal_(p, std=0.05)
+    for _ in range(2):  # the merged copy refreshes after each in-place update
+        a = merged.generate(prompts, SamplingParams(max_new_tokens=8, seed=3))
+        b = plain.generate(prompts, SamplingParams(max_new_tokens=8, seed=3))
+        assert [s.token_ids for s in a] == [s.token_ids for s in b]
+        for sa, sb in zip(a, b):
+            assert torch.allclose(torch.tensor(sa.logprobs), torch.tensor(sb.logprobs), atol=1e-4)
+        one_adam_step(merged, prompts[0])
+        one_adam_step(plain, prompts[0])
+    assert [s.token_ids for s in merged.generate(prompts, greedy())] != [
+        s.token_ids for s in base_before
+    ]
+    with merged.frozen_base():
+        assert [s.token_ids for s in merged.generate(prompts, greedy())] == [
+            s.token_ids for s in base_before
+        ]
+
+
+def test_lm_head_is_not_a_lora_target():
+    with pytest.raises(ValueError, match="lm_head"):
+        PolicyConfig(lora_target_modules=["q_proj", "lm_head"])
+
+
 # -- training -----------------------------------------------------------------------------------
 def test_lora_trains_only_the_adapter(policy):
     names = [n for n, p in policy.model.named_parameters() if p.requires_grad]

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.device import auto_dtype, configure_threads
+from practicum.engine.merged import MergedSampler
 from practicum.engine.models import DEFAULT_MODEL, resolve_model
 from practicum.engine.sampling import check_params, left_pad, positions, sample_next
 
@@ -59,6 +60,9 @@ class PolicyConfig:
     """Names of the linear layers that get an adapter."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, ~30% more learner time."""
+    merged_sampling: bool = True
+    """With LoRA, sample from a copy of the model with the adapter merged into its weights
+    (engine/merged.py): ~1.6x faster sampling on CPU for one more copy of the adapted linears."""
     seed: int = 0
     """Seed of the adapter's random initialisation."""
 
@@ -69,6 +73,11 @@ class PolicyConfig:
             )
         if self.lora and self.lora_r < 1:
             raise ValueError(f"PolicyConfig.lora_r: expected an integer >= 1, got {self.lora_r}")
+        if self.lora and "lm_head" in self.lora_target_modules:
+            raise ValueError(
+                "PolicyConfig.lora_target_modules: lm_head is not supported (the output "
+                "projection runs in fp32 from the base weights); train it with lora=False"
+            )
 
 
 class Policy:
@@ -116,6 +125,12 @@ class Policy:
             getattr(lm.config, k, None) for k in ("final_logit_softcapping", "logit_scale")
         )
         self._head32: tuple[tuple[int, int], Tensor] | None = None
+        self._sampler = (
+            MergedSampler(self.model, self.path, self.dtype, self.device)
+            if cfg.lora and cfg.merged_sampling
+            else None
+        )
+        self._adapter_off = False
         self.eos_ids = _eos_ids(self.tokenizer, lm)
         self.pad_id = (
             self.tokenizer.pad_token_id
@@ -200,7 +215,11 @@ class Policy:
                 "Policy(PolicyConfig(model=..., lora=False)) that is never stepped"
             )
         with self.model.disable_adapter():
-            yield self
+            self._adapter_off = True
+            try:
+                yield self
+            finally:
+                self._adapter_off = False
 
     def bump_version(self) -> int:
         self.version += 1
@@ -304,7 +323,8 @@ class Policy:
         ids, mask = left_pad(prompts, self.pad_id, self.device)
         pos = positions(mask)
         cache = DynamicCache(config=self._lm.config)
-        logits = self._logits(ids, mask, pos, cache, last_only=True)[:, -1]
+        lm = self._sampling_model()
+        logits = self._logits(ids, mask, pos, cache, last_only=True, lm=lm)[:, -1]
         rows = list(range(n))  # original index of each still-running row
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None
@@ -326,8 +346,16 @@ class Policy:
                 rows = [rows[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             pos = pos[:, -1:] + 1
-            logits = self._logits(tok[:, None], mask, pos, cache, last_only=True)[:, -1]
+            logits = self._logits(tok[:, None], mask, pos, cache, last_only=True, lm=lm)[:, -1]
         return out_ids, out_lps, reasons
+
+    def _sampling_model(self):
+        """The merged copy when it applies (LoRA on and enabled), else the training model."""
+        if self._sampler is None or self._adapter_off:
+            return self._lm
+        with torch.inference_mode(False):
+            self._sampler.refresh()
+        return self._sampler.lm
 
     def _hit_stop_string(self, ids: list[int], stops: list[str]) -> bool:
         # Earlier tokens cannot have completed a stop string (we would have stopped), so any
@@ -345,19 +373,24 @@ class Policy:
         position_ids: Tensor,
         cache=None,
         last_only: bool = False,
+        lm=None,
     ) -> Tensor:
-        """fp32 logits [B, T or 1, V]; the output projection runs in fp32 on the hidden states."""
+        """fp32 logits [B, T or 1, V]; the output projection runs in fp32 on the hidden states.
+
+        `lm`: the transformers model whose backbone runs (default: the training model); the
+        output projection is always the training model's (LoRA never targets it here)."""
+        lm = self._lm if lm is None else lm
         if not self._fp32_head:  # model-specific logit post-processing: use the model's own head
-            return self._lm(**_model_inputs(input_ids, attention_mask, position_ids, cache),
-                            logits_to_keep=1 if last_only else 0).logits.float()
-        hidden = self._hidden(input_ids, attention_mask, position_ids, cache)
+            return lm(**_model_inputs(input_ids, attention_mask, position_ids, cache),
+                      logits_to_keep=1 if last_only else 0).logits.float()
+        hidden = self._hidden(input_ids, attention_mask, position_ids, cache, lm)
         return self._head(hidden[:, -1:] if last_only else hidden)
 
     def _hidden(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
-                cache=None) -> Tensor:
+                cache=None, lm=None) -> Tensor:
         """The backbone's last hidden states [B, T, H] (model dtype)."""
         inputs = _model_inputs(input_ids, attention_mask, position_ids, cache)
-        return self._lm.base_model(**inputs).last_hidden_state
+        return (self._lm if lm is None else lm).base_model(**inputs).last_hidden_state
 
     def _head(self, hidden: Tensor) -> Tensor:
         """The output projection in fp32: hidden [..., H] -> logits [..., V]."""

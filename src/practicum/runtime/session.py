@@ -35,6 +35,7 @@ def load_policy(cfg: Config):
                                lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
                                lora_target_modules=list(m.lora_target_modules),
                                gradient_checkpointing=m.gradient_checkpointing,
+                               merged_sampling=m.merged_sampling,
                                seed=cfg.run.seed))
 
 

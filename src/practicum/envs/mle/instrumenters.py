@@ -65,7 +65,7 @@ class FrozenModel:
                 # lora=True + frozen_base() keeps bf16 weights where the CPU supports them
                 # (lora=False would load fp32 for training); the adapter is never used.
                 self._policy = Policy(PolicyConfig(model=self.model_spec, dtype=self.dtype,
-                                                   lora=True, lora_r=1))
+                                                   lora=True, lora_r=1, merged_sampling=False))
             if self._chat is None:
                 from practicum.engine.chat import ChatFormat
 
