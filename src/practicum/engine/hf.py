@@ -62,7 +62,7 @@ class PolicyConfig:
     """Recompute activations in the backward pass: less memory, ~30% more learner time."""
     merged_sampling: bool = True
     """With LoRA, sample from a copy of the model with the adapter merged into its weights
-    (engine/merged.py): ~1.6x faster sampling on CPU for one more copy of the adapted linears."""
+    (engine/merged.py): 7-21% faster sampling on CPU for one more copy of the model."""
     seed: int = 0
     """Seed of the adapter's random initialisation."""
 
@@ -142,8 +142,9 @@ class Policy:
     # -- learner side -------------------------------------------------------------------------
     logit_chunk_rows = 2048
     """token_logprobs computes [B, T, V] logits at most this many (batch x position) rows at a
-    time; under grad each chunk is recomputed in backward instead of kept (~7% more learner
-    time), so memory stays O(rows x V) rather than O(B x T x V)."""
+    time; under grad each chunk is recomputed in backward instead of kept, so logit memory
+    stays O(rows x V) rather than O(B x T x V) (SmolLM2, 8 x 512 tokens, bf16: peak 10.9 ->
+    8.9 GB, no slower)."""
 
     def token_logprobs(
         self,
