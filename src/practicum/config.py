@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from practicum.errors import ConfigError
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -162,10 +164,6 @@ class Config(Section):
         if self.algo.duration_weights is None:
             return self.runtime.mode == "async"
         return self.algo.duration_weights
-
-
-class ConfigError(ValueError):
-    """A bad config file, key or value; the message names the key."""
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:

@@ -1,25 +1,39 @@
-"""What every engine provides: token ids in, sampled token ids and their log-probs out.
+"""The two faces of a policy: a Sampler that generates, and a Trainable the learner updates.
 
-Engines never see text history: the actor keeps the exact ids (see `practicum.episode`).
+    sampler.generate(prompts, params, seeds, adapter=True) -> [Sample]    token ids in and out
+    trainable.token_logprobs(ids, mask) -> [B, T] log-probs (differentiable)
+    sampler.load_weights(trainable.export_weights(version))               after every update
+
+They may be one set of weights in one process (the HF engine) or a separate inference engine
+that only samples (vLLM) and receives the weights the learner publishes. Engines never see text
+history: the actor keeps the exact ids (see `practicum.episode`).
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from torch import Tensor, nn
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0
-    """Softmax temperature; 0 means greedy. Log-probs are those of softmax(logits / T)."""
+    """Softmax temperature; 0 means greedy."""
     top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
     max_new_tokens: int = 128
-    stop_strings: list[str] = field(default_factory=list)
+    stop_strings: tuple[str, ...] = ()
     """Generation of a sequence stops once its decoded text contains one of these."""
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop_token_ids: tuple[int, ...] = ()
     """Extra stop ids besides the tokenizer's eos; the stop id itself is kept as sampled."""
-    seed: int | None = None
+
+    def __post_init__(self) -> None:  # lists from callers become hashable tuples
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
 
 @dataclass
@@ -27,16 +41,67 @@ class Sample:
     token_ids: list[int]
     """Exactly the sampled ids (stop id included when one was sampled; never padding)."""
     logprobs: list[float]
-    """log pi(token | prefix) under the sampling weights at the sampling temperature."""
+    """Behaviour log-probs: log mu(token | prefix) under the distribution that was actually
+    sampled from (temperature and top-p applied; 0.0 for greedy, a point mass)."""
     text: str
-    finish_reason: str
-    """'stop' (eos/stop id/stop string) or 'length' (max_new_tokens reached)."""
+    finish_reason: Literal["stop", "length"]
+    """'stop' (eos, stop id or stop string) or 'length' (max_new_tokens reached)."""
 
 
-class Engine(Protocol):
+@dataclass
+class WeightUpdate:
+    """New weights for a sampler: what the learner publishes after an update."""
+
     version: int
-    """Policy version of the current weights; bumped on every weight update."""
+    kind: Literal["lora", "full"]
+    tensors: dict[str, Tensor]
+    """lora: the adapter's tensors in peft's saved naming; full: the model's state dict. May be
+    the trainable's live tensors (no copy): a sampler must read them before returning."""
+    adapter_config: dict[str, Any] = field(default_factory=dict)
+    """lora: r, lora_alpha, target_modules, ... (peft's adapter_config.json)."""
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
-        """Sample one continuation per prompt (prompts are token-id lists, no padding)."""
+
+class Sampler(Protocol):
+    """Generates from a policy version; receives new weights from the learner."""
+
+    version: int
+    """Policy version of the weights it samples from."""
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int] | None = None, adapter: bool = True) -> list[Sample]:
+        """One continuation per prompt (token-id lists, no padding). `seeds[i]` makes row i's
+        draw repeatable and independent of its batch-mates. adapter=False samples from the
+        frozen base weights (the policy before any training)."""
         ...
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Sample from `update`'s weights from now on, as policy version `update.version`."""
+        ...
+
+
+class Trainable(Protocol):
+    """The model the learner differentiates through."""
+
+    tokenizer: Any
+    pad_id: int
+
+    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor,
+                       temperature: float = 1.0, return_entropy: bool = False
+                       ) -> Tensor | tuple[Tensor, Tensor]:
+        """logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]], [B, T] fp32 (0 at position 0 and on
+        padding); with return_entropy also the entropy of each distribution."""
+        ...
+
+    def trainable_parameters(self) -> list[nn.Parameter]: ...
+
+    def frozen_base(self) -> AbstractContextManager[Any]:
+        """Inside the block, token_logprobs are the frozen base model's (the KL reference)."""
+        ...
+
+    def export_weights(self, version: int) -> WeightUpdate:
+        """The current trainable weights, to publish to a sampler."""
+        ...
+
+    def save(self, path: Path) -> None: ...
+
+    def load_weights(self, path: Path) -> None: ...

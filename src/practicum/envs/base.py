@@ -1,14 +1,26 @@
-"""The environment interface: Gym-like, text in and text out, every step timed.
+"""The environment contract: Gym-like, chat messages in, text actions, one typed result per step.
 
-`reset(task)` returns the first user message; `step(action)` runs the policy's reply and
-returns the next observation. Code never runs in the trainer's process: environments that
-execute anything do it through `practicum.envs.sandbox`.
+    start = env.reset(task, seed)      # Start: the first prompt's chat messages + stop strings
+    result = env.step(action_text)     # StepResult: observation, reward, done, duration, ...
+    env.close()
+
+The runtime reads only these fields; it knows nothing environment-specific. Code never runs in
+the trainer's process: environments that execute anything do it through
+`practicum.envs.sandbox`. LLM calls an environment makes itself (an instrumenter, an executor,
+a judge) go through the `ModelService` its factory receives (`practicum.engine.service`).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from practicum.engine.service import ModelService
+
+Message = dict[str, str]
+"""A chat message: {"role": "system" | "user" | "assistant", "content": text}."""
 
 
 @dataclass
@@ -20,34 +32,62 @@ class Task:
 
 
 @dataclass
+class Start:
+    """What `reset` returns: the first prompt, and when a turn's generation must stop."""
+
+    messages: list[Message]
+    """System message, few-shot turns and the first user message, rendered by the chat template."""
+    stop_strings: list[str] = field(default_factory=list)
+    """Generation of every turn of this episode ends once one of these has been produced."""
+
+
+@dataclass
 class StepResult:
-    observation: str
-    """Text shown to the policy next (ignored when done)."""
-    reward: float
-    """Reward for this step; when done, the episode's final reward."""
-    done: bool
+    """What `step` returns. Only `done=True` results end an episode."""
+
+    observation: str = ""
+    """Text shown to the policy next as a user turn (ignored when done or when `context` is set)."""
+    reward: float = 0.0
+    """Reward of this step; when done, the episode's final reward."""
+    done: bool = False
     duration: float = 0.0
-    """Wall-clock seconds the step's real work took (code execution, tests)."""
+    """Wall-clock seconds the step's real work took (code execution, tests); feeds the
+    duration-aware weights. 0 lets the runtime time the whole `step` call instead."""
+    malformed: bool = False
+    """The action could not be parsed or applied (RFT masks such turns; metrics count them)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Numbers about the episode so far (e.g. {"valid": 1.0}). Those of an episode's last step
+    describe the episode: evaluations and logs average them over episodes."""
+    solved: bool | None = None
+    """With done: whether the task was solved (success rates, RFT selection, the curriculum).
+    None = the environment has no notion of solving; a reward threshold is used instead."""
+    failure: str | None = None
+    """Set when the episode ended abnormally (crash, timeout, unusable action); implies done."""
+    context: list[Message] | None = None
+    """When set, the next turn starts a new segment whose prompt is these messages rendered
+    afresh (AgentFlow's planner rebuilds its prompt from memory every turn) instead of
+    appending `observation` to the sequence so far."""
     info: dict[str, Any] = field(default_factory=dict)
-    """Free-form; `failure` (str) marks an abnormal end: crash, timeout, unparsable action."""
+    """Free-form details stored with the turn (not read by the runtime)."""
 
 
-class Env(Protocol):
-    """A stateful environment. One instance serves one episode at a time."""
+class Env(ABC):
+    """A stateful environment serving one episode at a time."""
 
-    system_prompt: str | None
-    # Optional attributes the runtime reads when present:
-    #   example_messages: list[dict]  few-shot chat turns placed before the first user message
-    #   stop_strings: list[str]       generation of a turn ends once one of these is produced
+    @abstractmethod
+    def reset(self, task: Task, seed: int) -> Start:
+        """Start an episode of `task`; `seed` makes any randomness of the episode repeatable."""
 
-    def reset(self, task: Task) -> str:
-        """Start an episode; return the first user message."""
-        ...
-
+    @abstractmethod
     def step(self, action: str) -> StepResult:
-        """Apply the policy's reply; return what happened."""
-        ...
+        """Apply the policy's reply; say what happened."""
 
     def close(self) -> None:
-        """Release processes and files."""
-        ...
+        """Release processes and files (called once per episode, after it ended)."""
+
+    def kill(self) -> None:
+        """Stop work in progress now, from another thread (runtime shutdown). Default: nothing."""
+
+
+EnvFactory = Callable[["ModelService"], Env]
+"""Builds a fresh environment for one episode; receives the run's model service."""

@@ -1,0 +1,126 @@
+"""Environments register by name with their own typed options and a suite builder.
+
+An environment package declares, at import time,
+
+    register_env("calculator", CalculatorOptions, calculator_suite)
+
+where `CalculatorOptions` is a pydantic model of its `task.options` and
+`calculator_suite(options, ctx) -> Suite` builds the env factory and the train/held-out tasks.
+`task.name: X` finds the entry by importing `practicum.envs.X` (built-in environments) or the
+`practicum.envs` entry-point group (environments in other packages); adding an environment
+never edits a central list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from practicum.envs.base import EnvFactory, Task
+from practicum.errors import ConfigError
+
+
+@dataclass
+class Suite:
+    """An environment factory plus its training and held-out tasks."""
+
+    make_env: EnvFactory
+    train_tasks: list[Task]
+    eval_tasks: list[Task]
+    state: Callable[[], dict] | None = None
+    """State the environments build up while training (e.g. the MLE solution buffer), as a
+    JSON-able dict; checkpoints keep it so a resumed run continues with it."""
+    load_state: Callable[[dict], None] | None = None
+    """Restore what `state` returned."""
+
+
+@dataclass(frozen=True)
+class SuiteContext:
+    """What a suite builder may know about the run besides its own options."""
+
+    seed: int = 0
+    failure_reward: float = 0.0
+    """`rollout.failure_reward`: the reward of an episode ended by an environment failure."""
+    run_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    options: type[BaseModel]
+    build: Callable[[Any, SuiteContext], Suite]
+    """build(options, ctx) -> Suite, with `options` an instance of `self.options`."""
+    doc: str = field(default="", compare=False)
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+
+
+def register_env(name: str, options: type[BaseModel],
+                 build: Callable[[Any, SuiteContext], Suite]) -> None:
+    """Make `task.name: <name>` mean this environment (see the module docstring)."""
+    _REGISTRY[name] = EnvEntry(name, options, build, (build.__doc__ or "").strip())
+
+
+def env_entry(name: str) -> EnvEntry:
+    """The registered environment `name`, importing its module on first use."""
+    if name not in _REGISTRY:
+        _import_provider(name)
+    if name not in _REGISTRY:
+        raise ConfigError(f"config error at task.name: unknown environment {name!r} "
+                          f"(known: {', '.join(known_envs())})")
+    return _REGISTRY[name]
+
+
+def known_envs() -> list[str]:
+    """Every environment name that can be registered: built-in modules and entry points."""
+    import practicum.envs as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_") and info.name not in _REGISTRY:
+            _import_provider(info.name)
+    for ep in _entry_points():
+        if ep.name not in _REGISTRY:
+            ep.load()
+    return sorted(_REGISTRY)
+
+
+def parse_options(name: str, options: dict[str, Any] | None) -> BaseModel:
+    """`task.options` validated by the environment's options model; errors name the key path."""
+    entry = env_entry(name)
+    try:
+        return entry.options.model_validate(options or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        where = f"task.options.{where}" if where else "task.options"
+        msg = f"unknown {name} option" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"config error at {where}: {msg} (got {first.get('input')!r})") \
+            from None
+
+
+def build_suite(name: str, options: dict[str, Any] | None, ctx: SuiteContext) -> Suite:
+    """The suite of environment `name` with validated options."""
+    return env_entry(name).build(parse_options(name, options), ctx)
+
+
+def _entry_points():
+    return importlib.metadata.entry_points(group="practicum.envs")
+
+
+def _import_provider(name: str) -> None:
+    """Import the module that registers `name`: practicum.envs.<name>, else an entry point."""
+    if name.isidentifier() and importlib.util.find_spec(f"practicum.envs.{name}") is not None:
+        importlib.import_module(f"practicum.envs.{name}")
+        return
+    for ep in _entry_points():
+        if ep.name == name:
+            ep.load()
+            return
