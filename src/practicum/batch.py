@@ -1,6 +1,8 @@
-"""From episodes to per-token training tensors: rewards -> advantages -> token weights.
+"""From episodes to training rows and per-token tensors: rewards -> advantages -> token weights.
 
-This module only composes the pure functions in `practicum.algo`; it holds no formula.
+An episode gives one row per segment (`Episode.segments`); advantages and weights are per turn
+and reach tokens through each position's turn index. This module only composes the pure
+functions in `practicum.algo`; it holds no formula.
 """
 
 from __future__ import annotations
@@ -11,18 +13,21 @@ import torch
 from torch import Tensor
 
 from practicum.algo.advantages import flow_grpo_advantages, group_advantages, rloo_advantages
+from practicum.algo.baselines import TaskBaselines
 from practicum.algo.shaping import overlong_penalty, step_penalty
-from practicum.algo.weights import duration_weights
+from practicum.algo.weights import broadcast_turn_weights, duration_weights
 from practicum.config import AlgoConfig
-from practicum.episode import Episode
+from practicum.episode import Episode, Segment
 
 
-def shaped_rewards(episodes: list[Episode], algo: AlgoConfig, max_seq_len: int) -> Tensor:
-    """Final rewards plus the DAPO soft overlong penalty and the step penalty, when enabled."""
+def shaped_rewards(episodes: list[Episode], algo: AlgoConfig, response_budget: int) -> Tensor:
+    """Final rewards plus the DAPO soft overlong penalty on each episode's sampled tokens
+    (against `response_budget` = max_new_tokens * max_turns) and the step penalty, when on."""
     r = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
     if algo.overlong_cache > 0:
-        lengths = torch.tensor([len(e.input_ids()) for e in episodes])
-        r = r + overlong_penalty(lengths, max_seq_len, algo.overlong_cache)
+        lengths = torch.tensor([e.num_sampled for e in episodes])
+        r = r + overlong_penalty(lengths, response_budget, min(algo.overlong_cache,
+                                                                response_budget))
     if algo.step_budget > 0 and algo.step_penalty > 0:
         steps = torch.tensor([len(e.turns) for e in episodes])
         r = r + step_penalty(steps, algo.step_budget, algo.step_penalty)
@@ -31,43 +36,66 @@ def shaped_rewards(episodes: list[Episode], algo: AlgoConfig, max_seq_len: int) 
 
 def group_index(episodes: list[Episode]) -> Tensor:
     ids: dict[str, int] = {}
-    return torch.tensor([ids.setdefault(e.group_id, len(ids)) for e in episodes])
+    return torch.tensor([ids.setdefault(e.group_id, len(ids)) for e in episodes], dtype=torch.long)
 
 
-def turn_advantages(episodes: list[Episode], rewards: Tensor, algo: AlgoConfig) -> list[Tensor]:
-    """Advantage of every turn, per episode. GRPO/RLOO broadcast the episode's advantage to its
-    turns; Flow-GRPO normalises over all turn-samples of the group (arXiv 2510.05592)."""
-    groups = group_index(episodes)
-    n_turns = torch.tensor([max(1, len(e.turns)) for e in episodes])
+def turn_advantages(episodes: list[Episode], rewards: Tensor, algo: AlgoConfig,
+                    baselines: TaskBaselines | None = None) -> list[Tensor]:
+    """Advantage of every turn, per episode ([len(turns)] each). GRPO, RLOO and the running
+    baseline give the episode's advantage to all its turns; Flow-GRPO makes every turn a sample
+    and normalises over all turn-samples of the group (arXiv 2510.05592)."""
+    n_turns = torch.tensor([len(e.turns) for e in episodes], dtype=torch.long)
     if algo.advantage == "flow_grpo":
-        flat = flow_grpo_advantages(rewards, n_turns, groups, scale_by_std=algo.scale_by_std)
+        flat = flow_grpo_advantages(rewards, n_turns, group_index(episodes),
+                                    scale_by_std=algo.scale_by_std)
         return list(torch.split(flat, n_turns.tolist()))
-    if algo.advantage == "rloo":
-        adv = rloo_advantages(rewards, groups)
+    if algo.advantage == "baseline":
+        if baselines is None:
+            raise ValueError("advantage=baseline needs the learner's TaskBaselines")
+        adv = baselines.advantages([e.task_id for e in episodes], rewards)
+    elif algo.advantage == "rloo":
+        adv = rloo_advantages(rewards, group_index(episodes))
     else:
-        adv = group_advantages(rewards, groups, scale_by_std=algo.scale_by_std)
+        adv = group_advantages(rewards, group_index(episodes), scale_by_std=algo.scale_by_std)
     return [adv[i].expand(int(n)) for i, n in enumerate(n_turns)]
 
 
-def turn_duration_weights(episodes: list[Episode], algo: AlgoConfig, enabled: bool) -> list[Tensor]:
-    """dt_k / mean_batch(dt) per action (arXiv 2509.01684); ones when disabled."""
-    n_turns = [max(1, len(e.turns)) for e in episodes]
-    if not enabled:
+def turn_duration_weights(episodes: list[Episode], algo: AlgoConfig) -> list[Tensor]:
+    """dt_k / mean_batch(dt) per action (arXiv 2509.01684) when on; ones when off."""
+    n_turns = [len(e.turns) for e in episodes]
+    if not algo.duration_weights or not sum(n_turns):
         return [torch.ones(n) for n in n_turns]
-    dts = torch.tensor([t.env_duration for e in episodes for t in e.turns] or [0.0])
+    dts = torch.tensor([t.env_duration for e in episodes for t in e.turns])
     w = duration_weights(dts, floor=algo.duration_floor, cap=algo.duration_cap)
-    out, i = [], 0
-    for e, n in zip(episodes, n_turns):
-        k = len(e.turns)
-        out.append(w[i:i + k] if k else torch.ones(n))
-        i += k
-    return out
+    return list(torch.split(w, n_turns))
+
+
+def trainable(episodes: list[Episode], algo: AlgoConfig) -> list[bool]:
+    """Whether each episode enters the loss: it sampled something, and is not an overlong
+    episode under `mask_overlong` (DAPO overlong filtering)."""
+    return [e.num_sampled > 0 and not (algo.mask_overlong and e.overlong) for e in episodes]
+
+
+@dataclass
+class Row:
+    """One training row: a segment of episode `episode` (an index into the batch)."""
+
+    episode: int
+    segment: Segment
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.segment.loss_mask)
+
+
+def training_rows(episodes: list[Episode], include: list[bool]) -> list[Row]:
+    return [Row(i, seg) for i, e in enumerate(episodes) if include[i] for seg in e.segments()]
 
 
 @dataclass
 class TokenBatch:
-    """Right-padded [B, T] tensors for a micro-batch. Position t holds token t; its log-prob is
-    predicted from positions < t, so mask/advantages/weights refer to the token at t."""
+    """Right-padded [B, T] tensors for a micro-batch of rows. Position t holds token t; its
+    log-prob is predicted from positions < t, so mask/advantages/weights refer to the token at t."""
 
     input_ids: Tensor
     attention_mask: Tensor
@@ -77,26 +105,35 @@ class TokenBatch:
     weights: Tensor
 
 
-def token_batch(episodes: list[Episode], turn_adv: list[Tensor], turn_w: list[Tensor],
-                include: list[bool], pad_id: int) -> TokenBatch:
-    seqs = [e.input_ids() for e in episodes]
-    T = max(len(s) for s in seqs)
-    B = len(seqs)
+def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
+                pad_id: int) -> TokenBatch:
+    """The rows' tensors; per-turn advantages/weights land on each turn's sampled tokens."""
+    T = max(len(r.segment.input_ids) for r in rows)
+    B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros(B, T, dtype=torch.long)
     mask = torch.zeros(B, T)
     blp = torch.zeros(B, T)
-    adv = torch.zeros(B, T)
-    wts = torch.zeros(B, T)
-    for b, (e, s) in enumerate(zip(episodes, seqs)):
-        n = len(s)
-        ids[b, :n] = torch.tensor(s)
+    turn = torch.full((B, T), -1, dtype=torch.long)  # index into the flat per-turn vectors
+    offset = 0
+    for b, r in enumerate(rows):
+        seg, n = r.segment, len(r.segment.input_ids)
+        ids[b, :n] = torch.tensor(seg.input_ids)
         attn[b, :n] = 1
-        if include[b]:
-            mask[b, :n] = torch.tensor(e.loss_mask(), dtype=torch.float32)
-        blp[b, :n] = torch.tensor(e.behaviour_logprobs())
-        turn = torch.tensor(e.turn_index(), dtype=torch.long)  # long even when empty
-        on = turn >= 0
-        adv[b, :n][on] = turn_adv[b][turn[on]].float()
-        wts[b, :n][on] = turn_w[b][turn[on]].float()
-    return TokenBatch(ids, attn, mask, blp, adv, wts)
+        mask[b, :n] = torch.tensor(seg.loss_mask, dtype=torch.float32)
+        blp[b, :n] = torch.tensor(seg.behaviour_logprobs)
+        local = torch.tensor(seg.turn_index, dtype=torch.long)
+        turn[b, :n] = torch.where(local >= 0, local + offset, local)
+        offset += len(turn_adv[r.episode])
+    flat_adv = torch.cat([turn_adv[r.episode].float() for r in rows])
+    flat_w = torch.cat([turn_w[r.episode].float() for r in rows])
+    return TokenBatch(ids, attn, mask, blp, broadcast_turn_weights(flat_adv, turn),
+                      broadcast_turn_weights(flat_w, turn))
+
+
+def pad_rows(values: list[Tensor], width: int) -> Tensor:
+    """Stack per-row 1-D tensors into [B, width], zero-padded on the right."""
+    out = torch.zeros(len(values), width)
+    for b, v in enumerate(values):
+        out[b, :len(v)] = v
+    return out

@@ -1,4 +1,4 @@
-"""`practicum` command line: train, eval, plot, mle."""
+"""`practicum` command line: train, rft, eval, plot, envs, mle."""
 
 from __future__ import annotations
 
@@ -8,32 +8,41 @@ import logging
 import sys
 from pathlib import Path
 
-from practicum.config import ConfigError, load_config
+from practicum.config import load_config
+from practicum.errors import PracticumError
 
 
-USER_ERRORS = {"ModelNotFoundError", "CompetitionError", "SandboxError", "ValueError",
-               "FileNotFoundError"}
-"""Errors caused by input (config, model spec, task files): one clear line, no traceback."""
-
-
-def _config(args) -> "object":
+def _config(args):
     return load_config(args.config, args.overrides)
 
 
 def cmd_train(args) -> int:
-    cfg = _config(args)
+    from practicum.runtime.loop import train
     from practicum.runtime.session import open_session
 
+    cfg = _config(args)
     s = open_session(cfg)
-    if cfg.runtime.mode == "async":
-        from practicum.runtime.async_ import run_async
+    try:
+        if cfg.runtime.mode == "async":
+            from practicum.runtime.async_ import AsyncBatches
 
-        summary = run_async(s, progress=not args.quiet)
-    else:
-        from practicum.runtime.sync import run_sync
+            source = AsyncBatches(s)
+        else:
+            from practicum.runtime.sync import SyncBatches
 
-        summary = run_sync(s, progress=not args.quiet)
+            source = SyncBatches(s)
+        summary = train(s, source, progress=not args.quiet)
+    finally:
+        s.close()
     _print_summary(summary)
+    return 0
+
+
+def cmd_rft(args) -> int:
+    from practicum.rft import run_rft
+
+    summary = run_rft(_config(args), progress=not args.quiet)
+    print(json.dumps(summary, indent=1))
     return 0
 
 
@@ -44,24 +53,29 @@ def _print_summary(summary: dict) -> None:
     table = Table(title=f"practicum run {summary['run_dir']}")
     table.add_column("held-out")
     table.add_column("reward mean", justify="right")
-    table.add_column("success rate", justify="right")
+    table.add_column("solved rate", justify="right")
     for label, ev in (("before training", summary.get("eval_before")),
                       ("after training", summary.get("eval_after"))):
         if ev:
-            table.add_row(label, f"{ev['reward_mean']:.3f}", f"{ev['success_rate']:.3f}")
+            table.add_row(label, f"{ev['reward_mean']:.3f}", f"{ev['solved_rate']:.3f}")
     Console().print(table)
-    print(f"steps {summary['steps']}, episodes {summary['episodes']}, "
+    skipped = summary.get("skipped_batches", 0)
+    note = f" ({skipped} batches had nothing to train on)" if skipped else ""
+    print(f"steps {summary['steps']}, episodes {summary['episodes']}{note}, "
           f"{summary['wall_seconds']:.0f} s; plot: {summary['plot']}")
 
 
 def cmd_eval(args) -> int:
-    cfg = _config(args)
     from practicum.runtime.session import open_session
 
-    s = open_session(cfg)  # resumes the run folder's latest checkpoint when there is one
-    if args.checkpoint:
-        s.learner.load(Path(args.checkpoint))
-    result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}")
+    s = open_session(_config(args))  # resumes the run folder's latest checkpoint when there is one
+    try:
+        if args.checkpoint:
+            s.learner.load(Path(args.checkpoint))
+            s.publish()
+        result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}")
+    finally:
+        s.close()
     print(json.dumps(result, indent=1))
     return 0
 
@@ -70,6 +84,18 @@ def cmd_plot(args) -> int:
     from practicum.report import plot_rewards
 
     print(plot_rewards(Path(args.run_dir)))
+    return 0
+
+
+def cmd_envs(args) -> int:
+    from practicum.envs.registry import env_entry, known_envs
+
+    for name in known_envs():
+        entry = env_entry(name)
+        print(f"{name:14s} {entry.doc.splitlines()[0] if entry.doc else ''}")
+        if args.options:
+            for key, field in entry.options.model_fields.items():
+                print(f"    {key} = {field.default!r}: {field.description or ''}")
     return 0
 
 
@@ -87,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
+    r = sub.add_parser("rft", help="rejection fine-tuning: sample, keep solved episodes, SFT; "
+                       "then train RL from it with model.init=RUN/rft/policy")
+    with_config(r)
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_rft)
+
     e = sub.add_parser("eval", help="evaluate on held-out tasks")
     with_config(e)
     e.add_argument("--checkpoint", help="checkpoint folder (default: the run's latest)")
@@ -97,13 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dir")
     pl.set_defaults(func=cmd_plot)
 
-    try:
-        from practicum.envs.mle.commands import add_mle_commands
-    except ImportError:
-        add_mle_commands = None
-    if add_mle_commands is not None:
-        m = sub.add_parser("mle", help="ML-engineering competitions")
-        add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
+    en = sub.add_parser("envs", help="list the registered environments")
+    en.add_argument("--options", action="store_true", help="also list each one's task.options")
+    en.set_defaults(func=cmd_envs)
+
+    from practicum.envs.mle import add_mle_commands
+
+    m = sub.add_parser("mle", help="ML-engineering competitions")
+    add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
     return p
 
 
@@ -121,12 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     _split_config_arg(args)
     try:
         return args.func(args)
-    except ConfigError as e:
-        print(f"practicum: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:
-        if type(e).__name__ not in USER_ERRORS:
-            raise
+    except PracticumError as e:  # the user's input: one clear line; bugs keep tracebacks
         print(f"practicum: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from practicum.errors import ConfigError
 
@@ -47,21 +47,17 @@ class ModelConfig(Section):
         True, description="With LoRA, sample from a copy with the adapter merged into the weights "
         "(faster sampling, one more copy of the adapted layers)."
     )
+    init: str | None = Field(
+        None, description="A saved policy folder to start from, e.g. the adapter `practicum rft` "
+        "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
 
 
 class TaskConfig(Section):
-    name: Literal["calculator", "mle", "timed_bandit", "toy"] = Field(
-        "calculator", description="Which environment/task suite to train on."
-    )
-    generators: dict[str, float] = Field(
-        {"basic_arithmetic": 0.6, "chain_sum": 0.3, "gsm_symbolic": 0.1},
-        description="calculator: reasoning-gym generator names and their sampling weights.",
-    )
-    train_size: int = Field(2000, gt=0, description="Number of generated training tasks.")
-    eval_size: int = Field(32, gt=0, description="Number of held-out evaluation tasks.")
+    name: str = Field("calculator", description="Registered environment to train on "
+                      "(calculator, mle, timed_bandit, toy, or one a package registers).")
     options: dict[str, Any] = Field(
-        default_factory=dict, description="Environment-specific options (see the env's docs)."
-    )
+        default_factory=dict, description="The environment's own typed options (validated by "
+        "its options model; the run folder's config.yaml shows them resolved).")
 
 
 class SamplingConfig(Section):
@@ -72,60 +68,81 @@ class SamplingConfig(Section):
 
 class RolloutConfig(Section):
     group_size: int = Field(8, ge=1, description="Episodes per task (the GRPO group).")
-    tasks_per_step: int = Field(3, ge=1, description="Tasks (groups) per training batch.")
+    tasks_per_step: int = Field(3, ge=1, description="Tasks (groups) per training batch; a batch "
+                                "holds group_size * tasks_per_step episodes.")
     max_turns: int = Field(2, ge=1, description="Policy turns per episode before truncation.")
-    max_seq_len: int = Field(768, gt=0, description="Episode token budget; beyond it = overlong.")
+    max_seq_len: int = Field(768, gt=0, description="Token budget of one training row (a "
+                             "segment: prompt + sampled + observations); generation is capped to "
+                             "the room left, and an episode that runs out of it is overlong.")
     failure_reward: float = Field(
         0.0, description="Reward of an episode ended by an environment failure."
     )
-    env_workers: int = Field(8, ge=1, description="Threads stepping environments in parallel.")
+    env_workers: int = Field(8, ge=1, description="sync: threads stepping environments at once.")
+    batching: Literal["groups", "streaming"] = Field(
+        "groups", description="groups: the learner trains on complete groups (GRPO). streaming "
+        "(async only): the learner trains on the first group_size * tasks_per_step episodes to "
+        "finish, whatever their group, with a per-task running baseline (arXiv 2509.01684).")
 
 
 class AlgoConfig(Section):
-    advantage: Literal["grpo", "rloo", "flow_grpo"] = Field(
-        "grpo", description="Advantage estimator: GRPO group norm, RLOO, or Flow-GRPO per-turn."
-    )
+    advantage: Literal["grpo", "rloo", "flow_grpo", "baseline"] | None = Field(
+        None, description="Advantage estimator: grpo (group norm), rloo, flow_grpo (every turn a "
+        "sample, arXiv 2510.05592), baseline (per-task running mean of earlier rewards). None = "
+        "grpo with groups, baseline with streaming.")
+    baseline_window: int = Field(32, ge=1, description="baseline: rewards per task averaged.")
     scale_by_std: bool = Field(True, description="Divide group advantages by the group std.")
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO-clip eps_low: ratio floor 1 - low.")
     clip_high: float = Field(0.28, gt=0, description="eps_high (DAPO clip-higher): ceiling 1+high.")
     loss_agg: Literal["token_mean", "seq_mean"] = Field(
         "token_mean", description="token_mean over the batch (DAPO) or per-sequence mean (GRPO)."
     )
-    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the frozen base (0=off).")
-    dynamic_sampling: bool = Field(
-        True, description="Drop groups whose rewards are all equal and refill the batch (DAPO)."
-    )
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the frozen base (0=off); "
+                           "with full fine-tuning a frozen copy of the base is loaded.")
+    dynamic_sampling: bool | None = Field(
+        None, description="Drop groups whose rewards are all equal and refill the batch (DAPO). "
+        "None = on with groups; streaming has no groups.")
     max_refill_rounds: int = Field(1, ge=0, description="Extra sampling rounds to refill a batch.")
     overlong_cache: int = Field(
-        0, ge=0, description="DAPO soft overlong penalty window L_cache in tokens (0 = off)."
+        0, ge=0, description="DAPO soft overlong penalty window L_cache in tokens (0 = off), on the "
+        "episode's sampled tokens against its response budget max_new_tokens * max_turns."
     )
     mask_overlong: bool = Field(True, description="Exclude overlong episodes from the loss.")
     step_budget: int = Field(0, ge=0, description="Turns allowed before the step penalty (0=off).")
     step_penalty: float = Field(0.0, ge=0, description="Penalty per turn past step_budget.")
     duration_weights: bool | None = Field(
-        None, description="Duration-aware weights; None = on in async mode, off in sync."
-    )
+        None, description="Duration-aware weights dt / mean_batch(dt) (arXiv 2509.01684); "
+        "None = on with streaming batches, off with complete groups (which have no duration "
+        "bias: benchmarks/duration_bias.py).")
     duration_floor: float = Field(0.05, gt=0, description="Floor on dt in seconds.")
     duration_cap: float = Field(10.0, gt=0, description="Cap on a duration weight.")
     off_policy: Literal["none", "tis", "decoupled"] = Field(
-        "tis",
-        description="Correction for behaviour/learner mismatch: truncated IS, decoupled PPO, none.",
+        "tis", description="Correction for behaviour/learner mismatch: PPO clip around the "
+        "behaviour policy (none), or around the proximal policy times truncated importance "
+        "weights (tis) or with over-cap tokens dropped (decoupled, AReaL).",
     )
-    is_cap: float = Field(2.0, gt=0, description="Truncation of the importance weights.")
+    is_cap: float = Field(2.0, gt=0, description="Cap of the behaviour importance weights.")
 
 
 class TrainConfig(Section):
-    steps: int = Field(16, ge=0, description="Optimizer steps (one batch each).")
+    steps: int = Field(16, ge=0, description="Training steps (one rollout batch each).")
+    mini_batches: int = Field(
+        2, ge=1, description="Optimizer updates per rollout batch (PPO/DAPO mini-batches): the "
+        "batch is split into this many parts; the ratio is taken against log-probs computed once "
+        "before the first update, so clipping binds from the second update on.")
+    epochs: int = Field(1, ge=1, description="Passes over the batch's mini-batches.")
     lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
-    warmup_steps: int = Field(2, ge=0, description="Linear warm-up steps.")
+    warmup_steps: int = Field(2, ge=0, description="Linear warm-up, in training steps.")
     schedule: Literal["constant", "cosine", "linear"] = Field(
-        "constant", description="LR schedule after warm-up."
+        "constant", description="LR schedule after warm-up (one value per training step)."
     )
-    micro_batch_size: int = Field(4, ge=1, description="Episodes per forward/backward pass.")
-    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward pass.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm per update.")
     checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
+    max_skipped_batches: int = Field(
+        4, ge=1, description="Stop with an error after this many batches in a row had nothing "
+        "to train on (every group's rewards equal, or every episode stale).")
 
 
 class EvalConfig(Section):
@@ -138,32 +155,79 @@ class EvalConfig(Section):
 class RuntimeConfig(Section):
     mode: Literal["sync", "async"] = Field("sync", description="Runtime: sync GRPO loop or async.")
     num_actors: int = Field(8, ge=1, description="async: episodes in flight at once.")
-    max_staleness: int = Field(2, ge=0, description="async: max policy versions behind learner.")
+    max_staleness: int = Field(2, ge=0, description="async: max policy versions between the "
+                               "sampling and the training of any token.")
     staleness_policy: Literal["admission", "drop"] = Field(
-        "admission", description="async: block new episodes past the bound, or drop stale ones."
+        "admission", description="async: admission = open no more work than the bound allows "
+        "and wait for a group about to go stale (nothing is discarded); drop = sample freely "
+        "and discard groups that went stale."
     )
+
+
+class CurriculumConfig(Section):
+    enabled: bool = Field(False, description="Skip training tasks that teach nothing: solved too "
+                          "often, or never solved (curriculum refresh, arXiv 2508.03501).")
+    max_solve_rate: float = Field(2 / 3, gt=0, le=1, description="Drop a task solved more often "
+                                  "than this (after min_attempts).")
+    min_attempts: int = Field(8, ge=1, description="Attempts before a task may be dropped.")
+    solved_reward: float = Field(1.0, description="For environments that do not say whether a "
+                                 "task was solved: an episode with at least this reward is.")
+
+
+class RftConfig(Section):
+    samples_per_task: int = Field(8, ge=1, description="Episodes sampled per training task (k).")
+    tasks: int | None = Field(None, ge=1, description="Training tasks to sample (None = all).")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the k samples.")
+    min_reward: float = Field(1.0, description="For environments that do not say whether a task "
+                              "was solved: keep episodes with at least this reward.")
+    epochs: int = Field(2, ge=1, description="SFT passes over the kept episodes.")
+    lr: float = Field(1e-4, gt=0, description="SFT learning rate (AdamW, constant).")
+    batch_size: int = Field(8, ge=1, description="Rows per SFT optimizer update.")
 
 
 class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, resume.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
-    task: TaskConfig = Field(default_factory=TaskConfig, description="Task suite.")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="Environment and tasks.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episodes.")
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Runtime.")
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig,
+                                         description="Task filtering by solve rate.")
+    rft: RftConfig = Field(default_factory=RftConfig,
+                           description="`practicum rft`: rejection fine-tuning.")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "Config":
+        """Resolve the None defaults that depend on the batching mode; reject contradictions."""
+        streaming = self.rollout.batching == "streaming"
+        algo = self.algo
+        if streaming and self.runtime.mode != "async":
+            raise ValueError("rollout.batching=streaming needs runtime.mode=async (a lockstep "
+                             "batch finishes together)")
+        if streaming and algo.advantage in ("grpo", "rloo", "flow_grpo"):
+            raise ValueError(f"algo.advantage={algo.advantage} needs complete groups; streaming "
+                             f"batches take algo.advantage=baseline")
+        if streaming and algo.dynamic_sampling:
+            raise ValueError("algo.dynamic_sampling drops whole groups; streaming batches have none")
+        if algo.advantage is None:
+            algo.advantage = "baseline" if streaming else "grpo"
+        if algo.dynamic_sampling is None:
+            algo.dynamic_sampling = not streaming
+        if algo.duration_weights is None:
+            algo.duration_weights = streaming
+        batch = self.rollout.group_size * self.rollout.tasks_per_step
+        if self.train.mini_batches > batch:
+            raise ValueError(f"train.mini_batches={self.train.mini_batches} exceeds the "
+                             f"{batch} episodes of a batch")
+        return self
 
     @property
     def run_dir(self) -> Path:
         return Path(self.run.out_dir) / self.run.name
-
-    @property
-    def use_duration_weights(self) -> bool:
-        if self.algo.duration_weights is None:
-            return self.runtime.mode == "async"
-        return self.algo.duration_weights
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -203,13 +267,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     for o in overrides:
         _set_dotted(tree, *parse_override(o))
     try:
-        return Config.model_validate(tree)
+        cfg = Config.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         got = err.get("input")
+        if not where:  # a cross-field check of Config itself: the message names the keys
+            raise ConfigError(f"config error: {err['msg'].removeprefix('Value error, ')}") \
+                from None
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         raise ConfigError(f"config error at {where}: {msg} (got {got!r})") from None
+    from practicum.envs.registry import parse_options
+
+    options = parse_options(cfg.task.name, cfg.task.options)
+    cfg.task.options = options.model_dump(mode="json")
+    return cfg
 
 
 def dump_config(cfg: Config, path: Path) -> None:

@@ -1,18 +1,21 @@
 """Token-exact episodes: what the engine sampled and what the environment returned, id for id.
 
-An episode is a flat token sequence built from segments:
+An episode is made of segments; each segment becomes one training row:
 
-    prompt_ids | sampled_ids(turn 0) | observation_ids(turn 0) | sampled_ids(turn 1) | ...
+    segment 0:  prompt_ids | sampled(turn 0) | observation(turn 0) | sampled(turn 1) | ...
+    segment 1:  context_ids(turn k) | sampled(turn k) | observation(turn k) | ...
 
-History is never re-rendered from text (retokenisation drift is the most common multi-turn RL
-bug); the trainer's input is exactly `Episode.input_ids()`, and the loss mask is 1 exactly on
-the sampled ids.
+A turn continues the current segment unless it carries its own `context_ids` (a prompt
+rendered afresh, as AgentFlow's planner rebuilds its prompt from memory every turn); then it
+starts a new one. History is never re-rendered from text (retokenisation drift is the most
+common multi-turn RL bug): the trainer's input is exactly `Segment.input_ids`, and the loss
+mask is 1 exactly on the sampled ids.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -23,14 +26,21 @@ class Turn:
     sampled_ids: list[int]
     """Token ids exactly as the engine sampled them (including a sampled stop/eos id)."""
     logprobs: list[float]
-    """Behaviour log-probs of `sampled_ids` under the sampling policy (same length)."""
+    """Behaviour log-probs of `sampled_ids` under the sampling distribution (same length)."""
     policy_version: int
     """Version of the weights that sampled this turn."""
     observation_ids: list[int] = field(default_factory=list)
-    """Ids appended after the action: chat-template delta carrying the observation (may be empty
-    on the last turn)."""
+    """Ids appended after the action in the same segment: the chat-template delta carrying the
+    observation (empty on the last turn of a segment)."""
+    context_ids: list[int] | None = None
+    """When set, this turn starts a new segment whose prompt is these ids."""
     action_text: str = ""
     observation_text: str = ""
+    finish_reason: str = ""
+    """How generation ended: 'stop', 'length' (max_new_tokens) or 'budget' (cut by the
+    remaining room of `rollout.max_seq_len`)."""
+    malformed: bool = False
+    """The environment could not parse or apply the action."""
     env_duration: float = 0.0
     """Wall-clock seconds the environment spent on this action (feeds duration-aware weights)."""
     reward: float = 0.0
@@ -42,6 +52,24 @@ class Turn:
             raise ValueError(
                 f"turn has {len(self.sampled_ids)} sampled ids but {len(self.logprobs)} log-probs"
             )
+
+    @property
+    def cut(self) -> bool:
+        """Generation was stopped by a length limit, not by the policy."""
+        return self.finish_reason in ("length", "budget")
+
+
+@dataclass
+class Segment:
+    """One training row of an episode; lists are aligned per position."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    """1 exactly on sampled ids."""
+    behaviour_logprobs: list[float]
+    """Behaviour log-prob per position; 0.0 where the mask is 0."""
+    turn_index: list[int]
+    """Per position: index (in `Episode.turns`) of the turn that sampled it, -1 elsewhere."""
 
 
 @dataclass
@@ -55,41 +83,37 @@ class Episode:
     reward: float = 0.0
     """Final (episode) reward used for advantages."""
     truncated: bool = False
-    """Stopped by the turn or token budget before the environment said done."""
+    """Stopped by the turn budget (or the length budget) before the environment said done."""
     overlong: bool = False
-    """The sequence hit the maximum length mid-generation (DAPO masks these out)."""
+    """Its outcome was decided by a length limit: the final turn was cut mid-generation, or the
+    sequence budget left no room to go on (DAPO masks these out of the loss)."""
     failure: str | None = None
-    """Why the episode ended abnormally (env crash, timeout, unparsable action), else None."""
+    """Why the episode ended abnormally (env crash, timeout, generation error), else None."""
+    solved: bool | None = None
+    """The environment's verdict on the task; None when it has no notion of solving."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The environment's numbers about the episode (from its last step)."""
     episode_id: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
-    # -- token views --------------------------------------------------------------------------
-    def input_ids(self) -> list[int]:
-        ids = list(self.prompt_ids)
-        for t in self.turns:
-            ids += t.sampled_ids + t.observation_ids
-        return ids
-
-    def loss_mask(self) -> list[int]:
-        """1 exactly on sampled ids, 0 on prompt and observation ids."""
-        mask = [0] * len(self.prompt_ids)
-        for t in self.turns:
-            mask += [1] * len(t.sampled_ids) + [0] * len(t.observation_ids)
-        return mask
-
-    def behaviour_logprobs(self) -> list[float]:
-        """Per position (aligned with input_ids); 0.0 where the mask is 0."""
-        lp = [0.0] * len(self.prompt_ids)
-        for t in self.turns:
-            lp += list(t.logprobs) + [0.0] * len(t.observation_ids)
-        return lp
-
-    def turn_index(self) -> list[int]:
-        """Per position: index of the turn that sampled it, -1 for prompt/observation ids."""
-        idx = [-1] * len(self.prompt_ids)
+    # -- training rows ----------------------------------------------------------------------------
+    def segments(self) -> list[Segment]:
+        """One row per segment (module doc); segments without sampled tokens are left out."""
+        rows: list[Segment] = []
+        cur = Segment(list(self.prompt_ids), [0] * len(self.prompt_ids),
+                      [0.0] * len(self.prompt_ids), [-1] * len(self.prompt_ids))
         for k, t in enumerate(self.turns):
-            idx += [k] * len(t.sampled_ids) + [-1] * len(t.observation_ids)
-        return idx
+            if t.context_ids is not None:
+                rows.append(cur)
+                n = len(t.context_ids)
+                cur = Segment(list(t.context_ids), [0] * n, [0.0] * n, [-1] * n)
+            n, m = len(t.sampled_ids), len(t.observation_ids)
+            cur.input_ids += t.sampled_ids + t.observation_ids
+            cur.loss_mask += [1] * n + [0] * m
+            cur.behaviour_logprobs += list(t.logprobs) + [0.0] * m
+            cur.turn_index += [k] * n + [-1] * m
+        rows.append(cur)
+        return [r for r in rows if any(r.loss_mask)]
 
     @property
     def num_sampled(self) -> int:
@@ -103,16 +127,23 @@ class Episode:
     def min_policy_version(self) -> int:
         return min((t.policy_version for t in self.turns), default=0)
 
-    # -- persistence --------------------------------------------------------------------------
+    # -- persistence ------------------------------------------------------------------------------
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Episode":
+    def from_dict(cls, d: dict[str, Any]) -> Episode:
+        """From `to_json`'s dict; files written before a field existed load with its default."""
         d = dict(d)
-        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
-        return cls(**d)
+        turn_keys = {f.name for f in fields(Turn)}
+        d["turns"] = [Turn(**{k: v for k, v in t.items() if k in turn_keys})
+                      for t in d.get("turns", [])]
+        for t in d["turns"]:
+            if not t.finish_reason:  # older files kept it in info
+                t.finish_reason = t.info.get("finish_reason", "")
+        keys = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in keys})
 
     @classmethod
-    def from_json(cls, line: str) -> "Episode":
+    def from_json(cls, line: str) -> Episode:
         return cls.from_dict(json.loads(line))

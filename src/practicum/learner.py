@@ -1,12 +1,25 @@
-"""The learner: one optimizer step per batch of episodes, checkpoints with exact resume.
+"""The learner: a PPO update per rollout batch, and checkpoints with exact resume.
 
-Composes `practicum.batch` (advantages, weights) and `practicum.algo.losses` (objective);
-the step itself is plain PyTorch: micro-batches, gradient accumulation, clipping, AdamW.
+One training step (DAPO / verl style):
+
+    rows = segments of the batch's episodes (overlong episodes masked out)
+    prox = log-probs of every row under the current weights, computed once, no grad
+    for epoch in train.epochs:
+        for mini-batch in train.mini_batches parts of the rows:
+            loss = PPO-clip(ratio = pi / pi_prox) x per-token weights (+ KL)  (micro-batches,
+            optimizer update                                                  gradients summed)
+    lr schedule step; step += 1
+
+The first update's ratio is exactly 1, so clipping starts to bind from the second update on:
+that is what makes DAPO's clip-higher real. With a single update the proximal log-probs are
+the update's own (detached). Composes `practicum.batch` (advantages, weights) and
+`practicum.algo.losses` (objectives); the step itself is plain PyTorch.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
 import time
@@ -15,7 +28,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from practicum.algo.baselines import TaskBaselines
 from practicum.algo.losses import (
     aggregate_loss,
     approx_kl,
@@ -25,13 +40,25 @@ from practicum.algo.losses import (
     ppo_clip_loss,
     truncated_importance_weights,
 )
-from practicum.batch import shaped_rewards, token_batch, turn_advantages, turn_duration_weights
+from practicum.batch import (
+    Row,
+    TokenBatch,
+    pad_rows,
+    shaped_rewards,
+    token_batch,
+    trainable,
+    training_rows,
+    turn_advantages,
+    turn_duration_weights,
+)
 from practicum.config import Config
+from practicum.engine.base import Trainable
 from practicum.episode import Episode
 
 
 def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
-    """Multiplier of the peak LR: linear warm-up, then constant, cosine or linear decay."""
+    """Multiplier of the peak LR at training step `step`: linear warm-up, then constant, cosine
+    or linear decay."""
     if warmup and step < warmup:
         return (step + 1) / warmup
     if schedule == "constant" or total <= warmup:
@@ -40,125 +67,195 @@ def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
     return 0.5 * (1 + math.cos(math.pi * frac)) if schedule == "cosine" else 1.0 - frac
 
 
+def split_even(items: list, parts: int) -> list[list]:
+    """`items` cut into `parts` contiguous chunks whose sizes differ by at most one."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (k < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
 class Learner:
-    def __init__(self, policy: Any, cfg: Config):
-        self.policy, self.cfg = policy, cfg
+    def __init__(self, model: Trainable, cfg: Config):
+        self.model, self.cfg = model, cfg
         t = cfg.train
-        self.params = [p for p in policy.trainable_parameters() if p.requires_grad]
+        self.params = [p for p in model.trainable_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.schedule))
         self.step = 0
-        self.pad_id = policy.tokenizer.pad_token_id or 0
+        self.baselines = TaskBaselines(cfg.algo.baseline_window)
+        """Per-task running baselines (algo.advantage = baseline), kept in checkpoints."""
 
-    # -- one update ----------------------------------------------------------------------------
-    def train_step(self, episodes: list[Episode]) -> dict[str, float]:
+    @property
+    def temperature(self) -> float:
+        """Log-probs are taken at the sampling temperature (greedy rollouts: T = 1)."""
+        return self.cfg.sampling.temperature or 1.0
+
+    # -- one training step ----------------------------------------------------------------------
+    def train_step(self, episodes: list[Episode]) -> dict[str, Any] | None:
+        """Several PPO updates on one batch (module doc). None when no row has a token to train
+        on (every episode masked): the weights and the step count stay as they were."""
         cfg, algo = self.cfg, self.cfg.algo
         start = time.perf_counter()
-        rewards = shaped_rewards(episodes, algo, cfg.rollout.max_seq_len)
-        adv = turn_advantages(episodes, rewards, algo)
-        wts = turn_duration_weights(episodes, algo, cfg.use_duration_weights)
-        include = [not (algo.mask_overlong and e.overlong) and e.num_sampled > 0 for e in episodes]
-        n_tokens = sum(e.num_sampled for e, inc in zip(episodes, include) if inc)
-        n_seqs = sum(include)
-        m = cfg.train.micro_batch_size
-        self.policy.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {k: 0.0 for k in ("loss", "clip", "kl", "entropy", "gap", "kl_ref")}
-        gap_max, n_seen = 0.0, 0
-        for i in range(0, len(episodes), m):
-            mb = token_batch(episodes[i:i + m], adv[i:i + m], wts[i:i + m], include[i:i + m],
-                             self.pad_id)
-            tokens = mb.loss_mask.sum().item()
-            if tokens == 0:
-                continue
-            logp, ent = self.policy.token_logprobs(mb.input_ids, mb.attention_mask,
-                                                   temperature=cfg.sampling.temperature or 1.0,
-                                                   return_entropy=True)
-            token_loss, clipped = self._objective(logp, mb)
-            token_loss = token_loss * mb.weights
-            if algo.kl_coef > 0:
-                with torch.no_grad(), self.policy.frozen_base():
-                    ref = self.policy.token_logprobs(mb.input_ids, mb.attention_mask,
-                                                     temperature=cfg.sampling.temperature or 1.0)
-                kl = k3_kl(logp, ref)
-                token_loss = token_loss + algo.kl_coef * kl
-                sums["kl_ref"] += (kl * mb.loss_mask).sum().item()
-            if algo.loss_agg == "token_mean":
-                share = tokens / max(1, n_tokens)
-            else:
-                share = (mb.loss_mask.sum(-1) > 0).sum().item() / max(1, n_seqs)
-            loss = aggregate_loss(token_loss, mb.loss_mask, algo.loss_agg) * share
-            loss.backward()
-            with torch.no_grad():
-                gap = (logp.detach() - mb.behaviour_logp).abs() * mb.loss_mask
-                sums["loss"] += loss.item()
-                sums["clip"] += clip_fraction(clipped, mb.loss_mask).item() * tokens
-                sums["kl"] += approx_kl(logp.detach(), mb.behaviour_logp, mb.loss_mask).item() * tokens
-                sums["entropy"] += (ent * mb.loss_mask).sum().item()
-                sums["gap"] += gap.sum().item()
-                gap_max = max(gap_max, gap.max().item())
-            n_seen += tokens
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
-        self.optimizer.step()
+        rewards = shaped_rewards(episodes, algo,
+                                 cfg.sampling.max_new_tokens * cfg.rollout.max_turns)
+        adv = turn_advantages(episodes, rewards, algo, self.baselines)
+        wts = turn_duration_weights(episodes, algo)
+        rows = [r for r in training_rows(episodes, trainable(episodes, algo)) if r.tokens]
+        if not rows:
+            return None
+        if algo.advantage == "baseline":
+            self.baselines.update([e.task_id for e in episodes], rewards.tolist())
+        minis = split_even(rows, cfg.train.mini_batches)
+        n_updates = cfg.train.epochs * len(minis)
+        prox = self._proximal(rows, adv, wts) if n_updates > 1 else None
+        lr = self.scheduler.get_last_lr()[0]
+        updates, first = [], {}
+        for epoch in range(cfg.train.epochs):
+            for mini in minis:
+                stats = self._update(mini, adv, wts, prox)
+                if not updates:
+                    first = stats
+                updates.append({k: stats[k] for k in ("loss", "clip_frac", "approx_kl",
+                                                      "grad_norm")})
         self.scheduler.step()
         self.step += 1
-        self.policy.bump_version()
         elapsed = time.perf_counter() - start
-        d = max(1, n_seen)
+        n_tokens = sum(r.tokens for r in rows)
+        mean = lambda k: sum(u[k] for u in updates) / len(updates)  # noqa: E731
         return {
-            "loss": sums["loss"], "clip_frac": sums["clip"] / d, "approx_kl": sums["kl"] / d,
-            "entropy": sums["entropy"] / d, "logprob_gap": sums["gap"] / d,
-            "logprob_gap_max": gap_max, "grad_norm": float(grad_norm),
-            "kl_ref": sums["kl_ref"] / d, "lr": self.scheduler.get_last_lr()[0],
-            "train_tokens": float(n_seen), "learner_tokens_per_s": n_seen / elapsed,
-            "learner_seconds": elapsed, "reward_shaped_mean": rewards.mean().item(),
+            "loss": mean("loss"), "clip_frac": mean("clip_frac"), "approx_kl": mean("approx_kl"),
+            "grad_norm": mean("grad_norm"), "updates": float(len(updates)),
+            "clip_frac_per_update": [u["clip_frac"] for u in updates],
+            "approx_kl_per_update": [u["approx_kl"] for u in updates],
+            "entropy": first["entropy"], "logprob_gap": first["gap"],
+            "logprob_gap_max": first["gap_max"], "kl_ref": first["kl_ref"], "lr": lr,
+            "train_rows": float(len(rows)), "train_tokens": float(n_tokens),
+            "learner_tokens_per_s": n_tokens * n_updates / elapsed, "learner_seconds": elapsed,
+            "reward_shaped_mean": rewards.mean().item(),
         }
 
-    def _objective(self, logp: torch.Tensor, mb) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token loss for the configured off-policy correction. One optimizer step per batch, so
-        the proximal (pre-update) policy is the current weights: prox = logp.detach()."""
-        algo = self.cfg.algo
-        prox = logp.detach()
-        if algo.off_policy == "none":  # classic PPO: trust region around the behaviour policy
-            return ppo_clip_loss(logp, mb.behaviour_logp, mb.advantages, algo.clip_low, algo.clip_high)
-        if algo.off_policy == "decoupled":
-            return decoupled_ppo_loss(logp, prox, mb.behaviour_logp, mb.advantages,
-                                      algo.clip_low, algo.clip_high, iw_cap=algo.is_cap)
-        loss, clipped = ppo_clip_loss(logp, prox, mb.advantages, algo.clip_low, algo.clip_high)
-        return loss * truncated_importance_weights(prox, mb.behaviour_logp, algo.is_cap), clipped
+    def _micro_batches(self, rows: list[Row]) -> list[list[Row]]:
+        m = self.cfg.train.micro_batch_size
+        return [rows[i:i + m] for i in range(0, len(rows), m)]
 
-    # -- checkpoints ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def _proximal(self, rows: list[Row], adv, wts) -> dict[int, Tensor]:
+        """Log-probs of every row under the weights before this step's first update, per row
+        (keyed by id(row)), computed once (eval mode, no grad)."""
+        out = {}
+        for micro in self._micro_batches(rows):
+            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature)
+            for r, lp in zip(micro, logp.cpu()):
+                out[id(r)] = lp[:len(r.segment.input_ids)]
+        return out
+
+    def _update(self, mini: list[Row], adv, wts, prox: dict[int, Tensor] | None
+                ) -> dict[str, float]:
+        """One optimizer update on a mini-batch, accumulated over micro-batches."""
+        algo = self.cfg.algo
+        tokens = sum(r.tokens for r in mini)
+        seqs = len(mini)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
+        gap_max = 0.0
+        for micro in self._micro_batches(mini):
+            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
+                                                  self.temperature, return_entropy=True)
+            old = (logp.detach() if prox is None else
+                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]).to(logp.device))
+            token_loss, clipped = self._objective(logp, old, tb)
+            token_loss = token_loss * tb.weights
+            mask = tb.loss_mask
+            if algo.kl_coef > 0:
+                with torch.no_grad(), self.model.frozen_base():
+                    ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
+                                                    self.temperature)
+                kl = k3_kl(logp, ref)
+                token_loss = token_loss + algo.kl_coef * kl
+                sums["kl_ref"] += (kl.detach() * mask).sum().item()
+            micro_tokens = mask.sum().item()
+            share = (micro_tokens / max(1, tokens) if algo.loss_agg == "token_mean"
+                     else len(micro) / max(1, seqs))
+            loss = aggregate_loss(token_loss, mask, algo.loss_agg) * share
+            loss.backward()
+            with torch.no_grad():
+                gap = (old - tb.behaviour_logp).abs() * mask
+                sums["loss"] += loss.item()
+                sums["clip"] += clip_fraction(clipped, mask).item() * micro_tokens
+                sums["kl"] += approx_kl(logp.detach(), old, mask).item() * micro_tokens
+                sums["entropy"] += (ent.detach() * mask).sum().item()
+                sums["gap"] += gap.sum().item()
+                gap_max = max(gap_max, gap.max().item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
+        self.optimizer.step()
+        d = max(1, tokens)
+        return {"loss": sums["loss"], "clip_frac": sums["clip"] / d, "approx_kl": sums["kl"] / d,
+                "entropy": sums["entropy"] / d, "gap": sums["gap"] / d, "gap_max": gap_max,
+                "kl_ref": sums["kl_ref"] / d, "grad_norm": float(grad_norm)}
+
+    def _objective(self, logp: Tensor, prox: Tensor, tb: TokenBatch) -> tuple[Tensor, Tensor]:
+        """Token loss for the configured off-policy correction (algo.off_policy)."""
+        algo = self.cfg.algo
+        if algo.off_policy == "none":  # classic PPO: trust region around the behaviour policy
+            return ppo_clip_loss(logp, tb.behaviour_logp, tb.advantages, algo.clip_low,
+                                 algo.clip_high)
+        if algo.off_policy == "decoupled":
+            return decoupled_ppo_loss(logp, prox, tb.behaviour_logp, tb.advantages,
+                                      algo.clip_low, algo.clip_high, iw_cap=algo.is_cap)
+        loss, clipped = ppo_clip_loss(logp, prox, tb.advantages, algo.clip_low, algo.clip_high)
+        return loss * truncated_importance_weights(prox, tb.behaviour_logp, algo.is_cap), clipped
+
+    # -- checkpoints ----------------------------------------------------------------------------
     def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
-        """Write checkpoints/step_N atomically (temp dir + rename), then point `latest` at it."""
+        """Write checkpoints/step_N atomically, then point `latest` at it.
+
+        Written to a temp dir first; an existing step_N (a re-save at the same step) is moved
+        aside before the rename and deleted only after `latest` points at the new one, so a
+        crash at any moment leaves a complete checkpoint that `latest_checkpoint` finds.
+        """
         ckpt_root.mkdir(parents=True, exist_ok=True)
         final = ckpt_root / f"step_{self.step:06d}"
-        tmp = ckpt_root / f".tmp_step_{self.step:06d}"
+        tmp = ckpt_root / f".tmp_{final.name}"
+        aside = ckpt_root / f".aside_{final.name}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        self.policy.save(tmp / "policy")
+        self.model.save(tmp / "policy")
         torch.save({
             "step": self.step, "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "extra": extra,
+            "scheduler": self.scheduler.state_dict(), "baselines": self.baselines.state_dict(),
+            "extra": extra,
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
                     "torch": torch.get_rng_state()},
         }, tmp / "trainer.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        if final.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+        os.replace(tmp, final)
         latest_tmp = ckpt_root / ".latest.tmp"
         latest_tmp.write_text(final.name)
         latest_tmp.replace(ckpt_root / "latest")
+        shutil.rmtree(aside, ignore_errors=True)
         for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
     def load(self, ckpt: Path) -> dict[str, Any]:
-        self.policy.load_weights(ckpt / "policy")
+        self.model.load_weights(ckpt / "policy")
         state = torch.load(ckpt / "trainer.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
+        if "baselines" in state:
+            self.baselines.load_state_dict(state["baselines"])
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -166,8 +263,13 @@ class Learner:
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint `latest` points at; if a crash hit a re-save between moving the old one
+    aside and renaming the new one, that moved-aside copy; else None."""
     pointer = ckpt_root / "latest"
     if not pointer.is_file():
         return None
-    path = ckpt_root / pointer.read_text().strip()
-    return path if (path / "trainer.pt").is_file() else None
+    name = pointer.read_text().strip()
+    for path in (ckpt_root / name, ckpt_root / f".aside_{name}"):
+        if (path / "trainer.pt").is_file():
+            return path
+    return None

@@ -1,15 +1,52 @@
-"""Metrics to disk (JSONL + TensorBoard) and plots people would rather look at than read."""
+"""Metrics to disk (JSONL + TensorBoard), what a set of episodes amounts to, and plots people
+would rather look at than read."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
+from practicum.episode import Episode
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def episode_metrics(episodes: list[Episode], solved_reward: float = 1.0,
+                    prefix: str = "") -> dict[str, float]:
+    """Means over episodes: reward, solved rate (the env's verdict, else reward >=
+    `solved_reward`), turns, sampled tokens, malformed and length-cut turns, failures, overlong
+    episodes, env seconds, and every metric the environments report (as `env/<name>`, averaged
+    over the episodes that report it)."""
+    n = max(1, len(episodes))
+    turns = [t for e in episodes for t in e.turns]
+    out = {
+        "reward_mean": sum(e.reward for e in episodes) / n,
+        "solved_rate": sum(solved(e, solved_reward) for e in episodes) / n,
+        "turns_mean": len(turns) / n,
+        "sampled_tokens_mean": sum(e.num_sampled for e in episodes) / n,
+        "malformed_turn_rate": sum(t.malformed for t in turns) / max(1, len(turns)),
+        "cut_turn_rate": sum(t.cut for t in turns) / max(1, len(turns)),
+        "failures": float(sum(e.failure is not None for e in episodes)),
+        "overlong": float(sum(e.overlong for e in episodes)),
+        "env_seconds": sum(e.env_duration for e in episodes),
+    }
+    values: dict[str, list[float]] = {}
+    for e in episodes:
+        for k, v in e.metrics.items():
+            if isinstance(v, (int, float)):  # bools count as 0/1
+                values.setdefault(k, []).append(float(v))
+    out.update({f"env/{k}": sum(v) / len(v) for k, v in sorted(values.items())})
+    return {f"{prefix}{k}": v for k, v in out.items()}
+
+
+def solved(e: Episode, threshold: float) -> bool:
+    """The environment's verdict when it gives one, else: no failure and reward >= threshold."""
+    return e.solved if e.solved is not None else e.failure is None and e.reward >= threshold
 
 
 class MetricsLogger:
@@ -33,7 +70,7 @@ class MetricsLogger:
             f.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for k, v in metrics.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
 

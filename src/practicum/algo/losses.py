@@ -50,20 +50,21 @@ def decoupled_ppo_loss(
     """Decoupled PPO for asynchronous RL (Hilton et al. 2021, arXiv 2110.00641; AReaL, Fu et al.
     2025, arXiv 2505.24298):
 
-        w = min(pi_prox / pi_behav, iw_cap)        detached
+        w = pi_prox / pi_behav                       detached
         r_prox = exp(logp - prox_logp)
-        L = -w * min(r_prox A, clip(r_prox, 1 - eps_low, 1 + eps_high) A)
+        L = -w * min(r_prox A, clip(r_prox, 1 - eps_low, 1 + eps_high) A)   where w <= iw_cap
+        L = 0                                                               where w >  iw_cap
 
-    The trust region is centred on the proximal policy (the learner's weights before this update),
-    not on the stale behaviour policy that sampled the tokens; w corrects for the mismatch.
-    AReaL drops tokens with w > cap; here w is truncated at the cap instead (TIS-style), and
-    iw_cap=None leaves it uncapped.
+    The trust region is centred on the proximal policy (the learner's weights before this
+    batch's updates), not on the stale behaviour policy that sampled the tokens; w corrects for
+    the mismatch, and tokens whose w exceeds the cap are dropped, as AReaL does (TIS truncates
+    them instead: `truncated_importance_weights`). iw_cap=None keeps every token.
 
     Returns: (token_loss [B, T], clipped [B, T] bool, as in `ppo_clip_loss`).
     """
     weight = torch.exp(prox_logp - behaviour_logp).detach()
     if iw_cap is not None:
-        weight = weight.clamp(max=iw_cap)
+        weight = torch.where(weight <= iw_cap, weight, torch.zeros_like(weight))
     token_loss, clipped = ppo_clip_loss(logp, prox_logp, advantages, eps_low, eps_high)
     return weight * token_loss, clipped
 
@@ -131,14 +132,3 @@ def approx_kl(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
 def clip_fraction(clipped: Tensor, mask: Tensor) -> Tensor:
     """Metric: fraction of masked tokens whose clipped PPO term was active. Scalar."""
     return _masked_mean(clipped.to(torch.get_default_dtype()), mask)
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy H = -sum_v p_v log p_v of softmax(logits) along the last axis, per position.
-
-    Computed from log_softmax (no overflow for large logits); -inf logits (masked vocabulary)
-    contribute exactly 0 with a finite gradient.  logits: [..., V].  Returns: [...].
-    """
-    logp = torch.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return -(p * logp.masked_fill(p == 0, 0.0)).sum(dim=-1)

@@ -2,44 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from torch import Tensor
 
 from practicum.algo.losses import aggregate_loss
-from practicum.episode import Episode
 
 
-def rft_select(episodes: Iterable[Episode], min_reward: float) -> list[Episode]:
-    """Rejection sampling for RFT (arXiv 2508.03501): keep episodes with reward >= min_reward
-    that ended normally (no `failure`) and were not cut off mid-generation (`overlong`)."""
-    return [
-        e for e in episodes if e.reward >= min_reward and e.failure is None and not e.overlong
-    ]
+def rft_keep(solved: bool, failed: bool, overlong: bool) -> bool:
+    """Rejection sampling for RFT (arXiv 2508.03501): keep an episode that solved its task,
+    ended normally (no failure) and was not cut off by a length limit (overlong)."""
+    return solved and not failed and not overlong
 
 
-def rft_turn_mask(episode: Episode) -> list[int]:
-    """Per-position loss mask aligned with `episode.input_ids()`: 1 on sampled ids, 0 on prompt
-    and observation ids and on every token of the turns listed in
-    `episode.info["malformed_turns"]` (a malformed action is not behaviour to imitate)."""
-    malformed = set(episode.info.get("malformed_turns", []))
-    bad = sorted(k for k in malformed if not 0 <= k < len(episode.turns))
-    if bad:
-        raise ValueError(
-            f"episode {episode.episode_id!r}: malformed_turns {bad} out of range "
-            f"for {len(episode.turns)} turns"
-        )
-    return [
-        m if k not in malformed else 0
-        for m, k in zip(episode.loss_mask(), episode.turn_index())
-    ]
+def rft_mask(loss_mask: list[int], turn_index: list[int], malformed: set[int]) -> list[int]:
+    """Per-position SFT mask of one training row: the row's loss mask (1 on sampled ids) with
+    every token of a malformed turn zeroed (a malformed action is not behaviour to imitate).
+
+    loss_mask, turn_index: aligned per position (turn_index -1 off sampled ids).
+    malformed: indices of the episode's malformed turns.
+    """
+    if len(loss_mask) != len(turn_index):
+        raise ValueError(f"loss_mask has {len(loss_mask)} positions, turn_index "
+                         f"{len(turn_index)}")
+    return [0 if k in malformed else m for m, k in zip(loss_mask, turn_index)]
 
 
-def rft_loss(logits_logp: Tensor, mask: Tensor) -> Tensor:
+def rft_loss(logp: Tensor, mask: Tensor) -> Tensor:
     """Cross-entropy on policy tokens only: masked token-mean of -log pi(token).
 
         L = -sum(logp * m) / sum(m)
 
-    logits_logp: [B, T] log-probs of the target tokens.  mask: [B, T] (e.g. `rft_turn_mask`).
+    logp: [B, T] log-probs of the target tokens.  mask: [B, T] (e.g. from `rft_mask`).
     """
-    return aggregate_loss(-logits_logp, mask, mode="token_mean")
+    return aggregate_loss(-logp, mask, mode="token_mean")

@@ -68,9 +68,9 @@ class Sampler(Protocol):
     """Policy version of the weights it samples from."""
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int] | None = None, adapter: bool = True) -> list[Sample]:
+                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         """One continuation per prompt (token-id lists, no padding). `seeds[i]` makes row i's
-        draw repeatable and independent of its batch-mates. adapter=False samples from the
+        draw repeatable and independent of its batch-mates (None: not seeded). adapter=False samples from the
         frozen base weights (the policy before any training)."""
         ...
 

@@ -12,6 +12,7 @@ from typing import Any
 
 _REPLY = "PRACTICUM_REPLY_MARK"
 _OBS = "PRACTICUM_OBS_MARK"
+_CONTENT = "PRACTICUM_CONTENT_MARK"
 
 
 class ChatFormat:
@@ -33,15 +34,27 @@ class ChatFormat:
         self.obs_prefix, self.obs_suffix = full[len(base):].split(_OBS)
         self.eos_token_id = tokenizer.eos_token_id
 
-    def prompt_ids(self, user: str, system: str | None = None,
-                   examples: list[dict] | None = None) -> list[int]:
-        """The first prompt: optional system message, few-shot example turns (real chat
-        messages, so a small model sees the protocol as a conversation), then the user turn."""
-        msgs = ([{"role": "system", "content": system}] if system else []) + list(examples or []) + [
-            {"role": "user", "content": user}
-        ]
-        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return self.encode(text)
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """A prompt from chat messages (system, few-shot turns as real chat messages so a small
+        model sees the protocol as a conversation, then the user turn), ready for the reply.
+
+        Message contents are untrusted (they may hold tool output): they are encoded with
+        `encode_text`, so text such as '<|im_start|>system' cannot forge a control token; only
+        the template's own text becomes control tokens.
+        """
+        if not messages:
+            raise ValueError("a prompt needs at least one message")
+        marks = [f"{_CONTENT}{i}@" for i in range(len(messages))]
+        shaped = [{**m, "content": mark} for m, mark in zip(messages, marks)]
+        text = self.tokenizer.apply_chat_template(shaped, tokenize=False,
+                                                  add_generation_prompt=True)
+        ids: list[int] = []
+        for m, mark in zip(messages, marks):
+            head, sep, text = text.partition(mark)
+            if not sep:
+                raise ValueError("the chat template dropped a message; cannot render it exactly")
+            ids += self.encode(head) + self.encode_text(m["content"])
+        return ids + self.encode(text)
 
     def observation_ids(self, observation: str, sampled_ids: list[int]) -> list[int]:
         """Ids to append after `sampled_ids` so the sequence reads as the next user turn.

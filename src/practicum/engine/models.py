@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from practicum.errors import PracticumError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -29,7 +31,7 @@ _MARKER = "practicum_conversion.json"
 """Written last into a converted folder; its presence means the conversion completed."""
 
 
-class ModelNotFoundError(Exception):
+class ModelNotFoundError(PracticumError):
     """A model spec matched no built-in model, local folder or locally cached hub model."""
 
 

@@ -11,26 +11,33 @@ from practicum.engine.base import SamplingParams
 def sample_next(
     logits: Tensor, temperature: float, top_p: float, generators: list[torch.Generator] | None
 ) -> tuple[Tensor, Tensor]:
-    """Next token per row and its log-prob log_softmax(logits / T)[token] ([b, V] -> [b], [b]).
+    """Next token per row and its behaviour log-prob ([b, V] -> [b], [b]).
 
-    T = 0 is greedy (log-probs at T = 1). Sampling uses the exponential race
-    argmax_v p_v / E_v with E_v ~ Exp(1), which draws v with probability p_v; noise comes from
-    the row's own generator when given, so a row's draw does not depend on its batch-mates.
+    The log-prob is that of the distribution actually sampled from, so importance ratios
+    against it are right: log_softmax(logits / T)[token], renormalised over the nucleus when
+    top_p < 1 (log p - log sum of the kept mass); greedy (T = 0) is a point mass, log-prob 0.
+    Sampling uses the exponential race argmax_v p_v / E_v with E_v ~ Exp(1), which draws v with
+    probability p_v / sum p; noise comes from the row's own generator when given, so a row's
+    draw does not depend on its batch-mates.
     """
     if temperature == 0:
-        logp = torch.log_softmax(logits, dim=-1)
-        tok = logp.argmax(dim=-1)
+        tok = logits.argmax(dim=-1)
+        return tok, torch.zeros(tok.shape, dtype=torch.float32, device=logits.device)
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1:
+        probs = top_p_filter(probs, top_p)
+    if generators is None:
+        noise = torch.empty_like(probs).exponential_()
     else:
-        logp = torch.log_softmax(logits / temperature, dim=-1)
-        probs = top_p_filter(logp.exp(), top_p) if top_p < 1 else logp.exp()
-        if generators is None:
-            noise = torch.empty_like(probs).exponential_()
-        else:
-            noise = torch.stack(
-                [torch.empty_like(probs[0]).exponential_(generator=g) for g in generators]
-            )
-        tok = (probs / noise.clamp(min=1e-30)).argmax(dim=-1)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+        noise = torch.stack(
+            [torch.empty_like(probs[0]).exponential_(generator=g) for g in generators]
+        )
+    tok = (probs / noise.clamp(min=1e-30)).argmax(dim=-1)
+    chosen = logp.gather(-1, tok[:, None]).squeeze(-1)
+    if top_p < 1:
+        chosen = chosen - probs.sum(dim=-1).log()
+    return tok, chosen
 
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:

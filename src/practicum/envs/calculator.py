@@ -3,7 +3,8 @@
 Protocol (told to the model in the prompt):
   <calc>EXPRESSION OR SNIPPET</calc>  -> the environment runs it in the sandbox, replies "Result: ..."
   <answer>VALUE</answer>              -> graded by the task's reasoning-gym verifier; episode ends.
-Replies with neither get a short correction. The reward is the verifier's score of the answer.
+Replies with neither get a short correction (a malformed turn). The reward is the verifier's
+score of the answer; `solved` when it is full marks.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import ast
 import re
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import reasoning_gym
+from pydantic import BaseModel, ConfigDict, Field
 
-from practicum.envs.base import StepResult, Task
+from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.sandbox import Limits, run_python
 
 SYSTEM_PROMPT = (
@@ -46,35 +50,57 @@ def calculator_program(snippet: str) -> str:
             "print(int(_v) if isinstance(_v, float) and _v.is_integer() else _v)\n")
 
 
-class CalculatorEnv:
+class CalculatorOptions(BaseModel):
+    """`task.options` of the calculator environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generators: dict[str, float] = Field(
+        {"basic_arithmetic": 0.6, "chain_sum": 0.3, "gsm_symbolic": 0.1},
+        description="reasoning-gym generator names and their sampling weights.")
+    train_size: int = Field(2000, gt=0, description="Generated training tasks.")
+    eval_size: int = Field(32, gt=0, description="Held-out tasks (disjoint questions).")
+    few_shot: bool = Field(True, description="Show one worked episode as chat turns first.")
+    wall_seconds: float = Field(5.0, gt=0, description="Time limit of one calculation.")
+
+
+class CalculatorEnv(Env):
     """Calculator tool-use episodes on reasoning-gym tasks (see module docstring)."""
 
-    system_prompt = SYSTEM_PROMPT
     stop_strings = ["</calc>", "</answer>"]
 
     def __init__(self, limits: Limits | None = None, few_shot: bool = True):
         self.limits = limits or Limits(wall_seconds=5, memory_mb=512, max_processes=8,
                                        output_bytes=400)
-        self.example_messages = EXAMPLE_MESSAGES if few_shot else []
+        self.few_shot = few_shot
         self._workdir: Path | None = None
         self._task: Task | None = None
+        self._calls = 0
+        """Calculator calls in this episode (a metric)."""
 
-    def reset(self, task: Task) -> str:
-        self._task = task
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        self._task, self._calls = task, 0
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="practicum-calc-"))
-        return f"Question: {task.data['question']}"
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+        messages += EXAMPLE_MESSAGES if self.few_shot else []
+        messages.append({"role": "user", "content": f"Question: {task.data['question']}"})
+        return Start(messages, list(self.stop_strings))
 
     def step(self, action: str) -> StepResult:
         assert self._task is not None, "reset() before step()"
         answer = _ANSWER.search(action)
         if answer:
-            return StepResult("", self.score(answer.group(1)), True, info={"answer": answer.group(1)})
+            score = self.score(answer.group(1))
+            return StepResult(reward=score, done=True, solved=score >= 1.0,
+                              metrics={"calls": float(self._calls)},
+                              info={"answer": answer.group(1)})
         calc = _CALC.search(action)
         if not calc or not calc.group(1).strip():
             return StepResult("Reply with <calc>expression</calc> or <answer>number</answer>.",
-                              0.0, False, info={"malformed": True})
+                              malformed=True)
         res = run_python(calculator_program(calc.group(1)), self._workdir, self.limits)
+        self._calls += 1
         if res.timed_out:
             out = "Error: the calculation timed out"
         elif res.returncode != 0:
@@ -82,17 +108,35 @@ class CalculatorEnv:
             out = f"Error: {last[:200]}"
         else:
             out = "Result: " + (res.stdout.strip()[:200] or "(nothing printed)")
-        return StepResult(out, 0.0, False, duration=res.duration, info={"tool": "calc"})
+        return StepResult(out, duration=res.duration, metrics={"calls": float(self._calls)},
+                          info={"tool": "calc"})
 
     def score(self, answer: str) -> float:
         entry = self._task.data["entry"]
         fn = reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])
         try:
             return float(fn(answer.strip(), entry))
-        except Exception:
+        except Exception:  # the verifier rejects unparsable answers by raising
             return 0.0
 
     def close(self) -> None:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+def calculator_suite(opts: CalculatorOptions, ctx: SuiteContext) -> Suite:
+    """Calculator tool use on reasoning-gym arithmetic and word problems."""
+    from practicum.tasks.arithmetic import split_tasks
+
+    train, held_out = split_tasks(opts.generators, opts.train_size, opts.eval_size, ctx.seed)
+    limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
+                    output_bytes=400)
+    return Suite(partial(_make_env, limits, opts.few_shot), train, held_out)
+
+
+def _make_env(limits: Limits, few_shot: bool, models=None) -> CalculatorEnv:
+    return CalculatorEnv(limits, few_shot)
+
+
+register_env("calculator", CalculatorOptions, calculator_suite)

@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Callable
 
-from practicum.envs.base import Env, StepResult, Task
+from practicum.envs.base import Env, Start, StepResult, Task
 
 STEP_FAULTS = ("step_error", "step_hang", "step_kill")
 FAULTS = ("reset_error", *STEP_FAULTS)
@@ -27,31 +27,30 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by `FaultyEnv`."""
 
 
-class FaultyEnv:
+def check_faults(faults: dict[str, float]) -> None:
+    """Raise ValueError unless `faults` names known faults with sane rates."""
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        raise ValueError(f"unknown fault(s) {sorted(unknown)} (known: {', '.join(FAULTS)})")
+    if sum(faults.get(k, 0.0) for k in STEP_FAULTS) > 1 or any(v < 0 for v in faults.values()):
+        raise ValueError(f"rates must be >= 0 and the step faults must sum to <= 1, got {faults}")
+
+
+class FaultyEnv(Env):
     def __init__(self, make_inner: Callable[[], Env], faults: dict[str, float], seed: int = 0,
                  hang_seconds: float = 3600.0):
-        unknown = set(faults) - set(FAULTS)
-        if unknown:
-            raise ValueError(f"config error at task.options.faults: unknown fault(s) "
-                             f"{sorted(unknown)} (known: {', '.join(FAULTS)})")
-        if sum(faults.get(k, 0.0) for k in STEP_FAULTS) > 1 or any(v < 0 for v in faults.values()):
-            raise ValueError(f"config error at task.options.faults: rates must be >= 0 and the "
-                             f"step faults must sum to <= 1, got {faults}")
+        check_faults(faults)
         if faults.get("step_kill") and multiprocessing.parent_process() is None:
-            raise ValueError("fault step_kill would kill the trainer: it needs the env to run in a "
-                             "child process (ProcessEnv)")
+            raise RuntimeError("fault step_kill would kill the trainer: it needs the env to run "
+                               "in a child process (ProcessEnv)")
         self.inner = make_inner()
         self.faults, self.hang_seconds = faults, hang_seconds
         self.rng = random.Random(seed ^ 0x5EED)
 
-    @property
-    def system_prompt(self) -> str | None:
-        return getattr(self.inner, "system_prompt", None)
-
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task, seed: int = 0) -> Start:
         if self.rng.random() < self.faults.get("reset_error", 0.0):
             raise InjectedFault("injected fault: reset failed")
-        return self.inner.reset(task)
+        return self.inner.reset(task, seed)
 
     def step(self, action: str) -> StepResult:
         u, edge = self.rng.random(), 0.0

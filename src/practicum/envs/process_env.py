@@ -2,13 +2,17 @@
 
 The trainer's process never runs environment code: a crash, a hang past the timeout, or the
 child being killed (OOM killer, sandbox limits, `kill -9`) ends only the current episode, as a
-`StepResult(done=True, info={"failure": reason})` with `failure_reward`. The broken child is
-killed; the next `reset` starts a fresh one. A thread waiting on the child holds no GIL, so slow
+`StepResult(done=True, failure=reason)` with `failure_reward`. The broken child is killed;
+the next `reset` starts a fresh one. A thread waiting on the child holds no GIL, so slow
 environments never block sampling or learning.
+
+The environment in the child reaches the run's model service through a proxy: its calls come
+back over the same pipe while the parent waits for the step, and the parent's thread serves
+them (`ChildModelService`).
 
 Children are started with `forkserver` (never `fork`: forking a process that runs torch threads
 can deadlock), so the factory must be picklable: a top-level class or function, or a
-`functools.partial` of one.
+`functools.partial` of one. It is called as `factory(models)` in the child.
 """
 
 from __future__ import annotations
@@ -16,29 +20,59 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import signal
+import threading
 import time
 from functools import partial
 from typing import Any, Callable
 
-from practicum.envs.base import Env, StepResult, Task
+from practicum.engine.service import Completion, ModelService, check_spec
+from practicum.envs.base import Env, Start, StepResult, Task
 
 log = logging.getLogger(__name__)
-
-
-FORWARDED = ("system_prompt", "example_messages", "stop_strings")
-"""Env attributes the runtime reads after reset; copied from the child onto the proxy."""
 
 
 class EnvFailure(RuntimeError):
     """The environment's child process failed; the message is the reason to log."""
 
 
-def _serve(conn, factory: Callable[[], Env]) -> None:
+class ChildModelService:
+    """The model service as seen from a child process: every call is a request to the parent,
+    which serves it with the real `ModelService` while it waits for the step to finish."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def complete(self, messages, params=None, adapter: bool = True) -> Completion:
+        return self._ask(("policy" if adapter else "base"), messages, params)
+
+    def client(self, spec: str) -> _RemoteClient | None:
+        check_spec(spec)
+        return None if spec.strip() == "rules" else _RemoteClient(self, spec.strip())
+
+    def _ask(self, spec: str, messages, params) -> Completion:
+        with self._lock:
+            self._conn.send(("model", (spec, list(messages), params)))
+            status, payload = self._conn.recv()
+        if status != "model_ok":
+            raise RuntimeError(f"model service call failed in the trainer: {payload}")
+        return payload
+
+
+class _RemoteClient:
+    def __init__(self, service: ChildModelService, spec: str):
+        self.service, self.spec = service, spec
+
+    def complete(self, messages, params=None) -> Completion:
+        return self.service._ask(self.spec, messages, params)
+
+
+def _serve(conn, factory: Callable[[Any], Env]) -> None:
     """Child main loop: build the env, then answer (op, arg) requests until close or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
     env, build_error = None, None
     try:
-        env = factory()
+        env = factory(ChildModelService(conn))
     except Exception as e:  # reported on the first request
         build_error = f"{type(e).__name__}: {e}"
     while True:
@@ -50,7 +84,7 @@ def _serve(conn, factory: Callable[[], Env]) -> None:
             if build_error:
                 raise RuntimeError(f"building the env failed: {build_error}")
             if op == "reset":
-                out: Any = (env.reset(arg), {k: getattr(env, k, None) for k in FORWARDED})
+                out: Any = env.reset(*arg)
             elif op == "step":
                 out = env.step(arg)
             elif op == "close":
@@ -76,18 +110,15 @@ def _factory_modules(factory: Any) -> set[str]:
     return {mod} if mod and mod != "__main__" else set()
 
 
-class ProcessEnv:
+class ProcessEnv(Env):
     """An `Env` proxy whose real environment lives in a child process (see module docstring)."""
 
-    def __init__(self, factory: Callable[[], Env], step_timeout: float = 600.0,
-                 reset_timeout: float = 60.0, failure_reward: float = 0.0,
-                 start_method: str = "forkserver"):
-        self.factory = factory
+    def __init__(self, factory: Callable[[Any], Env], models: ModelService | None = None,
+                 step_timeout: float = 600.0, reset_timeout: float = 60.0,
+                 failure_reward: float = 0.0, start_method: str = "forkserver"):
+        self.factory, self.models = factory, models
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
         self.failure_reward = failure_reward
-        self.system_prompt: str | None = None
-        self.example_messages = None
-        self.stop_strings = None
         self._ctx = mp.get_context(start_method)
         self._proc = None
         self._conn = None
@@ -98,16 +129,13 @@ class ProcessEnv:
         """The child's pid (None before the first reset or after close)."""
         return self._proc.pid if self._proc is not None else None
 
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task, seed: int = 0) -> Start:
         """Start a fresh child if there is none alive, then reset it. Raises `EnvFailure`."""
         if self._proc is None or not self._proc.is_alive():
             self._kill()
             self._start()
         self._killed = False
-        observation, attrs = self._call("reset", task, self.reset_timeout)
-        for k, v in attrs.items():
-            setattr(self, k, v)
-        return observation
+        return self._call("reset", (task, seed), self.reset_timeout)
 
     def step(self, action: str) -> StepResult:
         start = time.perf_counter()
@@ -116,8 +144,8 @@ class ProcessEnv:
         except EnvFailure as e:
             if not self._killed:
                 log.warning("env step failed: %s", e)
-            return StepResult("", self.failure_reward, True, duration=time.perf_counter() - start,
-                              info={"failure": str(e)})
+            return StepResult(reward=self.failure_reward, done=True,
+                              duration=time.perf_counter() - start, failure=str(e))
 
     def close(self) -> None:
         """Close the env and stop the child (killed if it does not exit within 2 s)."""
@@ -161,25 +189,48 @@ class ProcessEnv:
     def _call(self, op: str, arg: Any, timeout: float) -> Any:
         if self._proc is None:
             raise EnvFailure(f"env {op}: no child process (call reset first)")
+        deadline = time.perf_counter() + timeout
         try:
             self._conn.send((op, arg))
-            ready = self._conn.poll(timeout)
         except (OSError, BrokenPipeError):
-            ready = True  # the child is gone; recv below reports how it died
-        if not ready:
-            self._kill()
-            raise EnvFailure(f"env {op} timed out after {timeout:g} s (child killed)")
+            pass  # the child is gone; recv below reports how it died
+        while True:
+            try:
+                ready = self._conn.poll(max(0.0, deadline - time.perf_counter()))
+            except (OSError, BrokenPipeError):
+                ready = True
+            if not ready:
+                self._kill()
+                raise EnvFailure(f"env {op} timed out after {timeout:g} s (child killed)")
+            try:
+                status, payload = self._conn.recv()
+            except (EOFError, OSError):
+                reason = self._death()
+                self._kill()
+                who = "killed on request" if self._killed else f"env process died during {op}"
+                raise EnvFailure(f"{who} ({reason})") from None
+            if status == "model":  # the env asks the model service; serve it, keep waiting
+                self._serve_model(*payload)
+                continue
+            if status == "error":
+                self._kill()  # its state is suspect: the next episode gets a fresh child
+                raise EnvFailure(f"env {op} raised {payload}")
+            return payload
+
+    def _serve_model(self, spec: str, messages, params) -> None:
         try:
-            status, payload = self._conn.recv()
-        except (EOFError, OSError):
-            reason = self._death()
-            self._kill()
-            who = "killed on request" if self._killed else f"env process died during {op}"
-            raise EnvFailure(f"{who} ({reason})") from None
-        if status == "error":
-            self._kill()  # its state is suspect: the next episode gets a fresh child
-            raise EnvFailure(f"env {op} raised {payload}")
-        return payload
+            if self.models is None:
+                raise RuntimeError("this environment was given no model service")
+            if spec in ("policy", "base"):
+                out = self.models.complete(messages, params, adapter=spec == "policy")
+            else:
+                client = self.models.client(spec)
+                if client is None:
+                    raise RuntimeError(f"model spec {spec!r} has no model")
+                out = client.complete(messages, params)
+            self._conn.send(("model_ok", out))
+        except Exception as e:  # the env sees the failure; the child lives on
+            self._conn.send(("model_error", f"{type(e).__name__}: {e}"))
 
     def _death(self) -> str:
         self._proc.join(timeout=2.0)

@@ -3,23 +3,9 @@
 The policy picks one of a few named programs (default: `fast`, reward 0.3, ~0.1 s; `slow`,
 reward 1.0, ~1 s) by replying `<choice>NAME</choice>`. The environment then really sleeps (or
 burns CPU) for a duration drawn from a heavy-tailed distribution around the arm's mean, and
-reports that wall time as the step's duration. With asynchronous actors the fast arm completes
-~10x more often per second, which is exactly the bias duration-aware updates remove
-(arXiv 2509.01684; see `practicum.runtime.duration_bias`).
-
-Options (`task.options`), all optional:
-  arms:          {name: {reward: float, seconds: float}}, mean duration per arm before time_scale
-  distribution:  "lognormal" (sigma) or "pareto" (pareto_alpha); both keep the arm's mean
-  sigma:         lognormal shape (default 1.0: the slowest of 8 draws is ~3x the mean)
-  pareto_alpha:  Pareto tail index > 1 (default 1.5: infinite variance)
-  time_scale:    multiplies every duration (default 1.0)
-  work:          "sleep" (default; a remote sandbox running code) or "compute" (a busy loop)
-  turns:         actions per episode (default 1); the final reward is the mean arm reward
-  fallback_arm:  arm name, "random", or null (default): what an unparsable reply runs; null ends
-                 the episode as a failure. Runtime benchmarks with an untrained model use "random".
-  step_timeout:  seconds before the child process running a step is killed (default 60)
-  process:       run every episode's env in its own child process (default true)
-  faults:        fault-injection rates, see `practicum.envs.faults` (default none)
+reports that wall time as the step's duration, the input of duration-aware weights
+(arXiv 2509.01684; benchmarks/duration_bias.py measures when asynchronous training is biased
+toward fast arms and what the weights do). Options: `BanditOptions`.
 """
 
 from __future__ import annotations
@@ -29,11 +15,15 @@ import math
 import random
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Literal
 
-from practicum.envs.base import StepResult, Task
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.registry import Suite, SuiteContext, register_env
+from practicum.errors import ConfigError
 
 SYSTEM_PROMPT = "You choose which program to run. Each program takes time and earns a score."
 _CHOICE = re.compile(r"<choice>\s*([A-Za-z_]+)\s*</choice>", re.I)
@@ -48,70 +38,61 @@ class Arm:
     """Mean run time in seconds (before `BanditSpec.time_scale`)."""
 
 
-@dataclass(frozen=True)
-class BanditSpec:
-    """Everything a `TimedBanditEnv` needs; built from `task.options` by `from_options`."""
+class ArmOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    arms: tuple[Arm, ...] = (Arm("fast", 0.3, 0.1), Arm("slow", 1.0, 1.0))
-    distribution: str = "lognormal"
-    sigma: float = 1.0
-    pareto_alpha: float = 1.5
-    time_scale: float = 1.0
-    work: str = "sleep"
-    turns: int = 1
-    fallback_arm: str | None = None
-    step_timeout: float = 60.0
-    process: bool = True
-    faults: dict[str, float] = field(default_factory=dict)
-    failure_reward: float = 0.0
+    reward: float = Field(description="Reward of one completed run of this program.")
+    seconds: float = Field(ge=0, description="Mean run time in seconds (before time_scale).")
 
-    def arm(self, name: str) -> Arm:
-        for a in self.arms:
-            if a.name == name:
-                return a
-        raise KeyError(name)
 
-    @classmethod
-    def from_options(cls, options: dict[str, Any], failure_reward: float = 0.0) -> "BanditSpec":
-        known = {"arms", "distribution", "sigma", "pareto_alpha", "time_scale", "work", "turns",
-                 "fallback_arm", "step_timeout", "process", "faults"}
-        for key in options:
-            if key not in known:
-                raise ValueError(f"config error at task.options.{key}: unknown timed_bandit option "
-                                 f"(known: {', '.join(sorted(known))})")
-        kw: dict[str, Any] = {k: v for k, v in options.items() if k != "arms"}
-        if "arms" in options:
-            arms = []
-            for name, a in dict(options["arms"]).items():
-                if not isinstance(a, dict) or set(a) != {"reward", "seconds"}:
-                    raise ValueError(f"config error at task.options.arms.{name}: expected "
-                                     f"{{reward: float, seconds: float}}, got {a!r}")
-                arms.append(Arm(str(name), float(a["reward"]), float(a["seconds"])))
-            kw["arms"] = tuple(arms)
-        spec = cls(**kw, failure_reward=failure_reward)
-        spec.validate()
-        return spec
+class BanditOptions(BaseModel):
+    """`task.options` of the timed bandit (module docstring)."""
 
-    def validate(self) -> None:
-        def bad(key: str, msg: str) -> ValueError:
-            return ValueError(f"config error at task.options.{key}: {msg}")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
+    arms: dict[str, ArmOptions] = Field(
+        default_factory=lambda: {"fast": ArmOptions(reward=0.3, seconds=0.1),
+                                 "slow": ArmOptions(reward=1.0, seconds=1.0)},
+        description="Programs the policy can run: name -> {reward, seconds}.")
+    distribution: Literal["lognormal", "pareto"] = Field("lognormal", description="Run times.")
+    sigma: float = Field(1.0, ge=0, description="Lognormal shape.")
+    pareto_alpha: float = Field(1.5, gt=1, description="Pareto tail index.")
+    time_scale: float = Field(1.0, ge=0, description="Multiplies every duration.")
+    work: Literal["sleep", "compute"] = Field("sleep", description="How a run spends its time.")
+    turns: int = Field(1, ge=1, description="Actions per episode.")
+    fallback_arm: str | None = Field(None, description="Arm name, random, or null: what an "
+                                     "unparsable reply runs (null ends the episode malformed).")
+    step_timeout: float = Field(60.0, gt=0, description="Seconds before a step's child process "
+                                "is killed.")
+    process: bool = Field(True, description="Run every episode's env in its own child process.")
+    faults: dict[str, float] = Field(default_factory=dict,
+                                     description="Fault-injection rates (practicum.envs.faults).")
+    train_size: int = Field(64, gt=0, description="Training tasks (identical states).")
+    eval_size: int = Field(8, gt=0, description="Held-out tasks.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "BanditOptions":
         if len(self.arms) < 2:
-            raise bad("arms", f"a bandit needs at least 2 arms, got {len(self.arms)}")
-        if any(a.seconds < 0 for a in self.arms):
-            raise bad("arms", "every arm needs seconds >= 0")
-        if self.distribution not in ("lognormal", "pareto"):
-            raise bad("distribution", f"expected lognormal or pareto, got {self.distribution!r}")
-        if self.sigma < 0 or self.pareto_alpha <= 1 or self.time_scale < 0:
-            raise bad("sigma", "need sigma >= 0, pareto_alpha > 1 and time_scale >= 0")
-        if self.work not in ("sleep", "compute"):
-            raise bad("work", f"expected sleep or compute, got {self.work!r}")
-        if self.turns < 1:
-            raise bad("turns", f"expected an integer >= 1, got {self.turns}")
-        names = {a.name for a in self.arms}
-        if self.fallback_arm not in (None, "random", *names):
-            raise bad("fallback_arm", f"expected null, random or one of {sorted(names)}, "
-                                      f"got {self.fallback_arm!r}")
+            raise ValueError(f"a bandit needs at least 2 arms, got {len(self.arms)}")
+        from practicum.envs.faults import check_faults
+
+        check_faults(self.faults)
+        if self.fallback_arm not in (None, "random", *self.arms):
+            raise ValueError(f"fallback_arm must be null, random or one of {sorted(self.arms)}, "
+                             f"got {self.fallback_arm!r}")
+        return self
+
+    def arm_list(self) -> tuple[Arm, ...]:
+        return tuple(Arm(name, a.reward, a.seconds) for name, a in self.arms.items())
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    reward: float
+    """Reward of one completed run of this program."""
+    seconds: float
+    """Mean run time in seconds (before `time_scale`)."""
 
 
 def draw_duration(rng: random.Random, mean: float, distribution: str = "lognormal",
@@ -153,81 +134,89 @@ def run_for(seconds: float, work: str = "sleep") -> float:
     return time.perf_counter() - start
 
 
-def prompt(spec: BanditSpec) -> str:
-    names = [a.name for a in spec.arms]
+def prompt(arms: tuple[Arm, ...]) -> str:
+    names = [a.name for a in arms]
     listed = ", ".join(f"<choice>{n}</choice>" for n in names)
-    return (f"Pick a program to run: {', '.join(names)}. Reply with exactly one of: {listed}.")
+    return f"Pick a program to run: {', '.join(names)}. Reply with exactly one of: {listed}."
 
 
-class TimedBanditEnv:
-    """One episode = `spec.turns` choices; each really runs for its drawn duration."""
+class TimedBanditEnv(Env):
+    """One episode = `opts.turns` choices; each really runs for its drawn duration."""
 
-    system_prompt = SYSTEM_PROMPT
-
-    def __init__(self, spec: BanditSpec, seed: int = 0):
-        self.spec = spec
-        self.rng = random.Random(seed)
+    def __init__(self, opts: BanditOptions):
+        self.opts, self.arms = opts, opts.arm_list()
+        self.rng = random.Random(0)
         self._rewards: list[float] = []
 
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        self.rng = random.Random(seed)
         self._rewards = []
-        return prompt(self.spec)
+        return Start([{"role": "system", "content": SYSTEM_PROMPT},
+                      {"role": "user", "content": prompt(self.arms)}])
 
     def step(self, action: str) -> StepResult:
-        spec = self.spec
-        name = parse_choice(action, [a.name for a in spec.arms])
-        info: dict[str, Any] = {}
-        if name is None and spec.fallback_arm is not None:
-            name = (self.rng.choice(spec.arms).name if spec.fallback_arm == "random"
-                    else spec.fallback_arm)
-            info["fallback"] = True
+        opts = self.opts
+        name = parse_choice(action, [a.name for a in self.arms])
+        malformed = name is None
+        if name is None and opts.fallback_arm is not None:
+            name = (self.rng.choice(self.arms).name if opts.fallback_arm == "random"
+                    else opts.fallback_arm)
         if name is None:
-            return StepResult(f"Unparsable reply. {prompt(spec)}", spec.failure_reward, True,
-                              info={"failure": f"unparsable action: {action[:80]!r}"})
-        arm = spec.arm(name)
-        planned = draw_duration(self.rng, arm.seconds * spec.time_scale, spec.distribution,
-                                spec.sigma, spec.pareto_alpha)
-        duration = run_for(planned, spec.work)
+            return StepResult(f"Unparsable reply. {prompt(self.arms)}", malformed=True,
+                              done=True, reward=0.0)
+        arm = next(a for a in self.arms if a.name == name)
+        planned = draw_duration(self.rng, arm.seconds * opts.time_scale, opts.distribution,
+                                opts.sigma, opts.pareto_alpha)
+        duration = run_for(planned, opts.work)
         self._rewards.append(arm.reward)
-        done = len(self._rewards) >= spec.turns
+        done = len(self._rewards) >= opts.turns
         reward = sum(self._rewards) / len(self._rewards) if done else arm.reward
         obs = f"{arm.name} finished in {duration:.2f} s with score {arm.reward:g}. Choose again."
-        return StepResult(obs, reward, done, duration=duration,
-                          info={**info, "arm": arm.name, "planned_seconds": planned})
+        best = max(a.reward for a in self.arms)
+        return StepResult(obs, reward, done, duration=duration, malformed=malformed,
+                          solved=(reward >= best) if done else None,
+                          metrics={f"arm_{arm.name}": 1.0, "seconds": duration},
+                          info={"arm": arm.name, "planned_seconds": planned})
 
-    def close(self) -> None:
-        pass
+
+def _bandit_env(opts: BanditOptions, models=None) -> Env:
+    return TimedBanditEnv(opts)
+
+
+def _faulty_bandit_env(opts: BanditOptions, seed: int, models=None) -> Env:
+    from practicum.envs.faults import FaultyEnv
+
+    return FaultyEnv(partial(TimedBanditEnv, opts), dict(opts.faults), seed)
 
 
 class BanditEnvFactory:
-    """`Suite.make_env` for the timed bandit: a fresh env per episode, each with its own seed,
-    in its own child process when `spec.process` (optionally with injected faults)."""
+    """`Suite.make_env` for the timed bandit: a fresh env per episode, in its own child process
+    when `opts.process` (optionally with injected faults)."""
 
-    def __init__(self, spec: BanditSpec, seed: int = 0):
-        self.spec, self.seed = spec, seed
+    def __init__(self, opts: BanditOptions, seed: int = 0, failure_reward: float = 0.0):
+        self.opts, self.seed, self.failure_reward = opts, seed, failure_reward
         self._count = itertools.count()
 
-    def __call__(self):
+    def __call__(self, models=None) -> Env:
         n = next(self._count)  # atomic under the GIL: safe from many actor threads
-        env_seed = (self.seed * 1_000_003 + n) % 2 ** 63
-        make = partial(TimedBanditEnv, self.spec, env_seed)
-        if self.spec.faults:
-            from practicum.envs.faults import FaultyEnv
-
-            make = partial(FaultyEnv, make, dict(self.spec.faults), env_seed)
-        if not self.spec.process:
-            return make()
+        make = (partial(_faulty_bandit_env, self.opts, (self.seed * 1_000_003 + n) % 2 ** 63)
+                if self.opts.faults else partial(_bandit_env, self.opts))
+        if not self.opts.process:
+            return make(models)
         from practicum.envs.process_env import ProcessEnv
 
-        return ProcessEnv(make, step_timeout=self.spec.step_timeout,
-                          failure_reward=self.spec.failure_reward)
+        return ProcessEnv(make, models, step_timeout=self.opts.step_timeout,
+                          failure_reward=self.failure_reward)
 
 
-def timed_bandit_suite(cfg):
-    """The `timed_bandit` suite: identical single-state tasks (one GRPO group per task)."""
-    from practicum.suites import Suite
+def timed_bandit_suite(opts: BanditOptions, ctx: SuiteContext) -> Suite:
+    """Programs that really take time: the test bed for async, duration-aware RL."""
+    if opts.faults.get("step_kill") and not opts.process:
+        raise ConfigError("config error at task.options.faults: step_kill would kill the "
+                          "trainer; it needs task.options.process=true")
+    train = [Task(f"bandit/train/{i}") for i in range(opts.train_size)]
+    held_out = [Task(f"bandit/eval/{i}") for i in range(opts.eval_size)]
+    return Suite(BanditEnvFactory(opts, ctx.seed, ctx.failure_reward), train, held_out)
 
-    spec = BanditSpec.from_options(cfg.task.options, failure_reward=cfg.rollout.failure_reward)
-    train = [Task(f"bandit/train/{i}") for i in range(cfg.task.train_size)]
-    held_out = [Task(f"bandit/eval/{i}") for i in range(cfg.task.eval_size)]
-    return Suite(BanditEnvFactory(spec, cfg.run.seed), train, held_out)
+
+register_env("timed_bandit", BanditOptions, timed_bandit_suite)

@@ -7,8 +7,19 @@ model can learn it in a few dozen updates: it is a test of the RL plumbing, not 
 
 from __future__ import annotations
 
-from practicum.config import Config
-from practicum.envs.base import StepResult, Task
+from pydantic import BaseModel, ConfigDict, Field
+
+from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.registry import Suite, SuiteContext, register_env
+
+
+class ToyOptions(BaseModel):
+    """`task.options` of the toy environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train_size: int = Field(64, gt=0, description="Training prompts.")
+    eval_size: int = Field(8, gt=0, description="Held-out prompts.")
 
 
 def first_half_share(text: str) -> float:
@@ -16,22 +27,25 @@ def first_half_share(text: str) -> float:
     return sum(c <= "m" for c in letters) / len(letters) if letters else 0.0
 
 
-class LetterEnv:
-    system_prompt = None
-
-    def reset(self, task: Task) -> str:
-        return task.data["prompt"]
+class LetterEnv(Env):
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        return Start([{"role": "user", "content": task.data["prompt"]}])
 
     def step(self, action: str) -> StepResult:
-        return StepResult("", first_half_share(action), True)
-
-    def close(self) -> None:
-        pass
+        reward = first_half_share(action)
+        return StepResult(reward=reward, done=True, metrics={"share": reward})
 
 
-def toy_suite(cfg: Config):
-    from practicum.suites import Suite
+def make_letter_env(models=None) -> LetterEnv:
+    return LetterEnv()
 
-    train = [Task(f"toy/{i}", {"prompt": f"Write a word. ({i})"}) for i in range(cfg.task.train_size)]
-    held = [Task(f"toy-eval/{i}", {"prompt": f"Write a word. [{i}]"}) for i in range(cfg.task.eval_size)]
-    return Suite(LetterEnv, train, held)
+
+def toy_suite(opts: ToyOptions, ctx: SuiteContext) -> Suite:
+    """Reply with letters from the first half of the alphabet (a plumbing test)."""
+    train = [Task(f"toy/{i}", {"prompt": f"Write a word. ({i})"}) for i in range(opts.train_size)]
+    held = [Task(f"toy-eval/{i}", {"prompt": f"Write a word. [{i}]"})
+            for i in range(opts.eval_size)]
+    return Suite(make_letter_env, train, held)
+
+
+register_env("toy", ToyOptions, toy_suite)

@@ -1,15 +1,20 @@
-"""Episode slots for actors, finished episodes into complete GRPO groups, admission control.
+"""Episode slots for actors, finished episodes for the learner, and the staleness bound.
 
-A group is one task sampled `group_size` times. Actors ask `next_assignment` for a slot: first
-unassigned slots of already open groups (oldest first), else a new group from the task cursor.
-Finished episodes come back through `finish`; a group whose members are all in is *complete*
-and queued for the learner in completion order (`take`). Because the learner only sees complete
-groups, fast episodes cannot crowd slow ones out of a group's baseline.
+A group is one task drawn from the task cursor and sampled `group_size` times (one slot per
+episode). Actors ask `next_assignment` for a slot: a free slot of an open group (oldest group
+first), else a new group. Finished, stored episodes come back through `finish`. The learner
+takes them in one of two ways (`rollout.batching`):
 
-Admission control (runtime.staleness_policy = admission, as AReaL's max_head_offpolicyness,
-arXiv 2505.24298): a new group opens only while fewer than (max_staleness + 1) * tasks_per_step
-groups are open (opened, not yet taken by the learner), so sampling runs at most max_staleness
-batches ahead of the learner.
+* complete groups (`take_group`): a group whose members are all in, in completion order; fast
+  episodes cannot crowd slow ones out of a group's baseline;
+* streaming (`take_episode`): single finished episodes in completion order.
+
+Staleness (runtime.staleness_policy = admission, as AReaL's max_head_offpolicyness, arXiv
+2505.24298, made strict): every group records the policy version it was opened at; no token
+sampled for it can be older. A new group opens only while fewer than (max_staleness + 1) *
+tasks_per_step groups are open, and before the learner trains at version V it waits for every
+group opened at version <= V - max_staleness (`due`) and trains it in that batch, so no sample
+is ever trained more than max_staleness versions after its group opened. Nothing is discarded.
 
 Group ids are `g{index}/{task_id}` with `index` the cursor position that opened the group, so a
 resumed run re-opens the same groups and finds their members already in the store.
@@ -18,14 +23,13 @@ resumed run re-opens the same groups and finds their members already in the stor
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from practicum.envs.base import Task
 from practicum.episode import Episode
-from practicum.suites import TaskCursor
+from practicum.runtime.cursor import TaskCursor
 
 
 def group_id(index: int, task_id: str) -> str:
@@ -35,13 +39,13 @@ def group_id(index: int, task_id: str) -> str:
 def group_index_of(gid: str) -> int:
     head = gid.split("/", 1)[0]
     if not head.startswith("g") or not head[1:].isdigit():
-        raise ValueError(f"episode group id {gid!r} is not an async group id (g<index>/<task>)")
+        raise ValueError(f"episode group id {gid!r} is not a group id (g<index>/<task>)")
     return int(head[1:])
 
 
 @dataclass
 class Assignment:
-    """One episode to run: the `slot`-th member of group `group_id`."""
+    """One episode to run: slot `slot` of group `group_id`."""
 
     group_id: str
     index: int
@@ -54,74 +58,96 @@ class Group:
     index: int
     task: Task
     size: int
-    assigned: int = 0
+    version: int = 0
+    """Policy version when the group opened: a lower bound on every turn's version."""
+    slots_taken: set[int] = field(default_factory=set)
+    """Slots handed to actors (or restored from the store)."""
     members: list[tuple[int, Episode]] = field(default_factory=list)
-    """(store position, episode) of each finished member, in completion order."""
-    opened_at: float = field(default_factory=time.perf_counter)
+    """(store position, episode) of finished members not yet taken, in completion order."""
+    taken: int = 0
+    """Members the learner has taken (streaming takes them one by one)."""
 
     @property
     def gid(self) -> str:
         return group_id(self.index, self.task.task_id)
 
     @property
+    def complete(self) -> bool:
+        return len(self.members) == self.size
+
+    @property
+    def done(self) -> bool:
+        return self.taken == self.size
+
+    @property
     def episodes(self) -> list[Episode]:
         return [e for _, e in self.members]
 
-    @property
-    def positions(self) -> list[int]:
-        return [p for p, _ in self.members]
-
 
 class GroupBoard:
-    def __init__(self, cursor: TaskCursor, group_size: int, max_open: int | None = None):
+    def __init__(self, cursor: TaskCursor, group_size: int, max_open: int | None = None,
+                 version: int = 0):
         self.cursor, self.group_size, self.max_open = cursor, group_size, max_open
+        self.version = version
+        """The learner's current policy version (`set_version` after every update)."""
         self._cond = threading.Condition()
         self._open: dict[str, Group] = {}
-        self._ready: list[Group] = []
+        self._finished: list[tuple[Group, int, Episode]] = []  # completion order
         self._restored: set[str] = set()
         self._closed = False
         self.groups_opened = 0
 
-    # -- resume -------------------------------------------------------------------------------
-    def restore(self, open_groups: list[tuple[int, str]], pending: list[tuple[int, Episode]],
-                tasks_by_id: dict[str, Task]) -> list[int]:
-        """Re-open the groups a checkpoint left open and those of stored, unconsumed episodes;
-        their stored members count as finished. Returns surplus positions (more members than a
-        group holds) for the caller to mark consumed."""
-        wanted = {group_id(i, t): (i, t) for i, t in open_groups}
-        for _, e in pending:
-            wanted.setdefault(e.group_id, (group_index_of(e.group_id), e.task_id))
+    # -- resume ---------------------------------------------------------------------------------
+    def restore(self, open_groups: list[tuple[int, str, int]],
+                stored: list[tuple[int, Episode, bool]], tasks_by_id: dict[str, Task]) -> list:
+        """Re-open the groups a checkpoint left open (index, task id, version) and those of
+        stored, unconsumed episodes. `stored`: (position, episode, consumed) for every stored
+        episode of those groups: consumed ones count as taken, the others as finished. Returns
+        the (position, episode) surplus (more members than a group holds) for the caller to
+        mark consumed."""
+        wanted = {group_id(i, t): (i, t, v) for i, t, v in open_groups}
+        for _, e, consumed in stored:
+            if not consumed:
+                wanted.setdefault(e.group_id, (group_index_of(e.group_id), e.task_id,
+                                               self.version))
         surplus = []
         with self._cond:
-            for gid, (index, task_id) in sorted(wanted.items(), key=lambda kv: kv[1][0]):
+            for gid, (index, task_id, version) in sorted(wanted.items(), key=lambda kv: kv[1][0]):
                 if task_id not in tasks_by_id:
                     raise ValueError(f"cannot resume group {gid}: task {task_id!r} is not in the "
                                      f"training tasks any more")
-                g = Group(index, tasks_by_id[task_id], self.group_size)
-                self._open[gid] = g
+                self._open[gid] = Group(index, tasks_by_id[task_id], self.group_size, version)
                 self._restored.add(gid)
-            for pos, e in pending:
-                g = self._open[e.group_id]
-                if len(g.members) >= g.size:
-                    surplus.append(pos)
+            for pos, e, consumed in sorted(stored, key=lambda x: x[0]):
+                g = self._open.get(e.group_id)
+                if g is None:
                     continue
-                g.members.append((pos, e))
-                g.assigned += 1
-            for g in sorted(self._open.values(), key=lambda g: g.index):
-                if len(g.members) == g.size:
-                    self._ready.append(g)
+                slot = e.info.get("slot")
+                if len(g.slots_taken) >= g.size or slot in g.slots_taken:
+                    if not consumed:
+                        surplus.append((pos, e))
+                    continue
+                g.slots_taken.add(slot if slot is not None else _free_slot(g))
+                if consumed:
+                    g.taken += 1
+                else:
+                    g.members.append((pos, e))
+                    self._finished.append((g, pos, e))
+            for gid in [gid for gid, g in self._open.items() if g.done]:
+                del self._open[gid]
             self._cond.notify_all()
         return surplus
 
-    # -- actors -------------------------------------------------------------------------------
+    # -- actors ---------------------------------------------------------------------------------
     def next_assignment(self, stop: threading.Event) -> Assignment | None:
         """Block until there is a slot to run (admission permitting); None once stopped."""
         with self._cond:
             while not (stop.is_set() or self._closed):
                 for g in sorted(self._open.values(), key=lambda g: g.index):
-                    if g.assigned < g.size:
-                        g.assigned += 1
-                        return Assignment(g.gid, g.index, g.task, g.assigned - 1)
+                    if len(g.slots_taken) < g.size:
+                        slot = _free_slot(g)
+                        g.slots_taken.add(slot)
+                        return Assignment(g.gid, g.index, g.task, slot)
                 if self.max_open is None or len(self._open) < self.max_open:
                     self._open_next()
                     continue
@@ -130,11 +156,10 @@ class GroupBoard:
 
     def _open_next(self) -> None:
         while True:
-            index = self.cursor.position
-            task = self.cursor.take(1)[0]
+            index, task = self.cursor.take_one()
             if group_id(index, task.task_id) not in self._restored:
                 break
-        g = Group(index, task, self.group_size)
+        g = Group(index, task, self.group_size, self.version)
         self._open[g.gid] = g
         self.groups_opened += 1
 
@@ -143,22 +168,64 @@ class GroupBoard:
         with self._cond:
             g = self._open[a.group_id]
             g.members.append((position, episode))
-            if len(g.members) == g.size:
-                self._ready.append(g)
-                self._cond.notify_all()
+            self._finished.append((g, position, episode))
+            self._cond.notify_all()
 
-    # -- learner ------------------------------------------------------------------------------
-    def take(self, timeout: float) -> Group | None:
-        """The oldest complete group (removed from the board), or None after `timeout` s."""
+    # -- learner --------------------------------------------------------------------------------
+    def set_version(self, version: int) -> None:
         with self._cond:
-            if not self._cond.wait_for(lambda: self._ready or self._closed, timeout):
+            self.version = version
+
+    def due(self, max_staleness: int) -> set[str]:
+        """Groups that must be trained in the batch of the current version (module doc)."""
+        with self._cond:
+            return {g.gid for g in self._open.values()
+                    if g.version + max_staleness <= self.version}
+
+    def take_group(self, timeout: float, only: set[str] | None = None) -> Group | None:
+        """The complete group that completed first (restricted to `only`), removed from the
+        board; None after `timeout` seconds."""
+        def ready() -> Group | None:
+            for g, _, _ in self._finished:
+                if g.complete and (only is None or g.gid in only):
+                    return g
+            return None
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: ready() is not None or self._closed, timeout):
                 return None
-            if not self._ready:
+            g = ready()
+            if g is None:
                 return None
-            g = self._ready.pop(0)
+            self._finished = [x for x in self._finished if x[0] is not g]
+            g.taken = g.size
             del self._open[g.gid]
-            self._cond.notify_all()  # admission: a slot for a new group
+            self._cond.notify_all()  # admission: room for a new group
             return g
+
+    def take_episode(self, timeout: float, only: set[str] | None = None
+                     ) -> tuple[Group, int, Episode] | None:
+        """The finished episode that finished first (of a group in `only`), removed from the
+        board; its group closes once every member is taken. None after `timeout` seconds."""
+        def ready() -> int | None:
+            for i, (g, _, _) in enumerate(self._finished):
+                if only is None or g.gid in only:
+                    return i
+            return None
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: ready() is not None or self._closed, timeout):
+                return None
+            i = ready()
+            if i is None:
+                return None
+            g, pos, e = self._finished.pop(i)
+            g.members.remove((pos, e))
+            g.taken += 1
+            if g.done:
+                del self._open[g.gid]
+                self._cond.notify_all()
+            return g, pos, e
 
     def close(self) -> None:
         with self._cond:
@@ -167,15 +234,24 @@ class GroupBoard:
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
-        """No group opens or completes inside the block (consistent checkpoints)."""
+        """No group opens or finishes inside the block (consistent checkpoints)."""
         with self._cond:
             yield
 
-    def open_groups(self) -> list[tuple[int, str]]:
-        """(index, task id) of every group opened and not yet taken: saved in checkpoints."""
+    def open_groups(self) -> list[tuple[int, str, int]]:
+        """(index, task id, version) of every group opened and not yet fully taken."""
         with self._cond:
-            return sorted((g.index, g.task.task_id) for g in self._open.values())
+            return sorted((g.index, g.task.task_id, g.version) for g in self._open.values())
+
+    def open_ids(self) -> set[str]:
+        with self._cond:
+            return set(self._open)
 
     def counts(self) -> dict[str, float]:
         with self._cond:
-            return {"open_groups": float(len(self._open)), "ready_groups": float(len(self._ready))}
+            return {"open_groups": float(len(self._open)),
+                    "finished_waiting": float(len(self._finished))}
+
+
+def _free_slot(g: Group) -> int:
+    return next(s for s in range(g.size + len(g.slots_taken) + 1) if s not in g.slots_taken)

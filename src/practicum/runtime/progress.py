@@ -7,10 +7,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class TrainProgress:
-    def __init__(self, total: int, start: int = 0, enabled: bool = True):
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, label: str = "train"):
         self.enabled = enabled
         self._progress = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=not enabled)
         self._task = self._progress.add_task("train", total=total, completed=start, info="")
 
@@ -20,6 +20,11 @@ class TrainProgress:
 
     def __exit__(self, *exc) -> None:
         self._progress.__exit__(*exc)
+
+    def note(self, message: str) -> None:
+        """A line above the bar (or on stderr when the bar is off)."""
+        if self.enabled:
+            self._progress.console.print(f"[yellow]{message}")
 
     def update(self, step: int, metrics: dict) -> None:
         info = f"reward {metrics.get('reward_mean', float('nan')):.3f}"

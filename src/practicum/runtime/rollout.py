@@ -1,27 +1,44 @@
 """Running episodes: engine turns and timed environment steps assembled token-exactly.
 
-`EpisodeBuilder` holds one episode in progress; `rollout_batch` advances many in lockstep
-(one batched generate per round, environment steps in parallel threads, the sync runtime);
-`run_episode` drives one episode turn by turn (an async actor). Environment failures end only
-their own episode, with a logged reason and `failure_reward`.
+`EpisodeBuilder` holds one episode in progress; `rollout_batch` advances many in lockstep (one
+batched generate per round through the generation server, environment steps in parallel
+threads: the sync runtime and evaluation); `run_episode` drives one episode turn by turn (an
+async actor). Environment failures end only their own episode, with a logged reason.
+
+Length: every turn's generation is capped to the room left in its row (`max_seq_len`), and a
+turn stopped by a length limit is marked (`Turn.finish_reason` 'length' or 'budget'). An
+episode is overlong when its outcome was decided by length: its final turn was cut, or its
+row had no room for another turn.
+
+Seeds: an episode's randomness (the environment's, and every turn's sampling) derives from the
+run seed, its group id and its slot, so a resumed run re-samples a lost episode identically and
+no two turns or rows share a seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import traceback
 import uuid
 from concurrent.futures import CancelledError, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from practicum.engine.base import Engine, Sample, SamplingParams
+from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.chat import ChatFormat
+from practicum.engine.server import GenerationServer
 from practicum.envs.base import Env, StepResult, Task
 from practicum.episode import Episode, Turn
 
 log = logging.getLogger(__name__)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts (distinct parts give unrelated seeds)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 @dataclass
@@ -32,38 +49,50 @@ class RolloutLimits:
 
 
 class EpisodeBuilder:
-    """One episode in progress: exact ids so far, turns, and whether it has ended."""
+    """One episode in progress: the ids of its current row, its turns, whether it has ended."""
 
-    def __init__(self, env: Env, task: Task, group_id: str, chat: ChatFormat, limits: RolloutLimits):
+    def __init__(self, env: Env, task: Task, group_id: str, slot: int, chat: ChatFormat,
+                 limits: RolloutLimits, params: SamplingParams, run_seed: int):
         self.env, self.chat, self.limits = env, chat, limits
+        self.seed = derive_seed(run_seed, group_id, slot)
         self.done = False
+        self.episode = Episode(task_id=task.task_id, group_id=group_id, prompt_ids=[],
+                               episode_id=uuid.uuid4().hex, info={"slot": slot})
+        self._row: list[int] = []
+        self._context: list[int] | None = None  # the next turn's fresh prompt, when set
+        self.params = params
         try:
-            first = env.reset(task)
-            prompt = chat.prompt_ids(first, getattr(env, "system_prompt", None),
-                                     getattr(env, "example_messages", None))
-            failure = None
+            start = env.reset(task, derive_seed(self.seed, "env"))
+            self.episode.prompt_ids = self._row = chat.render(start.messages)
+            stops = tuple(dict.fromkeys([*params.stop_strings, *start.stop_strings]))
+            self.params = replace(params, stop_strings=stops, stop_token_ids=tuple(sorted(
+                {*params.stop_token_ids, *chat.stop_ids()})))
         except Exception as e:  # a broken task costs one episode, never the run
-            prompt, failure = [], f"reset failed: {type(e).__name__}: {e}"
-        self.episode = Episode(task_id=task.task_id, group_id=group_id, prompt_ids=prompt,
-                               episode_id=uuid.uuid4().hex)
-        self._ids = list(prompt)
-        if failure:
-            self._fail(failure)
+            self._fail(f"reset failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
 
-    def current_ids(self) -> list[int]:
-        return self._ids
+    def request(self) -> tuple[list[int], SamplingParams, int] | None:
+        """(row ids, params capped to the room left, seed) for the next turn; None (and the
+        episode ends, overlong) when the row has no room left."""
+        room = self.limits.max_seq_len - len(self._row)
+        if room <= 0:
+            self.episode.overlong = self.episode.truncated = True
+            self._finish(self.episode.turns[-1].reward if self.episode.turns else 0.0)
+            return None
+        params = self.params
+        if room < params.max_new_tokens:
+            params = replace(params, max_new_tokens=room)
+        return self._row, params, derive_seed(self.seed, len(self.episode.turns))
 
-    def budget(self) -> int:
-        return self.limits.max_seq_len - len(self._ids)
-
-    def add_action(self, sample: Sample, version: int) -> None:
+    def add_action(self, sample: Sample, version: int, params: SamplingParams) -> None:
+        reason = sample.finish_reason
+        if reason == "length" and params.max_new_tokens < self.params.max_new_tokens:
+            reason = "budget"
         self.episode.turns.append(Turn(sampled_ids=list(sample.token_ids),
                                        logprobs=list(sample.logprobs), policy_version=version,
-                                       action_text=sample.text,
-                                       info={"finish_reason": sample.finish_reason}))
-        self._ids += sample.token_ids
-        if len(self._ids) >= self.limits.max_seq_len:
-            self.episode.overlong = True
+                                       context_ids=self._context, action_text=sample.text,
+                                       finish_reason=reason))
+        self._context = None
+        self._row = self._row + list(sample.token_ids)
 
     def step_env(self) -> StepResult | None:
         """Run the environment on the last action (thread-safe per episode). None on failure."""
@@ -74,8 +103,7 @@ class EpisodeBuilder:
         except Exception as e:
             turn.env_duration = time.perf_counter() - start
             log.warning("env step failed on %s: %s", self.episode.task_id, e)
-            self._fail(f"env crashed: {type(e).__name__}: {e}",
-                       traceback.format_exc(limit=3))
+            self._fail(f"env crashed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
             return None
         turn.env_duration = result.duration or (time.perf_counter() - start)
         return result
@@ -83,23 +111,25 @@ class EpisodeBuilder:
     def apply(self, result: StepResult | None) -> None:
         if result is None or self.done:
             return
-        turn = self.episode.turns[-1]
-        turn.reward, turn.info = result.reward, {**turn.info, **result.info}
-        if result.info.get("failure"):
-            self._fail(str(result.info["failure"]), reward=result.reward)
+        e, turn = self.episode, self.episode.turns[-1]
+        turn.reward, turn.malformed, turn.info = result.reward, result.malformed, result.info
+        e.metrics = dict(result.metrics)
+        if result.failure:
+            self._fail(result.failure, reward=result.reward)
             return
         if result.done:
+            e.solved = result.solved
+            e.overlong = turn.cut
             self._finish(result.reward)
-        elif self.episode.overlong or len(self.episode.turns) >= self.limits.max_turns:
-            self.episode.truncated = True
+        elif len(e.turns) >= self.limits.max_turns:
+            e.truncated, e.overlong = True, turn.cut
             self._finish(result.reward)
+        elif result.context is not None:  # the next turn starts a new row
+            self._context = self._row = self.chat.render(result.context)
         else:
             turn.observation_text = result.observation
             turn.observation_ids = self.chat.observation_ids(result.observation, turn.sampled_ids)
-            self._ids += turn.observation_ids
-            if self.budget() <= 0:
-                self.episode.overlong = self.episode.truncated = True
-                self._finish(result.reward)
+            self._row = self._row + turn.observation_ids
 
     def _finish(self, reward: float) -> None:
         self.episode.reward = float(reward)
@@ -113,67 +143,49 @@ class EpisodeBuilder:
         self._finish(self.limits.failure_reward if reward is None else reward)
 
 
-def run_episode(
-    env: Env,
-    task: Task,
-    group_id: str,
-    chat: ChatFormat,
-    limits: RolloutLimits,
-    generate: Callable[[list[int]], tuple[Sample, int]],
-) -> Episode:
-    """Run one episode turn by turn. `generate(ids)` returns a sample and the policy version of
-    the weights that produced it, so each turn records its own version and new weights are picked
-    up between turns. A failed generate call ends the episode like an environment failure."""
-    b = EpisodeBuilder(env, task, group_id, chat, limits)
+def run_episode(builder: EpisodeBuilder,
+                generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]]
+                ) -> Episode:
+    """Run one episode turn by turn. `generate(ids, params, seed)` returns a sample and the
+    policy version that produced it, so each turn records its own version and new weights are
+    picked up between turns. A failed generate call ends the episode like an env failure."""
+    b = builder
     while not b.done:
+        req = b.request()
+        if req is None:
+            break
         try:
-            sample, version = generate(b.current_ids())
+            sample, version = generate(*req)
         except CancelledError:  # the runtime is shutting down
             b._fail("generation cancelled")
             break
         except Exception as e:
-            log.warning("generation failed on %s: %s", task.task_id, e)
+            log.warning("generation failed on %s: %s", b.episode.task_id, e)
             b._fail(f"generation failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
             break
-        b.add_action(sample, version)
+        b.add_action(sample, version, req[1])
         b.apply(b.step_env())
     return b.episode
 
 
-def rollout_batch(
-    engine: Engine,
-    chat: ChatFormat,
-    make_env: Callable[[], Env],
-    tasks: list[Task],
-    group_ids: list[str],
-    params: SamplingParams,
-    limits: RolloutLimits,
-    env_workers: int = 8,
-    seed: int | None = None,
-) -> list[Episode]:
-    """Run one episode per (task, group id), all in lockstep, and return them in order."""
-    builders = [EpisodeBuilder(make_env(), t, g, chat, limits) for t, g in zip(tasks, group_ids)]
-    stop_ids = sorted(set(params.stop_token_ids) | set(chat.stop_ids()))
-    env_stops = list(getattr(builders[0].env, "stop_strings", None) or []) if builders else []
-    stop_strings = list(dict.fromkeys([*params.stop_strings, *env_stops]))
+def rollout_batch(server: GenerationServer, builders: list[EpisodeBuilder],
+                  env_workers: int = 8) -> list[Episode]:
+    """Run the episodes in lockstep (one batched generate per round) and return them."""
     with ThreadPoolExecutor(max_workers=env_workers) as pool:
-        for round_ in range(limits.max_turns):
+        while True:
             active = [b for b in builders if not b.done]
-            if not active:
+            requests = [(b, b.request()) for b in active]
+            requests = [(b, r) for b, r in requests if r is not None]
+            if not requests:
                 break
-            p = SamplingParams(temperature=params.temperature, top_p=params.top_p,
-                               max_new_tokens=params.max_new_tokens,
-                               stop_strings=stop_strings,
-                               stop_token_ids=stop_ids,
-                               seed=None if seed is None else seed * 1000 + round_)
-            samples = engine.generate([b.current_ids() for b in active], p)
-            for b, s in zip(active, samples):
-                b.add_action(s, engine.version)
-            results = list(pool.map(EpisodeBuilder.step_env, active))
-            for b, r in zip(active, results):
-                b.apply(r)
-    for b in builders:
-        if not b.done:  # loop ended by max_turns without a final step result
-            b.episode.truncated = True
-            b._finish(b.episode.turns[-1].reward if b.episode.turns else 0.0)
+            outs = server.generate_batch([r for _, r in requests])
+            stepping = []
+            for (b, r), (sample, version) in zip(requests, outs):
+                if isinstance(sample, BaseException):
+                    b._fail(f"generation failed: {type(sample).__name__}: {sample}")
+                    continue
+                b.add_action(sample, version, r[1])
+                stepping.append(b)
+            for b, result in zip(stepping, pool.map(EpisodeBuilder.step_env, stepping)):
+                b.apply(result)
     return [b.episode for b in builders]

@@ -1,7 +1,12 @@
-"""A training session: everything a runtime needs, built once, resumed from the run folder.
+"""A training session: everything a run needs, built once, resumed from the run folder.
 
-Both runtimes (sync, async) use it: policy + learner, episode store, metrics, task cursor,
-held-out evaluation, checkpoints, and the final report (plot + summary.json).
+    trainable + sampler (engine) -> GenerationServer (batches every generate call)
+    ModelService (environments' own LLM calls, through the same server)
+    Suite (registered environment: env factory, train/held-out tasks)
+    Learner, EpisodeStore + ConsumptionLedger, MetricsLogger, TaskCursor (+ curriculum)
+
+Both runtimes (sync, async) use it through `runtime.loop.train`; so do `practicum eval` and
+`practicum rft`.
 """
 
 from __future__ import annotations
@@ -14,44 +19,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from practicum.config import Config, dump_config
-from practicum.engine.base import SamplingParams
+from practicum.engine.base import SamplingParams, Trainable
 from practicum.engine.chat import ChatFormat
+from practicum.engine.server import GenerationServer
+from practicum.engine.service import ModelService
 from practicum.envs.base import Task
+from practicum.envs.registry import Suite, SuiteContext, build_suite
 from practicum.episode import Episode
 from practicum.learner import Learner, latest_checkpoint
-from practicum.report import MetricsLogger, plot_rewards
-from practicum.runtime.rollout import RolloutLimits, rollout_batch
-from practicum.runtime.store import EpisodeStore
-from practicum.suites import Suite, TaskCursor, load_suite
+from practicum.report import MetricsLogger, episode_metrics, plot_rewards
+from practicum.runtime.cursor import Curriculum, TaskCursor
+from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, rollout_batch
+from practicum.store import ConsumptionLedger, EpisodeStore
 
 log = logging.getLogger(__name__)
 
+RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json")
+RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
-def load_policy(cfg: Config):
-    from practicum.engine.hf import Policy, PolicyConfig
+
+def load_engine(cfg: Config):
+    """(trainable, sampler) for the config's model."""
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
 
     m = cfg.model
-    return Policy(PolicyConfig(model=m.model, dtype=m.dtype, lora=m.lora, lora_r=m.lora_r,
-                               lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                               lora_target_modules=list(m.lora_target_modules),
-                               gradient_checkpointing=m.gradient_checkpointing,
-                               merged_sampling=m.merged_sampling,
-                               seed=cfg.run.seed))
+    return load_hf_engine(PolicyConfig(
+        model=m.model, dtype=m.dtype, lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha,
+        lora_dropout=m.lora_dropout, lora_target_modules=list(m.lora_target_modules),
+        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
+        init=m.init, seed=cfg.run.seed))
 
 
 @dataclass
 class Session:
     cfg: Config
-    policy: object
+    trainable: Trainable
+    server: GenerationServer
+    models: ModelService
     chat: ChatFormat
     suite: Suite
     learner: Learner
     store: EpisodeStore
+    ledger: ConsumptionLedger
     metrics: MetricsLogger
     cursor: TaskCursor
-    consumed: int = 0
-    """Episodes of the store already trained on (or filtered out) — the resume point."""
+    curriculum: Curriculum
     extra: dict = field(default_factory=dict)
+    """The batch source's state from the checkpoint (e.g. the async runtime's open groups)."""
+    skipped_batches: int = 0
+    """Batches with nothing to train on, over the whole run (kept in checkpoints)."""
 
     @property
     def run_dir(self) -> Path:
@@ -65,48 +81,52 @@ class Session:
     def sampling(self, temperature: float | None = None) -> SamplingParams:
         s = self.cfg.sampling
         t = s.temperature if temperature is None else temperature
-        return SamplingParams(temperature=t, top_p=s.top_p, max_new_tokens=s.max_new_tokens)
+        return SamplingParams(temperature=t, top_p=s.top_p if t > 0 else 1.0,
+                              max_new_tokens=s.max_new_tokens)
 
-    def rollout(self, tasks: list[Task], group_ids: list[str], seed: int | None,
+    def builder(self, task: Task, gid: str, slot: int,
+                temperature: float | None = None) -> EpisodeBuilder:
+        """A new episode of `task` as slot `slot` of group `gid`, in a fresh environment."""
+        return EpisodeBuilder(self.suite.make_env(self.models), task, gid, slot, self.chat,
+                              self.limits, self.sampling(temperature), self.cfg.run.seed)
+
+    def rollout(self, items: list[tuple[Task, str, int]],
                 temperature: float | None = None) -> list[Episode]:
-        return rollout_batch(self.policy, self.chat, self.suite.make_env, tasks, group_ids,
-                             self.sampling(temperature), self.limits,
-                             self.cfg.rollout.env_workers, seed)
+        """One episode per (task, group id, slot), all in lockstep."""
+        builders = [self.builder(t, g, k, temperature) for t, g, k in items]
+        return rollout_batch(self.server, builders, self.cfg.rollout.env_workers)
 
-    def checkpoint(self) -> Path:
-        state = {"data_position": self.cursor.position, "consumed": self.consumed, **self.extra}
-        if self.suite.state is not None:
-            state["suite"] = self.suite.state()
-        return self.learner.save(self.run_dir / "checkpoints", state)
+    def publish(self) -> None:
+        """Give the sampler the learner's weights as version `learner.step`."""
+        with self.server.updating():
+            self.server.publish(self.trainable.export_weights(self.learner.step))
 
     def evaluate(self, label: str) -> dict:
-        """Greedy (by default) held-out evaluation: one episode per held-out task."""
+        """Held-out evaluation (greedy by default): one episode per held-out task, seeded by
+        the task alone so evaluations at different steps face the same draws."""
         ev = self.cfg.eval
         tasks = self.suite.eval_tasks[: ev.size or None]
-        eps = []
-        bs = max(1, self.cfg.train.micro_batch_size * 2)
-        for i in range(0, len(tasks), bs):
-            chunk = tasks[i:i + bs]
-            eps += self.rollout(chunk, [f"eval/{t.task_id}" for t in chunk],
-                                seed=self.cfg.run.seed, temperature=ev.temperature)
-        rewards = [e.reward for e in eps]
-        result = {
-            "label": label, "policy_version": self.policy.version, "tasks": len(eps),
-            "reward_mean": sum(rewards) / max(1, len(rewards)),
-            "success_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
-            "failures": sum(e.failure is not None for e in eps),
-            "mean_turns": sum(len(e.turns) for e in eps) / max(1, len(eps)),
-        }
-        valid = [e.turns[-1].info["valid"] for e in eps if e.turns and "valid" in e.turns[-1].info]
-        if valid:  # environments that grade submissions (mle) report validity per turn
-            result["valid_rate"] = sum(map(bool, valid)) / len(valid)
+        eps = self.rollout([(t, f"eval/{t.task_id}", 0) for t in tasks], ev.temperature)
+        result = {"label": label, "policy_version": self.server.version, "tasks": len(eps),
+                  **episode_metrics(eps, self.cfg.curriculum.solved_reward)}
         out = self.run_dir / "eval"
         out.mkdir(exist_ok=True)
         (out / f"{label}.json").write_text(json.dumps(
             {**result, "episodes": [{"task_id": e.task_id, "reward": e.reward,
+                                     "solved": e.solved, "metrics": e.metrics,
                                      "turns": [t.action_text for t in e.turns],
                                      "failure": e.failure} for e in eps]}, indent=1))
         return result
+
+    def checkpoint(self, source_state: dict | None = None) -> Path:
+        if source_state is not None:
+            self.extra = dict(source_state)
+        state = {"cursor": self.cursor.position, "ledger": self.ledger.state(),
+                 "curriculum": self.curriculum.state(), "skipped_batches": self.skipped_batches,
+                 "source": self.extra}
+        if self.suite.state is not None:
+            state["suite"] = self.suite.state()
+        return self.learner.save(self.run_dir / "checkpoints", state)
 
     def finish(self, started: float, extra_summary: dict | None = None) -> dict:
         """Final evaluation, checkpoint, plot and summary.json (plus `extra_summary` entries)."""
@@ -115,43 +135,62 @@ class Session:
                                              if isinstance(v, (int, float))})
         self.checkpoint()
         plot = plot_rewards(self.run_dir)
-        before = json.loads((self.run_dir / "eval" / "step_000000.json").read_text()) \
-            if (self.run_dir / "eval" / "step_000000.json").exists() else None
+        before_file = self.run_dir / "eval" / "step_000000.json"
+        before = json.loads(before_file.read_text()) if before_file.exists() else None
         summary = {
             "run_dir": str(self.run_dir), "steps": self.learner.step,
-            "episodes": len(self.store), "wall_seconds": time.time() - started,
+            "episodes": len(self.store), "skipped_batches": self.skipped_batches,
+            "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        self.metrics.close()
         return summary
+
+    def close(self) -> None:
+        self.server.stop()
+        self.metrics.close()
 
 
 def open_session(cfg: Config) -> Session:
+    """Build the session; resume from the run folder's latest checkpoint when run.resume."""
     run_dir = cfg.run_dir
     if not cfg.run.resume:  # a fresh start in an existing run folder: clear the old run
-        for name in ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json"):
+        for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
-        for name in ("checkpoints", "eval", "tb"):
+        for name in RUN_FOLDERS:
             shutil.rmtree(run_dir / name, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
-    policy = load_policy(cfg)
-    suite = load_suite(cfg)
-    learner = Learner(policy, cfg)
-    s = Session(cfg=cfg, policy=policy, chat=ChatFormat(policy.tokenizer), suite=suite,
-                learner=learner, store=EpisodeStore(run_dir / "episodes.jsonl"),
-                metrics=MetricsLogger(run_dir), cursor=TaskCursor(suite.train_tasks, cfg.run.seed))
+    suite = build_suite(cfg.task.name, cfg.task.options,
+                        SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir))
+    trainable, sampler = load_engine(cfg)
+    r = cfg.rollout
+    server = GenerationServer(sampler, max_batch=max(64, r.group_size * r.tasks_per_step,
+                                                     cfg.runtime.num_actors)).start()
+    chat = ChatFormat(trainable.tokenizer)
+    curriculum = Curriculum(cfg.curriculum)
+    s = Session(cfg=cfg, trainable=trainable, server=server,
+                models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
+                learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
+                ledger=ConsumptionLedger(run_dir / "consumed.jsonl"),
+                metrics=MetricsLogger(run_dir),
+                cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
+                curriculum=curriculum)
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
     if ckpt is not None:
-        extra = learner.load(ckpt)
-        s.cursor.position = extra.pop("data_position", 0)
-        s.consumed = extra.pop("consumed", 0)
-        suite_state = extra.pop("suite", None)
-        if suite_state is not None and suite.load_state is not None:
-            suite.load_state(suite_state)
-        s.extra = extra
-        log.info("resumed from %s (step %d, %d episodes consumed)", ckpt, learner.step, s.consumed)
+        state = s.learner.load(ckpt)
+        s.cursor.position = state["cursor"]
+        s.ledger = ConsumptionLedger.resume(run_dir / "consumed.jsonl", state["ledger"])
+        s.curriculum.load_state(state["curriculum"])
+        s.skipped_batches = state.get("skipped_batches", 0)
+        if state.get("suite") is not None and suite.load_state is not None:
+            suite.load_state(state["suite"])
+        s.extra = state.get("source", {})
+        s.publish()
+        log.info("resumed from %s (step %d, %d batches)", ckpt, s.learner.step,
+                 s.ledger.batches)
+    elif (run_dir / "consumed.jsonl").exists():  # a crash before the first checkpoint
+        s.ledger = ConsumptionLedger(run_dir / "consumed.jsonl", batches=0)
     return s

@@ -1,116 +1,108 @@
-"""The synchronous GRPO loop: sample a group of episodes per task, score, train, repeat."""
+"""The synchronous batch source: sample groups together, score them, refill, hand them over.
+
+Each batch draws `tasks_per_step` tasks from the cursor, runs `group_size` episodes of each in
+lockstep, and stores them before anything trains on them. With dynamic sampling (DAPO),
+groups whose rewards are all equal are set aside and up to `max_refill_rounds` more rounds
+draw new tasks for the missing groups.
+
+Exact resume: every stored episode carries its batch number, round and the cursor position the
+round started at. A resumed run replays the stored rounds of the interrupted batches (the
+ledger cut them back to the checkpoint) instead of sampling them again, puts the cursor where
+they left it, and samples only what was never stored; episode seeds come from group ids, so a
+round lost with the crash is sampled again identically.
+"""
 
 from __future__ import annotations
 
-import threading
 import time
+from contextlib import nullcontext
 
 import torch
 
 from practicum.algo.filters import informative_groups
 from practicum.batch import group_index
 from practicum.episode import Episode
-from practicum.runtime.progress import TrainProgress
+from practicum.runtime.groups import group_id
+from practicum.runtime.loop import Batch
 from practicum.runtime.session import Session
 
-
-def informative(episodes: list[Episode]) -> list[Episode]:
-    """DAPO dynamic sampling: keep only groups whose rewards are not all equal."""
-    if not episodes:
-        return []
-    keep = informative_groups(torch.tensor([e.reward for e in episodes]), group_index(episodes))
-    return [e for e, k in zip(episodes, keep.tolist()) if k]
+Stored = list[tuple[int, Episode]]
 
 
-def collect_batch(s: Session, step: int) -> list[Episode]:
-    """Groups for this step; with dynamic sampling, refill until enough informative groups."""
-    cfg = s.cfg
-    want = cfg.rollout.tasks_per_step
-    batch: list[Episode] = []
-    for round_ in range(1 + (cfg.algo.max_refill_rounds if cfg.algo.dynamic_sampling else 0)):
-        n_groups = len({e.group_id for e in batch})
-        if n_groups >= want:
-            break
-        tasks = s.cursor.take(want - n_groups)
-        expanded = [t for t in tasks for _ in range(cfg.rollout.group_size)]
-        groups = [f"s{step}r{round_}/{t.task_id}" for t in tasks for _ in range(cfg.rollout.group_size)]
-        eps = s.rollout(expanded, groups, seed=(cfg.run.seed * 100_003 + step) * 10 + round_)
+def informative_split(items: Stored) -> tuple[Stored, Stored]:
+    """DAPO dynamic sampling: (members of groups whose rewards differ, the rest)."""
+    if not items:
+        return [], []
+    eps = [e for _, e in items]
+    keep = informative_groups(torch.tensor([e.reward for e in eps]), group_index(eps)).tolist()
+    return ([x for x, k in zip(items, keep) if k], [x for x, k in zip(items, keep) if not k])
+
+
+class SyncBatches:
+    def __init__(self, s: Session):
+        self.s = s
+        self._stored: dict[int, dict[int, Stored]] = {}  # batch -> round -> stored episodes
+        start = s.ledger.watermark
+        for pos, e in enumerate(s.store.read(start), start):
+            if not s.ledger.is_consumed(pos) and "batch" in e.info:
+                self._stored.setdefault(e.info["batch"], {}).setdefault(e.info["round"], []) \
+                    .append((pos, e))
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def state(self) -> dict:
+        return {}
+
+    def frozen(self):
+        return nullcontext()
+
+    def after_update(self, version: int) -> None:
+        pass
+
+    def summary(self) -> dict:
+        return {}
+
+    def next_batch(self) -> Batch:
+        s, cfg = self.s, self.s.cfg
+        t0 = time.perf_counter()
+        number = s.ledger.batches + 1
+        stored = self._stored.pop(number, {})
+        want, size = cfg.rollout.tasks_per_step, cfg.rollout.group_size
+        rounds = 1 + (cfg.algo.max_refill_rounds if cfg.algo.dynamic_sampling else 0)
+        trained: Stored = []
+        filtered: Stored = []
+        dropped: Stored = []
+        for round_ in range(rounds):
+            missing = want - len({e.group_id for _, e in trained})
+            if missing <= 0:
+                break
+            got = stored.get(round_, [])
+            if got and len(got) == missing * size:  # replay what a crashed run stored
+                s.cursor.position = got[0][1].info["cursor_after"]
+            else:  # sample (again, when a crash left the round incomplete)
+                dropped += got
+                if got:
+                    s.cursor.position = got[0][1].info["cursor"]
+                got = self._sample(number, round_, missing)
+            keep, drop = informative_split(got) if cfg.algo.dynamic_sampling else (got, [])
+            trained += keep
+            filtered += drop
+        return Batch(trained, filtered, dropped,
+                     {"rollout_seconds": time.perf_counter() - t0})
+
+    def _sample(self, number: int, round_: int, n_groups: int) -> Stored:
+        s, size = self.s, self.s.cfg.rollout.group_size
+        cursor = s.cursor.position
+        draws = s.cursor.take(n_groups)
+        items = [(task, group_id(i, task.task_id), slot) for i, task in draws
+                 for slot in range(size)]
+        eps = s.rollout(items)
         for e in eps:
-            e.info["step"] = step
-        s.store.append(eps)  # persisted before it is trained on
-        batch += informative(eps) if cfg.algo.dynamic_sampling else eps
-    return batch
-
-
-def pending_batch(s: Session) -> tuple[list[Episode], int]:
-    """Episodes already on disk but not yet trained on (a crash after sampling): reuse them."""
-    eps = s.store.read(s.consumed)
-    if not eps:
-        return [], 0
-    first = eps[0].info.get("step")
-    eps = [e for e in eps if e.info.get("step") == first]  # one step's batch at a time
-    return eps, len(eps)
-
-
-def rollout_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
-    n = max(1, len(episodes))
-    return {
-        f"{prefix}reward_mean": sum(e.reward for e in episodes) / n,
-        f"{prefix}success_rate": sum(e.reward >= 1.0 for e in episodes) / n,
-        f"{prefix}turns_mean": sum(len(e.turns) for e in episodes) / n,
-        f"{prefix}sampled_tokens_mean": sum(e.num_sampled for e in episodes) / n,
-        f"{prefix}failures": float(sum(e.failure is not None for e in episodes)),
-        f"{prefix}overlong": float(sum(e.overlong for e in episodes)),
-        f"{prefix}env_seconds": sum(e.env_duration for e in episodes),
-    }
-
-
-def share_policy_with_envs(s: Session) -> None:
-    """Environments that run the frozen base model (the MLE `policy_base` instrumenter) use
-    the live policy with its adapter disabled instead of loading a second copy. Safe here:
-    env steps never overlap generation or training in the lockstep loop, so a lock private to
-    the environments serialises every use of the policy."""
-    bind = getattr(s.suite.make_env, "bind_policy", None)
-    if bind is not None and getattr(getattr(s.policy, "cfg", None), "lora", False):
-        bind(s.policy, threading.Lock())
-
-
-def run_sync(s: Session, progress: bool = True) -> dict:
-    cfg = s.cfg
-    started = time.time()
-    share_policy_with_envs(s)
-    if s.learner.step == 0 and not (s.run_dir / "eval" / "step_000000.json").exists():
-        before = s.evaluate("step_000000")
-        s.metrics.log(0, {f"eval/{k}": v for k, v in before.items() if isinstance(v, (int, float))})
-    with TrainProgress(cfg.train.steps, s.learner.step, enabled=progress) as bar:
-        while s.learner.step < cfg.train.steps:
-            step = s.learner.step
-            t0 = time.perf_counter()
-            pending, n_pending = pending_batch(s)
-            if pending:
-                sampled = pending
-                batch = informative(pending) if cfg.algo.dynamic_sampling else pending
-                added = n_pending
-            else:
-                before_len = len(s.store)
-                batch = collect_batch(s, step)
-                sampled = s.store.read(before_len)
-                added = len(s.store) - before_len
-            rollout_s = time.perf_counter() - t0
-            metrics = rollout_metrics(sampled)
-            metrics.update(s.learner.train_step(batch) if batch else {"skipped": 1.0})
-            if not batch:
-                s.learner.step += 1  # nothing informative: count the step, keep the weights
-            s.consumed += added
-            metrics.update({"rollout_seconds": rollout_s, "batch_episodes": float(len(batch)),
-                            "step_seconds": time.perf_counter() - t0,
-                            "policy_version": float(s.policy.version)})
-            if cfg.eval.every and s.learner.step % cfg.eval.every == 0 \
-                    and s.learner.step < cfg.train.steps:
-                ev = s.evaluate(f"step_{s.learner.step:06d}")
-                metrics.update({f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))})
-            s.metrics.log(s.learner.step, metrics)
-            if s.learner.step % cfg.train.checkpoint_every == 0:
-                s.checkpoint()
-            bar.update(s.learner.step, metrics)
-    return s.finish(started)
+            e.info.update(batch=number, round=round_, cursor=cursor,
+                          cursor_after=s.cursor.position)
+        end = s.store.append(eps)  # persisted before anything trains on it
+        return list(zip(range(end - len(eps), end), eps))

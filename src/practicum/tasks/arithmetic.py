@@ -8,13 +8,15 @@ import random
 import reasoning_gym
 
 from practicum.envs.base import Task
+from practicum.errors import ConfigError
 
 
 def _entries(name: str, size: int, seed: int) -> list[dict]:
     try:
         ds = reasoning_gym.create_dataset(name, size=size, seed=seed)
     except Exception as e:  # reasoning-gym raises a bare ValueError for unknown names
-        raise ValueError(f"task.generators: unknown reasoning-gym generator {name!r} ({e})") from e
+        raise ConfigError(f"config error at task.options.generators: unknown reasoning-gym "
+                          f"generator {name!r} ({e})") from e
     return [json.loads(json.dumps(ds[i], default=str)) for i in range(size)]
 
 
@@ -25,7 +27,7 @@ def make_tasks(generators: dict[str, float], size: int, seed: int, split: str) -
     so evaluation measures generalisation, not recall.
     """
     if not generators:
-        raise ValueError("task.generators is empty")
+        raise ConfigError("config error at task.options.generators: name at least one generator")
     total = sum(generators.values())
     split_seed = seed if split == "train" else seed + 1_000_003
     rng = random.Random(split_seed)

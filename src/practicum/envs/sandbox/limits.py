@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from practicum.errors import PracticumError
+
 MIB = 2**20
 
 
-class SandboxError(Exception):
+class SandboxError(PracticumError):
     """The sandbox could not be set up (missing tool, kernel feature, bad path).
 
     Never raised for anything the sandboxed code itself does: crashes, timeouts and kills are

@@ -1,9 +1,8 @@
 """Append-only, crash-safe episode store: one JSON line per finished episode.
 
 Episodes are flushed and fsync'ed before the learner sees them. A crash mid-write leaves at most
-one partial last line, which is cut off when the store is reopened. Training progress is a count
-of consumed episodes kept in the learner's checkpoint, so a resumed run re-reads exactly the
-episodes it had not yet trained on: nothing is trained twice or skipped.
+one partial last line, which is cut off when the store is reopened. Which positions have been
+consumed is the ledger's business (`practicum.store.ledger`).
 """
 
 from __future__ import annotations
@@ -71,14 +70,3 @@ class EpisodeStore:
     def __iter__(self) -> Iterator[Episode]:
         for line in self._lines():
             yield Episode.from_json(line)
-
-
-def summarise(path: Path) -> dict:
-    """Counts and mean reward of a store file, for reports and `practicum` tooling."""
-    eps = list(EpisodeStore(path))
-    n = len(eps)
-    return {"episodes": n, "mean_reward": sum(e.reward for e in eps) / n if n else None,
-            "failures": sum(e.failure is not None for e in eps)}
-
-
-__all__ = ["EpisodeStore", "summarise"]

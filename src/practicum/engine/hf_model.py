@@ -1,0 +1,172 @@
+"""Loading a Hugging Face causal LM and computing its logits the way both engine halves must.
+
+The sampler (`hf_sampler`) and the trainable (`hf_trainable`) compute logits identically: the
+backbone's last hidden state times the output embedding in fp32. For a bf16 model this removes
+the bf16 rounding of the logits themselves (on SmolLM2-135M a sizeable share of the
+sampler/learner log-prob gap), so behaviour and learner log-probs agree closely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from practicum.engine.device import auto_dtype, configure_threads
+from practicum.engine.models import DEFAULT_MODEL, resolve_model
+from practicum.errors import ConfigError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class PolicyConfig:
+    """How to build the HF engine (sampler + trainable)."""
+
+    model: str = DEFAULT_MODEL
+    """Model spec for `resolve_model`: built-in name, local HF folder or locally cached hub id."""
+    dtype: str = "auto"
+    """"float32", "bfloat16", or "auto": bf16 when the hardware computes it natively (CPU with
+    avx512_bf16/AMX, or a CUDA GPU with bf16) and LoRA is on, else fp32. Full fine-tuning stays
+    fp32 under "auto": AdamW on bf16 weights loses updates below 2^-8 relative."""
+    device: str = "auto"
+    """"cpu", "cuda", "cuda:1", ... or "auto" (cuda when available, else cpu)."""
+    lora: bool = True
+    """Train a LoRA adapter (peft) on frozen base weights; False trains every parameter."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    """The adapter's update is scaled by lora_alpha / lora_r."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input while training (never while sampling)."""
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEARS))
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, more learner time."""
+    merged_sampling: bool = True
+    """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
+    (`hf_sampler.MergedCopy`): faster sampling on CPU for one more copy of those layers."""
+    init: str | None = None
+    """A saved policy folder (e.g. an RFT adapter) whose weights the trainable starts from."""
+    seed: int = 0
+    """Seed of the adapter's random initialisation."""
+
+    def __post_init__(self) -> None:
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ConfigError(f"config error at model.dtype: expected auto, "
+                              f"{', '.join(DTYPES)}; got {self.dtype!r}")
+        if self.lora and "lm_head" in self.lora_target_modules:
+            raise ConfigError(
+                "config error at model.lora_target_modules: lm_head is not supported (the "
+                "output projection runs in fp32 from the base weights); train it with lora=false")
+
+
+def pick_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def load_lm(path, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    configure_threads()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+
+
+def resolve_dtype(cfg: PolicyConfig, device: torch.device) -> torch.dtype:
+    return DTYPES[cfg.dtype] if cfg.dtype != "auto" else auto_dtype(device, cfg.lora)
+
+
+def load_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def eos_ids(tokenizer, lm) -> set[int]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    gen_eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    ids.update([gen_eos] if isinstance(gen_eos, int) else (gen_eos or []))
+    return ids
+
+
+def pad_id(tokenizer, eos: set[int]) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+
+
+class Logits:
+    """Logits of a transformers CausalLM (or of a model sharing its output projection)."""
+
+    def __init__(self, head_owner: nn.Module):
+        self.head_owner = head_owner
+        """The model whose output embedding is used (LoRA never targets it here)."""
+        config = head_owner.config
+        self.fp32_head = not any(
+            getattr(config, k, None) for k in ("final_logit_softcapping", "logit_scale"))
+        self._head32: tuple[tuple[int, int], Tensor] | None = None
+
+    def __call__(self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                 position_ids: Tensor, cache=None, last_only: bool = False) -> Tensor:
+        """fp32 logits [B, T or 1, V] from `lm`'s backbone (`lm` = the head owner or a copy)."""
+        if not self.fp32_head:  # model-specific logit post-processing: use the model's own head
+            return lm(**model_inputs(input_ids, attention_mask, position_ids, cache),
+                      logits_to_keep=1 if last_only else 0).logits.float()
+        hidden = self.hidden(lm, input_ids, attention_mask, position_ids, cache)
+        return self.head(hidden[:, -1:] if last_only else hidden)
+
+    @staticmethod
+    def hidden(lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
+               cache=None) -> Tensor:
+        """The backbone's last hidden states [B, T, H] (model dtype)."""
+        inputs = model_inputs(input_ids, attention_mask, position_ids, cache)
+        return lm.base_model(**inputs).last_hidden_state
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """The output projection in fp32: hidden [..., H] -> logits [..., V]."""
+        head = self.head_owner.get_output_embeddings()
+        bias = None if head.bias is None else head.bias.float()
+        return F.linear(hidden.float(), self._weight_fp32(head.weight), bias)
+
+    def _weight_fp32(self, w: Tensor) -> Tensor:
+        if w.dtype == torch.float32 or (w.requires_grad and torch.is_grad_enabled()):
+            return w.float()
+        key = (w.data_ptr(), w._version)  # _version moves on every in-place update
+        if self._head32 is None or self._head32[0] != key:
+            with torch.inference_mode(False), torch.no_grad():
+                self._head32 = (key, w.detach().float())
+        return self._head32[1]
+
+
+def model_inputs(input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, cache) -> dict:
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "past_key_values": cache,
+        "use_cache": cache is not None,
+    }
+
+
+class FrozenReference:
+    """The untrained model, for full fine-tuning (where the base weights themselves train):
+    loaded on first use and shared by the trainable's KL reference and the sampler's
+    adapter-off path. With LoRA the base is the adapter-disabled model and this is unused."""
+
+    def __init__(self, path, dtype: torch.dtype, device: torch.device):
+        self.path, self.dtype, self.device = path, dtype, device
+        self._lm: nn.Module | None = None
+
+    @property
+    def lm(self) -> nn.Module:
+        if self._lm is None:
+            with torch.inference_mode(False):
+                self._lm = load_lm(self.path, self.dtype, self.device).eval().requires_grad_(False)
+        return self._lm
+
+
+def resolved_path(cfg: PolicyConfig):
+    return resolve_model(cfg.model)

@@ -1,0 +1,179 @@
+"""The HF sampler: a KV-cached sampling loop over a transformers model, fed weights by the learner.
+
+    sampler.generate(prompts, params, seeds, adapter)    # left padding, per-row stops and seeds
+    sampler.load_weights(update)                         # after every learner update
+
+With LoRA and `merged_sampling`, sampling runs on a plain copy of the model whose adapted
+linears hold W + scale * B A (`MergedCopy`): peft's LoRA layers add two small matmuls and
+Python dispatch to each of ~200 adapted linears on every decode step, so the merged copy samples
+faster (benchmarks/engine_throughput.py) and is never trained. `load_weights` recomputes the
+merged linears from the published adapter tensors. Otherwise the sampler runs the trainable's
+own module, whose weights the learner already changed in place, and `load_weights` only takes
+the new version.
+
+adapter=False samples the frozen base: the trainable's module with the adapter disabled (LoRA)
+or the untrained copy (full fine-tuning). Calls must not overlap training: the generation
+server's weights gate serialises them (`practicum.engine.server`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch import Tensor, nn
+
+from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
+from practicum.engine.sampling import check_params, left_pad, positions, sample_next
+
+
+class MergedCopy:
+    """A plain copy of the base model whose adapted linears carry the merged LoRA update."""
+
+    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device):
+        self.lm = load_lm(base_path, dtype, device).eval().requires_grad_(False)
+        plain = dict(self.lm.named_modules())
+        self.layers: dict[str, tuple[Tensor, nn.Linear]] = {}
+        """peft module name -> (frozen base weight, the copy's linear to overwrite)."""
+        for name, module in peft_model.named_modules():
+            if hasattr(module, "lora_A") and hasattr(module, "base_layer"):
+                # peft names it base_model.model.<name in the plain model>
+                target = plain[name.removeprefix("base_model.model.")]
+                self.layers[name] = (module.base_layer.weight, target)
+        if not self.layers:
+            raise ValueError("MergedCopy: the model has no LoRA layers to merge")
+
+    @torch.no_grad()
+    def merge(self, update: WeightUpdate) -> None:
+        """W_merged = W_base + scale * B @ A for every adapted linear (LoRA, Hu et al. 2021,
+        arXiv 2106.09685), scale = alpha / r (alpha / sqrt(r) with rsLoRA)."""
+        cfg = update.adapter_config
+        r, alpha = cfg["r"], cfg["lora_alpha"]
+        scale = alpha / (r ** 0.5 if cfg.get("use_rslora") else r)
+        for name, (base, target) in self.layers.items():
+            a = update.tensors[f"{name}.lora_A.weight"].float()
+            b = update.tensors[f"{name}.lora_B.weight"].float()
+            target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
+
+
+class HFSampler:
+    """Implements `practicum.engine.base.Sampler` for a transformers causal LM (module doc)."""
+
+    def __init__(self, lm: nn.Module, tokenizer, *, peft_model: nn.Module | None = None,
+                 merged: MergedCopy | None = None, reference: FrozenReference | None = None):
+        self.lm, self.tokenizer = lm, tokenizer
+        """The trainable's transformers model (LoRA layers injected when peft_model is given)."""
+        self.peft_model, self.merged, self.reference = peft_model, merged, reference
+        self.device = next(lm.parameters()).device
+        self.logits = Logits(lm)
+        self.eos_ids = eos_ids(tokenizer, lm)
+        self.pad_id = pad_id(tokenizer, self.eos_ids)
+        self.version = 0
+        self.max_positions = getattr(lm.config, "max_position_embeddings", None)
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        if self.merged is not None:
+            if update.kind != "lora":
+                raise ValueError(f"a merged LoRA sampler cannot load {update.kind!r} weights")
+            self.merged.merge(update)
+        self.version = update.version
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+        """Sample one continuation per prompt (see `Sampler.generate`).
+
+        A sequence stops after an eos/stop id (kept) or after the token that completes a stop
+        string (kept, nothing after it). Log-probs are those of the distribution sampled from:
+        softmax(logits / T), renormalised over the nucleus when top_p < 1, and 0 for greedy.
+        """
+        check_params(params)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"generate: prompt {i} is empty")
+        longest = max((len(p) for p in prompts), default=0)
+        if self.max_positions and longest + params.max_new_tokens > self.max_positions:
+            raise ValueError(
+                f"generate: a {longest}-token prompt plus max_new_tokens={params.max_new_tokens} "
+                f"exceeds the model's {self.max_positions} positions")
+        if not prompts or params.max_new_tokens == 0:
+            return [Sample([], [], "", "length") for _ in prompts]
+        lm, context = self._model(adapter)
+        with context, _eval_mode(lm):
+            ids, lps, reasons = self._sample_loop(lm, prompts, params, seeds)
+        return [Sample(i, lp, self.tokenizer.decode(i, skip_special_tokens=True), r)
+                for i, lp, r in zip(ids, lps, reasons)]
+
+    def _model(self, adapter: bool):
+        """(model to run, context to run it in) for the adapter flag."""
+        if adapter:
+            return (self.merged.lm if self.merged is not None else self.lm), nullcontext()
+        if self.peft_model is not None:
+            return self.lm, self.peft_model.disable_adapter()
+        if self.reference is not None:
+            with torch.inference_mode(False):
+                return self.reference.lm, nullcontext()
+        return self.lm, nullcontext()  # a frozen model: there is no adapter to turn off
+
+    def _sample_loop(self, lm: nn.Module, prompts: list[list[int]], params: SamplingParams,
+                     seeds: list[int] | None) -> tuple[list[list[int]], list[list[float]], list]:
+        from transformers import DynamicCache
+
+        n = len(prompts)
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lps: list[list[float]] = [[] for _ in range(n)]
+        reasons = ["length"] * n
+        stop_ids = self.eos_ids | set(params.stop_token_ids)
+        gens = None
+        if seeds is not None and params.temperature > 0:  # None rows: a fresh random seed
+            gens = [torch.Generator(self.device).manual_seed(
+                int(s) if s is not None else int(torch.randint(2**62, (1,)))) for s in seeds]
+
+        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        pos = positions(mask)
+        cache = DynamicCache(config=lm.config)
+        logits = self.logits(lm, ids, mask, pos, cache, last_only=True)[:, -1]
+        rows = list(range(n))  # original index of each still-running row
+        for _ in range(params.max_new_tokens):
+            row_gens = [gens[i] for i in rows] if gens is not None else None
+            tok, lp = sample_next(logits, params.temperature, params.top_p, row_gens)
+            keep = []
+            for j, (i, t, lq) in enumerate(zip(rows, tok.tolist(), lp.tolist())):
+                out_ids[i].append(t)
+                out_lps[i].append(lq)
+                if t in stop_ids or self._hit_stop_string(out_ids[i], params.stop_strings):
+                    reasons[i] = "stop"
+                elif len(out_ids[i]) < params.max_new_tokens:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(rows):  # finished rows leave the batch and the KV cache
+                sel = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(sel)
+                tok, mask, pos = tok[sel], mask[sel], pos[sel]
+                rows = [rows[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+            pos = pos[:, -1:] + 1
+            logits = self.logits(lm, tok[:, None], mask, pos, cache, last_only=True)[:, -1]
+        return out_ids, out_lps, reasons
+
+    def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
+        # Earlier tokens cannot have completed a stop string (we would have stopped), so any
+        # match now was completed by the latest token.
+        if not stops:
+            return False
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return any(s in text for s in stops)
+
+
+@contextmanager
+def _eval_mode(lm: nn.Module):
+    was_training = lm.training
+    lm.eval()
+    try:
+        yield
+    finally:
+        lm.train(was_training)

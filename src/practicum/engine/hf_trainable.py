@@ -1,0 +1,214 @@
+"""The HF model the learner trains: differentiable token log-probs, the frozen base, save/load.
+
+LoRA (peft) on frozen base weights, or full fine-tuning. The frozen base (the KL reference, and
+what the model service calls "base") is the same weights with the adapter disabled; with full
+fine-tuning it is a separate frozen copy, loaded on first use (`FrozenReference`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from practicum.engine.base import WeightUpdate
+from practicum.engine.hf_model import FrozenReference, Logits, PolicyConfig, eos_ids, pad_id
+from practicum.engine.sampling import positions
+from practicum.errors import PracticumError
+
+META = "policy.json"
+
+
+class HFTrainable:
+    """Implements `practicum.engine.base.Trainable`. Not thread-safe: one caller at a time."""
+
+    logit_chunk_rows = 2048
+    """token_logprobs computes [B, T, V] logits at most this many (batch x position) rows at a
+    time; under grad each chunk is recomputed in backward instead of kept, so logit memory
+    stays O(rows x V) rather than O(B x T x V)."""
+
+    def __init__(self, cfg: PolicyConfig, lm, tokenizer, reference: FrozenReference):
+        self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
+        self.device = next(lm.parameters()).device
+        if cfg.gradient_checkpointing:
+            _enable_checkpointing(lm)
+        torch.manual_seed(cfg.seed)
+        if cfg.lora:
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                              lora_dropout=cfg.lora_dropout,
+                              target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+            with warnings.catch_warnings():  # peft still calls a renamed transformers property
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+                self.model: torch.nn.Module = get_peft_model(lm, lora)
+        else:
+            self.model = lm.requires_grad_(True)
+        self.model.train()
+        self.lm = lm
+        """The transformers CausalLM (with LoRA layers injected in place when lora)."""
+        self.logits = Logits(lm)
+        self.pad_id = pad_id(tokenizer, eos_ids(tokenizer, lm))
+        self._reference_active = False
+        if cfg.init:
+            self.load_weights(Path(cfg.init))
+
+    # -- log-probs ------------------------------------------------------------------------------
+    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
+                       return_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
+
+        input_ids, attention_mask: [B, T], any padding side. Returns [B, T] fp32; position 0,
+        padding, and the first token after left padding (no real prefix) get 0. With
+        return_entropy also the entropy of the same distributions, [B, T], zeroed likewise.
+        Without grad the model runs in eval mode (no dropout), so proximal and reference
+        log-probs are deterministic.
+        """
+        if temperature <= 0:
+            raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+        input_ids = input_ids.to(self.device)
+        mask = attention_mask.to(self.device)
+        targets = input_ids[:, 1:]
+        lm = self.reference.lm if self._reference_active else self.lm
+        with self._eval_mode(not torch.is_grad_enabled()):
+            if self.logits.fp32_head:
+                hidden = Logits.hidden(lm, input_ids, mask, positions(mask))[:, :-1]
+                step = max(1, self.logit_chunk_rows // max(1, hidden.shape[0]))
+                parts = [self._chunk_stats(hidden[:, a:a + step], targets[:, a:a + step],
+                                           temperature, return_entropy)
+                         for a in range(0, hidden.shape[1], step)]
+                logp = torch.cat([lp for lp, _ in parts], dim=1)
+                entropy = torch.cat([en for _, en in parts], dim=1)
+            else:
+                z = self.logits(lm, input_ids, mask, positions(mask))[:, :-1]
+                logp, entropy = _logp_entropy(z / temperature, targets, return_entropy)
+        valid = (mask[:, 1:] * mask[:, :-1]).bool()
+        zero = logp.new_zeros(logp.shape[0], 1)
+        logp = torch.cat([zero, logp.masked_fill(~valid, 0.0)], dim=1)
+        if not return_entropy:
+            return logp
+        return logp, torch.cat([zero, entropy.masked_fill(~valid, 0.0)], dim=1)
+
+    def _chunk_stats(self, hidden: Tensor, targets: Tensor, temperature: float,
+                     with_entropy: bool) -> tuple[Tensor, Tensor]:
+        """(log-prob of targets, entropy) for a chunk of hidden states; logits not kept."""
+        def stats(h: Tensor) -> tuple[Tensor, Tensor]:
+            return _logp_entropy(self.logits.head(h) / temperature, targets, with_entropy)
+
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(stats, hidden, use_reentrant=False)
+        return stats(hidden)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @contextmanager
+    def frozen_base(self) -> Iterator[HFTrainable]:
+        """Within the block token_logprobs are the frozen base model's (the KL reference):
+        the adapter disabled with LoRA, the untrained copy with full fine-tuning."""
+        if self.cfg.lora:
+            with self.model.disable_adapter():
+                yield self
+            return
+        self._reference_active = True
+        try:
+            yield self
+        finally:
+            self._reference_active = False
+
+    # -- publishing and persistence --------------------------------------------------------------
+    def export_weights(self, version: int) -> WeightUpdate:
+        """The live trainable tensors (no copy) for a sampler to load."""
+        if self.cfg.lora:
+            from peft import get_peft_model_state_dict
+
+            peft_cfg = self.model.peft_config["default"]
+            return WeightUpdate(version, "lora", get_peft_model_state_dict(self.model),
+                                {"r": peft_cfg.r, "lora_alpha": peft_cfg.lora_alpha,
+                                 "use_rslora": bool(getattr(peft_cfg, "use_rslora", False)),
+                                 "target_modules": sorted(peft_cfg.target_modules)})
+        return WeightUpdate(version, "full", self.model.state_dict())
+
+    def save(self, path: Path) -> None:
+        """Write the adapter (or full weights) and tokenizer to `path`, replacing it atomically.
+
+        A LoRA folder is a standard peft adapter (loadable by vLLM's LoRARequest); a full one is
+        a standard HF model folder (usable as a model spec).
+        """
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, safe_serialization=True)
+        self.tokenizer.save_pretrained(tmp)
+        (tmp / META).write_text(json.dumps({"lora": self.cfg.lora, "model": self.cfg.model},
+                                           indent=1))
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load_weights(self, path: Path) -> None:
+        """Load weights written by `save` into this model, in place."""
+        from peft import load_peft_weights, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / META).is_file():
+            raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
+        meta = json.loads((path / META).read_text())
+        if meta["lora"] != self.cfg.lora:
+            raise PracticumError(
+                f"{path} holds lora={meta['lora']} weights, this model has lora={self.cfg.lora}")
+        if self.cfg.lora:
+            result = set_peft_model_state_dict(
+                self.model, load_peft_weights(str(path), device=str(self.device)))
+            unexpected = result.unexpected_keys
+        else:
+            state: dict[str, Tensor] = {}
+            for f in sorted(path.glob("*.safetensors")):
+                state.update(load_file(f, device=str(self.device)))
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            tied = {"lm_head.weight"} if self.lm.config.tie_word_embeddings else set()
+            if set(missing) - tied:
+                raise PracticumError(f"{path} lacks weights for {sorted(set(missing) - tied)[:5]}")
+        if unexpected:
+            raise PracticumError(
+                f"{path} has weights this model does not know: {sorted(unexpected)[:5]}")
+
+    @contextmanager
+    def _eval_mode(self, on: bool) -> Iterator[None]:
+        was_training = self.model.training
+        if on:
+            self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.train(was_training)
+
+
+def _enable_checkpointing(lm) -> None:
+    # Non-reentrant checkpointing works with frozen embeddings (LoRA) without input-grad hooks.
+    if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _logp_entropy(z: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
+    """log softmax(z)[target] and the entropy of softmax(z) (zeros unless with_entropy);
+    z [B, T, V], targets [B, T]."""
+    lse = torch.logsumexp(z, dim=-1)
+    logp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, torch.zeros_like(logp)
+    return logp, lse - (torch.softmax(z, dim=-1) * z).sum(-1)

@@ -1,0 +1,149 @@
+"""The one training loop. Runtimes differ only in how a batch is produced (`BatchSource`):
+`SyncBatches` samples groups in lockstep, `AsyncBatches` takes what free-running actors
+finished. Evaluation, the update and weight publishing, the ledger, metrics, checkpoints and
+resume are all here.
+
+    evaluate before training (step 0)
+    loop until train.steps:
+        batch = source.next_batch()                    stored episodes, with store positions
+        nothing to train on? record it, warn, count   (no step; too many in a row: error)
+        learner.train_step -> publish weights (version = step) -> source.after_update
+        ledger.record(batch), curriculum.record(batch)
+        evaluate / log / checkpoint every N steps
+    final evaluation, checkpoint, plot, summary.json
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from practicum.episode import Episode
+from practicum.errors import TrainingError
+from practicum.report import episode_metrics
+from practicum.runtime.progress import TrainProgress
+
+if TYPE_CHECKING:
+    from practicum.runtime.session import Session
+
+log = logging.getLogger(__name__)
+
+Stored = list[tuple[int, Episode]]
+"""(store position, episode) pairs."""
+
+
+@dataclass
+class Batch:
+    trained: Stored
+    """Episodes for the loss."""
+    filtered: Stored = field(default_factory=list)
+    """Consumed without training: zero-variance groups (dynamic sampling)."""
+    dropped: Stored = field(default_factory=list)
+    """Consumed without training: too stale, or left incomplete by a crash."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class BatchSource(Protocol):
+    def start(self) -> None: ...
+
+    def next_batch(self) -> Batch: ...
+
+    def after_update(self, version: int) -> None:
+        """The sampler now holds policy version `version`."""
+        ...
+
+    def state(self) -> dict:
+        """What a checkpoint must keep to resume this source."""
+        ...
+
+    def frozen(self) -> AbstractContextManager:
+        """A block in which `state()` and the ledger agree (no episode finishes meanwhile)."""
+        ...
+
+    def stop(self) -> None: ...
+
+    def summary(self) -> dict:
+        """Run-level figures for summary.json."""
+        ...
+
+
+def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
+    """Train to cfg.train.steps; returns the run summary (also written to summary.json)."""
+    cfg = s.cfg
+    started = time.time()
+    if s.learner.step == 0 and not (s.run_dir / "eval" / "step_000000.json").exists():
+        _log_eval(s, s.evaluate("step_000000"), 0)
+    skipped_in_row = 0
+    source.start()
+    try:
+        with TrainProgress(cfg.train.steps, s.learner.step, enabled=progress) as bar:
+            while s.learner.step < cfg.train.steps:
+                t0 = time.perf_counter()
+                batch = source.next_batch()
+                episodes = [e for _, e in batch.trained]
+                metrics = None
+                if episodes:
+                    with s.server.updating():  # no sampling while the weights change
+                        metrics = s.learner.train_step(episodes)
+                        if metrics is not None:
+                            s.server.publish(s.trainable.export_weights(s.learner.step))
+                if metrics is None:  # nothing to train on: no step, a warning, a bound
+                    s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
+                                    dropped=batch.dropped)
+                    s.curriculum.record([e for _, e in batch.trained + batch.filtered])
+                    s.skipped_batches += 1
+                    skipped_in_row += 1
+                    _warn_skipped(s, batch, skipped_in_row, bar)
+                    continue
+                skipped_in_row = 0
+                source.after_update(s.learner.step)
+                s.ledger.record(s.learner.step, trained=batch.trained, filtered=batch.filtered,
+                                dropped=batch.dropped)
+                s.curriculum.record([e for _, e in batch.trained + batch.filtered
+                                     + batch.dropped])
+                seen = episodes + [e for _, e in batch.filtered]
+                metrics.update(episode_metrics(seen, cfg.curriculum.solved_reward))
+                metrics.update(batch.metrics)
+                metrics.update({"batch_episodes": float(len(episodes)),
+                                "groups_filtered": float(len({e.group_id
+                                                              for _, e in batch.filtered})),
+                                "episodes_dropped": float(len(batch.dropped)),
+                                "skipped_batches": float(s.skipped_batches),
+                                "policy_version": float(s.server.version),
+                                "step_seconds": time.perf_counter() - t0})
+                step = s.learner.step
+                if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
+                    ev = s.evaluate(f"step_{step:06d}")
+                    metrics.update({f"eval/{k}": v for k, v in ev.items()
+                                    if isinstance(v, (int, float))})
+                s.metrics.log(step, metrics)
+                if step % cfg.train.checkpoint_every == 0:
+                    with source.frozen():
+                        s.checkpoint(source.state())
+                bar.update(step, metrics)
+    finally:
+        source.stop()
+    return s.finish(started, extra_summary=source.summary())
+
+
+def _log_eval(s: Session, result: dict, step: int) -> None:
+    s.metrics.log(step, {f"eval/{k}": v for k, v in result.items() if isinstance(v, (int, float))})
+
+
+def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> None:
+    n = len(batch.trained) + len(batch.filtered)
+    limit = s.cfg.train.max_skipped_batches
+    why = ("every group's rewards were equal (dynamic sampling filtered them all)"
+           if not batch.trained else "every episode was masked out (overlong or empty)")
+    msg = (f"batch {s.ledger.batches} had nothing to train on: {why}; {n} episodes, "
+           f"{len(batch.dropped)} dropped. No step taken ({in_row} such batches in a row).")
+    log.warning(msg)
+    bar.note(msg)
+    if in_row >= limit:
+        raise TrainingError(
+            f"{in_row} batches in a row had nothing to train on ({why}); the task may be too "
+            f"hard or too easy for the policy, or the reward constant. Stopping at step "
+            f"{s.learner.step} (train.max_skipped_batches={limit}).")
