@@ -66,7 +66,7 @@ class HFSampler:
         """The trainable's transformers model (LoRA layers injected when peft_model is given)."""
         self.peft_model, self.merged, self.reference = peft_model, merged, reference
         self.device = next(lm.parameters()).device
-        self.logits = Logits(lm)
+        self._logits: dict[int, Logits] = {}
         self.eos_ids = eos_ids(tokenizer, lm)
         self.pad_id = pad_id(tokenizer, self.eos_ids)
         self.version = 0
@@ -135,7 +135,8 @@ class HFSampler:
         ids, mask = left_pad(prompts, self.pad_id, self.device)
         pos = positions(mask)
         cache = DynamicCache(config=lm.config)
-        logits = self.logits(lm, ids, mask, pos, cache, last_only=True)[:, -1]
+        head = self._logits.setdefault(id(lm), Logits(lm))  # each model's own output layer
+        logits = head(lm, ids, mask, pos, cache, last_only=True)[:, -1]
         rows = list(range(n))  # original index of each still-running row
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None
@@ -157,7 +158,7 @@ class HFSampler:
                 rows = [rows[j] for j in keep]
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             pos = pos[:, -1:] + 1
-            logits = self.logits(lm, tok[:, None], mask, pos, cache, last_only=True)[:, -1]
+            logits = head(lm, tok[:, None], mask, pos, cache, last_only=True)[:, -1]
         return out_ids, out_lps, reasons
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:

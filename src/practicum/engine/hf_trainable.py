@@ -57,6 +57,7 @@ class HFTrainable:
         self.logits = Logits(lm)
         self.pad_id = pad_id(tokenizer, eos_ids(tokenizer, lm))
         self._reference_active = False
+        self._ref_logits: Logits | None = None
         if cfg.init:
             self.load_weights(Path(cfg.init))
 
@@ -76,18 +77,19 @@ class HFTrainable:
         input_ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device)
         targets = input_ids[:, 1:]
-        lm = self.reference.lm if self._reference_active else self.lm
+        lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
+                      else (self.lm, self.logits))
         with self._eval_mode(not torch.is_grad_enabled()):
-            if self.logits.fp32_head:
+            if logits.fp32_head:
                 hidden = Logits.hidden(lm, input_ids, mask, positions(mask))[:, :-1]
                 step = max(1, self.logit_chunk_rows // max(1, hidden.shape[0]))
-                parts = [self._chunk_stats(hidden[:, a:a + step], targets[:, a:a + step],
+                parts = [self._chunk_stats(logits, hidden[:, a:a + step], targets[:, a:a + step],
                                            temperature, return_entropy)
                          for a in range(0, hidden.shape[1], step)]
                 logp = torch.cat([lp for lp, _ in parts], dim=1)
                 entropy = torch.cat([en for _, en in parts], dim=1)
             else:
-                z = self.logits(lm, input_ids, mask, positions(mask))[:, :-1]
+                z = logits(lm, input_ids, mask, positions(mask))[:, :-1]
                 logp, entropy = _logp_entropy(z / temperature, targets, return_entropy)
         valid = (mask[:, 1:] * mask[:, :-1]).bool()
         zero = logp.new_zeros(logp.shape[0], 1)
@@ -96,17 +98,23 @@ class HFTrainable:
             return logp
         return logp, torch.cat([zero, entropy.masked_fill(~valid, 0.0)], dim=1)
 
-    def _chunk_stats(self, hidden: Tensor, targets: Tensor, temperature: float,
+    @staticmethod
+    def _chunk_stats(logits: Logits, hidden: Tensor, targets: Tensor, temperature: float,
                      with_entropy: bool) -> tuple[Tensor, Tensor]:
         """(log-prob of targets, entropy) for a chunk of hidden states; logits not kept."""
         def stats(h: Tensor) -> tuple[Tensor, Tensor]:
-            return _logp_entropy(self.logits.head(h) / temperature, targets, with_entropy)
+            return _logp_entropy(logits.head(h) / temperature, targets, with_entropy)
 
         if torch.is_grad_enabled() and hidden.requires_grad:
             from torch.utils.checkpoint import checkpoint
 
             return checkpoint(stats, hidden, use_reentrant=False)
         return stats(hidden)
+
+    def _reference_logits(self) -> Logits:
+        if self._ref_logits is None:
+            self._ref_logits = Logits(self.reference.lm)
+        return self._ref_logits
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
