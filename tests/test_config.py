@@ -3,17 +3,49 @@ import pytest
 from practicum.config import ConfigError, load_config
 
 
-def test_defaults_are_valid():
+def test_defaults_are_valid_and_resolved():
     cfg = load_config()
-    assert cfg.model.model == "smollm2-135m-instruct"
-    assert cfg.runtime.mode == "sync" and not cfg.use_duration_weights
+    assert cfg.model.model == "smollm2-135m-instruct" and cfg.runtime.mode == "sync"
+    assert cfg.algo.advantage == "grpo" and cfg.algo.dynamic_sampling
+    assert not cfg.algo.duration_weights  # no duration bias to remove (duration_bias.py)
+    assert cfg.task.options["train_size"] == 2000  # the env's options, resolved
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config(None, ["train.lr=1e-4", "runtime.mode=async", "task.generators={chain_sum: 1}"])
-    assert cfg.train.lr == 1e-4
-    assert cfg.use_duration_weights  # on by default in async mode
-    assert cfg.task.generators == {"chain_sum": 1}
+    cfg = load_config(None, ["train.lr=1e-4", "runtime.mode=async",
+                             "task.options.generators={chain_sum: 1}"])
+    assert cfg.train.lr == 1e-4 and cfg.runtime.mode == "async"
+    assert cfg.task.options["generators"] == {"chain_sum": 1}
+
+
+def test_streaming_resolves_its_own_defaults():
+    cfg = load_config(None, ["runtime.mode=async", "rollout.batching=streaming"])
+    assert cfg.algo.advantage == "baseline" and cfg.algo.dynamic_sampling is False
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.batching=streaming"], "needs runtime.mode=async"),
+    (["runtime.mode=async", "rollout.batching=streaming", "algo.advantage=grpo"],
+     "needs complete groups"),
+    (["runtime.mode=async", "rollout.batching=streaming", "algo.dynamic_sampling=true"],
+     "streaming batches have none"),
+    (["train.mini_batches=100"], "exceeds the 24 episodes"),
+])
+def test_contradictions_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_environment_options_are_typed_and_errors_name_the_key_path():
+    with pytest.raises(ConfigError, match=r"task\.options\.train_sizee: unknown calculator option"):
+        load_config(None, ["task.options.train_sizee=3"])
+    with pytest.raises(ConfigError, match=r"task\.options\.arms\.fast\.seconds"):
+        load_config(None, ["task.name=timed_bandit",
+                           "task.options.arms={fast: {reward: 1, seconds: -1}, slow: "
+                           "{reward: 1, seconds: 1}}"])
+    with pytest.raises(ConfigError, match=r"task\.name: unknown environment 'calculater' "
+                                          r"\(known: .*calculator.*toy"):
+        load_config(None, ["task.name=calculater"])
 
 
 def test_unknown_key_names_the_key():

@@ -109,10 +109,11 @@ class AlgoConfig(Section):
     mask_overlong: bool = Field(True, description="Exclude overlong episodes from the loss.")
     step_budget: int = Field(0, ge=0, description="Turns allowed before the step penalty (0=off).")
     step_penalty: float = Field(0.0, ge=0, description="Penalty per turn past step_budget.")
-    duration_weights: bool | None = Field(
-        None, description="Duration-aware weights dt / mean_batch(dt) (arXiv 2509.01684); "
-        "None = on with streaming batches, off with complete groups (which have no duration "
-        "bias: benchmarks/duration_bias.py).")
+    duration_weights: bool = Field(
+        False, description="Duration-aware weights dt / mean_batch(dt) (arXiv 2509.01684). Off "
+        "by default: in both batching modes every episode is sampled fresh and consumed, so "
+        "completions follow pi and there is no duration bias to remove; the weights then push "
+        "toward slow actions (benchmarks/duration_bias.py measures both).")
     duration_floor: float = Field(0.05, gt=0, description="Floor on dt in seconds.")
     duration_cap: float = Field(10.0, gt=0, description="Cap on a duration weight.")
     off_policy: Literal["none", "tis", "decoupled"] = Field(
@@ -217,8 +218,6 @@ class Config(Section):
             algo.advantage = "baseline" if streaming else "grpo"
         if algo.dynamic_sampling is None:
             algo.dynamic_sampling = not streaming
-        if algo.duration_weights is None:
-            algo.duration_weights = streaming
         batch = self.rollout.group_size * self.rollout.tasks_per_step
         if self.train.mini_batches > batch:
             raise ValueError(f"train.mini_batches={self.train.mini_batches} exceeds the "

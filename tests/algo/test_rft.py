@@ -1,45 +1,33 @@
 import pytest
 import torch
 
-from practicum.algo.rft import rft_loss, rft_select, rft_turn_mask
-from practicum.episode import Episode, Turn
+from practicum.algo.rft import rft_keep, rft_loss, rft_mask
 
 
-def episode(reward=1.0, malformed=None, **kwargs):
-    turns = [
-        Turn(sampled_ids=[10, 11], logprobs=[-0.1, -0.2], policy_version=0, observation_ids=[20]),
-        Turn(sampled_ids=[12], logprobs=[-0.3], policy_version=0, observation_ids=[21, 22]),
-        Turn(sampled_ids=[13, 14], logprobs=[-0.4, -0.5], policy_version=0),
-    ]
-    info = {} if malformed is None else {"malformed_turns": malformed}
-    return Episode(
-        task_id="t", group_id="g", prompt_ids=[1, 2], turns=turns, reward=reward, info=info,
-        **kwargs,
-    )
+def test_rft_keeps_clean_successes_only():
+    assert rft_keep(solved=True, failed=False, overlong=False)
+    assert not rft_keep(solved=False, failed=False, overlong=False)
+    assert not rft_keep(solved=True, failed=True, overlong=False)
+    assert not rft_keep(solved=True, failed=False, overlong=True)
 
 
-def test_rft_select_keeps_clean_successes_only():
-    good = episode(1.0)
-    bad = [episode(0.0), episode(1.0, failure="timeout"), episode(1.0, overlong=True)]
-    kept = rft_select([good, *bad], min_reward=1.0)
-    assert kept == [good]
+def test_mask_equals_the_loss_mask_without_malformed_turns():
+    # row: prompt [1, 2] | turn 0 [10, 11] | obs [20] | turn 1 [12] | obs [21, 22] | turn 2 [13, 14]
+    loss_mask = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
+    turn_index = [-1, -1, 0, 0, -1, 1, -1, -1, 2, 2]
+    assert rft_mask(loss_mask, turn_index, set()) == loss_mask
 
 
-def test_turn_mask_equals_loss_mask_without_malformed_turns():
-    e = episode()
-    assert rft_turn_mask(e) == e.loss_mask() == [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
+def test_mask_zeroes_malformed_turns_only():
+    loss_mask = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
+    turn_index = [-1, -1, 0, 0, -1, 1, -1, -1, 2, 2]
+    assert rft_mask(loss_mask, turn_index, {1}) == [0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
+    assert rft_mask(loss_mask, turn_index, {0, 2}) == [0, 0, 0, 0, 0, 1, 0, 0, 0, 0]
 
 
-def test_turn_mask_zeroes_malformed_turns():
-    # input ids: [1, 2 | 10, 11 | 20 | 12 | 21, 22 | 13, 14]; turn 1 (id 12) is malformed
-    mask = rft_turn_mask(episode(malformed=[1]))
-    assert mask == [0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
-    assert len(mask) == len(episode().input_ids())
-
-
-def test_turn_mask_rejects_unknown_turn_index():
-    with pytest.raises(ValueError, match=r"\[3\]"):
-        rft_turn_mask(episode(malformed=[3]))
+def test_mask_rejects_misaligned_rows():
+    with pytest.raises(ValueError, match="3 positions"):
+        rft_mask([1, 1, 1], [0, 0], set())
 
 
 def test_rft_loss_is_masked_token_mean_nll():

@@ -15,10 +15,11 @@ advantages; no duration bias, since a group's make-up does not depend on complet
 group, with a per-task running baseline (the paper's actors feeding one learner).
 
 Staleness (`runtime.staleness_policy`): `admission` caps open groups at (max_staleness + 1) *
-tasks_per_step and makes the batch at version V wait for every group opened at version <=
-V - max_staleness, so no token is trained more than max_staleness versions after it was
-sampled; `drop` lets actors run freely and discards, at training time, groups (or episodes)
-holding an older turn. The learner corrects the remaining behaviour/learner mismatch with
+tasks_per_step, makes the batch at version V wait for every group opened at version
+V - max_staleness, and lets no group open whose deadline batch is already complete, so no
+token is trained more than max_staleness versions after it was sampled (`runtime.groups`);
+`drop` lets actors run freely and discards, at training time, groups (or episodes) holding an
+older turn. The learner corrects the remaining behaviour/learner mismatch with
 algo.off_policy.
 
 Faults: an environment failure ends one episode; an actor thread that dies is replaced by the
@@ -55,7 +56,8 @@ class AsyncBatches:
         admission = rt.staleness_policy == "admission"
         max_open = (rt.max_staleness + 1) * cfg.rollout.tasks_per_step if admission else None
         self.board = GroupBoard(s.cursor, cfg.rollout.group_size, max_open,
-                                version=s.learner.step)
+                                version=s.learner.step,
+                                max_staleness=rt.max_staleness if admission else None)
         self.stop_event = threading.Event()
         self.pool = ActorPool(rt.num_actors, self._actor, self._on_actor_death)
         self._lock = threading.Lock()
@@ -163,10 +165,6 @@ class AsyncBatches:
                               "staleness_max": float(max(lag, default=0))})
         return batch
 
-    def _due(self) -> set[str]:
-        rt = self.s.cfg.runtime
-        return self.board.due(rt.max_staleness) if rt.staleness_policy == "admission" else set()
-
     def _stale(self, episodes: list[Episode]) -> bool:
         rt = self.s.cfg.runtime
         if rt.staleness_policy != "drop":
@@ -176,7 +174,7 @@ class AsyncBatches:
                    for e in episodes for t in e.turns)
 
     def _group_batch(self) -> Batch:
-        """Complete groups: first every group due at this version (admission), then in
+        """Complete groups: every group due at this version (admission), and others in
         completion order until tasks_per_step informative ones, or the dynamic-sampling budget
         (tasks_per_step * (1 + max_refill_rounds) groups) is spent."""
         cfg = self.s.cfg
@@ -185,10 +183,14 @@ class AsyncBatches:
         budget = want * (1 + algo.max_refill_rounds) if algo.dynamic_sampling else want
         batch = Batch([])
         n_trained = n_filtered = 0
-        due = self._due()
-        while due or (n_trained < want and n_trained + n_filtered < budget):
+        while True:
+            enough = n_trained >= want or n_trained + n_filtered >= budget
+            if enough:
+                self.board.seal()
+            due = self.board.due()
+            if enough and not due:
+                return batch
             g = self._take(lambda: self.board.take_group(timeout=1.0, only=due or None))
-            due.discard(g.gid)
             if self._stale(g.episodes):
                 batch.dropped += g.members
                 continue
@@ -198,18 +200,19 @@ class AsyncBatches:
             batch.filtered += drop
             n_trained += bool(keep)
             n_filtered += bool(drop)
-        return batch
 
     def _streaming_batch(self) -> Batch:
-        """The first group_size * tasks_per_step episodes to finish, plus every remaining
+        """The first group_size * tasks_per_step episodes to finish, and every remaining
         episode of the groups due at this version (waited for)."""
         cfg = self.s.cfg
         n = cfg.rollout.group_size * cfg.rollout.tasks_per_step
         batch = Batch([])
-        due = self._due()
         while True:
-            due &= self.board.open_ids()  # due groups with episodes not yet taken
-            if not due and len(batch.trained) + len(batch.dropped) >= n:
+            enough = len(batch.trained) + len(batch.dropped) >= n
+            if enough:
+                self.board.seal()
+            due = self.board.due()
+            if enough and not due:
                 return batch
             _, pos, e = self._take(
                 lambda: self.board.take_episode(timeout=1.0, only=due or None))

@@ -10,11 +10,14 @@ takes them in one of two ways (`rollout.batching`):
 * streaming (`take_episode`): single finished episodes in completion order.
 
 Staleness (runtime.staleness_policy = admission, as AReaL's max_head_offpolicyness, arXiv
-2505.24298, made strict): every group records the policy version it was opened at; no token
-sampled for it can be older. A new group opens only while fewer than (max_staleness + 1) *
-tasks_per_step groups are open, and before the learner trains at version V it waits for every
-group opened at version <= V - max_staleness (`due`) and trains it in that batch, so no sample
-is ever trained more than max_staleness versions after its group opened. Nothing is discarded.
+2505.24298, made strict): every group records the policy version v it was opened at; no token
+sampled for it can be older, so training it by the batch at version v + max_staleness (its
+deadline) bounds every sample's staleness. The learner's batch at version V takes every open
+group whose deadline is V (`due`), waiting for it if need be; once the batch has what it needs
+it is sealed (`seal`), and no group whose deadline is a sealed batch may open any more (with
+max_staleness = 0: none until the next version). Besides, at most (max_staleness + 1) *
+tasks_per_step groups are open at once, so sampling never runs far ahead. Nothing is
+discarded.
 
 Group ids are `g{index}/{task_id}` with `index` the cursor position that opened the group, so a
 resumed run re-opens the same groups and finds their members already in the store.
@@ -86,10 +89,14 @@ class Group:
 
 class GroupBoard:
     def __init__(self, cursor: TaskCursor, group_size: int, max_open: int | None = None,
-                 version: int = 0):
+                 version: int = 0, max_staleness: int | None = None):
+        """max_open / max_staleness None: no admission control (the drop policy)."""
         self.cursor, self.group_size, self.max_open = cursor, group_size, max_open
+        self.max_staleness = max_staleness
         self.version = version
         """The learner's current policy version (`set_version` after every update)."""
+        self.sealed = version - 1
+        """The last version whose batch is complete: no group may take it as its deadline."""
         self._cond = threading.Condition()
         self._open: dict[str, Group] = {}
         self._finished: list[tuple[Group, int, Episode]] = []  # completion order
@@ -148,11 +155,16 @@ class GroupBoard:
                         slot = _free_slot(g)
                         g.slots_taken.add(slot)
                         return Assignment(g.gid, g.index, g.task, slot)
-                if self.max_open is None or len(self._open) < self.max_open:
+                if self._may_open():
                     self._open_next()
                     continue
                 self._cond.wait(0.1)
             return None
+
+    def _may_open(self) -> bool:
+        if self.max_open is not None and len(self._open) >= self.max_open:
+            return False
+        return self.max_staleness is None or self.version + self.max_staleness > self.sealed
 
     def _open_next(self) -> None:
         while True:
@@ -175,12 +187,21 @@ class GroupBoard:
     def set_version(self, version: int) -> None:
         with self._cond:
             self.version = version
+            self._cond.notify_all()
 
-    def due(self, max_staleness: int) -> set[str]:
-        """Groups that must be trained in the batch of the current version (module doc)."""
+    def seal(self) -> None:
+        """The batch of the current version has what it needs (module doc)."""
+        with self._cond:
+            self.sealed = self.version
+
+    def due(self) -> set[str]:
+        """Open groups whose deadline is the current version's batch (empty without admission
+        control)."""
+        if self.max_staleness is None:
+            return set()
         with self._cond:
             return {g.gid for g in self._open.values()
-                    if g.version + max_staleness <= self.version}
+                    if g.version + self.max_staleness <= self.version}
 
     def take_group(self, timeout: float, only: set[str] | None = None) -> Group | None:
         """The complete group that completed first (restricted to `only`), removed from the

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from practicum.config import Config, dump_config
 from practicum.engine.base import SamplingParams, Trainable
 from practicum.engine.chat import ChatFormat
@@ -171,18 +173,18 @@ def open_session(cfg: Config) -> Session:
                                                      cfg.runtime.num_actors)).start()
     chat = ChatFormat(trainable.tokenizer)
     curriculum = Curriculum(cfg.curriculum)
+    ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
+    state = torch.load(ckpt / "trainer.pt", weights_only=False)["extra"] if ckpt else {}
     s = Session(cfg=cfg, trainable=trainable, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
                 learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
-                ledger=ConsumptionLedger(run_dir / "consumed.jsonl"),
+                ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
                 curriculum=curriculum)
-    ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
     if ckpt is not None:
-        state = s.learner.load(ckpt)
+        s.learner.load(ckpt)
         s.cursor.position = state["cursor"]
-        s.ledger = ConsumptionLedger.resume(run_dir / "consumed.jsonl", state["ledger"])
         s.curriculum.load_state(state["curriculum"])
         s.skipped_batches = state.get("skipped_batches", 0)
         if state.get("suite") is not None and suite.load_state is not None:
@@ -191,6 +193,4 @@ def open_session(cfg: Config) -> Session:
         s.publish()
         log.info("resumed from %s (step %d, %d batches)", ckpt, s.learner.step,
                  s.ledger.batches)
-    elif (run_dir / "consumed.jsonl").exists():  # a crash before the first checkpoint
-        s.ledger = ConsumptionLedger(run_dir / "consumed.jsonl", batches=0)
     return s

@@ -1,5 +1,5 @@
 from practicum.episode import Episode, Turn
-from practicum.runtime.store import EpisodeStore
+from practicum.store import EpisodeStore
 
 
 def ep(i: int) -> Episode:

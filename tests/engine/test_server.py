@@ -1,0 +1,94 @@
+"""The generation server: batching, versions, the weights gate, adapter sub-batches, errors."""
+
+import threading
+import time
+
+import pytest
+
+from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.server import GenerationServer, WeightsGate
+
+
+class FakeSampler:
+    """Records each generate call; sleeps a little so overlaps would show."""
+
+    def __init__(self):
+        self.version, self.calls, self.active = 0, [], 0
+
+    def generate(self, prompts, params, seeds=None, adapter=True):
+        self.active += 1
+        assert self.active == 1, "two generate calls at once"
+        self.calls.append((len(prompts), self.version, adapter, seeds))
+        time.sleep(0.02)
+        self.active -= 1
+        if any(p == [666] for p in prompts):
+            raise ValueError("prompt too long (pretend)")
+        return [Sample([len(p)], [-0.5], "x", "stop") for p in prompts]
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        self.version = update.version
+
+
+def test_queued_requests_become_one_call_and_report_their_version():
+    sampler = FakeSampler()
+    server = GenerationServer(sampler, batch_window=0.05)
+    futures = [server.submit([1] * n, SamplingParams(), seed=n) for n in range(1, 5)]
+    server.start()
+    try:
+        results = [f.result(timeout=5) for f in futures]
+        assert sampler.calls == [(4, 0, True, [1, 2, 3, 4])]
+        assert [s.token_ids for s, _ in results] == [[1], [2], [3], [4]]
+        with server.updating():
+            server.publish(WeightUpdate(1, "full", {}))  # no generate call can overlap this
+            later = server.submit([7], SamplingParams())
+            time.sleep(0.1)
+            assert not later.done()
+        assert later.result(timeout=5)[1] == 1
+    finally:
+        server.stop()
+    with pytest.raises(Exception):
+        server.generate([1], SamplingParams())
+
+
+def test_adapter_off_and_other_params_run_in_their_own_sub_batches():
+    sampler = FakeSampler()
+    server = GenerationServer(sampler, batch_window=0.05)
+    rows = [([1], SamplingParams(), 1), ([2], SamplingParams(temperature=0.0), None),
+            ([3], SamplingParams(), 3)]
+    futures = [*server._put(rows, adapter=True), server.submit([4], SamplingParams(),
+                                                               adapter=False)]
+    server.start()
+    try:
+        [f.result(timeout=5) for f in futures]
+    finally:
+        server.stop()
+    assert sorted((n, a) for n, _, a, _ in sampler.calls) == [(1, False), (1, True), (2, True)]
+
+
+def test_one_bad_row_fails_alone():
+    server = GenerationServer(FakeSampler()).start()
+    try:
+        out = server.generate_batch([([1], SamplingParams(), 0), ([666], SamplingParams(), 1),
+                                     ([1, 2], SamplingParams(), 2)])
+    finally:
+        server.stop()
+    assert [s.token_ids for s, _ in (out[0], out[2])] == [[1], [2]]
+    assert isinstance(out[1][0], ValueError) and out[1][1] == -1
+
+
+def test_a_waiting_update_goes_before_more_sampling():
+    gate, order = WeightsGate(), []
+
+    def sampler():
+        for _ in range(20):
+            with gate.sampling():
+                time.sleep(0.005)
+        order.append("sampler done")
+
+    t = threading.Thread(target=sampler)
+    t.start()
+    time.sleep(0.02)
+    with gate.updating():
+        order.append("update")
+    t.join()
+    assert order == ["update", "sampler done"]

@@ -1,0 +1,73 @@
+"""Whole-run helpers for the runtime tests, as fixtures: a peaked tiny model, toy overrides,
+one-call training, metric readers."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny random model with embeddings scaled x4: its next-token distribution has ~5 nats
+    of entropy instead of ~10.8, so RL credit concentrates on tokens it actually samples."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("peaked")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(4)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
+
+def _toy_overrides(model_dir: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    """Full fine-tuning of the tiny model on the toy task; replies of 4 tokens, so every one is
+    cut by max_new_tokens: overlong masking is off."""
+    return [f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
+            "task.name=toy", "task.options.train_size=64", "task.options.eval_size=8",
+            "rollout.group_size=8", "rollout.tasks_per_step=4", "rollout.max_turns=1",
+            "sampling.max_new_tokens=4", "train.micro_batch_size=16", "train.warmup_steps=0",
+            "train.lr=3e-3", f"train.steps={steps}", "train.checkpoint_every=2",
+            "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
+            f"run.out_dir={out}", "run.name=toy", *extra]
+
+
+def _metric_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "loss" in r]
+
+
+def _train_run(cfg):
+    """Open a session, train it with the runtime of cfg.runtime.mode, close it."""
+    from practicum.runtime.loop import train
+    from practicum.runtime.session import open_session
+
+    s = open_session(cfg)
+    try:
+        if cfg.runtime.mode == "async":
+            from practicum.runtime.async_ import AsyncBatches
+
+            return train(s, AsyncBatches(s), progress=False)
+        from practicum.runtime.sync import SyncBatches
+
+        return train(s, SyncBatches(s), progress=False)
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="session")
+def toy_overrides():
+    return _toy_overrides
+
+
+@pytest.fixture(scope="session")
+def metric_rows():
+    return _metric_rows
+
+
+@pytest.fixture(scope="session")
+def train_run():
+    return _train_run
