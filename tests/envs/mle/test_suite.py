@@ -125,7 +125,8 @@ def test_template_mode_needs_templates_for_every_competition(tmp_path):
     for f in source.iterdir():
         if f.is_file():
             (target / f.name).write_bytes(f.read_bytes())
-    config = (target / "config.yaml").read_text().replace("id: iris-species", "id: iris-no-template")
+    config = (target / "config.yaml").read_text()
+    config = config.replace("id: iris-species", "id: iris-no-template")
     config = config.replace("target_columns: [species]", "target_columns: []")
     (target / "config.yaml").write_text(config)
     values = {"held_out": ["iris-no-template"], "train": ["wine-cultivar"], "mode": "template",

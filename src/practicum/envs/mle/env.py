@@ -119,11 +119,10 @@ class MleEnv(Env):
         """Reward of an episode the sandbox failed (`SuiteContext.failure_reward`)."""
         self.limits = Limits(wall_seconds=options.wall_seconds, memory_mb=options.memory_mb,
                              max_processes=options.max_processes)
-        self.reward = RewardConfig(failure_reward=options.failure_reward,
-                                   milestone_credit=options.milestone_credit,
-                                   partial_credit=options.partial_credit,
-                                   lower_is_better_transform=options.lower_is_better_transform,
-                                   beta=options.beta)
+        self.reward_config = RewardConfig(
+            failure_reward=options.failure_reward, milestone_credit=options.milestone_credit,
+            partial_credit=options.partial_credit,
+            lower_is_better_transform=options.lower_is_better_transform, beta=options.beta)
         self.rng = random.Random(0)
         self.prompt_mode = "scratch"
         self.last_outcome: RunOutcome | None = None
@@ -211,8 +210,8 @@ class MleEnv(Env):
     def _malformed(self, reason: str, action: str, last: bool) -> StepResult:
         """An unparsable reply: not run, the failure reward; the episode ends on the last try."""
         self._progress.malformed += 1
-        outcome = self.last_outcome = not_run(self._data.comp, self.reward, "unparsable reply",
-                                              parse_error=reason)
+        outcome = self.last_outcome = not_run(self._data.comp, self.reward_config,
+                                              "unparsable reply", parse_error=reason)
         solution = Solution(code=action.strip()[:500], output="", score=None,
                             reward=outcome.reward.total, valid=False)
         fmt = ("one line `model = ...`" if self.options.mode == "template"
@@ -234,10 +233,11 @@ class MleEnv(Env):
                              backend=self.options.backend)
         except SandboxError as err:
             log.warning("sandbox failed on %s: %s", data.comp.id, err)
-            return not_run(data.comp, self.reward, f"sandbox error: {err}", infra_error=str(err),
-                           instrumenter=inst.method, instrument_rejected=inst.rejected_reason)
-        return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers, self.reward,
-                         MAX_SUBMISSION_BYTES)
+            return not_run(data.comp, self.reward_config, f"sandbox error: {err}",
+                           infra_error=str(err), instrumenter=inst.method,
+                           instrument_rejected=inst.rejected_reason)
+        return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers,
+                         self.reward_config, MAX_SUBMISSION_BYTES)
 
     def _reward(self, reward: float, last: bool) -> float:
         """This attempt's reward; on the last, the best of the episode's attempts."""

@@ -28,6 +28,7 @@ from practicum.errors import ConfigError
 DEFAULT_HELD_OUT = ("iris-species", "breast-cancer-diagnosis", "diabetes-progression")
 """Held out by default: a multi-class, a binary (AUC) and a regression competition."""
 
+
 class MleOptions(BaseModel):
     """`task.options` of the mle suite."""
 
@@ -56,7 +57,8 @@ class MleOptions(BaseModel):
     wall_seconds: float = Field(60.0, gt=0, description="Wall-clock limit of one run.")
     memory_mb: int = Field(2048, gt=0, description="Memory limit of one run.")
     max_processes: int = Field(64, gt=0, description="Processes + threads of one run.")
-    backend: str = Field("auto", description="Sandbox backend: auto, bwrap, namespaces.")
+    backend: Literal["auto", "bwrap", "namespaces"] = Field(
+        "auto", description="Sandbox backend (auto: bwrap if it works here, else namespaces).")
     attempts: int = Field(1, ge=1, description="Actions per episode (multi-turn when > 1).")
     improve_prob: float = Field(0.5, ge=0, le=1, description="Probability of a self-"
                                 "improvement prompt when the task has a stored solution.")

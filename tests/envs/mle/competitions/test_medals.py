@@ -2,7 +2,12 @@
 
 import pytest
 
-from practicum.envs.mle.competitions.grading import above_median, medal_for, medal_positions, medal_thresholds
+from practicum.envs.mle.competitions.grading import (
+    above_median,
+    medal_for,
+    medal_positions,
+    medal_thresholds,
+)
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,17 @@ import pandas as pd
 import pytest
 
 from practicum.engine.service import Completion
-from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
-from practicum.envs.mle.credit.rule_instrumenter import rule_instrument
-from practicum.envs.mle.credit.marker_checks import only_prints_added
-from practicum.envs.mle.credit.milestones import MILESTONES, marker_line, parse_milestones, redact_markers
 from practicum.envs.mle.actions.sklearn_template import default_template
 from practicum.envs.mle.actions.template import fill_template
+from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
+from practicum.envs.mle.credit.marker_checks import only_prints_added
+from practicum.envs.mle.credit.milestones import (
+    MILESTONES,
+    marker_line,
+    parse_milestones,
+    redact_markers,
+)
+from practicum.envs.mle.credit.rule_instrumenter import rule_instrument
 
 NONCE = "5eed0123abcd4567"
 FENCE = "```"

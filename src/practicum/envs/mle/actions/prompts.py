@@ -38,10 +38,6 @@ pd.DataFrame({"id": test["id"], "target": model.predict(X_test)}).to_csv("submis
 ```"""
 
 
-def system_prompt() -> str:
-    return SYSTEM_PROMPT
-
-
 def _cut(text: str, max_chars: int | None) -> str:
     text = text.strip()
     if max_chars is None or len(text) <= max_chars:

@@ -27,6 +27,18 @@ NO_POLICY = ("--instrumenter {spec}: `mle run` has no live policy to take a froz
              "openai:<base_url>|<model> or rules")
 
 
+def _positive(cast):
+    """An argparse type: a number > 0 (argparse reports anything else as a usage error)."""
+
+    def parse(text: str):
+        value = cast(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
 def add_run_command(sub: argparse._SubParsersAction, parents: list) -> None:
     run = sub.add_parser("run", parents=parents,
                          help="run a solution sandboxed, instrumented and graded")
@@ -38,9 +50,11 @@ def add_run_command(sub: argparse._SubParsersAction, parents: list) -> None:
     run.add_argument("--instrumenter", default="rules",
                      help="rules (default), local:<model>, openai:<base_url>|<model>")
     run.add_argument("--data", type=Path, metavar="DIR", help="data root (as for prepare)")
-    run.add_argument("--wall", type=float, default=60.0, help="wall-clock limit in seconds")
-    run.add_argument("--memory", type=int, default=2048, help="memory limit in MiB")
-    run.add_argument("--backend", default="auto", help="sandbox backend: auto, bwrap, namespaces")
+    run.add_argument("--wall", type=_positive(float), default=60.0,
+                     help="wall-clock limit in seconds")
+    run.add_argument("--memory", type=_positive(int), default=2048, help="memory limit in MiB")
+    run.add_argument("--backend", choices=["auto", "bwrap", "namespaces"], default="auto",
+                     help="sandbox backend")
     run.add_argument("--no-partial-credit", action="store_true",
                      help="milestones earn nothing (the ablation)")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
