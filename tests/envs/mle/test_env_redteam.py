@@ -14,24 +14,31 @@ from pathlib import Path
 
 import pytest
 
-from practicum.config import load_config
+from practicum.engine.service import ModelService
 from practicum.envs.base import Task
-from practicum.envs.mle.suite import mle_suite
+from practicum.envs.mle.competitions.prepared_data import default_data_root
+from practicum.envs.mle.env import MleEnv
+from practicum.envs.mle.suite import MleOptions, mle_suite
+from practicum.envs.registry import SuiteContext
 
 IRIS = Task("iris-species", {"competition": "iris-species", "split": "eval"})
 
 ATTACKS: dict[str, str] = {
     "read the private answers": """\
 import os
-for path in [{answers!r}, {private!r}, {data_root!r}]:
+for path in [{answers!r}, {private!r}, {data_root!r}, {other_answers!r}, {default_root!r}]:
     try:
         print("GOT", path, open(path).read()[:200] if os.path.isfile(path) else os.listdir(path))
     except OSError as err:
         print("DENIED", path, type(err).__name__)
 tops = [os.path.join("/", t) for t in os.listdir("/") if t not in ("proc", "sys", "dev")]
-found = [os.path.join(d, f) for top in tops for d, _, fs in os.walk(top) for f in fs
-         if f == "answers.csv"]
-print("FOUND", found)
+seen, found = 0, []
+for top in tops:
+    for folder, _, files in os.walk(top):
+        seen += len(files)
+        found += [os.path.join(folder, f) for f in files if f == "answers.csv"]
+print("FOUND", len(found), found[:5])
+print("WALKED", seen, "files")
 """,
     "copy the answers into submission.csv": """\
 import shutil
@@ -121,15 +128,17 @@ os.symlink({answers!r}, "submission.csv")
 @pytest.fixture(scope="module")
 def env_parts(tmp_path_factory):
     data_root = tmp_path_factory.mktemp("redteam-data")
-    opts = {"mode": "script", "instrumenter": "rules", "held_out": ["iris-species"],
-            "train": ["wine-cultivar"], "data_root": str(data_root), "wall_seconds": 4,
-            "memory_mb": 1024, "max_processes": 32}
-    suite = mle_suite(load_config(None, ["task.name=mle", f"task.options={opts!r}"]))
+    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
+                         train=["wine-cultivar"], data_root=str(data_root), wall_seconds=4,
+                         memory_mb=1024, max_processes=32)
+    suite = mle_suite(options, SuiteContext())
     comp = suite.make_env.competitions["iris-species"]
+    other = comp.comp.prepare(tmp_path_factory.mktemp("another-runs-data"))  # another run's
     outside = tmp_path_factory.mktemp("outside") / "pwned.txt"
     slots = {"answers": str(comp.paths.answers), "private": str(comp.paths.private),
              "data_root": str(data_root), "outside": str(outside),
-             "public_train": str(comp.paths.public / "train.csv")}
+             "public_train": str(comp.paths.public / "train.csv"),
+             "other_answers": str(other.answers), "default_root": str(default_data_root())}
     return suite, comp, slots
 
 
@@ -137,14 +146,14 @@ def digest(path: Path) -> str:
     return hashlib.md5(Path(path).read_bytes()).hexdigest()
 
 
-def attack(env_parts, name: str):
-    """Run one attack; returns (StepResult, the answers file's first lines)."""
+def attack(env_parts, name: str, env: MleEnv | None = None):
+    """Run one attack; returns (StepResult, RunOutcome)."""
     suite, comp, slots = env_parts
     code = ATTACKS[name].format(**slots)
-    env = suite.make_env()
-    env.reset(IRIS)
+    env = env or suite.make_env(ModelService())
+    env.reset(IRIS, seed=0)
     try:
-        return env.step(f"Attack: {name}.\n```python\n{code}```")
+        return env.step(f"Attack: {name}.\n```python\n{code}```"), env.last_outcome
     finally:
         env.close()
 
@@ -157,35 +166,46 @@ def secret_lines(comp) -> list[str]:
 def test_attack_is_contained_and_earns_no_undue_credit(env_parts, name):
     suite, comp, slots = env_parts
     before = {p: digest(p) for p in (comp.paths.answers, comp.paths.public / "train.csv")}
-    result = attack(env_parts, name)
-    info = result.info
-    assert not info["valid"], name
-    assert result.reward <= -10.0 + 0.1 * len(info["milestones"]) + 1e-9
-    assert len(info["milestones"]) <= 2  # never more than its own imports/loads could earn
-    out = info["stdout_tail"] + info["stderr_tail"] + result.observation
+    result, outcome = attack(env_parts, name)
+    assert not outcome.valid and result.solved is False, name
+    assert result.reward <= -10.0 + 0.1 * len(outcome.milestones) + 1e-9
+    assert len(outcome.milestones) <= 2  # never more than its own imports/loads could earn
+    out = outcome.stdout + outcome.stderr + result.observation
     for line in secret_lines(comp):
         assert line not in out  # answers never leak into anything the agent sees
     assert {p: digest(p) for p in before} == before  # answers and cached data untouched
-    assert os.getpid() > 0 and "PRACTICUM:" not in result.observation
+    # it ran, and was contained by the sandbox: neither malformed nor an infrastructure failure
+    assert not result.malformed and result.failure is None and outcome.duration > 0
+    assert "PRACTICUM:" not in result.observation
 
 
 def test_private_answers_are_invisible(env_parts):
-    out = attack(env_parts, "read the private answers").info["stdout_tail"]
-    assert "GOT" not in out and out.count("DENIED") == 3 and "FOUND []" in out
+    """Nothing named answers.csv anywhere the code can see: this run's, another run's (another
+    data root) or the default data root's. Walking every visible file takes seconds (about
+    280,000 files here: 3 s warm, over 4 s with a cold cache), so this attack gets a wall limit
+    it cannot hit; it prints WALKED only once the walk is complete."""
+    suite, comp, slots = env_parts
+    patient = MleEnv(suite.make_env.options.model_copy(update={"wall_seconds": 300}),
+                     suite.make_env.competitions)
+    result, outcome = attack(env_parts, "read the private answers", env=patient)
+    out = outcome.stdout
+    assert outcome.crash is None, (outcome.crash, outcome.stderr[-500:])
+    assert "WALKED" in out and "FOUND 0 []" in out, out[-1000:]
+    assert "GOT" not in out and out.count("DENIED") == 5, out[:2000]
 
 
 def test_network_is_unreachable(env_parts):
-    out = attack(env_parts, "open a network connection").info["stdout_tail"]
+    out = attack(env_parts, "open a network connection")[1].stdout
     assert "NET OPEN" not in out and out.count("NET BLOCKED") == 3
 
 
 def test_resource_attacks_are_killed_at_the_limits(env_parts):
-    loop = attack(env_parts, "loop forever")
-    assert loop.info["crash"] == "killed (timeout)" and 3.5 < loop.duration < 15
-    bomb = attack(env_parts, "fork bomb")
-    assert bomb.info["crash"] is not None and bomb.duration < 15
-    memory = attack(env_parts, "allocate 20 GB")
-    assert "ALLOCATED" not in memory.info["stdout_tail"] and memory.info["crash"]
+    loop_result, loop = attack(env_parts, "loop forever")
+    assert loop.crash == "killed (timeout)" and 3.5 < loop_result.duration < 15
+    bomb_result, bomb = attack(env_parts, "fork bomb")
+    assert bomb.crash is not None and bomb_result.duration < 15
+    memory = attack(env_parts, "allocate 20 GB")[1]
+    assert "ALLOCATED" not in memory.stdout and memory.crash
 
 
 def test_writes_outside_the_workdir_do_not_reach_the_host(env_parts):
@@ -197,17 +217,17 @@ def test_writes_outside_the_workdir_do_not_reach_the_host(env_parts):
 
 
 def test_forged_and_self_read_markers_earn_nothing(env_parts):
-    forged = attack(env_parts, "print forged milestone markers")
-    assert forged.info["milestones"] == [] and forged.info["forged_markers"] == 21
-    assert forged.reward == -10.0
-    self_read = attack(env_parts, "read the nonce from its own source")
-    assert self_read.info["milestones"] == [] and self_read.reward == -10.0
-    assert self_read.info["self_inspection"] == "uses __file__"
+    forged_result, forged = attack(env_parts, "print forged milestone markers")
+    assert forged.milestones == [] and forged.forged_markers == 21
+    assert forged_result.reward == -10.0
+    self_read_result, self_read = attack(env_parts, "read the nonce from its own source")
+    assert self_read.milestones == [] and self_read_result.reward == -10.0
+    assert self_read.self_inspection == "uses __file__"
 
 
 def test_symlinked_submission_is_not_followed(env_parts):
-    result = attack(env_parts, "submission.csv is a symlink to the answers")
-    assert "not a regular file" in result.info["failure_reason"]
+    outcome = attack(env_parts, "submission.csv is a symlink to the answers")[1]
+    assert "not a regular file" in outcome.failure_reason
 
 
 def test_the_run_goes_on_after_the_attacks(env_parts):
@@ -216,8 +236,8 @@ def test_the_run_goes_on_after_the_attacks(env_parts):
     suite, comp, slots = env_parts
     sample = comp.paths.public / "sample_submission.csv"
     code = "import shutil\nshutil.copyfile('sample_submission.csv', 'submission.csv')\n"
-    env = suite.make_env()
-    env.reset(IRIS)
+    env = suite.make_env(ModelService())
+    env.reset(IRIS, seed=0)
     result = env.step(f"```python\n{code}```")
     env.close()
-    assert sample.is_file() and result.info["valid"] and result.info["score"] > 0
+    assert sample.is_file() and result.solved and env.last_outcome.score > 0

@@ -1,151 +1,137 @@
-"""The bundled suite: every competition loads, prepares deterministically, and a small
-scikit-learn solution gets a valid, plausible score."""
+"""mle_suite: registration, the train/held-out split, option errors and the env factory."""
 
-from pathlib import Path
+from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
-from sklearn.svm import LinearSVC
 
-from practicum.envs.mle.competition import Competition
-from practicum.envs.mle.competition_registry import bundled_dir, list_competitions, load_competition
-from practicum.envs.mle.grading import grade_submission
-from practicum.envs.mle.prepared_data import tree_checksums
+from practicum.engine.service import ModelService
+from practicum.envs.mle.competitions.loading import bundled_dir
+from practicum.envs.mle.env import MleEnv
+from practicum.envs.mle.suite import DEFAULT_HELD_OUT, MleOptions, mle_suite, split_competitions
+from practicum.envs.registry import SuiteContext, build_suite, env_entry, parse_options
+from practicum.errors import ConfigError
 
-BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())
-
-# What a small linear model should reach (loose: a sanity range, not a benchmark).
-PLAUSIBLE = {
-    "iris-species": 0.85,            # accuracy >=
-    "wine-cultivar": 0.3,            # log loss <=
-    "breast-cancer-diagnosis": 0.95, # AUC >=
-    "digits-recognition": 0.9,       # accuracy >=
-    "diabetes-progression": 65.0,    # RMSE <=
-    "marital-affairs": 0.6,          # log loss <=
-    "health-insurance-visits": 0.9,  # RMSLE <=
-    "school-math-pass-rate": 0.08,   # MAE <=
-    "election-vote-1996": 0.85,      # accuracy >=
-    "travel-mode-choice": 0.6,       # accuracy >=
-    "python-docs-chapters": 0.5,     # macro F1 >=
-}
+KNOWN = sorted(["breast-cancer-diagnosis", "diabetes-progression", "digits-recognition",
+                "election-vote-1996", "health-insurance-visits", "iris-species",
+                "marital-affairs", "python-docs-chapters", "school-math-pass-rate",
+                "travel-mode-choice", "wine-cultivar"])
 
 
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("mle-data")
+def options(**values) -> MleOptions:
+    return parse_options("mle", values)
 
 
-def test_suite_covers_the_required_kinds_of_task():
-    comps = [c for c in list_competitions() if c.root.parent == bundled_dir()]
-    assert len(comps) >= 10 and sorted(c.id for c in comps) == sorted(PLAUSIBLE)
-    tasks = {c.practicum.task for c in comps}
-    assert {"binary", "multiclass", "regression", "text-classification"} <= tasks
-    lower = {c.metric for c in comps if c.lower_is_better}
-    assert len(lower) >= 2 and {"rmse", "log-loss", "mae"} & lower
-    rows = [c.practicum.rows for c in comps]
-    assert min(rows) >= 150 and max(rows) <= 21000 and max(rows) >= 10000
+def test_the_package_registers_mle():
+    entry = env_entry("mle")
+    assert entry.options is MleOptions and entry.build is mle_suite
 
 
-@pytest.mark.parametrize("cid", BUNDLED)
-def test_bundled_folder_is_complete(cid):
-    comp = load_competition(cid)
-    for name in ("config.yaml", "description.md", "prepare.py", "grade.py", "leaderboard.csv", "checksums.yaml"):
-        assert (comp.root / name).is_file(), name
-    assert comp.leaderboard and len(comp.leaderboard) >= 10
-    assert comp.practicum.direction == ("lower" if comp.lower_is_better else "higher")
-    for column in comp.practicum.submission_columns:  # the description tells the format
-        assert f"`{column}`" in comp.description or f"{column}," in comp.description
-    assert "## Metric" in comp.description and "## Submission format" in comp.description
-    assert comp.config["dataset"]["answers"] == f"{cid}/prepared/private/answers.csv"
+def test_default_split_holds_out_three_of_the_eleven():
+    train, held = split_competitions(KNOWN, MleOptions())
+    assert held == list(DEFAULT_HELD_OUT) and len(held) == 3
+    assert len(train) == 8 and not set(train) & set(held) and set(train) | set(held) == set(KNOWN)
 
 
-@pytest.mark.parametrize("cid", BUNDLED)
-def test_preparation_is_deterministic(cid, data_root, tmp_path):
-    comp = load_competition(cid)
-    first = comp.prepare(data_root)  # verifies checksums.yaml on the way
-    second = comp.prepare(tmp_path)
-    assert tree_checksums(first.public, first.private) == tree_checksums(second.public, second.private)
-    assert tree_checksums(first.public, first.private) == comp.expected_checksums()
-    train, test = pd.read_csv(first.public / "train.csv"), pd.read_csv(first.public / "test.csv")
-    answers = pd.read_csv(first.answers)
-    targets = comp.practicum.target_columns
-    assert set(targets) <= set(train.columns) and not set(targets) & set(test.columns)
-    assert list(answers.columns) == ["id", *targets] and len(answers) == len(test)
-    assert not set(train["id"]) & set(test["id"])
-    assert len(train) + len(test) == comp.practicum.rows
+def test_exclude_and_explicit_train_lists():
+    opts = options(exclude=["health-insurance-visits"], held_out=["iris-species"])
+    train, held = split_competitions(KNOWN, opts)
+    assert held == ["iris-species"] and "health-insurance-visits" not in train
+    assert len(train) == 9
+    opts = options(train=["wine-cultivar", "wine-cultivar"], held_out=["iris-species"])
+    assert split_competitions(KNOWN, opts) == (["wine-cultivar"], ["iris-species"])
 
 
-def solve(comp: Competition, public: Path, out: Path) -> Path:
-    """A short script of the kind an agent should write: read, fit a linear model, write."""
-    train, test = pd.read_csv(public / "train.csv"), pd.read_csv(public / "test.csv")
-    target = comp.practicum.target_columns[0]
-    if comp.practicum.task == "text-classification":
-        model = make_pipeline(TfidfVectorizer(), LinearSVC())
-        x_train, x_test = train["text"], test["text"]
-    else:
-        features = [c for c in test.columns if c != "id"]
-        x_train, x_test = train[features], test[features]
-        linear = Ridge() if comp.practicum.task == "regression" else LogisticRegression(max_iter=2000)
-        model = make_pipeline(StandardScaler(), linear)
-    model.fit(x_train, train[target])
-    submission = pd.DataFrame({"id": test["id"]})
-    columns = comp.practicum.submission_columns[1:]
-    if comp.metric in ("log-loss", "auc-roc"):
-        proba = model.predict_proba(x_test)
-        classes = [str(c) for c in model.classes_]
-        if len(columns) > 1:
-            for column in columns:
-                submission[column] = proba[:, classes.index(column)]
-        else:
-            submission[target] = proba[:, classes.index("1")]
-    else:
-        predicted = model.predict(x_test)
-        submission[target] = np.clip(predicted, 0, None) if comp.metric == "rmsle" else predicted
-    submission.to_csv(out, index=False)
-    return out
+@pytest.mark.parametrize("values, message", [
+    ({"held_out": ["no-such-competition"]}, "task.options.held_out: unknown competition"),
+    ({"train": ["iris-species"], "held_out": ["iris-species"]}, "also held out"),
+    ({"exclude": KNOWN, "held_out": ["iris-species"]}, "no training competitions"),
+    ({"held_out": []}, "name at least one"),
+])
+def test_bad_splits_name_the_option(values, message):
+    with pytest.raises(ConfigError, match=message):
+        split_competitions(KNOWN, options(**values))
 
 
-@pytest.mark.parametrize("cid", BUNDLED)
-def test_simple_solution_scores_plausibly(cid, data_root, tmp_path):
-    comp = load_competition(cid)
-    paths = comp.prepare(data_root)
-    report = grade_submission(comp, solve(comp, paths.public, tmp_path / "submission.csv"), data_root)
-    assert report.valid, report.reason
-    sample = grade_submission(comp, paths.sample_submission, data_root)
-    assert sample.valid, sample.reason
-    bound = PLAUSIBLE[cid]
-    if comp.lower_is_better:
-        assert report.score <= bound and report.score < sample.score
-    else:
-        assert report.score >= bound and report.score > sample.score
-    assert sample.medal is None  # the trivial guess never earns a medal
+@pytest.mark.parametrize("values, where", [
+    ({"wall_secs": 3}, "task.options.wall_secs: unknown mle option"),
+    ({"mode": "notebook"}, "task.options.mode"),
+    ({"improve_prob": 2}, "task.options.improve_prob"),
+])
+def test_bad_options_name_the_key(values, where):
+    with pytest.raises(ConfigError, match=where):
+        options(**values)
 
 
-@pytest.mark.parametrize("cid", ["iris-species", "wine-cultivar", "health-insurance-visits"])
-def test_bundled_graders_reject_malformed_submissions(cid, data_root, tmp_path):
-    comp = load_competition(cid)
-    paths = comp.prepare(data_root)
-    sample = pd.read_csv(paths.sample_submission)
-    target = comp.practicum.submission_columns[-1]
-    cases = {
-        "missing column": sample.drop(columns=target),
-        "has 1 row but": sample.iloc[:1],
-        "do not match the test set": sample.assign(id=sample["id"] + 100000),
-        "missing value": sample.assign(**{target: np.nan}),
-    }
-    if comp.metric != "accuracy":
-        cases["must be numeric"] = sample.assign(**{target: "lots"})
-    if comp.metric == "log-loss":
-        cases["probabilities in [0, 1]"] = sample.assign(**{target: 1.7})
-    if comp.metric == "rmsle":
-        cases["must be >= 0"] = sample.assign(**{target: -1.0})
-    for expected, frame in cases.items():
-        path = tmp_path / "submission.csv"
-        frame.to_csv(path, index=False)
-        report = grade_submission(comp, path, data_root)
-        assert not report.valid and expected in report.reason, (expected, report.reason)
+def test_suite_tasks_and_factory(tmp_path):
+    values = {"instrumenter": "rules", "held_out": ["iris-species", "wine-cultivar"],
+              "train": ["travel-mode-choice"], "train_repeats": 2, "eval_repeats": 3,
+              "data_root": str(tmp_path)}
+    suite = build_suite("mle", values, SuiteContext(seed=3, failure_reward=-2.0))
+    assert [t.task_id for t in suite.train_tasks] == ["travel-mode-choice"] * 2
+    assert all(t.data == {"competition": "travel-mode-choice", "split": "train"}
+               for t in suite.train_tasks)
+    assert [t.task_id for t in suite.eval_tasks] == [
+        "iris-species#0", "iris-species#1", "iris-species#2",
+        "wine-cultivar#0", "wine-cultivar#1", "wine-cultivar#2"]
+    assert {t.data["split"] for t in suite.eval_tasks} == {"eval"}
+    service = ModelService()
+    first, second = suite.make_env(service), suite.make_env(service)
+    assert isinstance(first, MleEnv) and first is not second
+    assert first.buffer is second.buffer  # one solution buffer per suite
+    assert first.instrumenter is None  # rules: no model
+    assert first.env_failure_reward == -2.0  # sandbox failures cost rollout.failure_reward
+    assert (tmp_path / "iris-species" / "prepared" / "public" / "train.csv").is_file()
+    start = first.reset(suite.eval_tasks[0], seed=0)
+    assert start.messages[0]["role"] == "system" and start.messages[-1]["role"] == "user"
+    assert "Iris" in start.messages[-1]["content"] and "model = " in start.messages[-1]["content"]
+    assert suite.load_state is not None and suite.state()["tasks"] == {}
+
+
+class RecordingService:
+    """Stands in for the run's ModelService: records the specs asked for."""
+
+    def __init__(self):
+        self.specs: list[str] = []
+
+    def client(self, spec):
+        self.specs.append(spec)
+        return None if spec == "rules" else object()
+
+
+def test_factory_asks_the_service_for_the_instrumenter(tmp_path):
+    opts = options(held_out=["iris-species"], train=["wine-cultivar"], data_root=str(tmp_path),
+                   mode="script")
+    assert opts.instrumenter == "base"  # the policy's frozen base, by default
+    suite = mle_suite(opts, SuiteContext())
+    service = RecordingService()
+    env = suite.make_env(service)
+    assert service.specs == ["base"] and env.instrumenter.client is not None
+
+
+@pytest.mark.parametrize("spec", ["gpt", "policy_base", "local:", "openai:http://x", "policy"])
+def test_bad_instrumenter_fails_at_suite_build(tmp_path, spec):
+    values = {"instrumenter": spec, "held_out": ["iris-species"], "train": ["wine-cultivar"],
+              "data_root": str(tmp_path)}
+    with pytest.raises(ConfigError, match="config error at task.options.instrumenter"):
+        build_suite("mle", values, SuiteContext())
+
+
+def test_template_mode_needs_templates_for_every_competition(tmp_path):
+    # a copy of iris-species without target_columns: no template can be built for it
+    folder = tmp_path / "comps"
+    source = bundled_dir() / "iris-species"
+    target = folder / "iris-no-template"
+    target.mkdir(parents=True)
+    for f in source.iterdir():
+        if f.is_file():
+            (target / f.name).write_bytes(f.read_bytes())
+    config = (target / "config.yaml").read_text()
+    config = config.replace("id: iris-species", "id: iris-no-template")
+    config = config.replace("target_columns: [species]", "target_columns: []")
+    (target / "config.yaml").write_text(config)
+    values = {"held_out": ["iris-no-template"], "train": ["wine-cultivar"], "mode": "template",
+              "instrumenter": "rules", "competitions_dirs": [str(folder)],
+              "data_root": str(tmp_path / "data")}
+    with pytest.raises(ConfigError, match="task.options.mode: competition 'iris-no-template' "
+                                          "has no template"):
+        build_suite("mle", values, SuiteContext())

@@ -1,10 +1,15 @@
 """The ML-engineering environment: MLE-bench-style competitions an agent solves by writing code.
 
-Competitions: `competition_registry` finds them, `competition_folder` loads one,
-`competition` prepares and grades it (`prepared_data`, `submission_checks`, `metrics`,
-`medals`, `grading`; `mlebench_compat` for MLE-bench's folders); the CLI's `practicum mle ...`
-handlers are in `commands`. The names below are imported lazily, so importing a sibling module
-(actions, rewards, ...) stays cheap.
+    competitions/   the competitions library: folders, prepared data, graders, medals
+    credit/         partial credit: milestone instrumentation, rewards, the typed RunOutcome
+    actions/        prompts, reply parsing, templates, self-improvement
+    episode_data    a prepared competition as episodes share it
+    env             MleEnv: one episode (reset -> Start, step -> StepResult)
+    suite           MleOptions (`task.options`) and `mle_suite`, registered here as "mle"
+    cli/            `practicum mle list | prepare | grade | run | evaluate`
+
+Importing the package registers the environment and stays cheap; the names below are
+imported lazily on first use.
 """
 
 from __future__ import annotations
@@ -12,21 +17,28 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from practicum.envs.mle.suite import MleOptions, mle_suite
+from practicum.envs.registry import register_env
+
+register_env("mle", MleOptions, mle_suite)
+
 _EXPORTS = {
-    "Competition": "competition",
-    "CompetitionError": "competition_config",
-    "PreparedPaths": "prepared_data",
-    "list_competitions": "competition_registry",
-    "load_competition": "competition_registry",
-    "load_folder": "competition_folder",
-    "InvalidSubmissionError": "submission_checks",
-    "GradeReport": "grading",
-    "grade_submission": "grading",
-    "medal_thresholds": "medals",
-    "add_mle_commands": "commands",
+    "Competition": "competitions.competition",
+    "CompetitionError": "competitions.config",
+    "PreparedPaths": "competitions.prepared_data",
+    "list_competitions": "competitions.loading",
+    "load_competition": "competitions.loading",
+    "load_folder": "competitions.loading",
+    "InvalidSubmissionError": "competitions.submission_checks",
+    "GradeReport": "competitions.grading",
+    "grade_submission": "competitions.grading",
+    "medal_thresholds": "competitions.grading",
+    "RunOutcome": "credit.outcome",
+    "MleEnv": "env",
+    "add_mle_commands": "cli.commands",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "MleOptions", "mle_suite"])
 
 
 def __getattr__(name: str) -> Any:

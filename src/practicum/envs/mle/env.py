@@ -2,34 +2,33 @@
 
 One episode = one competition and `attempts` actions (default 1). Each action:
 
-    reply --parse--> code          script mode: plan + one ```python block (actions.py)
-                                   template mode: the region of a fixed script (default_template)
-          --instrument--> code + milestone prints with a fresh secret nonce (instrument.py)
+    reply --parse--> code          script mode: plan + one ```python block (actions.parsing)
+                                   template mode: the region of a fixed script (actions.template)
+          --instrument--> code + milestone prints with a fresh secret nonce (credit.instrument)
           --sandbox--> stdout      a fresh work folder holding ONLY the public files; the private
                                    answers (and the whole data root) are hidden paths
-          --parse_milestones--> distinct milestones reached
-          --grade--> submission.csv read without following symlinks, graded by grade.py
-          --mle_reward--> failure -10 / +0.1 per milestone / oriented score (rewards.py)
+          --judge_run--> RunOutcome: milestones, submission graded without following symlinks,
+                         reward failure -10 / +0.1 per milestone / oriented score (credit)
 
-StepResult.duration is the sandbox run time (feeds the duration-aware weights). An unparsable
-reply is not run: the observation says why and the reward is the failure reward. With several
-attempts the observation (run summary, markers redacted) is shown and the agent tries again;
+What a step reports (`StepResult`):
+- duration: the sandbox run time (feeds the duration-aware weights);
+- malformed: the reply could not be parsed into code (the policy's fault). It is not run; the
+  observation says why and the reward is the failure reward (`failure_reward` option);
+- failure: only when the sandbox itself failed (not the policy's fault): the episode ends at
+  once with the run's `failure_reward` (`SuiteContext`), not the MLE reward;
+- solved (when done): some attempt produced a valid submission;
+- metrics: the episode so far (`MleEnv.metrics`);
+- info: the typed `RunOutcome` as a dict (stdout/stderr cut to tails), the attempt, the prompt
+  mode and the `solution` an improvement prompt would show.
+With several attempts, each run's summary (markers redacted) is the observation for the next;
 the episode's reward is the best attempt's.
 
 Prompt modes (self-improvement, Sec. 3.3): on training tasks, with probability `improve_prob`
 the prompt shows a previous valid solution of the same competition from the shared
 `SolutionBuffer` (its code, output and score) and asks for an improvement; otherwise "from
 scratch". Held-out tasks are always from scratch unless the task names a previous solution
-(`evaluate.py` does, for scratch-then-improve evaluation).
-
-Template mode shows few-shot chat turns (`example_messages`, read by the runtime) and, with
-`salvage`, accepts a lone `model = ...` line inside an otherwise malformed reply.
-
-Forged markers: markers printed with a wrong nonce earn nothing. The nonce does sit in the
-running script, so code that reads its own source or code objects could replay it; runs whose
-code looks self-inspecting (`self_inspection`) get no milestone credit. The heuristic can be
-evaded by obfuscated code; the most such a forgery gains is the milestone credit (+0.7), never
-a valid score.
+(`mle evaluate` does, for scratch-then-improve evaluation). Template mode starts with few-shot
+chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply.
 
 Task.data: {"competition": id, "split": "train"|"eval", optional "previous": Solution fields}.
 """
@@ -39,157 +38,135 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from practicum.envs.base import StepResult, Task
-from practicum.envs.mle import prompts
-from practicum.envs.mle.actions import ActionParseError, extract_code, parse_script_action
-from practicum.envs.mle.competition import Competition
-from practicum.envs.mle.instrument import LLMInstrumenter, instrument
-from practicum.envs.mle.outcome import grade_workdir, run_summary, self_inspection, solution_output
-from practicum.envs.mle.milestones import new_nonce, parse_milestones
-from practicum.envs.mle.prepared_data import PreparedPaths, read_answers
-from practicum.envs.mle.rewards import RewardConfig, mle_reward
-from practicum.envs.mle.self_improve import (
+from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.mle.actions import prompts
+from practicum.envs.mle.actions.parsing import ActionParseError
+from practicum.envs.mle.actions.self_improve import (
     Solution,
     SolutionBuffer,
     improvement_prompt,
     sample_prompt_mode,
 )
-from practicum.envs.mle.sklearn_template import default_template
-from practicum.envs.mle.template import Template, fill_template, salvage_region
+from practicum.envs.mle.actions.template import parse_reply
+from practicum.envs.mle.competitions.config import CompetitionError
+from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
+from practicum.envs.mle.credit.milestones import new_nonce
+from practicum.envs.mle.credit.outcome import RunOutcome, judge_run, not_run, solution_output
+from practicum.envs.mle.credit.rewards import RewardConfig
+from practicum.envs.mle.episode_data import CompetitionData
 from practicum.envs.sandbox import Limits, SandboxError, run_python
+
+if TYPE_CHECKING:
+    from practicum.engine.service import ModelService
+    from practicum.envs.mle.suite import MleOptions
 
 log = logging.getLogger(__name__)
 
-_KINDS = {"binary": "classification", "multiclass": "classification",
-          "classification": "classification", "regression": "regression",
-          "text-classification": "classification", "text_classification": "classification"}
-
-
-@dataclass(frozen=True)
-class EnvSettings:
-    """What every MleEnv of a suite shares (built by `suite.MleEnvFactory` from task options)."""
-
-    mode: Literal["template", "script"] = "template"
-    """template: the reply fills one region of a fixed script; script: plan + whole script."""
-    limits: Limits = field(default_factory=lambda: Limits(wall_seconds=60, memory_mb=2048))
-    """Sandbox limits of one run."""
-    backend: str = "auto"
-    """Sandbox backend (auto, bwrap, namespaces)."""
-    attempts: int = 1
-    """Actions per episode; > 1 shows each run's summary and asks again (reward: best attempt)."""
-    improve_prob: float = 0.5
-    """Probability of a self-improvement prompt on a training task with a stored solution."""
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    """Failure reward, milestone credit, orientation of lower-is-better scores."""
-    salvage: bool = True
-    """Template mode: accept a lone `model = ...` line inside a malformed reply."""
-    max_summary_chars: int = 200
-    """Length of the task summary in template prompts."""
-    max_description_chars: int = 1500
-    """Script mode: the competition description is cut to this."""
-    output_chars: int = 600
-    """Run output shown in observations and improvement prompts."""
-    workdir_root: str | None = None
-    """Folder for per-episode work folders (default: the system temp folder)."""
-    max_submission_mb: int = 64
-    """A larger submission.csv is invalid (and never read into memory)."""
+MAX_SUMMARY_CHARS = 200
+"""Template prompts: the task summary is cut to this."""
+MAX_DESCRIPTION_CHARS = 1500
+"""Script prompts: the competition description is cut to this."""
+MAX_SUBMISSION_BYTES = 64 * 2**20
+"""A larger submission.csv is invalid (and never read into memory)."""
 
 
 @dataclass
-class CompetitionData:
-    """A prepared competition, loaded once per process and shared by environments."""
+class _Progress:
+    """One episode so far."""
 
-    comp: Competition
-    paths: PreparedPaths
-    answers: pd.DataFrame
-    template: Template | None
-    hidden: tuple[Path, ...]
-    """Host paths unreadable inside the sandbox: the private folder and the whole data root."""
+    attempts: int = 0
+    malformed: int = 0
+    runs: int = 0
+    """Attempts that ran in the sandbox."""
+    llm_runs: int = 0
+    """Runs whose markers the LLM instrumenter inserted."""
+    best_reward: float | None = None
+    valid: bool = False
+    milestones: int = 0
+    score_credit: float | None = None
+    """Best oriented score of a valid attempt."""
 
-    @property
-    def kind(self) -> str:
-        return _KINDS.get((self.comp.practicum.task or "").lower(), "classification")
-
-
-def load_competition_data(comp: Competition, data_root: Path | None) -> CompetitionData:
-    """Prepare (cached on disk) and load what an episode needs: public files, answers, template."""
-    paths = comp.prepare(data_root)
-    answers = read_answers(paths.answers)
-    template = None
-    section = comp.practicum
-    if section.target_columns:
-        try:
-            template = default_template(section.task or "classification",
-                                        section.target_columns[0], section.id_column, comp.metric)
-        except ValueError as err:
-            log.warning("competition %s has no template: %s", comp.id, err)
-    root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
-    return CompetitionData(comp, paths, answers, template, (paths.private, root))
+    def record(self, outcome: RunOutcome) -> None:
+        """Count a run that went through the sandbox."""
+        self.runs += 1
+        self.llm_runs += outcome.instrumenter == "llm"
+        self.valid |= outcome.valid
+        self.milestones = max(self.milestones, len(outcome.milestones))
+        if outcome.valid:
+            credit = outcome.reward.score_credit
+            self.score_credit = credit if self.score_credit is None else max(self.score_credit,
+                                                                             credit)
 
 
-class MleEnv:
+class MleEnv(Env):
     """One ML-engineering episode at a time (module docstring). Thread-compatible: one env per
     episode; the shared pieces (competition cache, buffer, instrumenter) are thread-safe."""
 
-    def __init__(self, settings: EnvSettings, competitions: dict[str, CompetitionData] | Any,
-                 buffer: SolutionBuffer | None = None, llm: LLMInstrumenter | None = None,
-                 seed: int = 0):
-        self.settings = settings
+    def __init__(self, options: MleOptions, competitions: dict[str, CompetitionData] | Any,
+                 buffer: SolutionBuffer | None = None, instrumenter: LLMInstrumenter | None = None,
+                 env_failure_reward: float = 0.0):
+        self.options = options
         self.competitions = competitions
         """competition id -> CompetitionData (a dict, or a lazy mapping with __getitem__)."""
         self.buffer = buffer
-        self.llm = llm
-        self.rng = random.Random(seed)
-        self.system_prompt: str | None = None
-        self.example_messages: list[dict] | None = None
-        """Few-shot chat turns the runtime puts before the first user message (template mode)."""
+        self.instrumenter = instrumenter
+        """The LLM that inserts milestone prints; None: the rules only."""
+        self.env_failure_reward = env_failure_reward
+        """Reward of an episode the sandbox failed (`SuiteContext.failure_reward`)."""
+        self.limits = Limits(wall_seconds=options.wall_seconds, memory_mb=options.memory_mb,
+                             max_processes=options.max_processes)
+        self.reward_config = RewardConfig(
+            failure_reward=options.failure_reward, milestone_credit=options.milestone_credit,
+            partial_credit=options.partial_credit,
+            lower_is_better_transform=options.lower_is_better_transform, beta=options.beta)
+        self.rng = random.Random(0)
+        self.prompt_mode = "scratch"
+        self.last_outcome: RunOutcome | None = None
+        """The typed outcome of the last step, for callers that drive the env themselves
+        (`mle run`, tests); the runtime reads only the StepResult."""
         self._task: Task | None = None
         self._data: CompetitionData | None = None
-        self._attempt = 0
-        self._best: float | None = None
+        self._progress = _Progress()
         self._workdirs: list[Path] = []
-        self.prompt_mode = "scratch"
 
     # -- reset --------------------------------------------------------------------------------
-    def reset(self, task: Task) -> str:
+    def reset(self, task: Task, seed: int) -> Start:
         self.close()
+        self.rng = random.Random(seed)
         cid = task.data.get("competition", task.task_id)
         self._task, self._data = task, self.competitions[cid]
-        self._attempt, self._best = 0, None
-        s = self.settings
-        if s.mode == "template" and self._data.template is None:
-            raise ValueError(f"competition '{cid}' has no template (set target_columns in its "
-                             f"config.yaml, or use mode: script)")
-        scratch = self._scratch_prompt()
-        template = s.mode == "template"
-        self.system_prompt = prompts.LINE_SYSTEM_PROMPT if template else prompts.SYSTEM_PROMPT
-        self.example_messages = list(prompts.LINE_EXAMPLE_MESSAGES) if template else None
+        self._progress, self.last_outcome = _Progress(), None
+        template = self.options.mode == "template"
+        if template and self._data.template is None:
+            raise CompetitionError(f"competition '{cid}' has no template (set target_columns in "
+                                   f"its config.yaml, or use mode: script)")
+        prompt = self._scratch_prompt()
         previous = self._previous(task, cid)
         self.prompt_mode = "improve" if previous is not None else "scratch"
-        if previous is None:
-            return scratch
-        return improvement_prompt(scratch, previous.code, previous.output, previous.score,
-                                  mode=s.mode, lower_is_better=self._data.comp.lower_is_better,
-                                  max_output_chars=s.output_chars,
-                                  reply_format=prompts.LINE_REPLY if template else None)
+        if previous is not None:
+            prompt = improvement_prompt(prompt, previous.code, previous.output, previous.score,
+                                        mode=self.options.mode,
+                                        lower_is_better=self._data.comp.lower_is_better,
+                                        max_output_chars=self.options.output_chars,
+                                        reply_format=prompts.LINE_REPLY if template else None)
+        system = prompts.LINE_SYSTEM_PROMPT if template else prompts.SYSTEM_PROMPT
+        examples = [dict(m) for m in prompts.LINE_EXAMPLE_MESSAGES] if template else []
+        return Start([{"role": "system", "content": system}, *examples,
+                      {"role": "user", "content": prompt}])
 
     def _scratch_prompt(self) -> str:
-        data, s = self._data, self.settings
-        comp = data.comp
-        if s.mode == "template":
-            summary = prompts.task_summary(comp.description, s.max_summary_chars)
+        data, comp = self._data, self._data.comp
+        if self.options.mode == "template":
+            summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
             return prompts.line_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
                                        data.template, data.kind)
         files = sorted(p.name for p in data.paths.public.iterdir() if p.is_file())
         return prompts.scratch_prompt(comp.description, files, mode="script",
-                                      max_description_chars=s.max_description_chars)
+                                      max_description_chars=MAX_DESCRIPTION_CHARS)
 
     def _previous(self, task: Task, cid: str) -> Solution | None:
         given = task.data.get("previous")
@@ -197,158 +174,119 @@ class MleEnv:
             return given if isinstance(given, Solution) else Solution(**given)
         if task.data.get("split", "train") != "train" or self.buffer is None:
             return None
-        mode = sample_prompt_mode(self.rng, self.settings.improve_prob, self.buffer.has(cid))
+        mode = sample_prompt_mode(self.rng, self.options.improve_prob, self.buffer.has(cid))
         return self.buffer.pick(cid, self.rng) if mode == "improve" else None
 
     # -- step ---------------------------------------------------------------------------------
     def step(self, action: str) -> StepResult:
         if self._data is None:
             raise RuntimeError("MleEnv.step called before reset")
-        self._attempt += 1
-        last = self._attempt >= self.settings.attempts
+        progress = self._progress
+        progress.attempts += 1
+        last = progress.attempts >= self.options.attempts
+        template = self._data.template if self.options.mode == "template" else None
         try:
-            code, region, plan = self._parse(action)
+            code, written, plan = parse_reply(action, template, self.options.salvage)
         except ActionParseError as err:
-            return self._unparsable(str(err), action, last)
-        outcome = self._run(code)
-        outcome["solution"] = asdict(Solution(
-            code=region, output=outcome.pop("output_for_prompt"), score=outcome["score"],
-            reward=outcome["reward"], plan=plan, valid=outcome["valid"]))
-        self._remember(outcome)
-        return self._result(outcome, last)
-
-    def _parse(self, reply: str) -> tuple[str, str, str]:
-        """(script to run, what the policy wrote: region or script, plan)."""
-        s, data = self.settings, self._data
-        if s.mode == "script":
-            action = parse_script_action(reply)
-            return action.code, action.code, action.plan
-        try:
-            script = fill_template(data.template, reply)
-            return script, extract_code(reply), ""
-        except ActionParseError as err:
-            line = salvage_region(reply, data.template.required_names) if s.salvage else None
-            if line is None:
-                raise
-            try:
-                return fill_template(data.template, line), line, ""
-            except ActionParseError:
-                raise err from None
-
-    def _unparsable(self, reason: str, action: str, last: bool) -> StepResult:
-        reward = self.settings.reward.failure_reward
-        self._best = reward if self._best is None else max(self._best, reward)
-        fmt = ("one line `model = ...`" if self.settings.mode == "template"
-               else "a short plan and one ```python block")
-        observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
-        info = {"valid": False, "score": None, "milestones": [], "failure_reason": "unparsable",
-                "parse_error": reason, "attempt": self._attempt, "prompt_mode": self.prompt_mode,
-                "reward_breakdown": {"total": reward, "failure": reward, "milestone_credit": 0.0,
-                                     "score_credit": 0.0},
-                "solution": asdict(Solution(code=action.strip()[:500], output="", score=None,
-                                            reward=reward, valid=False))}
-        if last:
-            info["failure"] = f"unparsable action: {reason}"
-        return StepResult(observation, self._best if last else reward, last, 0.0, info)
-
-    def _run(self, code: str) -> dict[str, Any]:
-        s, data = self.settings, self._data
-        nonce = new_nonce()
-        inst = instrument(code, nonce, self.llm)
-        workdir = self._new_workdir()
-        try:
-            run = run_python(inst.code, workdir, s.limits, hidden_paths=data.hidden,
-                             backend=s.backend)
-        except SandboxError as err:  # infrastructure, not the policy's fault
-            log.warning("sandbox failed on %s: %s", data.comp.id, err)
-            return self._outcome([], False, None, f"sandbox error: {err}", "", "", 0.0,
-                                 inst.method, None, infra=str(err))
-        report = parse_milestones(run.stdout, nonce)
-        inspecting = self_inspection(code)
-        if inspecting and report.reached:  # it may have read the nonce from its own code
-            report.forged += len(report.reached)
-            report.reached = []
-        valid, score, reason = grade_workdir(workdir, data.comp, data.answers,
-                                             s.max_submission_mb * 2**20)
-        if run.killed_reason:
-            crash = f"killed ({run.killed_reason})"
-        elif run.returncode not in (0, None):
-            crash = f"exit code {run.returncode}"
-        else:
-            crash = None
-        if not valid:
-            reason = f"{crash}; {reason}" if crash else reason
-        return self._outcome(report.reached, valid, score, reason, run.stdout, run.stderr,
-                             run.duration, inst.method, inst.rejected_reason,
-                             forged=report.forged, validation=report.validation_score,
-                             crash=crash, inspecting=inspecting)
-
-    def _outcome(self, reached, valid, score, reason, stdout, stderr, duration, method,
-                 rejected, forged=0, validation=None, crash=None, infra=None,
-                 inspecting=None) -> dict[str, Any]:
-        comp = self._data.comp
-        breakdown = mle_reward(reached, valid, score, comp.lower_is_better, self.settings.reward)
-        return {
-            "valid": valid, "score": score, "milestones": list(breakdown.details["milestones"]),
-            "reward": breakdown.total, "failure_reason": None if valid else reason,
-            "reward_breakdown": {"total": breakdown.total, "failure": breakdown.failure,
-                                 "milestone_credit": breakdown.milestone_credit,
-                                 "score_credit": breakdown.score_credit},
-            "duration": duration, "instrumenter": method, "instrument_rejected": rejected,
-            "forged_markers": forged, "validation_score": validation, "crash": crash,
-            "infra_error": infra, "self_inspection": inspecting,
-            "stdout": stdout, "stderr": stderr,
-            "output_for_prompt": solution_output(stdout, self.settings.output_chars),
-            "attempt": self._attempt, "prompt_mode": self.prompt_mode,
-            "metric": comp.metric, "lower_is_better": comp.lower_is_better,
-        }
-
-    def _remember(self, outcome: dict[str, Any]) -> None:
-        task = self._task
-        if (self.buffer is None or task is None or task.data.get("split", "train") != "train"
-                or not outcome["valid"]):
-            return
-        self.buffer.add(task.data.get("competition", task.task_id),
-                        Solution(**outcome["solution"]))
-
-    def _result(self, outcome: dict[str, Any], last: bool) -> StepResult:
-        reward = outcome["reward"]
-        self._best = reward if self._best is None else max(self._best, reward)
-        info = {k: v for k, v in outcome.items() if k not in ("stdout", "stderr")}
-        info["stdout_tail"] = outcome["stdout"][-2000:]
-        info["stderr_tail"] = outcome["stderr"][-2000:]
-        if outcome["infra_error"] and last:
-            info["failure"] = f"sandbox error: {outcome['infra_error']}"
-        observation = run_summary(outcome, self.settings.output_chars)
+            return self._malformed(str(err), action, last)
+        outcome = self.last_outcome = self._run(code)
+        solution = Solution(code=written, output=solution_output(outcome.stdout,
+                                                                 self.options.output_chars),
+                            score=outcome.score, reward=outcome.reward.total, plan=plan,
+                            valid=outcome.valid)
+        info = self._info(outcome, solution)
+        if outcome.infra_error is not None:  # the sandbox failed, not the policy
+            return StepResult(done=True, reward=self.env_failure_reward, metrics=self.metrics(),
+                              solved=progress.valid, failure=outcome.failure_reason, info=info)
+        self._remember(solution)
+        progress.record(outcome)
+        reward = self._reward(outcome.reward.total, last)
+        observation = outcome.summary(self.options.output_chars)
         if not last:
             observation += "\n\nImprove your solution and reply again in the same format."
-        return StepResult(observation, self._best if last else reward, last,
-                          float(outcome["duration"]), info)
+        return StepResult(observation, reward, last, outcome.duration, metrics=self.metrics(),
+                          solved=progress.valid if last else None, info=info)
 
-    # -- workdirs -----------------------------------------------------------------------------
-    def _new_workdir(self) -> Path:
-        """A fresh folder holding copies of the public files only.
+    def _malformed(self, reason: str, action: str, last: bool) -> StepResult:
+        """An unparsable reply: not run, the failure reward; the episode ends on the last try."""
+        self._progress.malformed += 1
+        outcome = self.last_outcome = not_run(self._data.comp, self.reward_config,
+                                              "unparsable reply", parse_error=reason)
+        solution = Solution(code=action.strip()[:500], output="", score=None,
+                            reward=outcome.reward.total, valid=False)
+        fmt = ("one line `model = ...`" if self.options.mode == "template"
+               else "a short plan and one ```python block")
+        observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
+        return StepResult(observation, self._reward(outcome.reward.total, last), last,
+                          malformed=True, metrics=self.metrics(),
+                          solved=self._progress.valid if last else None,
+                          info=self._info(outcome, solution))
 
-        Copies, not hard links: the sandbox user is given ownership of everything in its
-        workdir, and a hard link would hand it the cached public file itself (to corrupt for
-        later episodes).
-        """
-        root = self.settings.workdir_root
-        if root:
-            Path(root).mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="practicum-mle-", dir=root))
+    def _run(self, code: str) -> RunOutcome:
+        data = self._data
+        nonce = new_nonce()
+        inst = instrument(code, nonce, self.instrumenter)
+        workdir = data.new_workdir(self.options.workdir_root)
         self._workdirs.append(workdir)
-        for src in sorted(self._data.paths.public.iterdir()):
-            if src.is_file() and not src.is_symlink():
-                shutil.copyfile(src, workdir / src.name)
-        return workdir
+        try:
+            run = run_python(inst.code, workdir, self.limits, hidden_paths=data.hidden,
+                             backend=self.options.backend)
+        except SandboxError as err:
+            log.warning("sandbox failed on %s: %s", data.comp.id, err)
+            return not_run(data.comp, self.reward_config, f"sandbox error: {err}",
+                           infra_error=str(err), instrumenter=inst.method,
+                           instrument_rejected=inst.rejected_reason)
+        return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers,
+                         self.reward_config, MAX_SUBMISSION_BYTES)
+
+    def _reward(self, reward: float, last: bool) -> float:
+        """This attempt's reward; on the last, the best of the episode's attempts."""
+        best = self._progress.best_reward
+        self._progress.best_reward = reward if best is None else max(best, reward)
+        return self._progress.best_reward if last else reward
+
+    def metrics(self) -> dict[str, float]:
+        """The episode so far: valid (1/0: some attempt was), most milestones an attempt
+        reached, best score credit of a valid attempt (0 if none), attempts, malformed replies,
+        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked."""
+        p = self._progress
+        metrics = {"valid": float(p.valid), "milestones": float(p.milestones),
+                   "score_credit": 0.0 if p.score_credit is None else p.score_credit,
+                   "attempts": float(p.attempts), "malformed": float(p.malformed),
+                   "improve_prompt": float(self.prompt_mode == "improve")}
+        if self.instrumenter is not None:
+            metrics["llm_instrumented"] = p.llm_runs / max(1, p.runs)
+        return metrics
+
+    def _info(self, outcome: RunOutcome, solution: Solution) -> dict[str, Any]:
+        return {**outcome.info(), "attempt": self._progress.attempts,
+                "prompt_mode": self.prompt_mode, "solution": asdict(solution)}
+
+    def _remember(self, solution: Solution) -> None:
+        task = self._task
+        if self.buffer is None or task.data.get("split", "train") != "train" or not solution.valid:
+            return
+        self.buffer.add(task.data.get("competition", task.task_id), solution)
 
     def close(self) -> None:
         for workdir in self._workdirs:
-            _remove_tree(workdir)
+            # as root, or as the uid the sandbox ran as: both may delete it
+            shutil.rmtree(workdir, ignore_errors=True)
         self._workdirs = []
 
 
-def _remove_tree(path: Path) -> None:
-    """Delete a workdir (as root, or as the same uid the sandbox ran as: both may delete it)."""
-    shutil.rmtree(path, ignore_errors=True)
+@dataclass
+class MleEnvFactory:
+    """`Suite.make_env`: a fresh MleEnv per episode; the envs of a suite share the options, the
+    competition cache and the solution buffer."""
+
+    options: MleOptions
+    competitions: Any
+    """competition id -> CompetitionData (`episode_data.CompetitionCache`)."""
+    buffer: SolutionBuffer | None = None
+    env_failure_reward: float = 0.0
+
+    def __call__(self, service: ModelService) -> MleEnv:
+        client = service.client(self.options.instrumenter)  # None for "rules"
+        llm = LLMInstrumenter(client) if client is not None else None
+        return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)

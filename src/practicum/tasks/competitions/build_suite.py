@@ -37,11 +37,11 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from practicum.envs.mle import mlebench_compat
-from practicum.envs.mle.competition import Competition
-from practicum.envs.mle.competition_registry import list_competitions
-from practicum.envs.mle.prepared_data import tree_checksums
-from practicum.envs.mle.submission_checks import InvalidSubmissionError
+from practicum.envs.mle.competitions import mlebench_compat
+from practicum.envs.mle.competitions.competition import Competition
+from practicum.envs.mle.competitions.loading import list_competitions
+from practicum.envs.mle.competitions.prepared_data import tree_checksums
+from practicum.envs.mle.competitions.submission_checks import InvalidSubmissionError
 
 HERE = Path(__file__).parent
 

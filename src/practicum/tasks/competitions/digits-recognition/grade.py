@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from practicum.envs.mle.metrics import accuracy
-from practicum.envs.mle.submission_checks import align_submission, normalise_keys
+from practicum.envs.mle.competitions.metrics import accuracy
+from practicum.envs.mle.competitions.submission_checks import align_submission, normalise_keys
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from practicum.envs.mle.metrics import rmsle
-from practicum.envs.mle.submission_checks import (
+from practicum.envs.mle.competitions.metrics import rmsle
+from practicum.envs.mle.competitions.submission_checks import (
     InvalidSubmissionError, align_submission, numeric_values,
 )
 

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from practicum.envs.mle.metrics import mae
-from practicum.envs.mle.submission_checks import align_submission, numeric_values
+from practicum.envs.mle.competitions.metrics import mae
+from practicum.envs.mle.competitions.submission_checks import align_submission, numeric_values
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from practicum.envs.mle.metrics import log_loss
-from practicum.envs.mle.submission_checks import (
+from practicum.envs.mle.competitions.metrics import log_loss
+from practicum.envs.mle.competitions.submission_checks import (
     align_submission, check_probabilities, numeric_values, one_hot,
 )
 

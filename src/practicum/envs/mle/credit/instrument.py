@@ -1,0 +1,136 @@
+"""Inserting milestone prints into the agent's script before it runs (arXiv 2509.01684, Sec. 3.2).
+
+Two instrumenters, one contract: the output is the input plus marker print statements
+(`milestones.marker_line`) and nothing else, which `marker_checks.only_prints_added` checks
+on the ASTs.
+- `LLMInstrumenter`: a frozen model rewrites the script with the given print lines at the
+  milestone points, as in the paper. It is a `ModelClient` of the run's model service, chosen
+  by the `instrumenter` option: "base" (the policy's frozen base: the live policy with its
+  adapter off), "local:<model>", "openai:<base_url>|<model>"; "rules" means no model.
+- `rule_instrumenter.rule_instrument`: a deterministic AST-guided inserter, the fallback
+  whenever the model's rewrite does not parse, adds no marker, or changes anything but prints.
+`instrument` tries the first and falls back to the second.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from practicum.envs.mle.actions.parsing import ActionParseError, extract_code
+from practicum.envs.mle.credit.marker_checks import (
+    markers_with_nonce,
+    only_prints_added,
+    unbound_marker_names,
+)
+from practicum.envs.mle.credit.milestones import MILESTONES, marker_line
+from practicum.envs.mle.credit.rule_instrumenter import rule_instrument
+
+if TYPE_CHECKING:
+    from practicum.engine.service import ModelClient
+
+
+@dataclass(frozen=True)
+class InstrumentResult:
+    """The code to run and how its markers got there."""
+
+    code: str
+    method: Literal["llm", "rules", "none"]
+    """Who inserted the markers; "none": nothing inserted (no milestone found, or bad code)."""
+    rejected_reason: str | None = None
+    """Why the LLM rewrite was not used (None when it was, or when there was no LLM)."""
+
+
+# ------------------------------------------------------------------ LLM
+
+
+_PROMPT = """You add progress prints to a Python script. Do not change anything else.
+
+Insert each line below, unchanged, on its own line right after the statement where the script \
+reaches that milestone, with that statement's indentation. Skip milestones the script never \
+reaches. Do not add, remove or edit any other code.
+
+{lines}
+
+Reply with the full modified script in one ```python code block and nothing else.
+
+```python
+{code}
+```"""
+
+
+class LLMInstrumenter:
+    """Asks a frozen model to insert the marker prints (see module docstring)."""
+
+    SYSTEM = "You are a careful programmer. You follow instructions exactly."
+
+    def __init__(self, client: ModelClient, max_new_tokens: int = 2048):
+        self.client = client
+        self.max_new_tokens = max_new_tokens
+        """Cap on the rewrite's length in tokens (see `budget`)."""
+
+    def prompt(self, code: str, nonce: str) -> str:
+        lines = []
+        for milestone, where in MILESTONES.items():
+            value = "SCORE" if milestone == "validation_scored" else None
+            lines.append(f"- {where}:\n    {marker_line(nonce, milestone, value)}")
+        lines.append("  (replace SCORE by the variable that holds the validation score)")
+        return _PROMPT.format(lines="\n".join(lines), code=code.rstrip("\n"))
+
+    def budget(self, code: str) -> int:
+        """Tokens the rewrite may take: the script plus seven prints (~40 tokens each) and a
+        fence. Python averages 3-4 characters per token (2 at the densest), so len/2 + 400
+        leaves an honest rewrite room, and a small model caught in a greedy loop stops soon."""
+        return min(self.max_new_tokens, len(code) // 2 + 400)
+
+    def rewrite(self, code: str, nonce: str) -> str:
+        """The model's instrumented script (unvalidated). Raises ActionParseError on no code."""
+        from practicum.engine.base import SamplingParams  # torch: only when a model is used
+
+        messages = [{"role": "system", "content": self.SYSTEM},
+                    {"role": "user", "content": self.prompt(code, nonce)}]
+        params = SamplingParams(temperature=0.0, max_new_tokens=self.budget(code))
+        return extract_code(self.client.complete(messages, params).text) + "\n"
+
+
+UNUSABLE = (OSError, ValueError, KeyError, RuntimeError)
+"""Errors of the LLM call that make it fall back to the rules: an endpoint down or
+timing out (OSError), a malformed response or an over-long prompt (ValueError, KeyError), a
+failed generation (RuntimeError). Anything else is a bug and propagates."""
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> InstrumentResult:
+    """Code with milestone prints for run `nonce`: the LLM's rewrite if valid, else the rules'."""
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return InstrumentResult(code, "none", None)
+    reason = None
+    if llm is not None:
+        try:
+            rewritten = llm.rewrite(code, nonce)
+        except ActionParseError as err:
+            reason = f"rewrite unusable: {err}"
+        except UNUSABLE as err:  # a down or slow instrumenter costs only the LLM path
+            reason = f"instrumenter failed: {type(err).__name__}: {err}"
+        else:
+            if not only_prints_added(code, rewritten):
+                reason = "rewrite changes more than marker prints"
+            elif markers_with_nonce(rewritten, nonce) <= markers_with_nonce(code, nonce):
+                reason = "rewrite adds no marker with this run's nonce"
+            elif unknown := unbound_marker_names(code, rewritten):
+                reason = f"a marker value reads names the script never binds: {sorted(unknown)}"
+            else:
+                return InstrumentResult(rewritten, "llm", None)
+    try:
+        ruled = rule_instrument(code, nonce)
+    except (SyntaxError, ValueError, RecursionError, KeyError):
+        return InstrumentResult(code, "none", reason)
+    added = markers_with_nonce(ruled, nonce) - markers_with_nonce(code, nonce)
+    if added <= 0 or not only_prints_added(code, ruled):
+        return InstrumentResult(code, "none", reason)
+    return InstrumentResult(ruled, "rules", reason)

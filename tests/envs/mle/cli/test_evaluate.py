@@ -1,0 +1,73 @@
+"""`mle evaluate`'s logic: a scratch episode, then one improving it, keep the better."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from practicum.engine.service import ModelService
+from practicum.envs.base import Task
+from practicum.envs.mle.cli.evaluate import previous_solution, scratch_then_improve
+from practicum.envs.mle.suite import MleOptions, mle_suite
+from practicum.envs.registry import SuiteContext
+
+IRIS = Task("iris-species", {"competition": "iris-species", "split": "eval"})
+COPY = "```python\nimport shutil\nshutil.copyfile('sample_submission.csv', 'submission.csv')\n```"
+
+
+@dataclass
+class Turn:
+    action_text: str
+    info: dict
+
+
+@dataclass
+class Episode:
+    reward: float = 0.0
+    turns: list[Turn] = field(default_factory=list)
+
+
+def scripted_runner(suite, prompts: list[str]):
+    """run_episodes for one-turn episodes whose reply depends on the prompt: prose from
+    scratch (unparsable), a valid copy of the sample submission when improving."""
+
+    def run_episodes(tasks, ids, seed):
+        assert len(ids) == len(tasks) and all(i.startswith("eval-") for i in ids)
+        episodes = []
+        for k, task in enumerate(tasks):
+            env = suite.make_env(ModelService())
+            prompt = env.reset(task, seed + k).messages[-1]["content"]
+            prompts.append(prompt)
+            reply = COPY if "Here is a previous solution" in prompt else "A forest, I think."
+            result = env.step(reply)
+            env.close()
+            episodes.append(Episode(result.reward, [Turn(reply, result.info)]))
+        return episodes
+
+    return run_episodes
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
+                         train=["wine-cultivar"], data_root=str(tmp_path_factory.mktemp("data")))
+    return mle_suite(options, SuiteContext())
+
+
+def test_scratch_then_improve_keeps_the_better_attempt(suite):
+    prompts: list[str] = []
+    result = scratch_then_improve(scripted_runner(suite, prompts), [IRIS, IRIS], seed=0)
+    assert result["scratch"] == {"reward_mean": -10.0, "valid_rate": 0.0, "episodes": 2.0}
+    assert result["improve"]["valid_rate"] == 1.0
+    assert result["best"]["reward_mean"] == pytest.approx(1 / 3 + 0.1)  # sample: 1/3 accuracy
+    assert [r["kept"] for r in result["tasks"]] == ["improve", "improve"]
+    assert "it produced no valid submission" in prompts[-1]
+    assert "A forest, I think." in prompts[-1]
+
+
+def test_previous_solution_falls_back_to_the_reply():
+    episode = Episode(-10.0, [Turn("  model = Ridge(  ", {})])
+    assert previous_solution(episode) == {"code": "model = Ridge(", "output": "", "score": None,
+                                          "reward": -10.0, "valid": False}
+    assert previous_solution(Episode(-10.0))["code"] == ""
