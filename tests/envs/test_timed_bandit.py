@@ -9,14 +9,15 @@ import pytest
 from practicum.config import load_config
 from practicum.envs.base import Task
 from practicum.envs.process_env import ProcessEnv
+from practicum.envs.registry import SuiteContext, build_suite
 from practicum.envs.timed_bandit import (
-    BanditSpec,
+    BanditOptions,
     TimedBanditEnv,
     draw_duration,
     parse_choice,
     run_for,
 )
-from practicum.suites import load_suite
+from practicum.errors import ConfigError
 
 
 def test_parse_choice_tag_word_and_ambiguity():
@@ -51,32 +52,40 @@ def test_run_for_really_spends_the_time():
 
 
 def _env(**kw) -> TimedBanditEnv:
-    env = TimedBanditEnv(BanditSpec(time_scale=0.02, process=False, **kw), seed=3)
-    assert "<choice>fast</choice>" in env.reset(Task("t"))
+    env = TimedBanditEnv(BanditOptions(time_scale=0.02, process=False, **kw))
+    assert "<choice>fast</choice>" in env.reset(Task("t"), seed=3).messages[-1]["content"]
     return env
 
 
 def test_a_choice_runs_for_its_drawn_duration_and_pays_its_reward():
     env = _env()
     r = env.step("<choice>slow</choice>")
-    assert r.done and r.reward == 1.0 and r.info["arm"] == "slow"
-    assert r.duration >= r.info["planned_seconds"] > 0
-    env.reset(Task("t"))
-    assert env.step("fast").reward == 0.3
+    assert r.done and r.reward == 1.0 and r.info["arm"] == "slow" and r.solved
+    assert r.duration >= r.info["planned_seconds"] > 0 and not r.malformed
+    env.reset(Task("t"), seed=4)
+    fast = env.step("fast")
+    assert fast.reward == 0.3 and fast.solved is False and fast.metrics["arm_fast"] == 1.0
 
 
-def test_unparsable_reply_ends_the_episode_as_a_failure_with_the_failure_reward():
-    env = TimedBanditEnv(BanditSpec(process=False, failure_reward=-1.0))
-    env.reset(Task("t"))
+def test_the_seed_makes_the_durations_repeat():
+    def planned(seed):
+        env = _env()
+        env.reset(Task("t"), seed)
+        return env.step("slow").info["planned_seconds"]
+
+    assert planned(7) == planned(7) != planned(8)
+
+
+def test_unparsable_reply_ends_the_episode_malformed_with_reward_zero():
+    env = _env()
     r = env.step("no idea")
-    assert r.done and r.reward == -1.0 and r.duration == 0.0
-    assert r.info["failure"].startswith("unparsable action")
+    assert r.done and r.malformed and r.reward == 0.0 and r.duration == 0.0 and not r.failure
 
 
-def test_fallback_arm_runs_instead_of_failing():
+def test_fallback_arm_runs_but_the_turn_is_still_malformed():
     env = _env(fallback_arm="slow")
     r = env.step("gibberish")
-    assert r.info == {**r.info, "fallback": True, "arm": "slow"} and "failure" not in r.info
+    assert r.info["arm"] == "slow" and r.malformed and r.reward == 1.0
 
 
 def test_multi_turn_episode_rewards_the_mean_arm_reward():
@@ -88,27 +97,29 @@ def test_multi_turn_episode_rewards_the_mean_arm_reward():
 
 
 def test_options_are_validated_naming_the_key():
-    with pytest.raises(ValueError, match=r"task\.options\.speed: unknown"):
-        BanditSpec.from_options({"speed": 1})
-    with pytest.raises(ValueError, match=r"task\.options\.arms\.fast"):
-        BanditSpec.from_options({"arms": {"fast": {"reward": 1}}})
-    with pytest.raises(ValueError, match=r"task\.options\.fallback_arm"):
-        BanditSpec.from_options({"fallback_arm": "medium"})
-    spec = BanditSpec.from_options({"arms": {"a": {"reward": 0, "seconds": 1},
-                                             "b": {"reward": 1, "seconds": 2}}})
-    assert [a.name for a in spec.arms] == ["a", "b"]
+    with pytest.raises(ConfigError, match=r"task\.options\.speed: unknown timed_bandit option"):
+        load_config(None, ["task.name=timed_bandit", "task.options.speed=1"])
+    with pytest.raises(ConfigError, match=r"task\.options\.arms\.fast\.seconds: Field required"):
+        load_config(None, ["task.name=timed_bandit",
+                           "task.options.arms={fast: {reward: 1}, slow: {reward: 1, seconds: 1}}"])
+    with pytest.raises(ConfigError, match=r"fallback_arm must be null, random or one of"):
+        load_config(None, ["task.name=timed_bandit", "task.options.fallback_arm=medium"])
+    with pytest.raises(ConfigError, match=r"unknown fault\(s\) \['nonsense'\]"):
+        load_config(None, ["task.name=timed_bandit", "task.options.faults={nonsense: 1}"])
+    opts = BanditOptions(arms={"a": {"reward": 0, "seconds": 1}, "b": {"reward": 1, "seconds": 2}})
+    assert [a.name for a in opts.arm_list()] == ["a", "b"]
 
 
-def test_suite_gives_process_envs_with_distinct_seeds():
-    cfg = load_config(None, ["task.name=timed_bandit", "task.train_size=5", "task.eval_size=3",
-                             "rollout.failure_reward=-0.5", "task.options={time_scale: 0.01}"])
-    suite = load_suite(cfg)
+def test_suite_gives_process_envs_with_the_failure_reward():
+    cfg = load_config(None, ["task.name=timed_bandit", "task.options.train_size=5",
+                             "task.options.eval_size=3", "rollout.failure_reward=-0.5",
+                             "task.options.time_scale=0.01"])
+    suite = build_suite("timed_bandit", cfg.task.options, SuiteContext(0, -0.5))
     assert len(suite.train_tasks) == 5 and len(suite.eval_tasks) == 3
-    a, b = suite.make_env(), suite.make_env()
-    assert isinstance(a, ProcessEnv) and a.failure_reward == -0.5
-    assert a.factory.args[1] != b.factory.args[1]  # per-episode seeds
+    env = suite.make_env(None)
+    assert isinstance(env, ProcessEnv) and env.failure_reward == -0.5
     try:
-        a.reset(suite.train_tasks[0])
-        assert a.step("<choice>fast</choice>").reward == 0.3
+        env.reset(suite.train_tasks[0], seed=1)
+        assert env.step("<choice>fast</choice>").reward == 0.3
     finally:
-        a.close()
+        env.close()

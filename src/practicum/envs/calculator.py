@@ -4,7 +4,10 @@ Protocol (told to the model in the prompt):
   <calc>EXPRESSION OR SNIPPET</calc>  -> the environment runs it in the sandbox, replies "Result: ..."
   <answer>VALUE</answer>              -> graded by the task's reasoning-gym verifier; episode ends.
 Replies with neither get a short correction (a malformed turn). The reward is the verifier's
-score of the answer; `solved` when it is full marks.
+score of the answer; `solved` when it is full marks. With `numeric_answers` (default) an
+answer must be one number: reasoning-gym's arithmetic verifiers give partial credit to any
+text that contains the right number ("106475279601 or 0" scored 0.71), which a policy would
+learn to exploit by listing candidates.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ EXAMPLE_MESSAGES = [  # one worked episode, as real chat turns
 
 _CALC = re.compile(r"<calc>(.*?)(?:</calc>|$)", re.S)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_NUMBER = re.compile(r"-?\d[\d,]*(\.\d+)?(/\d+)?")
 
 
 def calculator_program(snippet: str) -> str:
@@ -61,6 +65,9 @@ class CalculatorOptions(BaseModel):
     train_size: int = Field(2000, gt=0, description="Generated training tasks.")
     eval_size: int = Field(32, gt=0, description="Held-out tasks (disjoint questions).")
     few_shot: bool = Field(True, description="Show one worked episode as chat turns first.")
+    numeric_answers: bool = Field(True, description="Accept only a single number as the "
+                                  "answer (the verifiers give partial credit to text that "
+                                  "contains the number); turn off for non-numeric generators.")
     wall_seconds: float = Field(5.0, gt=0, description="Time limit of one calculation.")
 
 
@@ -69,10 +76,11 @@ class CalculatorEnv(Env):
 
     stop_strings = ["</calc>", "</answer>"]
 
-    def __init__(self, limits: Limits | None = None, few_shot: bool = True):
+    def __init__(self, limits: Limits | None = None, few_shot: bool = True,
+                 numeric_answers: bool = True):
         self.limits = limits or Limits(wall_seconds=5, memory_mb=512, max_processes=8,
                                        output_bytes=400)
-        self.few_shot = few_shot
+        self.few_shot, self.numeric_answers = few_shot, numeric_answers
         self._workdir: Path | None = None
         self._task: Task | None = None
         self._calls = 0
@@ -112,6 +120,8 @@ class CalculatorEnv(Env):
                           info={"tool": "calc"})
 
     def score(self, answer: str) -> float:
+        if self.numeric_answers and not _NUMBER.fullmatch(answer.strip()):
+            return 0.0
         entry = self._task.data["entry"]
         fn = reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])
         try:
@@ -132,11 +142,12 @@ def calculator_suite(opts: CalculatorOptions, ctx: SuiteContext) -> Suite:
     train, held_out = split_tasks(opts.generators, opts.train_size, opts.eval_size, ctx.seed)
     limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
                     output_bytes=400)
-    return Suite(partial(_make_env, limits, opts.few_shot), train, held_out)
+    return Suite(partial(_make_env, limits, opts.few_shot, opts.numeric_answers), train, held_out)
 
 
-def _make_env(limits: Limits, few_shot: bool, models=None) -> CalculatorEnv:
-    return CalculatorEnv(limits, few_shot)
+def _make_env(limits: Limits, few_shot: bool, numeric_answers: bool = True,
+              models=None) -> CalculatorEnv:
+    return CalculatorEnv(limits, few_shot, numeric_answers)
 
 
 register_env("calculator", CalculatorOptions, calculator_suite)

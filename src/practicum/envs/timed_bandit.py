@@ -179,11 +179,11 @@ class TimedBanditEnv(Env):
                           info={"arm": arm.name, "planned_seconds": planned})
 
 
-def _bandit_env(opts: BanditOptions, models=None) -> Env:
+def bandit_env(opts: BanditOptions, models=None) -> Env:
     return TimedBanditEnv(opts)
 
 
-def _faulty_bandit_env(opts: BanditOptions, seed: int, models=None) -> Env:
+def faulty_bandit_env(opts: BanditOptions, seed: int, models=None) -> Env:
     from practicum.envs.faults import FaultyEnv
 
     return FaultyEnv(partial(TimedBanditEnv, opts), dict(opts.faults), seed)
@@ -199,8 +199,8 @@ class BanditEnvFactory:
 
     def __call__(self, models=None) -> Env:
         n = next(self._count)  # atomic under the GIL: safe from many actor threads
-        make = (partial(_faulty_bandit_env, self.opts, (self.seed * 1_000_003 + n) % 2 ** 63)
-                if self.opts.faults else partial(_bandit_env, self.opts))
+        make = (partial(faulty_bandit_env, self.opts, (self.seed * 1_000_003 + n) % 2 ** 63)
+                if self.opts.faults else partial(bandit_env, self.opts))
         if not self.opts.process:
             return make(models)
         from practicum.envs.process_env import ProcessEnv

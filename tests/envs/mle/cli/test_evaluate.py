@@ -32,12 +32,12 @@ def scripted_runner(suite, prompts: list[str]):
     """run_episodes for one-turn episodes whose reply depends on the prompt: prose from
     scratch (unparsable), a valid copy of the sample submission when improving."""
 
-    def run_episodes(tasks, ids, seed):
+    def run_episodes(tasks, ids):
         assert len(ids) == len(tasks) and all(i.startswith("eval-") for i in ids)
         episodes = []
         for k, task in enumerate(tasks):
             env = suite.make_env(ModelService())
-            prompt = env.reset(task, seed + k).messages[-1]["content"]
+            prompt = env.reset(task, k).messages[-1]["content"]
             prompts.append(prompt)
             reply = COPY if "Here is a previous solution" in prompt else "A forest, I think."
             result = env.step(reply)
@@ -57,7 +57,7 @@ def suite(tmp_path_factory):
 
 def test_scratch_then_improve_keeps_the_better_attempt(suite):
     prompts: list[str] = []
-    result = scratch_then_improve(scripted_runner(suite, prompts), [IRIS, IRIS], seed=0)
+    result = scratch_then_improve(scripted_runner(suite, prompts), [IRIS, IRIS])
     assert result["scratch"] == {"reward_mean": -10.0, "valid_rate": 0.0, "episodes": 2.0}
     assert result["improve"]["valid_rate"] == 1.0
     assert result["best"]["reward_mean"] == pytest.approx(1 / 3 + 0.1)  # sample: 1/3 accuracy

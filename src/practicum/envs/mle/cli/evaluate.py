@@ -28,8 +28,9 @@ class EpisodeLike(Protocol):
     """Each turn has `info` (the env's StepResult.info) and `action_text` (the reply)."""
 
 
-RunEpisodes = Callable[[list[Task], list[str], int | None], Sequence[EpisodeLike]]
-"""run_episodes(tasks, episode ids, seed) -> one finished episode per task, in order."""
+RunEpisodes = Callable[[list[Task], list[str]], Sequence[EpisodeLike]]
+"""run_episodes(tasks, episode ids) -> one finished episode per task, in order; an episode's
+randomness derives from its id (and the run seed)."""
 
 
 def previous_solution(episode: EpisodeLike) -> dict[str, Any]:
@@ -53,18 +54,16 @@ def _valid(episode: EpisodeLike) -> bool:
     return bool(episode.turns and episode.turns[-1].info.get("valid"))
 
 
-def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task], seed: int | None = 0
-                         ) -> dict[str, Any]:
+def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task]) -> dict[str, Any]:
     """Scratch episode, then one improvement of it, per task; keep the better (module doc).
 
     Returns {"scratch", "improve", "best": summaries (reward_mean, valid_rate), "tasks": one
     record per task}. Ties keep the scratch attempt.
     """
-    scratch = run_episodes(tasks, [f"eval-scratch/{t.task_id}" for t in tasks], seed)
+    scratch = run_episodes(tasks, [f"eval-scratch/{t.task_id}" for t in tasks])
     improve_tasks = [Task(t.task_id, {**t.data, "previous": previous_solution(e)})
                      for t, e in zip(tasks, scratch)]
-    improved = run_episodes(improve_tasks, [f"eval-improve/{t.task_id}" for t in tasks],
-                            None if seed is None else seed + 1)
+    improved = run_episodes(improve_tasks, [f"eval-improve/{t.task_id}" for t in tasks])
     records, best = [], []
     for task, first, second in zip(tasks, scratch, improved):
         keep = second if second.reward > first.reward else first
@@ -93,27 +92,22 @@ def add_evaluate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    # TODO(platform): runtime API. These are the old config/session/rollout calls; the
-    # runtime rewrite replaces them (a session giving the policy, the suite built with a
-    # ModelService, and a way to run a batch of episodes with given ids and seed).
     from practicum.config import load_config
-    from practicum.runtime.rollout import rollout_batch
     from practicum.runtime.session import open_session
 
     cfg = load_config(args.config, args.overrides)
     if cfg.task.name != "mle":
         raise ConfigError(f"config error at task.name: mle evaluate needs task.name=mle, "
                           f"got {cfg.task.name!r}")
-    s = open_session(cfg)
-    params = s.sampling(cfg.eval.temperature)
+    s = open_session(cfg)  # the run's latest checkpoint, if any
+    try:
+        def run_episodes(tasks: list[Task], ids: list[str]):
+            return s.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)], cfg.eval.temperature)
 
-    def run_episodes(tasks: list[Task], ids: list[str], seed: int | None):
-        # TODO(platform): runtime API (episodes of `tasks` through the generation server)
-        return rollout_batch(s.policy, s.chat, s.suite.make_env, tasks, ids, params, s.limits,
-                             cfg.rollout.env_workers, seed)
-
-    result = scratch_then_improve(run_episodes, s.suite.eval_tasks, cfg.run.seed)
-    result["policy_version"] = s.policy.version
+        result = scratch_then_improve(run_episodes, s.suite.eval_tasks)
+        result["policy_version"] = s.server.version
+    finally:
+        s.close()
     label = args.label or f"improve_step_{s.learner.step:06d}"
     out = s.run_dir / "eval" / f"{label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
