@@ -460,11 +460,16 @@ def test_logprobs_are_taken_at_the_sampling_temperature(temperature, p):
     assert stats["logprob_gap"] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_entropy_metric_is_the_token_mean_policy_entropy():
-    # uniform over 8 tokens: entropy log 8 at every sampled token
+def test_entropy_metric_is_the_policy_entropy_at_the_sampled_tokens():
+    # after context 1: pi = .5 on token 2, 1/14 on the 7 others
+    #   H = .5 log 2 + 7 (1/14) log 14 = .346574 + 1.319529 = 1.666102 (not -log pi(2) = .693)
+    # after context 3: uniform, H = log 8 = 2.079442.  Token mean: 1.872772
     learner = make_learner()
-    stats = learner.train_step(winner_and_loser())
-    assert stats["entropy"] == pytest.approx(math.log(8), abs=1e-6)
+    with torch.no_grad():
+        learner.model.table[1, 2] = math.log(7)
+    stats = learner.train_step([episode(1.0, [turn([2])]),
+                                episode(0.0, [turn([4])], prompt=(3,))])
+    assert stats["entropy"] == pytest.approx(1.872772, abs=1e-5)
 
 
 # -- learning rate --------------------------------------------------------------------------------
