@@ -157,6 +157,13 @@ def test_duration_weights_are_per_turn_with_floor_and_cap():
     assert_ragged_close(w, [[0.39801, 1.19403], [0.01990], [], [2.0]], atol=1e-5)
 
 
+def test_duration_weights_average_over_the_trained_turns_only():
+    # the masked episode's 100 s does not count: mean of (1, 3) = 2 -> 0.5, 1.5
+    eps = [episode(1, [turn([2], dt=1.0), turn([2], dt=3.0)]), episode(0, [turn([2], dt=100.0)])]
+    w = turn_duration_weights(eps, AlgoConfig(duration_weights=True), include=[True, False])
+    assert_ragged_close(w, [[0.5, 1.5], [1.0]], atol=1e-6)
+
+
 def test_duration_weights_off_are_ones():
     eps = [episode(1, [turn([2], dt=1.0), turn([2], dt=3.0)]), episode(0, [turn([2], dt=9.0)])]
     w = turn_duration_weights(eps, AlgoConfig(duration_weights=False))

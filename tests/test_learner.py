@@ -584,6 +584,9 @@ def test_crash_between_the_two_renames_falls_back_to_the_moved_aside_copy(tmp_pa
     assert not (tmp_path / "step_000000").exists()
     assert latest_checkpoint(tmp_path) == tmp_path / ".aside_step_000000"
     assert resumable().load(latest_checkpoint(tmp_path)) == {"version": "old"}
+    learner.step = 1  # the resumed run saves its next step: the moved-aside copy goes
+    learner.save(tmp_path, extra={})
+    assert not list(tmp_path.glob(".aside_*"))
 
 
 def test_save_keeps_the_newest_checkpoints(tmp_path):

@@ -60,14 +60,21 @@ def turn_advantages(episodes: list[Episode], rewards: Tensor, algo: AlgoConfig,
     return [adv[i].expand(int(n)) for i, n in enumerate(n_turns)]
 
 
-def turn_duration_weights(episodes: list[Episode], algo: AlgoConfig) -> list[Tensor]:
-    """dt_k / mean_batch(dt) per action (arXiv 2509.01684) when on; ones when off."""
+def turn_duration_weights(episodes: list[Episode], algo: AlgoConfig,
+                          include: list[bool] | None = None) -> list[Tensor]:
+    """dt_k / mean_batch(dt) per action (arXiv 2509.01684) when on; ones when off. The batch
+    mean is over the turns that are trained (`include`), so masked episodes do not shift it."""
     n_turns = [len(e.turns) for e in episodes]
-    if not algo.duration_weights or not sum(n_turns):
-        return [torch.ones(n) for n in n_turns]
-    dts = torch.tensor([t.env_duration for e in episodes for t in e.turns])
+    include = include if include is not None else [True] * len(episodes)
+    out = [torch.ones(n) for n in n_turns]
+    kept = [i for i, e in enumerate(episodes) if include[i] and e.turns]
+    if not algo.duration_weights or not kept:
+        return out
+    dts = torch.tensor([t.env_duration for i in kept for t in episodes[i].turns])
     w = duration_weights(dts, floor=algo.duration_floor, cap=algo.duration_cap)
-    return list(torch.split(w, n_turns))
+    for i, wi in zip(kept, torch.split(w, [n_turns[i] for i in kept])):
+        out[i] = wi
+    return out
 
 
 def trainable(episodes: list[Episode], algo: AlgoConfig) -> list[bool]:

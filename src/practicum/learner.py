@@ -106,8 +106,9 @@ class Learner:
         rewards = shaped_rewards(episodes, algo,
                                  cfg.sampling.max_new_tokens * cfg.rollout.max_turns)
         adv = turn_advantages(episodes, rewards, algo, self.baselines)
-        wts = turn_duration_weights(episodes, algo)
-        rows = [r for r in training_rows(episodes, trainable(episodes, algo)) if r.tokens]
+        include = trainable(episodes, algo)
+        wts = turn_duration_weights(episodes, algo, include)
+        rows = [r for r in training_rows(episodes, include) if r.tokens]
         if not rows:
             return None
         if algo.advantage == "baseline":
@@ -116,14 +117,18 @@ class Learner:
         n_updates = cfg.train.epochs * len(minis)
         prox = self._proximal(rows, adv, wts) if n_updates > 1 else None
         lr = self.scheduler.get_last_lr()[0]
-        updates, first = [], {}
+        updates, seen = [], []  # seen: the first epoch's stats, one per mini-batch
         for epoch in range(cfg.train.epochs):
             for mini in minis:
                 stats = self._update(mini, adv, wts, prox)
-                if not updates:
-                    first = stats
+                if epoch == 0:
+                    seen.append((stats, sum(r.tokens for r in mini)))
                 updates.append({k: stats[k] for k in ("loss", "clip_frac", "approx_kl",
                                                       "grad_norm")})
+        total = sum(n for _, n in seen)
+        first = {k: sum(st[k] * n for st, n in seen) / total
+                 for k in ("entropy", "gap", "kl_ref")}
+        first["gap_max"] = max(st["gap_max"] for st, _ in seen)
         self.scheduler.step()
         self.step += 1
         elapsed = time.perf_counter() - start
@@ -134,6 +139,8 @@ class Learner:
             "grad_norm": mean("grad_norm"), "updates": float(len(updates)),
             "clip_frac_per_update": [u["clip_frac"] for u in updates],
             "approx_kl_per_update": [u["approx_kl"] for u in updates],
+            # entropy, trainer/sampler gap and KL to the base: over the whole batch, as the
+            # first epoch saw it (before each mini-batch's own update)
             "entropy": first["entropy"], "logprob_gap": first["gap"],
             "logprob_gap_max": first["gap_max"], "kl_ref": first["kl_ref"], "lr": lr,
             "train_rows": float(len(rows)), "train_tokens": float(n_tokens),
@@ -243,7 +250,8 @@ class Learner:
         latest_tmp = ckpt_root / ".latest.tmp"
         latest_tmp.write_text(final.name)
         latest_tmp.replace(ckpt_root / "latest")
-        shutil.rmtree(aside, ignore_errors=True)
+        for stale in ckpt_root.glob(".aside_step_*"):  # incl. one a crash left behind
+            shutil.rmtree(stale, ignore_errors=True)
         for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final

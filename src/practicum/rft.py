@@ -3,7 +3,7 @@
     1. sample rft.samples_per_task episodes of every training task (rft.tasks of them) from the
        current policy (model.init, or the pretrained model), stored as they finish;
     2. keep the episodes that solved their task, ended normally and were not cut by a length
-       limit (`algo.rft.rft_keep`);
+       limit (`algo.rft.rft_keep`; with algo.mask_overlong, as RL does);
     3. SFT on the kept episodes' policy tokens only, malformed turns masked
        (`algo.rft.rft_mask`, `rft_loss`), rft.epochs passes of rft.batch_size rows per update;
     4. save the adapter to RUN/rft/policy, evaluate held-out before and after.
@@ -46,8 +46,9 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     try:
         before = s.evaluate("before")
         episodes = sample(s, progress)
-        kept = [e for e in episodes
-                if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None, e.overlong)]
+        kept = [e for e in episodes  # overlong episodes: excluded as in RL (algo.mask_overlong)
+                if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
+                            e.overlong and cfg.algo.mask_overlong)]
         losses = finetune(s, kept, progress)
         s.trainable.save(sub.run_dir / "policy")
         s.publish()

@@ -20,12 +20,13 @@ from practicum.store import EpisodeStore, read_ledger
 
 def bandit_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
     """Arms: fast ~0.02 s, slow ~0.2 s with lognormal tails; an unparsable reply runs a random
-    arm, so rewards differ within groups."""
+    arm, so rewards differ within groups. The tiny model's 6-token replies are all cut by
+    max_new_tokens: overlong masking is off."""
     return [f"model.model={model_dir}", "model.dtype=float32", "task.name=timed_bandit",
             "rollout.group_size=4", "rollout.tasks_per_step=2", "train.steps=4",
             "train.micro_batch_size=8", "eval.every=0", "task.options.eval_size=2",
             f"run.out_dir={out_dir}", "runtime.mode=async", "runtime.num_actors=4",
-            "sampling.max_new_tokens=6", "task.options.time_scale=0.2",
+            "sampling.max_new_tokens=6", "algo.mask_overlong=false", "task.options.time_scale=0.2",
             "task.options.fallback_arm=random", *extra]
 
 

@@ -174,3 +174,27 @@ def test_real_smollm2_trains_a_few_steps_on_the_calculator_task(smollm2_dir, tmp
     assert summary["steps"] == 2 and (tmp_path / "real" / "summary.json").exists()
     first = json.loads((tmp_path / "real" / "episodes.jsonl").read_text().splitlines()[0])
     assert first["turns"] and first["turns"][0]["action_text"].strip()
+
+
+@pytest.mark.slow
+def test_the_curriculum_stops_drawing_tasks_that_teach_nothing(peaked_model_dir, tmp_path,
+                                                               toy_overrides, train_run):
+    """A batch gives each of its 4 tasks 8 attempts (reward >= 0.55 counts as solved); a task
+    solved in more than half of its attempts, or in none, is never drawn again."""
+    cfg = load_config(None, toy_overrides(
+        peaked_model_dir, tmp_path, 4, "curriculum.enabled=true", "curriculum.min_attempts=8",
+        "curriculum.max_solve_rate=0.5", "curriculum.solved_reward=0.55",
+        "task.options.train_size=6", "train.max_skipped_batches=20"))
+    train_run(cfg)
+    batches: dict[int, list] = {}
+    for e in EpisodeStore(cfg.run_dir / "episodes.jsonl"):
+        batches.setdefault(e.info["batch"], []).append(e)
+    seen: dict[str, list[bool]] = {}
+    dropped: set[str] = set()
+    for number in sorted(batches):
+        assert not dropped & {e.task_id for e in batches[number]}, number  # never drawn again
+        for e in batches[number]:  # the solve rates the learner knows after this batch
+            seen.setdefault(e.task_id, []).append(e.reward >= 0.55)
+        dropped |= {t for t, s in seen.items()
+                    if len(s) >= 8 and (sum(s) / len(s) > 0.5 or not any(s))}
+    assert dropped  # the rule fired

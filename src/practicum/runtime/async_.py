@@ -149,6 +149,7 @@ class AsyncBatches:
     # -- learner --------------------------------------------------------------------------------
     def next_batch(self) -> Batch:
         t0 = time.perf_counter()
+        self.board.unseal()
         if self.s.cfg.rollout.batching == "streaming":
             batch = self._streaming_batch()
         else:

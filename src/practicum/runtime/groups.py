@@ -194,6 +194,13 @@ class GroupBoard:
         with self._cond:
             self.sealed = self.version
 
+    def unseal(self) -> None:
+        """A new batch starts forming at the current version (after one that trained nothing,
+        the version did not move: its groups may open again)."""
+        with self._cond:
+            self.sealed = self.version - 1
+            self._cond.notify_all()
+
     def due(self) -> set[str]:
         """Open groups whose deadline is the current version's batch (empty without admission
         control)."""

@@ -1,0 +1,48 @@
+"""`practicum rft`: sample k episodes per task, keep the solved ones, SFT on their clean policy
+tokens, save an adapter RL can start from; resumable and not redone."""
+
+import json
+
+from practicum.config import load_config
+from practicum.episode import Episode, Turn
+from practicum.rft import finetune, rft_config, run_rft
+from practicum.runtime.session import open_session
+from practicum.store import EpisodeStore
+
+
+def rft_overrides(model_dir, out):
+    """Toy task: a reply whose letters are mostly a-m (reward >= 0.6) counts as solved."""
+    return [f"model.model={model_dir}", "model.dtype=float32", "task.name=toy",
+            "task.options.train_size=6", "task.options.eval_size=4", "sampling.max_new_tokens=6",
+            "rollout.max_turns=1", "rollout.group_size=4", "rollout.tasks_per_step=2",
+            "rft.samples_per_task=4", "rft.min_reward=0.6", "rft.epochs=3", "rft.lr=3e-3",
+            "rft.batch_size=4", "algo.mask_overlong=false", f"run.out_dir={out}", "run.name=r"]
+
+
+def test_rft_keeps_solved_episodes_and_fits_them(tiny_model_dir, tmp_path):
+    cfg = load_config(None, rft_overrides(tiny_model_dir, tmp_path))
+    summary = run_rft(cfg, progress=False)
+    out = tmp_path / "r" / "rft"
+    episodes = list(EpisodeStore(out / "episodes.jsonl"))
+    solved = [e for e in episodes if e.reward >= 0.6]
+    assert summary["sampled"] == len(episodes) == 6 * 4
+    assert summary["kept"] == len(solved) > 0
+    assert summary["sft_loss_last"] < summary["sft_loss_first"]  # it fits what it kept
+    assert (out / "policy" / "adapter_config.json").is_file()
+    assert summary["eval_before"]["tasks"] == summary["eval_after"]["tasks"] == 4
+    # done once: a second call returns the summary without sampling again
+    assert run_rft(cfg, progress=False) == json.loads((out / "summary.json").read_text())
+    assert len(EpisodeStore(out / "episodes.jsonl")) == len(episodes)
+
+
+def test_malformed_turns_are_not_imitated(tiny_model_dir, tmp_path):
+    cfg = rft_config(load_config(None, rft_overrides(tiny_model_dir, tmp_path)))
+    s = open_session(cfg)
+    try:
+        bad = Episode("toy/0", "g", [1, 2, 3], [Turn([5, 6], [-1.0, -1.0], 0, malformed=True)],
+                      reward=1.0)
+        assert finetune(s, [bad], progress=False) == []  # nothing left to train on
+        good = Episode("toy/0", "g", [1, 2, 3], [Turn([5, 6], [-1.0, -1.0], 0)], reward=1.0)
+        assert len(finetune(s, [good, bad], progress=False)) == cfg.rft.epochs
+    finally:
+        s.close()
