@@ -56,25 +56,21 @@ def overrides(args, model: str, out_dir: Path, mode: str) -> list[str]:
     return [f"model.model={model}", "model.dtype=float32", "task.name=timed_bandit",
             "rollout.group_size=4", "rollout.tasks_per_step=2", f"train.steps={args.steps}",
             "train.micro_batch_size=8", "train.checkpoint_every=1000", "eval.every=0",
-            "task.eval_size=1", "sampling.max_new_tokens=8", "algo.dynamic_sampling=false",
+            "sampling.max_new_tokens=8", "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false",  # the random model's replies are all cut
             f"rollout.env_workers={args.actors}", f"runtime.num_actors={args.actors}",
             f"run.out_dir={out_dir}", f"run.name={mode}", f"runtime.mode={mode}",
-            f"run.seed={args.seed}", f"task.options={options}"]
+            f"run.seed={args.seed}", f"task.options={options}", "task.options.eval_size=1"]
 
 
 def measure(args, model: str, out_dir: Path, mode: str) -> dict:
     from practicum.config import load_config
     from practicum.report import read_metrics
-    from practicum.runtime.session import open_session
+    from practicum.runtime.train import run_training
 
     cfg = load_config(None, overrides(args, model, out_dir, mode))
-    s = open_session(cfg)
-    if mode == "async":
-        from practicum.runtime.async_ import run_async as run
-    else:
-        from practicum.runtime.sync import run_sync as run
     t0 = time.perf_counter()
-    summary = run(s, progress=False)
+    summary = run_training(cfg, progress=False)
     total = time.perf_counter() - t0
     rows = [r for r in read_metrics(cfg.run_dir) if "learner_seconds" in r]
     env_s = sum(r["env_seconds"] for r in rows)

@@ -1,4 +1,4 @@
-"""Throughput of the HF policy engine: sampled tokens/s and learner tokens/s.
+"""Throughput of the HF engine: sampled tokens/s (sampler) and learner tokens/s (trainable).
 
 Sampling: fixed chat prompts, temperature 1, eos ignored so every row runs max_new_tokens, batch
 1/8/32, fp32 and bf16, with a LoRA adapter attached (peft layers, or merged into a sampling copy
@@ -26,7 +26,7 @@ from rich.table import Table
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.base import SamplingParams
-from practicum.engine.hf import Policy, PolicyConfig
+from practicum.engine.hf import HFSampler, HFTrainable, PolicyConfig, load_hf_engine
 
 from _machine import machine_state
 
@@ -38,11 +38,11 @@ QUESTIONS = [
 ]
 RESULTS = Path(__file__).parent / "results" / "engine_throughput.json"
 VARIANTS = ("LoRA", "LoRA merged", "none")
-"""Sampling engines: peft LoRA layers, the merged copy (engine/merged.py), no adapter."""
+"""Sampling engines: peft LoRA layers, the merged copy (engine/hf_sampler.py), no adapter."""
 
 
-def chat_prompts(policy: Policy, n: int) -> list[list[int]]:
-    tok = policy.tokenizer
+def chat_prompts(sampler: HFSampler, n: int) -> list[list[int]]:
+    tok = sampler.tokenizer
     msgs = [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(n)]
     return [
         tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -50,19 +50,19 @@ def chat_prompts(policy: Policy, n: int) -> list[list[int]]:
     ]
 
 
-def bench_generation(policy: Policy, batch: int, new_tokens: int) -> tuple[dict, list]:
-    prompts = chat_prompts(policy, batch)
-    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=0)
-    policy.generate(prompts[:1], SamplingParams(max_new_tokens=2, seed=0))  # warm-up
+def bench_generation(sampler: HFSampler, batch: int, new_tokens: int) -> tuple[dict, list]:
+    prompts = chat_prompts(sampler, batch)
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
+    sampler.generate(prompts[:1], SamplingParams(max_new_tokens=2), seeds=[0])  # warm-up
     start = time.perf_counter()
-    samples = policy.generate(prompts, params)
+    samples = sampler.generate(prompts, params, seeds=list(range(batch)))
     seconds = time.perf_counter() - start
     tokens = sum(len(s.token_ids) for s in samples)
     row = {"batch": batch, "tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds}
     return row, list(zip(prompts, samples))
 
 
-def logprob_gap(policy: Policy, pairs: list) -> dict:
+def logprob_gap(policy: HFTrainable, pairs: list) -> dict:
     """max / mean |generate log-prob - token_logprobs| over the sampled tokens."""
     diffs = []
     for prompt, s in pairs:
@@ -74,7 +74,7 @@ def logprob_gap(policy: Policy, pairs: list) -> dict:
     return {"max": d.max().item(), "mean": d.mean().item(), "tokens": d.numel()}
 
 
-def bench_learner(policy: Policy, batch: int, seq: int, steps: int) -> dict:
+def bench_learner(policy: HFTrainable, batch: int, seq: int, steps: int) -> dict:
     vocab = len(policy.tokenizer)
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -124,15 +124,16 @@ def main() -> None:
     for dtype in args.dtypes:
         for adapter in variants:
             lora, merged = adapter != "none", adapter == "LoRA merged"
-            policy = Policy(PolicyConfig(model=args.model, dtype=dtype, lora=lora,
-                                         merged_sampling=merged))
-            policy.eos_ids = set()  # ignore eos: every row runs the full length
+            policy, sampler = load_hf_engine(PolicyConfig(model=args.model, dtype=dtype, lora=lora,
+                                                          merged_sampling=merged))
+            sampler.eos_ids = set()  # ignore eos: every row runs the full length
             if lora:  # a trained-looking adapter (B = 0 at init would make merging a no-op)
                 torch.manual_seed(0)
                 for p in policy.trainable_parameters():
                     torch.nn.init.normal_(p, std=0.01)
+                sampler.load_weights(policy.export_weights(1))
             for batch in args.batches:
-                row, pairs = bench_generation(policy, batch, args.new_tokens)
+                row, pairs = bench_generation(sampler, batch, args.new_tokens)
                 gen_rows.append({"dtype": dtype, "adapter": adapter, **row})
                 if lora and batch == max(b for b in args.batches if b <= 8):
                     gaps.append({"dtype": dtype, "adapter": adapter, "batch": batch,
@@ -142,7 +143,7 @@ def main() -> None:
                     policy, args.learner_batch, args.learner_seq, args.learner_steps
                 )
                 learner_rows.append({"dtype": dtype, "lora": True, **stats})
-            del policy
+            del policy, sampler
 
     result = {
         "machine": {

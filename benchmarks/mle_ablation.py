@@ -51,20 +51,19 @@ def overrides(args, seed: int, partial: bool, duration: bool, out_dir: str) -> l
     ]
 
 
-def held_out_eval(session, cfg, seed: int) -> dict[str, float]:
+def held_out_eval(session, cfg) -> dict[str, float]:
     """Held-out reward (partial credit ON for every arm) and valid-submission rate."""
-    from practicum.config import Config
-    from practicum.runtime.rollout import rollout_batch
-    from practicum.suites import load_suite
+    from practicum.envs.registry import SuiteContext, build_suite
+    from practicum.runtime.rollout import EpisodeBuilder, rollout_batch
 
-    tree = cfg.model_dump(mode="json")
-    tree["task"]["options"] = {**tree["task"]["options"], "partial_credit": True}
-    suite = load_suite(Config.model_validate(tree))
-    eps = rollout_batch(session.policy, session.chat, suite.make_env, suite.eval_tasks,
-                        [f"ablation-eval/{t.task_id}" for t in suite.eval_tasks],
-                        session.sampling(cfg.eval.temperature), session.limits,
-                        cfg.rollout.env_workers, seed)
-    valid = [bool(e.turns and e.turns[-1].info.get("valid")) for e in eps]
+    options = {**cfg.task.options, "partial_credit": True}
+    suite = build_suite("mle", options, SuiteContext(cfg.run.seed, cfg.rollout.failure_reward))
+    params = session.sampling(cfg.eval.temperature)
+    builders = [EpisodeBuilder(suite.make_env(session.models), t, f"ablation-eval/{t.task_id}",
+                               0, session.chat, session.limits, params, cfg.run.seed)
+                for t in suite.eval_tasks]
+    eps = rollout_batch(session.server, builders, cfg.rollout.env_workers)
+    valid = [bool(e.metrics.get("valid")) for e in eps]
     return {"reward_mean": statistics.fmean(e.reward for e in eps),
             "valid_rate": sum(valid) / len(valid), "episodes": len(eps)}
 
@@ -72,16 +71,20 @@ def held_out_eval(session, cfg, seed: int) -> dict[str, float]:
 def run_arm(args, seed: int, partial: bool, duration: bool, out_dir: str,
             baseline: dict | None) -> tuple[dict, dict]:
     from practicum.config import load_config
+    from practicum.runtime.loop import train
     from practicum.runtime.session import open_session
-    from practicum.runtime.sync import run_sync
+    from practicum.runtime.sync import SyncBatches
 
     cfg = load_config(args.config, overrides(args, seed, partial, duration, out_dir))
     started = time.perf_counter()
     session = open_session(cfg)
-    if baseline is None:
-        baseline = held_out_eval(session, cfg, seed)
-    summary = run_sync(session, progress=False)
-    after = held_out_eval(session, cfg, seed)
+    try:
+        if baseline is None:
+            baseline = held_out_eval(session, cfg)
+        summary = train(session, SyncBatches(session), progress=False)
+        after = held_out_eval(session, cfg)
+    finally:
+        session.close()
     train_rewards = [json.loads(line).get("reward_mean") for line in
                      (cfg.run_dir / "metrics.jsonl").read_text().splitlines()]
     return {"seed": seed, "partial_credit": partial, "duration_weights": duration,

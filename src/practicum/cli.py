@@ -17,24 +17,9 @@ def _config(args):
 
 
 def cmd_train(args) -> int:
-    from practicum.runtime.loop import train
-    from practicum.runtime.session import open_session
+    from practicum.runtime.train import run_training
 
-    cfg = _config(args)
-    s = open_session(cfg)
-    try:
-        if cfg.runtime.mode == "async":
-            from practicum.runtime.async_ import AsyncBatches
-
-            source = AsyncBatches(s)
-        else:
-            from practicum.runtime.sync import SyncBatches
-
-            source = SyncBatches(s)
-        summary = train(s, source, progress=not args.quiet)
-    finally:
-        s.close()
-    _print_summary(summary)
+    _print_summary(run_training(_config(args), progress=not args.quiet))
     return 0
 
 

@@ -41,21 +41,9 @@ def _metric_rows(run_dir: Path) -> list[dict]:
 
 
 def _train_run(cfg):
-    """Open a session, train it with the runtime of cfg.runtime.mode, close it."""
-    from practicum.runtime.loop import train
-    from practicum.runtime.session import open_session
+    from practicum.runtime.train import run_training
 
-    s = open_session(cfg)
-    try:
-        if cfg.runtime.mode == "async":
-            from practicum.runtime.async_ import AsyncBatches
-
-            return train(s, AsyncBatches(s), progress=False)
-        from practicum.runtime.sync import SyncBatches
-
-        return train(s, SyncBatches(s), progress=False)
-    finally:
-        s.close()
+    return run_training(cfg, progress=False)
 
 
 @pytest.fixture(scope="session")

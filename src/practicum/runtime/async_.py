@@ -36,6 +36,9 @@ import threading
 import time
 import uuid
 
+import torch
+
+from practicum.algo.filters import staleness_mask
 from practicum.episode import Episode
 from practicum.runtime.actors import ActorPool, ActorState
 from practicum.runtime.groups import Assignment, Group, GroupBoard
@@ -64,6 +67,8 @@ class AsyncBatches:
         self.env_seconds = self.wait_seconds = 0.0
         self.episodes_stored = 0
         self.started_at = 0.0
+        self.train_seconds = 0.0
+        """Runtime start to stop (the training loop's wall time)."""
         self._carry_dropped: Stored = []
         self._restore()
 
@@ -136,6 +141,7 @@ class AsyncBatches:
         self.stop_event.set()
         self.board.close()
         self.pool.stop()
+        self.train_seconds = time.perf_counter() - self.started_at
 
     def state(self) -> dict:
         return {"open_groups": [list(g) for g in self.board.open_groups()]}
@@ -167,12 +173,13 @@ class AsyncBatches:
         return batch
 
     def _stale(self, episodes: list[Episode]) -> bool:
+        """drop policy: whether any turn is more than max_staleness versions old."""
         rt = self.s.cfg.runtime
-        if rt.staleness_policy != "drop":
+        versions = [t.policy_version for e in episodes for t in e.turns]
+        if rt.staleness_policy != "drop" or not versions:
             return False
-        version = self.s.learner.step
-        return any(version - t.policy_version > rt.max_staleness
-                   for e in episodes for t in e.turns)
+        keep = staleness_mask(torch.tensor(versions), self.s.learner.step, rt.max_staleness)
+        return not bool(keep.all())
 
     def _group_batch(self) -> Batch:
         """Complete groups: every group due at this version (admission), and others in
@@ -245,7 +252,8 @@ class AsyncBatches:
         }
 
     def summary(self) -> dict:
-        return {"async": {**self.runtime_metrics(), "wait_seconds": self.wait_seconds,
+        return {"async": {**self.runtime_metrics(), "train_seconds": self.train_seconds,
+                          "wait_seconds": self.wait_seconds,
                           "env_seconds": self.env_seconds,
                           "generation_seconds": self.s.server.busy_seconds,
                           "num_actors": float(self.s.cfg.runtime.num_actors)}}

@@ -118,7 +118,7 @@ def split_competitions(known: list[str], opts: MleOptions) -> tuple[list[str], l
 
 
 def mle_suite(options: MleOptions, ctx: SuiteContext) -> Suite:
-    """The `mle` Suite: env factory, training tasks, held-out tasks (see module docstring)."""
+    """ML-engineering competitions (MLE-bench style): write code, run it sandboxed, graded."""
     from practicum.envs.mle.actions.self_improve import SolutionBuffer
     from practicum.envs.mle.competitions.loading import discover
     from practicum.envs.mle.env import MleEnvFactory
