@@ -198,3 +198,14 @@ def test_the_curriculum_stops_drawing_tasks_that_teach_nothing(peaked_model_dir,
         dropped |= {t for t, s in seen.items()
                     if len(s) >= 8 and (sum(s) / len(s) > 0.5 or not any(s))}
     assert dropped  # the rule fired
+
+
+def test_kl_to_the_base_works_with_full_fine_tuning(tiny_model_dir, tmp_path, toy_overrides,
+                                                    train_run, metric_rows):
+    """kl_coef > 0 without LoRA: the reference is a frozen copy of the base model (it used to
+    pass validation and fail at the first update)."""
+    cfg = load_config(None, toy_overrides(tiny_model_dir, tmp_path, 2, "algo.kl_coef=0.5",
+                                          "train.mini_batches=1"))
+    assert not cfg.model.lora and train_run(cfg)["steps"] == 2
+    rows = metric_rows(tmp_path / "toy")
+    assert rows[0]["kl_ref"] == 0.0 < rows[1]["kl_ref"]  # the policy moved away from the base

@@ -168,8 +168,8 @@ def test_attack_is_contained_and_earns_no_undue_credit(env_parts, name):
     before = {p: digest(p) for p in (comp.paths.answers, comp.paths.public / "train.csv")}
     result, outcome = attack(env_parts, name)
     assert not outcome.valid and result.solved is False, name
-    assert result.reward <= -10.0 + 0.1 * len(outcome.milestones) + 1e-9
     assert len(outcome.milestones) <= 2  # never more than its own imports/loads could earn
+    assert result.reward <= -10.0 + 2 * 0.1 + 1e-9  # a fixed bound, not the env's own sum
     out = outcome.stdout + outcome.stderr + result.observation
     for line in secret_lines(comp):
         assert line not in out  # answers never leak into anything the agent sees
