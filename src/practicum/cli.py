@@ -45,7 +45,8 @@ def _print_summary(summary: dict) -> None:
             table.add_row(label, f"{ev['reward_mean']:.3f}", f"{ev['solved_rate']:.3f}")
     Console().print(table)
     skipped = summary.get("skipped_batches", 0)
-    note = f" ({skipped} batches had nothing to train on)" if skipped else ""
+    note = (f" ({skipped} batch{'es' if skipped > 1 else ''} had nothing to train on)"
+            if skipped else "")
     print(f"steps {summary['steps']}, episodes {summary['episodes']}{note}, "
           f"{summary['wall_seconds']:.0f} s; plot: {summary['plot']}")
 
