@@ -117,13 +117,17 @@ def consumed_by(state: dict) -> set[int]:
 
 
 @pytest.mark.slow
-def test_killed_async_run_resumes_without_training_anything_twice(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("batching", ["groups", "streaming"])
+def test_killed_async_run_resumes_without_training_anything_twice(tiny_model_dir, tmp_path,
+                                                                  batching):
     """SIGKILL `practicum train ... runtime.mode=async` after its first checkpoint, run the same
     command again: every stored episode is consumed at most once, none below the final
-    watermark is skipped, and training reaches the end."""
+    watermark is skipped, and training reaches the end. Streaming leaves groups open with some
+    members consumed: the resume must not take those again."""
     args = [sys.executable, "-m", "practicum.cli", "train", "-q",
             *bandit_overrides(tiny_model_dir, tmp_path, "train.steps=6",
-                              "train.checkpoint_every=2", "task.options.time_scale=0.5")]
+                              "train.checkpoint_every=2", "task.options.time_scale=0.5",
+                              f"rollout.batching={batching}")]
     run_dir = tmp_path / "default"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
