@@ -67,6 +67,14 @@ def test_specs_are_validated_and_rules_means_no_model():
             check_spec(bad, "task.options.judge")
 
 
+def test_local_models_resolve_at_validation_when_asked(tiny_model_dir, tmp_path):
+    check_spec("local:/no/such/model", "k")  # syntax only: resolved when first called
+    with pytest.raises(ConfigError, match=r"config error at k: cannot resolve model"):
+        check_spec("local:/no/such/model", "k", resolve_local=True)
+    check_spec(f"local:{tiny_model_dir}", "k", resolve_local=True)
+    check_spec("local:smollm2-135m-instruct", "k", resolve_local=True)  # built-in, unconverted
+
+
 def test_openai_client_speaks_chat_completions():
     seen = {}
 

@@ -94,18 +94,33 @@ class ModelService:
         return OpenAIClient(url.strip(), model.strip())
 
 
-def check_spec(spec: str, key: str = "model") -> None:
-    """Raise ConfigError (naming `key`) unless `spec` is a valid backend spec."""
+def check_spec(spec: str, key: str = "model", resolve_local: bool = False) -> None:
+    """Raise ConfigError (naming `key`) unless `spec` is a valid backend spec. With
+    `resolve_local` (config validation), a local:<model> must also resolve offline now, not at
+    the first episode that calls it (a built-in name counts: it is converted on first use)."""
     spec = spec.strip()
     if spec in ("policy", "base", "rules"):
         return
     if spec.startswith("local:") and spec[len("local:"):].strip():
+        if resolve_local:
+            _check_local_model(spec[len("local:"):].strip(), key)
         return
     if spec.startswith("openai:"):
         url, sep, model = spec[len("openai:"):].partition("|")
         if sep and url.strip() and model.strip():
             return
     raise ConfigError(f"config error at {key}: expected {SPECS}, got {spec!r}")
+
+
+def _check_local_model(model: str, key: str) -> None:
+    from practicum.engine.models import BUILTIN_MODELS, ModelNotFoundError, resolve_model
+
+    if model.lower() in BUILTIN_MODELS:
+        return
+    try:
+        resolve_model(model)
+    except ModelNotFoundError as e:
+        raise ConfigError(f"config error at {key}: {e}") from None
 
 
 @dataclass

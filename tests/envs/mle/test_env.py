@@ -267,6 +267,21 @@ def test_llm_instrumenter_rewrite_is_used_when_it_only_adds_prints(data_root, an
     assert params.temperature == 0.0 and 0 < params.max_new_tokens <= 2048
 
 
+def test_kill_stops_the_run_in_progress_and_grades_nothing(suite, answers):
+    """Shutdown calls kill() from another thread: the sandboxed script (here a perfect one that
+    first sleeps past any test timeout) stops at once and earns nothing."""
+    env = suite.make_env(SERVICE)
+    env.reset(IRIS, seed=0)
+    threading.Timer(1.0, env.kill).start()
+    try:
+        result = env.step(block("import time\ntime.sleep(60)\n" + perfect_script(answers)))
+    finally:
+        env.close()
+    assert result.done and result.failure == "cancelled by kill()"
+    assert result.duration < 15 and result.reward == ENV_FAILURE_REWARD
+    assert env.last_outcome.infra_error == "cancelled"
+
+
 def test_step_before_reset_is_a_bug(suite):
     with pytest.raises(RuntimeError, match="before reset"):
         suite.make_env(SERVICE).step("x")

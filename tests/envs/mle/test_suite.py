@@ -108,7 +108,8 @@ def test_factory_asks_the_service_for_the_instrumenter(tmp_path):
     assert service.specs == ["base"] and env.instrumenter.client is not None
 
 
-@pytest.mark.parametrize("spec", ["gpt", "policy_base", "local:", "openai:http://x", "policy"])
+@pytest.mark.parametrize("spec", ["gpt", "policy_base", "local:", "openai:http://x", "policy",
+                                  "local:/no/such/model"])
 def test_bad_instrumenter_fails_at_suite_build(tmp_path, spec):
     values = {"instrumenter": spec, "held_out": ["iris-species"], "train": ["wine-cultivar"],
               "data_root": str(tmp_path)}

@@ -36,6 +36,15 @@ def test_exit_codes_and_signals(backend: str, workdir: Path):
     assert (r.returncode, r.killed_reason) == (-15, "signal 15")
 
 
+def test_cancel_event_kills_the_tree_early(backend: str, workdir: Path):
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    code = "import subprocess, time\nsubprocess.Popen(['sleep', '60'])\ntime.sleep(60)\n"
+    r = run_python(code, workdir, Limits(wall_seconds=60), backend=backend, cancel=cancel)
+    assert (r.killed_reason, r.timed_out, r.returncode, r.ok) == ("cancelled", False, None, False)
+    assert r.duration < 10
+
+
 def test_missing_command_is_an_exit_code_not_an_error(backend: str, workdir: Path):
     r = run_command(["no-such-program-xyz"], workdir, FAST, backend=backend)
     assert r.returncode == 127 and "no-such-program-xyz" in r.stderr

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,8 @@ class MleEnv(Env):
         self._data: CompetitionData | None = None
         self._progress = _Progress()
         self._workdirs: list[Path] = []
+        self._cancel = threading.Event()
+        """Set by kill(): the sandboxed run in progress (and any later one) stops at once."""
 
     # -- reset --------------------------------------------------------------------------------
     def reset(self, task: Task, seed: int) -> Start:
@@ -230,11 +233,15 @@ class MleEnv(Env):
         self._workdirs.append(workdir)
         try:
             run = run_python(inst.code, workdir, self.limits, hidden_paths=data.hidden,
-                             backend=self.options.backend)
+                             backend=self.options.backend, cancel=self._cancel)
         except SandboxError as err:
             log.warning("sandbox failed on %s: %s", data.comp.id, err)
             return not_run(data.comp, self.reward_config, f"sandbox error: {err}",
                            infra_error=str(err), instrumenter=inst.method,
+                           instrument_rejected=inst.rejected_reason)
+        if run.killed_reason == "cancelled":  # runtime shutdown: nothing to grade
+            return not_run(data.comp, self.reward_config, "cancelled by kill()",
+                           infra_error="cancelled", instrumenter=inst.method,
                            instrument_rejected=inst.rejected_reason)
         return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers,
                          self.reward_config, MAX_SUBMISSION_BYTES)
@@ -267,6 +274,10 @@ class MleEnv(Env):
         if self.buffer is None or task.data.get("split", "train") != "train" or not solution.valid:
             return
         self.buffer.add(task.data.get("competition", task.task_id), solution)
+
+    def kill(self) -> None:
+        """Stop the sandboxed run in progress now (from another thread, at shutdown)."""
+        self._cancel.set()
 
     def close(self) -> None:
         for workdir in self._workdirs:

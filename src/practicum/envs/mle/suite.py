@@ -84,7 +84,7 @@ def check_instrumenter(spec: str, key: str = "task.options.instrumenter") -> Non
     the model being trained, never a fair judge of its own milestones."""
     from practicum.engine.service import check_spec
 
-    check_spec(spec, key)
+    check_spec(spec, key, resolve_local=True)
     if spec.strip() == "policy":
         raise ConfigError(f"config error at {key}: the instrumenter must be frozen: use base "
                           f"(the policy's base weights), local:<model>, openai:<base_url>|<model> "

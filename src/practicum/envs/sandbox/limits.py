@@ -79,7 +79,8 @@ class RunResult:
     """The wall deadline passed and the tree was killed."""
     killed_reason: str | None
     """Why something was killed: 'timeout', 'memory' (cgroup OOM kill), 'cpu' (RLIMIT_CPU),
-    'file_size' (SIGXFSZ), 'signal N' (any other signal); None when nothing was killed."""
+    'file_size' (SIGXFSZ), 'signal N' (any other signal), 'cancelled' (the caller's cancel
+    event); None when nothing was killed."""
     backend: str
     """Sandbox that ran the code: 'bwrap' or 'namespaces'."""
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -69,6 +70,7 @@ def run_command(
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
     backend: str = "auto",
+    cancel: threading.Event | None = None,
 ) -> RunResult:
     """Run `argv` sandboxed with cwd = `workdir` (its only writable host folder).
 
@@ -77,9 +79,11 @@ def run_command(
     minimal sandbox environment (see plan.sandbox_env); nothing is inherited from the caller.
     When the caller is root the code runs as an unprivileged uid that becomes the owner of the
     workdir and everything in it (mode 0700). Read what the code wrote with
-    `read_workdir_file`, never by following paths it may have turned into symlinks.
+    `read_workdir_file`, never by following paths it may have turned into symlinks. Setting
+    `cancel` (from another thread) kills the tree early: killed_reason 'cancelled'.
     """
-    return _run(_choose(backend), list(argv), Path(workdir), limits, hidden_paths, env, stdin)
+    return _run(_choose(backend), list(argv), Path(workdir), limits, hidden_paths, env, stdin,
+                cancel)
 
 
 def run_python(
@@ -92,6 +96,7 @@ def run_python(
     stdin: str | None = None,
     backend: str = "auto",
     script_name: str = "main.py",
+    cancel: threading.Event | None = None,
 ) -> RunResult:
     """Write `code` to workdir/script_name and run it with this venv's interpreter, sandboxed.
 
@@ -100,7 +105,8 @@ def run_python(
     name = _choose(backend)
     workdir, _ = _check_paths(Path(workdir), hidden_paths)
     write_script(workdir, script_name, code)
-    return _run(name, [sys.executable, script_name], workdir, limits, hidden_paths, env, stdin)
+    return _run(name, [sys.executable, script_name], workdir, limits, hidden_paths, env, stdin,
+                cancel)
 
 
 def _check_paths(workdir: Path, hidden_paths: Sequence[Path]) -> tuple[Path, tuple[Path, ...]]:
@@ -130,6 +136,7 @@ def _run(
     hidden_paths: Sequence[Path],
     env: Mapping[str, str] | None,
     stdin: str | None,
+    cancel: threading.Event | None = None,
 ) -> RunResult:
     if not argv:
         raise ValueError("argv is empty")
@@ -144,7 +151,7 @@ def _run(
         plan = Plan(argv, workdir, uid, limits, hidden, cgroup.procs_files, status_w)
         with stdin_file(stdin) as stdin_fd:
             command = backend.command(plan)
-            run = supervise(command, sandbox_env(env), stdin_fd, status_w, limits, cgroup)
+            run = supervise(command, sandbox_env(env), stdin_fd, status_w, limits, cgroup, cancel)
         status = backend.read_status(read_available(status_r))
         cgroup.kill()
         oom_kills = cgroup.oom_kills()
@@ -153,6 +160,10 @@ def _run(
         cgroup.remove()
     if status.error:
         raise SandboxError(f"{name} sandbox: {status.error}")
+    if run.cancelled and not status.finished:
+        return RunResult(returncode=None, stdout=run.stdout, stderr=run.stderr,
+                         duration=run.duration, timed_out=False, killed_reason="cancelled",
+                         backend=name)
     if not status.finished and not run.timed_out and oom_kills == 0:
         why = run.stderr.strip()[-2000:]
         raise SandboxError(f"{name} sandbox ended without running the code: {why}")

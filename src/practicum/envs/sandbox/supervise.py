@@ -9,6 +9,7 @@ import selectors
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from practicum.envs.sandbox.output import BoundedOutput
 
 EXIT_GRACE = 1.0
 """Seconds to wait for the output pipes to close once the sandbox's first process has exited."""
+CANCEL_POLL = 0.1
+"""Seconds between looks at the cancel event while the tree runs."""
 
 
 @contextlib.contextmanager
@@ -45,6 +48,8 @@ class Supervised:
     duration: float
     cpu_seconds: float
     """User + system CPU of the whole tree (every process was waited for by its parent)."""
+    cancelled: bool = False
+    """The caller's cancel event stopped the run before the tree exited."""
 
 
 def supervise(
@@ -54,9 +59,11 @@ def supervise(
     status_w: int,
     limits: Limits,
     cgroup: RunCgroup,
+    cancel: threading.Event | None = None,
 ) -> Supervised:
-    """Run `command` in a new session until it exits or `limits.wall_seconds` pass, then kill
-    whatever is left of the tree. `status_w` is handed to the command and closed here."""
+    """Run `command` in a new session until it exits, `limits.wall_seconds` pass or `cancel` is
+    set, then kill whatever is left of the tree. `status_w` is handed to the command and closed
+    here."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -83,7 +90,7 @@ def supervise(
         pidfd = None  # no pidfd (Linux < 5.3): poll for the exit below
     deadline = start + limits.wall_seconds
     exited_at: float | None = None
-    timed_out = False
+    timed_out = cancelled = False
     try:
         while True:
             now = time.monotonic()
@@ -95,8 +102,13 @@ def supervise(
             if exited_at is None and now >= deadline:
                 timed_out = True
                 break
+            if exited_at is None and cancel is not None and cancel.is_set():
+                cancelled = True
+                break
             until = deadline if exited_at is None else exited_at + EXIT_GRACE
             wait = until - now if pidfd is not None else min(until - now, 0.02)
+            if cancel is not None:
+                wait = min(wait, CANCEL_POLL)
             for key, _ in sel.select(max(wait, 0)):
                 if key.fd == pidfd:
                     exited_at = time.monotonic()
@@ -119,7 +131,8 @@ def supervise(
         proc.stdout.close()
         proc.stderr.close()
     cpu = usage.ru_utime + usage.ru_stime
-    return Supervised(out.text(), err.text(), proc.returncode, timed_out, end - start, cpu)
+    return Supervised(out.text(), err.text(), proc.returncode, timed_out, end - start, cpu,
+                      cancelled)
 
 
 def _has_exited(pid: int) -> bool:
