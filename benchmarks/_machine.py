@@ -27,13 +27,29 @@ def cpu_busy_fraction(seconds: float = 1.0) -> float:
     return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
 
 
+def cpu_model() -> dict:
+    """CPU name and whether it has AVX-512 (bf16 matmuls are fast only with it): numbers from
+    machines with and without it differ by a large factor."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return {}
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.startswith("model name")), "")
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])
+    return {"cpu": name, "avx512": "avx512f" in flags, "avx512_bf16": "avx512_bf16" in flags}
+
+
 def machine_state(busy_limit: float = 0.25) -> dict:
-    """CPU busy fraction and load average now; warns on stderr when the CPU is not idle."""
+    """CPU model, busy fraction and load average now; warns on stderr when the CPU is not
+    idle."""
     try:
         busy = cpu_busy_fraction()
     except OSError:  # no /proc (macOS): report the load average only
         busy = float("nan")
-    state = {"cpus": os.cpu_count(), "busy_before": busy, "load_avg_1min": os.getloadavg()[0]}
+    state = {"cpus": os.cpu_count(), **cpu_model(), "busy_before": busy,
+             "load_avg_1min": os.getloadavg()[0]}
     if busy > busy_limit:
         print(
             f"WARNING: the CPU is {busy:.0%} busy before the benchmark starts; other processes "
