@@ -28,11 +28,13 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from practicum.envs.base import Task
 from practicum.episode import Episode
 from practicum.runtime.cursor import TaskCursor
+
+T = TypeVar("T")
 
 
 def group_id(index: int, task_id: str) -> str:
@@ -220,9 +222,7 @@ class GroupBoard:
             return None
 
         with self._cond:
-            if not self._cond.wait_for(lambda: ready() is not None or self._closed, timeout):
-                return None
-            g = ready()
+            g = self._wait_ready(ready, timeout)
             if g is None:
                 return None
             self._finished = [x for x in self._finished if x[0] is not g]
@@ -242,9 +242,7 @@ class GroupBoard:
             return None
 
         with self._cond:
-            if not self._cond.wait_for(lambda: ready() is not None or self._closed, timeout):
-                return None
-            i = ready()
+            i = self._wait_ready(ready, timeout)
             if i is None:
                 return None
             g, pos, e = self._finished.pop(i)
@@ -254,6 +252,11 @@ class GroupBoard:
                 del self._open[g.gid]
                 self._cond.notify_all()
             return g, pos, e
+
+    def _wait_ready(self, ready: Callable[[], T | None], timeout: float) -> T | None:
+        """With the lock held: ready()'s value once it is not None; None on timeout or close."""
+        self._cond.wait_for(lambda: ready() is not None or self._closed, timeout)
+        return ready()
 
     def close(self) -> None:
         with self._cond:
