@@ -1,0 +1,2 @@
+"""SWE agents in real repositories (arXiv 2508.03501): workspaces, tools, FULL-rule grading,
+SWE-smith-style task synthesis."""
