@@ -85,19 +85,21 @@ def test_printed_fake_summaries_do_not_count(tmp_path):
 def test_background_processes_are_killed_and_cannot_forge(tmp_path):
     inst = toy_instance(tmp_path)
     ids = inst.FAIL_TO_PASS + inst.PASS_TO_PASS
-    fake = "\\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids])
-    extra = (
-        "\nimport os, subprocess, sys\n"
-        "if not os.environ.get('CHILD'):\n"
-        "    os.environ['CHILD'] = '1'\n"
-        "    subprocess.Popen([sys.executable, '-c', 'import time, os\\n"
-        "for _ in range(60):\\n    time.sleep(0.05)\\n    for fd in range(1, 20):\\n"
-        f"        try: os.write(fd, b\"{fake}\\\\n\")\\n        except OSError: pass\\n"
-        "time.sleep(300)'], start_new_session=True, close_fds=False)\n"
-    )
+    fake = "\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids]) + "\n"
+    child = ("import os, time\n"
+             f"FAKE = {fake!r}.encode()\n"
+             "for _ in range(60):\n    time.sleep(0.05)\n    for fd in range(1, 20):\n"
+             "        try:\n            os.write(fd, FAKE)\n        except OSError:\n"
+             "            pass\n"
+             "time.sleep(300)\n")
+    extra = ("\nimport os, subprocess, sys\n"
+             "if not os.environ.get('CHILD'):\n    os.environ['CHILD'] = '1'\n"
+             f"    subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
+             "close_fds=False)\n")
     v = grade(inst, code_patch(extra))
     assert v.patch_applied and not v.resolved and not v.timed_out
     assert v.pass_to_pass == (2, 2) and v.seconds < 60
+    assert "PASSED tests/test_calc.py::test_add\n" in v.log_tail  # the child did write
 
 
 def test_gold_patch_and_mutation_record_are_unreachable(tmp_path):
