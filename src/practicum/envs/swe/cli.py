@@ -118,7 +118,10 @@ def spread(instances: list[SweInstance], n: int | None) -> list[SweInstance]:
 def cmd_check(args) -> int:
     from practicum.envs.swe.grading import grade
 
-    chosen = spread(_instances(args), args.tasks)
+    instances = _instances(args)
+    if args.package:
+        instances = [i for i in instances if package_of(i) in args.package]
+    chosen = spread(instances, args.tasks)
     console = Console(stderr=True)
     failures, rows = [], []
     start = time.monotonic()
@@ -218,6 +221,8 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", parents=[common],
                        help="gold-patch check: every gold patch resolves, the empty one none")
     p.add_argument("--tasks", type=int, metavar="N", help="check N tasks spread over packages")
+    p.add_argument("--package", action="append", metavar="NAME",
+                   help="only this package's tasks (repeatable)")
     p.add_argument("--json", metavar="FILE", help="write the per-task results here")
     p.set_defaults(func=cmd_check)
 
