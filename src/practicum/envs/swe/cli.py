@@ -157,7 +157,8 @@ def cmd_synthesize(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    options = Options(max_tried=args.max_tried, max_kept=args.max_kept, seed=args.seed)
+    options = Options(max_tried=args.max_tried, max_kept=args.max_kept, seed=args.seed,
+                      per_function=args.per_function)
     complete = None
     if args.issue_model:
         from practicum.engine.service import ModelService
@@ -234,6 +235,8 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
                    "yield.json and sources/ here")
     p.add_argument("--max-tried", type=int, default=40, help="mutants tested per package")
     p.add_argument("--max-kept", type=int, default=16, help="tasks kept per package")
+    p.add_argument("--per-function", type=int, default=2,
+                   help="kept tasks per function, at most")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--issue-model", metavar="SPEC", help="model service spec (e.g. "
                    "local:<model>) that writes the issue texts; default: templates")
