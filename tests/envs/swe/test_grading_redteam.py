@@ -88,14 +88,19 @@ def test_background_processes_are_killed_and_cannot_forge(tmp_path):
     fake = "\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids]) + "\n"
     child = ("import os, time\n"
              f"FAKE = {fake!r}.encode()\n"
-             "for _ in range(60):\n    time.sleep(0.05)\n    for fd in range(1, 20):\n"
+             "for i in range(60):\n    for fd in range(1, 20):\n"
              "        try:\n            os.write(fd, FAKE)\n        except OSError:\n"
              "            pass\n"
+             "    if i == 0:\n        open('child_started', 'w').close()\n"
+             "    time.sleep(0.05)\n"
              "time.sleep(300)\n")
-    extra = ("\nimport os, subprocess, sys\n"
+    extra = ("\nimport os, subprocess, sys, time\n"
              "if not os.environ.get('CHILD'):\n    os.environ['CHILD'] = '1'\n"
              f"    subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
-             "close_fds=False)\n")
+             "close_fds=False)\n"
+             "    for _ in range(100):\n"
+             "        if os.path.exists('child_started'):\n            break\n"
+             "        time.sleep(0.03)\n")
     v = grade(inst, code_patch(extra))
     assert v.patch_applied and not v.resolved and not v.timed_out
     assert v.pass_to_pass == (2, 2) and v.seconds < 60
@@ -126,6 +131,19 @@ def test_gold_patch_and_mutation_record_are_unreachable(tmp_path):
     assert not v.resolved
     seen = json.loads((keep / "leak.json").read_text())
     assert set(seen.values()) <= {"FileNotFoundError", "PermissionError"}, seen
+
+
+def test_rewriting_tests_or_adding_conftest_during_the_run_is_caught(tmp_path):
+    inst = toy_instance(tmp_path)
+    extra = (
+        "\nimport os as _os\n"
+        "_d = _os.path.join(_os.getcwd(), 'tests')\n"
+        "open(_os.path.join(_d, 'conftest.py'), 'w').write('x = 1\\n')\n"
+        "open(_os.path.join(_d, 'test_zz.py'), 'w').write('def test_z():\\n    pass\\n')\n"
+    )
+    v = grade(inst, code_patch(extra))
+    assert not v.resolved and v.reason.startswith("test files changed during the run")
+    assert "tests/conftest.py" in v.reason and "tests/test_zz.py" in v.reason
 
 
 def test_no_git_history_in_the_graded_tree(tmp_path):

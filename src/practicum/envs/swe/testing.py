@@ -5,7 +5,7 @@
 
 Tests run with plugin autoload off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`), `-rA -p
 no:cacheprovider`, the instance's `test_args`, and a wall limit. The interpreter runs isolated
-(`python -I`): pytest is imported from the venv *before* the repository is put first on
+(`python -I -B`: no bytecode caches are written): pytest is imported from the venv *before* the repository is put first on
 sys.path, so a repository file named `pytest.py` or `sitecustomize.py` cannot stand in for
 them (the repository is otherwise importable exactly as with PYTHONPATH=repo).
 
@@ -181,7 +181,7 @@ def run_tests(
     """
     ids = [t for t in tests if "::" in t]
     targets = test_files_of(tests) if select == "files" else list(dict.fromkeys(tests))
-    argv = ["python", "-I", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
+    argv = ["python", "-I", "-B", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
     marker = "practicum-end-" + secrets.token_hex(16)
     result = run_command(argv, Path(repo), limits or TEST_LIMITS, hidden_paths=hidden_paths,
                          stdin=marker + "\n",
