@@ -4,20 +4,26 @@
     verdict.resolved, verdict.fail_to_pass, verdict.reason
 
 Steps: keep only the diff's source-file blocks (`diffs.source_only`: edits to tests, conftest,
-pytest config and anything in `instance.test_files` are dropped, which restores the task's own
-tests); materialize a fresh base copy; `git apply` the rest inside the sandbox; run the files
-holding FAIL_TO_PASS + PASS_TO_PASS; resolved = every id of both lists reported once as
-passed (SWE-bench's `RESOLVED_FULL`) and no protected file (tests, conftest, pytest config)
-appeared or changed while the tests ran (code under test rewriting a test file that pytest has
-not collected yet, or dropping a conftest.py into a folder it has not entered yet). A patch that does not apply is unresolved with a reason.
-The suite folder and the source archive are hidden from the sandbox (`repo.secret_paths`).
+pytest config, start-up files, compiled files and anything in `instance.test_files` are
+dropped, which restores the task's own tests); materialize a fresh base copy; `git apply` the
+rest inside the sandbox; run the files holding FAIL_TO_PASS + PASS_TO_PASS; resolved = every
+id of both lists reported once as passed (SWE-bench's `RESOLVED_FULL`) and no protected file
+appeared or changed while the tests ran (code under test rewriting a test file pytest has not
+collected yet, or dropping a conftest.py into a folder it has not entered yet). A patch that
+does not apply is unresolved with a reason. The suite folder and the source archive are hidden
+from the sandbox (`repo.secret_paths`); the graded tree has no git history.
 
 Residual weakness (documented, not closable at this level): the agent's source code is
-imported by the tests, so it runs inside the pytest process and could rewrite pytest's own
-reporting (monkeypatch `_pytest` internals, print a forged summary from an atexit hook). Every
-way that stays *outside* that process (editing tests, a conftest.py, pytest config or addopts,
-a fake `pytest.py`/`sitecustomize.py`, printed fake PASSED lines, background processes, reading
-the gold patch) is contained; see tests/envs/swe/test_grading_redteam.py.
+imported by the tests, so it runs inside the pytest process and can rewrite pytest's own
+reporting (monkeypatch `_pytest` internals, as the red-team test pins; or print a forged
+summary from a thread just before the runner's end marker, whose nonce it could read from
+the runner's frame). Every way that stays *outside* that process is contained: editing tests,
+a conftest.py, pytest config or addopts, a fake `pytest.py` / `sitecustomize.py`, printed fake
+PASSED lines and summaries (at import, in test output, from atexit hooks, from background
+processes), leftover processes, reading the gold patch or the mutation record; see
+tests/envs/swe/test_grading_redteam.py. Closing the residual needs the tests to run in a
+process that never imports the agent's code as trusted, e.g. comparing against an outside
+oracle, which SWE-bench does not do either.
 """
 
 from __future__ import annotations
