@@ -147,7 +147,7 @@ class SweEnv(Env):
             verdict = grade(self._instance, patch)
             resolved = bool(verdict.resolved)
             reason = str(getattr(verdict, "reason", ""))
-            applied = float(getattr(verdict, "applied", not reason.startswith("patch")))
+            applied = float(getattr(verdict, "patch_applied", True))
         elif patch is not None:
             reason = "empty patch: nothing changed"
         metrics = self._metrics()
