@@ -13,6 +13,9 @@ strings or lists). practicum adds a few optional fields:
     test_args   extra pytest arguments (e.g. ["-o", "addopts="])
     tier        difficulty tier of a synthesized task (1 = names the function)
     meta        anything else (mutation record); never shown to the agent
+
+`origin` (not a JSONL field) is the folder of the file the instance was loaded from: sandboxes
+hide it, with `source`, so code under test cannot read gold patches or mutation records.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class SweInstance:
     test_args: tuple[str, ...] = ()
     tier: int = 1
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    origin: Path | None = field(default=None, compare=False)
+    """Folder of the JSONL file this instance came from (hidden from sandboxes)."""
 
 
 _REQUIRED = ("instance_id", "repo", "problem_statement", "patch", "FAIL_TO_PASS",
@@ -79,7 +84,8 @@ def parse_instance(record: dict[str, Any], base_dir: Path, where: str = "instanc
         source=source, bug_patch=str(record.get("bug_patch", "")),
         test_patch=str(record.get("test_patch", "")),
         test_files=tuple(record.get("test_files", ())), test_args=tuple(record.get("test_args", ())),
-        tier=int(record.get("tier", 1)), meta=dict(record.get("meta", {})))
+        tier=int(record.get("tier", 1)), meta=dict(record.get("meta", {})),
+        origin=base_dir)
 
 
 def load_instances(path: Path) -> list[SweInstance]:

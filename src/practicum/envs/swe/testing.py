@@ -1,0 +1,171 @@
+"""Run a repository's pytest tests in the sandbox and read one status per test id.
+
+    run = run_tests(repo, ["test_x.py::test_a", "test_x.py::test_b[a b-c]"])
+    run.passed("test_x.py::test_a"), run.timed_out, run.log
+
+Tests run with plugin autoload off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`), `-rA -p
+no:cacheprovider`, the instance's `test_args`, and a wall limit. The interpreter runs isolated
+(`python -I`): pytest is imported from the venv *before* the repository is put first on
+sys.path, so a repository file named `pytest.py` or `sitecustomize.py` cannot stand in for
+them (the repository is otherwise importable exactly as with PYTHONPATH=repo).
+
+Statuses come from the *last* "short test summary info" section of the log (the one pytest
+prints after all captured output), matched against the exact test ids asked for: ids with
+spaces or " - " inside brackets are safe, and an id reported more than once or not at all does
+not pass. As in SWE-bench, PASSED and XFAIL count as passed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from practicum.envs.sandbox import Limits, run_command
+
+STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+PASSING = ("PASSED", "XFAIL")
+MISSING = "MISSING"
+DUPLICATE = "DUPLICATE"
+
+TEST_LIMITS = Limits(wall_seconds=120, memory_mb=2048, max_processes=64,
+                     output_bytes=16 * 2**20, file_size_mb=64)
+"""Default limits of one test run: large output (every test id is in the log)."""
+
+RUNNER = (
+    "import os, sys\n"
+    "import pytest\n"
+    "sys.path.insert(0, os.getcwd())\n"
+    "sys.exit(pytest.main(sys.argv[1:]))\n"
+)
+"""Imports pytest from the venv, then puts the repository first on sys.path."""
+
+PYTEST_ARGS = ("-rA", "-p", "no:cacheprovider", "--tb=short", "--color=no",
+               "-o", "console_output_style=classic")
+
+_SUMMARY = re.compile(r"^=+ short test summary info =+\s*$")
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One sandboxed pytest run: a status per asked test id and what happened."""
+
+    __test__ = False  # not a pytest test class
+
+    statuses: dict[str, str]
+    """Test id -> PASSED / FAILED / ERROR / SKIPPED / XFAIL / XPASS / MISSING / DUPLICATE."""
+    log: str
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    killed_reason: str | None = None
+    reported: dict[str, str] = field(default_factory=dict, repr=False)
+    """Every id the summary reported exactly once (with its status), asked for or not."""
+
+    def passed(self, test_id: str) -> bool:
+        return self.statuses.get(test_id) in PASSING
+
+    def count_passed(self, ids: Iterable[str]) -> int:
+        return sum(self.passed(t) for t in ids)
+
+
+def summary_lines(log: str) -> list[tuple[str, str]]:
+    """(status, rest of line) of every line of the log's last short-test-summary section."""
+    lines = log.splitlines()
+    start = None
+    for i in range(len(lines) - 1, -1, -1):
+        if _SUMMARY.match(lines[i]):
+            start = i + 1
+            break
+    if start is None:
+        return []
+    out = []
+    for line in lines[start:]:
+        if line.startswith("="):
+            break
+        status, _, rest = line.partition(" ")
+        if status in STATUSES:
+            out.append((status, rest))
+    return out
+
+
+def statuses_for(log: str, ids: Iterable[str]) -> dict[str, str]:
+    """Status of each id in `ids`: matched exactly (`id` or `id - message`) against the summary;
+    MISSING when not reported, DUPLICATE when reported more than once."""
+    wanted = list(dict.fromkeys(ids))
+    hits: dict[str, list[str]] = {t: [] for t in wanted}
+    lines = summary_lines(log)
+    for status, rest in lines:
+        if rest in hits:
+            hits[rest].append(status)
+            continue
+        # FAILED/ERROR/XFAIL lines append " - message"; the id is a prefix ending there.
+        for cut in _dash_positions(rest):
+            head = rest[:cut]
+            if head in hits:
+                hits[head].append(status)
+                break
+    return {t: (MISSING if not h else h[0] if len(h) == 1 else DUPLICATE)
+            for t, h in hits.items()}
+
+
+def _dash_positions(rest: str) -> list[int]:
+    return [m.start() for m in re.finditer(r" - ", rest)]
+
+
+def reported_statuses(log: str) -> dict[str, str]:
+    """Every id the summary reports exactly once, with its status (ids are read up to the first
+    ' - ' outside brackets; PASSED lines carry the bare id)."""
+    seen: Counter[str] = Counter()
+    status_of: dict[str, str] = {}
+    for status, rest in summary_lines(log):
+        test_id = rest if status == "PASSED" else _split_id(rest)
+        if "::" not in test_id:
+            continue  # e.g. "SKIPPED [1] file.py:3: reason" or a collection error of a file
+        seen[test_id] += 1
+        status_of[test_id] = status
+    return {t: s for t, s in status_of.items() if seen[t] == 1}
+
+
+def _split_id(rest: str) -> str:
+    depth = 0
+    for i, ch in enumerate(rest):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        elif depth == 0 and rest.startswith(" - ", i):
+            return rest[:i]
+    return rest
+
+
+def test_files_of(ids: Iterable[str]) -> list[str]:
+    """The distinct files (the part before '::') of test ids, in first-seen order."""
+    return list(dict.fromkeys(t.split("::", 1)[0] for t in ids))
+
+
+def run_tests(
+    repo: Path,
+    tests: Sequence[str],
+    *,
+    test_args: Sequence[str] = (),
+    limits: Limits | None = None,
+    hidden_paths: Sequence[Path] = (),
+    select: str = "files",
+) -> TestRun:
+    """Run `tests` (test ids or files) in the sandbox with cwd = `repo`; statuses per id.
+
+    select='files' runs the whole files the ids live in (robust to ids pytest cannot select
+    back, e.g. with odd characters); select='ids' passes the ids themselves.
+    """
+    ids = [t for t in tests if "::" in t]
+    targets = test_files_of(tests) if select == "files" else list(dict.fromkeys(tests))
+    argv = ["python", "-I", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
+    result = run_command(argv, Path(repo), limits or TEST_LIMITS, hidden_paths=hidden_paths,
+                         env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"})
+    log = result.stdout + ("\n" + result.stderr if result.stderr else "")
+    return TestRun(statuses=statuses_for(log, ids), log=log, returncode=result.returncode,
+                   timed_out=result.timed_out, seconds=result.duration,
+                   killed_reason=result.killed_reason, reported=reported_statuses(log))
