@@ -70,6 +70,8 @@ class Workspace:
                materialize=None, limits: Limits | None = None) -> "Workspace":
         """Materialize the base state into a fresh temp folder and make its one commit
         inside the sandbox. `materialize(instance, dest)` defaults to swe's repo module."""
+        from practicum.envs.swe.repo import secret_paths
+
         if materialize is None:
             from practicum.envs.swe.repo import materialize
         root = Path(tempfile.mkdtemp(prefix="practicum-swe-"))
@@ -81,7 +83,7 @@ class Workspace:
             # A folder holding the workspace itself cannot be hidden (it is outside the
             # sandbox's view anyway when it is a private-/tmp ancestor such as /tmp).
             hide = tuple(dict.fromkeys(
-                Path(h) for h in (*hidden, instance.source)
+                Path(h) for h in (*hidden, *secret_paths(instance))
                 if not Path(os.path.realpath(root)).is_relative_to(os.path.realpath(h))))
             ws = cls(root, repo, "", hide, backend)
             res = ws.run(["bash", "-c", _INIT], limits or Limits(wall_seconds=60))
