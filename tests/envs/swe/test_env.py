@@ -104,3 +104,46 @@ def test_kill_cancels_the_running_command(suite_file):
     r = env.step("<bash>sleep 50</bash>")
     assert time.monotonic() - t0 < 10 and "cancelled" in r.observation
     env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
+    """SmolLM2 plays a short episode through the env; the training row is the prompt, every
+    sampled turn and every observation's ids, and the trainer's log-probs of the sampled
+    tokens on that row match the sampler's (nothing was re-tokenized)."""
+    import torch
+
+    from practicum.engine.base import SamplingParams
+    from practicum.engine.chat import ChatFormat
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
+    from practicum.engine.server import GenerationServer
+    from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode
+
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(smollm2_dir), dtype="float32",
+                                                     seed=0))
+    server = GenerationServer(sampler).start()
+    try:
+        chat = ChatFormat(trainable.tokenizer)
+        _, env = make_env(suite_file, max_turns=2)
+        b = EpisodeBuilder(env, Task("toy__calc-1"), "g", 0, chat, RolloutLimits(2, 2048),
+                           SamplingParams(temperature=1.0, max_new_tokens=24), run_seed=1)
+        ep = run_episode(b, server.generate)
+    finally:
+        server.stop()
+    assert ep.failure is None and ep.turns and ep.reward in (0.0, 1.0)
+    assert ep.metrics["turns"] == len(ep.turns)  # the env saw every turn
+    row = ep.segments()[0]
+    expected = list(ep.prompt_ids)
+    for t in ep.turns:
+        expected += t.sampled_ids + t.observation_ids
+    assert row.input_ids == expected
+    for t in ep.turns[:-1]:
+        assert t.observation_ids and t.observation_text in chat.tokenizer.decode(
+            t.observation_ids)
+    ids = torch.tensor([row.input_ids])
+    with torch.no_grad():
+        logp = trainable.token_logprobs(ids, torch.ones_like(ids))[0]
+    mask = torch.tensor(row.loss_mask, dtype=torch.bool)
+    gap = (logp[mask] - torch.tensor(row.behaviour_logprobs)[mask]).abs().max().item()
+    assert gap < 0.05, gap
