@@ -1,4 +1,4 @@
-"""`practicum` command line: train, rft, eval, plot, envs, mle."""
+"""`practicum` command line: train, rft, eval, plot, envs, mle, swe."""
 
 from __future__ import annotations
 
@@ -129,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mle", help="ML-engineering competitions")
     add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
+
+    from practicum.envs.swe.cli import add_swe_commands
+
+    w = sub.add_parser("swe", help="SWE tasks: list, show, run (grade a patch), check, synthesize")
+    add_swe_commands(w.add_subparsers(dest="swe_command", required=True))
     return p
 
 

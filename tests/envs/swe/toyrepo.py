@@ -41,6 +41,7 @@ P2P = ["tests/test_calc.py::test_label", "tests/test_calc.py::test_add_param[two
 
 def make_suite(root: Path) -> Path:
     """Write the fixed repo under root/src and root/instances.jsonl; return the JSONL path."""
+    root.mkdir(parents=True, exist_ok=True)
     src = root / "src"
     (src / "calc").mkdir(parents=True)
     (src / "tests").mkdir()
@@ -60,5 +61,6 @@ def make_suite(root: Path) -> Path:
     return path
 
 
-def toy_instance(root: Path):
-    return load_instances(make_suite(root))[0]
+def toy_instance(tmp: Path):
+    """The toy instance, its suite written under tmp/suite (workdirs go elsewhere in tmp)."""
+    return load_instances(make_suite(tmp / "suite"))[0]

@@ -75,7 +75,7 @@ def grade(instance: SweInstance, patch: str, *, limits: Limits | None = None,
 
     scratch = scratch_dir("practicum-swe-grade-")
     repo = scratch / "repo"
-    hidden = secret_paths(instance)
+    hidden = secret_paths(instance, repo)
     try:
         try:
             materialize(instance, repo)
@@ -86,15 +86,22 @@ def grade(instance: SweInstance, patch: str, *, limits: Limits | None = None,
             return verdict(False, False, zero, "patch does not apply", applied.output)
         run = run_tests(repo, [*f2p, *p2p], test_args=instance.test_args,
                         limits=limits or TEST_LIMITS, hidden_paths=hidden)
-        counts = ((run.count_passed(f2p), len(f2p)), (run.count_passed(p2p), len(p2p)))
-        resolved = (not run.timed_out and counts[0][0] == len(f2p) and counts[1][0] == len(p2p)
-                    and len(f2p) + len(p2p) > 0)
+        resolved, counts = judge(run, f2p, p2p)
         return verdict(resolved, True, counts, _reason(run, counts, resolved), run.log,
                        run.timed_out)
     finally:
         if keep_dir is not None:
             shutil.copytree(repo, keep_dir, symlinks=True, dirs_exist_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def judge(run: TestRun, f2p, p2p) -> tuple[bool, tuple[tuple[int, int], tuple[int, int]]]:
+    """SWE-bench's FULL rule on one test run: (resolved, ((F2P passed, listed), (P2P passed,
+    listed))); resolved needs every listed id passed, no timeout, and at least one listed id."""
+    counts = ((run.count_passed(f2p), len(f2p)), (run.count_passed(p2p), len(p2p)))
+    resolved = (not run.timed_out and counts[0][0] == len(f2p) and counts[1][0] == len(p2p)
+                and len(f2p) + len(p2p) > 0)
+    return resolved, counts
 
 
 def _reason(run: TestRun, counts, resolved: bool) -> str:

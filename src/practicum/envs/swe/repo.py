@@ -39,13 +39,20 @@ class Applied:
     output: str
 
 
-def secret_paths(instance: SweInstance) -> list[Path]:
+def secret_paths(instance: SweInstance, workdir: Path | None = None) -> list[Path]:
     """Host paths that must stay unreadable inside every sandbox of this task: the suite folder
-    (instances with gold patches and mutation records) and the source archive."""
+    (instances with gold patches and mutation records) and the source archive.
+
+    A path that contains `workdir` cannot be hidden from it and is left out: keep workdirs
+    outside the suite folder (grading always uses a fresh folder under the system temp dir).
+    """
     paths = [Path(instance.source)]
     if instance.origin is not None:
         paths.append(Path(instance.origin))
-    return [p for p in paths if p.exists()]
+    work = Path(os.path.realpath(workdir)) if workdir is not None else None
+    return [p for p in paths if p.exists() and not (
+        work is not None and (Path(os.path.realpath(p)) == work
+                              or Path(os.path.realpath(p)) in work.parents))]
 
 
 def extract_source(source: Path, dest: Path) -> None:
@@ -94,7 +101,8 @@ def materialize(instance: SweInstance, dest: Path) -> None:
         raise RepoError(f"{instance.instance_id}: source {instance.source} does not exist")
     extract_source(instance.source, dest)
     if instance.bug_patch:
-        applied = apply_patch(dest, instance.bug_patch, hidden_paths=secret_paths(instance))
+        applied = apply_patch(dest, instance.bug_patch,
+                              hidden_paths=secret_paths(instance, dest))
         if not applied.ok:
             raise RepoError(f"{instance.instance_id}: bug_patch does not apply: "
                             f"{applied.output[-1000:]}")

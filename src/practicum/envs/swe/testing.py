@@ -164,7 +164,8 @@ def run_tests(
     targets = test_files_of(tests) if select == "files" else list(dict.fromkeys(tests))
     argv = ["python", "-I", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
     result = run_command(argv, Path(repo), limits or TEST_LIMITS, hidden_paths=hidden_paths,
-                         env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"})
+                         env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
+                              "COLUMNS": "240"})
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")
     return TestRun(statuses=statuses_for(log, ids), log=log, returncode=result.returncode,
                    timed_out=result.timed_out, seconds=result.duration,
