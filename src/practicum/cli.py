@@ -19,7 +19,13 @@ def _config(args):
 def cmd_train(args) -> int:
     from practicum.runtime.train import run_training
 
-    _print_summary(run_training(_config(args), progress=not args.quiet))
+    cfg = _config(args)
+    if cfg.stages:
+        from practicum.stages import run_stages
+
+        print(run_stages(cfg, progress=not args.quiet)["table"])
+        return 0
+    _print_summary(run_training(cfg, progress=not args.quiet))
     return 0
 
 

@@ -186,6 +186,19 @@ class RftConfig(Section):
     batch_size: int = Field(8, ge=1, description="Rows per SFT optimizer update.")
 
 
+class StageConfig(Section):
+    name: str = Field(description="Stage name; its run folder is RUN/<index>-<name>.")
+    kind: Literal["rft", "rl"] = Field(description="rft = `practicum rft`, rl = `practicum "
+                                       "train`, started from the previous stage's policy.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted config keys changed for this stage, e.g. "
+        "{rollout.max_turns: 8}; validated like command-line overrides.")
+    curriculum_refresh: bool = Field(
+        False, description="Before this stage, drop training tasks that the earlier stages' "
+        "episodes always or never solved (curriculum.min_attempts / max_solve_rate; "
+        "arXiv 2508.03501 between its RL stages).")
+
+
 class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, resume.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
@@ -200,6 +213,9 @@ class Config(Section):
                                          description="Task filtering by solve rate.")
     rft: RftConfig = Field(default_factory=RftConfig,
                            description="`practicum rft`: rejection fine-tuning.")
+    stages: list[StageConfig] = Field(
+        default_factory=list, description="A pipeline run by `practicum train` in order "
+        "(practicum.stages), each stage from the previous one's policy; empty = one RL run.")
 
     @model_validator(mode="after")
     def _resolve(self) -> "Config":

@@ -49,6 +49,8 @@ class SuiteContext:
     failure_reward: float = 0.0
     """`rollout.failure_reward`: the reward of an episode ended by an environment failure."""
     run_dir: Path | None = None
+    max_turns: int | None = None
+    """`rollout.max_turns`: an environment that must act on the last turn (grade a diff)."""
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,8 @@ def open_session(cfg: Config) -> Session:
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
     suite = build_suite(cfg.task.name, cfg.task.options,
-                        SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir))
+                        SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir,
+                                     cfg.rollout.max_turns))
     trainable, sampler = load_engine(cfg)
     r = cfg.rollout
     server = GenerationServer(sampler, max_batch=max(64, r.group_size * r.tasks_per_step,

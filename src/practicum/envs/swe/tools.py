@@ -1,0 +1,225 @@
+"""The agent's tools: one per turn, written as a tag the environment parses.
+
+    <bash>pytest -q tests/test_x.py</bash>            run a shell command in the repository
+    <view>pkg/mod.py 10-40</view>                     show numbered lines (range optional)
+    <search>def camelize</search>                     grep the repository for a fixed string
+    <edit>pkg/mod.py
+    <old>
+    exact lines to replace
+    </old>
+    <new>
+    replacement lines
+    </new>
+    </edit>                                           replace one exact, unique snippet
+    <submit></submit>                                 end the episode; the diff is graded
+
+Every closing tag is a stop string of the episode; none is a prefix of its own opening tag
+(a bare ``` fence would stop generation at the opening fence). The first complete tag of a
+reply is the action; a reply with none, or a tag cut before its closer, is malformed.
+Every tool runs in the sandbox (`Workspace.run`): the trusted side never reads or writes a
+file of the workspace itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from practicum.envs.sandbox import Limits, RunResult
+from practicum.envs.swe.workspace import Workspace
+
+TOOLS = ("bash", "view", "search", "edit", "submit")
+STOP_STRINGS = ["</bash>", "</view>", "</search>", "</edit>", "</submit>", "<submit/>"]
+
+_TAG = re.compile(r"<(bash|view|search|edit|submit)>(.*?)</\1>|<submit\s*/>", re.S)
+_OPEN = re.compile(r"<(bash|view|search|edit|submit)\b")
+_EDIT = re.compile(r"\A\s*(?P<path>[^\n<]+?)\s*\n\s*<old>\n?(?P<old>.*?)\n?</old>\s*"
+                   r"<new>\n?(?P<new>.*?)\n?</new>\s*\Z", re.S)
+_VIEW = re.compile(r"\A\s*(?P<path>\S+)(?:\s+(?P<start>\d+)\s*(?:[-:,]\s*(?P<end>\d+))?)?\s*\Z")
+
+FORMAT_HELP = ("Use exactly one tool per reply: <bash>command</bash>, <view>path 1-40</view>, "
+               "<search>text</search>, <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
+               "lines\n</new>\n</edit>, or <submit></submit> when the fix is done.")
+
+
+@dataclass(frozen=True)
+class Action:
+    tool: str
+    """One of TOOLS."""
+    body: str
+    """Text between the tags."""
+
+
+class ParseError(ValueError):
+    """The reply holds no usable tool call; the message is the corrective observation."""
+
+
+def parse_action(reply: str) -> Action:
+    """The first complete tool tag of `reply` (a thought before it is allowed)."""
+    m = _TAG.search(reply)
+    if m is None:
+        opened = _OPEN.search(reply)
+        if opened:
+            raise ParseError(f"Your <{opened.group(1)}> was not closed with "
+                             f"</{opened.group(1)}>. {FORMAT_HELP}")
+        raise ParseError(f"No tool call found. {FORMAT_HELP}")
+    if m.group(1) is None:
+        return Action("submit", "")
+    tool, body = m.group(1), m.group(2)
+    if tool in ("bash", "search", "view") and not body.strip():
+        raise ParseError(f"<{tool}> is empty. {FORMAT_HELP}")
+    return Action(tool, body)
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """Head and tail of `text` around a marker saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(max_chars - 60, 20)
+    head, tail = keep * 2 // 3, keep - keep * 2 // 3
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
+
+
+@dataclass
+class ToolResult:
+    output: str
+    """Observation text (before truncation)."""
+    error: bool = False
+    """The tool call failed (bad path, snippet not found, command failed)."""
+    seconds: float = 0.0
+
+
+# Small scripts run by the sandbox's interpreter in isolated mode (-I: the repository's own
+# modules cannot shadow json or sys); their input comes on stdin as JSON.
+_VIEW_SCRIPT = r"""
+import json, os, sys
+a = json.load(sys.stdin)
+p = a["path"]
+if os.path.isdir(p):
+    names = sorted(os.listdir(p))
+    print("\n".join(n + ("/" if os.path.isdir(os.path.join(p, n)) else "") for n in names
+                    if n != ".git"))
+    sys.exit(0)
+try:
+    lines = open(p, encoding="utf-8", errors="replace").read().splitlines()
+except OSError as e:
+    print(f"cannot open {p}: {e.strerror}"); sys.exit(3)
+start = max(1, a["start"] or 1)
+end = min(len(lines), a["end"] or start + a["window"] - 1)
+if start > len(lines):
+    print(f"{p} has only {len(lines)} lines"); sys.exit(3)
+for i in range(start, end + 1):
+    print(f"{i:5d} {lines[i - 1]}")
+if end < len(lines):
+    print(f"({len(lines) - end} more lines; view {p} {end + 1}-{min(len(lines), end + a['window'])})")
+"""
+
+_EDIT_SCRIPT = r"""
+import json, sys
+a = json.load(sys.stdin)
+p, old, new = a["path"], a["old"], a["new"]
+try:
+    text = open(p, encoding="utf-8").read()
+except (OSError, UnicodeDecodeError) as e:
+    print(f"cannot open {p}: {e}"); sys.exit(3)
+n = text.count(old)
+if n == 0:
+    hint = ""
+    first = old.strip().splitlines()[0].strip() if old.strip() else ""
+    if first and first in text:
+        line = text[:text.index(first)].count("\n") + 1
+        hint = f" Its first line appears at line {line}: copy the old lines exactly, indentation included."
+    print(f"The <old> snippet was not found in {p}; nothing changed.{hint}"); sys.exit(3)
+if n > 1:
+    at, lines, i = 0, [], text.find(old)
+    while i != -1:
+        lines.append(str(text[:i].count("\n") + 1)); i = text.find(old, i + 1)
+    print(f"The <old> snippet occurs {n} times in {p} (lines {', '.join(lines)}); include more "
+          f"lines so it is unique; nothing changed."); sys.exit(3)
+i = text.index(old)
+out = text[:i] + new + text[i + len(old):]
+with open(p, "w", encoding="utf-8") as f:
+    f.write(out)
+first = text[:i].count("\n") + 1
+shown = out.splitlines()[max(0, first - 3): first + new.count("\n") + 3]
+print(f"Edited {p} at line {first}:")
+for k, l in enumerate(shown, max(1, first - 2)):
+    print(f"{k:5d} {l}")
+"""
+
+
+class Tools:
+    """Runs parsed actions in a workspace; every call is one sandboxed command."""
+
+    def __init__(self, ws: Workspace, command_seconds: float = 20.0, view_lines: int = 40,
+                 max_search_hits: int = 30, memory_mb: int = 1024):
+        self.ws = ws
+        self.view_lines, self.max_search_hits = view_lines, max_search_hits
+        self.limits = Limits(wall_seconds=command_seconds, memory_mb=memory_mb,
+                             max_processes=64, output_bytes=16_000)
+
+    def run(self, action: Action) -> ToolResult:
+        return getattr(self, f"_{action.tool}")(action.body)
+
+    def _bash(self, body: str) -> ToolResult:
+        res = self.ws.run(["bash", "-c", body.strip()], self.limits)
+        return ToolResult(_format(res), error=not res.ok, seconds=res.duration)
+
+    def _view(self, body: str) -> ToolResult:
+        m = _VIEW.match(body)
+        if m is None:
+            return ToolResult("Usage: <view>path</view> or <view>path 10-40</view>", True)
+        start = int(m["start"]) if m["start"] else None
+        end = int(m["end"]) if m["end"] else None
+        if start and end and end < start:
+            return ToolResult(f"The line range {start}-{end} is empty.", True)
+        if start and end and end - start >= 4 * self.view_lines:
+            end = start + 4 * self.view_lines - 1
+        arg = {"path": m["path"], "start": start, "end": end, "window": self.view_lines}
+        return self._script(_VIEW_SCRIPT, arg)
+
+    def _search(self, body: str) -> ToolResult:
+        text = body.strip()
+        if "\n" in text:
+            return ToolResult("<search> takes one line of text.", True)
+        res = self.ws.run(["grep", "-rnIF", "--exclude-dir=.git", "-e", text, "."],
+                          self.limits)
+        if res.returncode == 1:
+            return ToolResult(f"No match for {text!r}.", seconds=res.duration)
+        lines = res.stdout.splitlines()
+        out = "\n".join(line.removeprefix("./") for line in lines[: self.max_search_hits])
+        if len(lines) > self.max_search_hits:
+            out += f"\n({len(lines) - self.max_search_hits} more matches)"
+        return ToolResult(out if res.ok else _format(res), error=not res.ok,
+                          seconds=res.duration)
+
+    def _edit(self, body: str) -> ToolResult:
+        m = _EDIT.match(body)
+        if m is None:
+            return ToolResult("Usage: <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
+                              "lines\n</new>\n</edit>", True)
+        if not m["old"]:
+            return ToolResult("<old> is empty: give the exact lines to replace.", True)
+        return self._script(_EDIT_SCRIPT, {"path": m["path"], "old": m["old"], "new": m["new"]})
+
+    def _script(self, script: str, arg: dict) -> ToolResult:
+        res = self.ws.run(["python", "-I", "-c", script], self.limits, stdin=json.dumps(arg))
+        if res.returncode in (0, 3):
+            return ToolResult(res.stdout.rstrip("\n"), error=res.returncode != 0,
+                              seconds=res.duration)
+        return ToolResult(_format(res), error=True, seconds=res.duration)
+
+
+def _format(res: RunResult) -> str:
+    """stdout, stderr and how the command ended, as the agent sees them."""
+    parts = [res.stdout.rstrip("\n")] if res.stdout.strip() else []
+    if res.stderr.strip():
+        parts.append(res.stderr.rstrip("\n"))
+    if res.killed_reason == "timeout":
+        parts.append("(the command timed out and was killed)")
+    elif res.killed_reason:
+        parts.append(f"(killed: {res.killed_reason})")
+    elif res.returncode:
+        parts.append(f"(exit code {res.returncode})")
+    return "\n".join(parts) or "(no output)"
