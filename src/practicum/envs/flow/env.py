@@ -57,7 +57,7 @@ class FlowEnv(Env):
         self.started = time.monotonic()
         self.analysis = self.roles.analyse(self.memory.query, self.metas)
         self.malformed = self.tool_errors = 0
-        return Start(self.planner_messages())
+        return Start(self.planner_messages(), list(prompts.PLANNER_STOPS))
 
     @property
     def metas(self):

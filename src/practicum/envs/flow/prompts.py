@@ -14,10 +14,24 @@ PLANNER_SYSTEM = (
     "Reply with exactly three lines:\n"
     "Context: <facts from memory this step needs>\n"
     "Sub-Goal: <one concrete thing to find or compute, with names and numbers>\n"
-    "Tool Name: <one of {names}>\n"
-    "Example:\nContext: The founder of Velor Works is Kamir Sa.\n"
-    "Sub-Goal: Find the birthplace of Kamir Sa.\nTool Name: lookup"
+    "Tool Name: <one of {names}>"
 )
+PLANNER_EXAMPLES = [  # worked turns, as real chat turns (a 135M model copies formats from them)
+    {"role": "user", "content": "Query: What is the region of the headquarters of Dal Labs?\n"
+     "Actions so far: none.\nStep 1. Plan the next step."},
+    {"role": "assistant", "content": "Context: none\n"
+     "Sub-Goal: Find the headquarters of Dal Labs.\nTool Name: lookup"},
+    {"role": "user", "content": "Query: What is the birthplace of the founder of Velor Works?\n"
+     "Action Step 1:\n  Tool: lookup\n  Sub-Goal: Find the founder of Velor Works.\n"
+     "  Command: Velor Works | founder\n  Result: The founder of Velor Works is Kamir Sa.\n"
+     "Step 2. Plan the next step."},
+    {"role": "assistant", "content": "Context: The founder of Velor Works is Kamir Sa.\n"
+     "Sub-Goal: Find the birthplace of Kamir Sa.\nTool Name: lookup"},
+    {"role": "user", "content": "Query: Calculate 17 * 3 - 4.\nActions so far: none.\n"
+     "Step 1. Plan the next step."},
+    {"role": "assistant", "content": "Context: none\nSub-Goal: Compute 17 * 3 - 4.\n"
+     "Tool Name: calculator"},
+]
 
 
 def planner_messages(memory: Memory, analysis: str, step: int, max_steps: int,
@@ -25,8 +39,9 @@ def planner_messages(memory: Memory, analysis: str, step: int, max_steps: int,
     system = PLANNER_SYSTEM.format(cards="\n".join(t.card() for t in tools),
                                    names=", ".join(t.name for t in tools))
     user = (f"{memory.render()}\nQuery analysis: {analysis or '(none)'}\n"
-            f"Step {step} of at most {max_steps}. Plan the next step.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            f"Step {step} (at most {max_steps}). Plan the next step.")
+    return [{"role": "system", "content": system}, *PLANNER_EXAMPLES,
+            {"role": "user", "content": user}]
 
 
 ANALYST_SYSTEM = ("You analyse a query before it is solved: say in two sentences what is asked "
@@ -87,3 +102,7 @@ def judge_messages(query: str, answer: str, gold: str) -> list[Message]:
     return [{"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": f"Question: {query}\nGround truth: {gold}\n"
                                         f"Answer: {answer}"}]
+
+
+PLANNER_STOPS = ["\nCommand:", "\n\n", "\nQuery:", "\nAction Step", "\nResult:"]
+"""The planner's reply ends after its three fields; these catch a model running on."""

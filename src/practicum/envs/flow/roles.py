@@ -48,7 +48,7 @@ class RoleTokens:
 def longest_expression(text: str) -> str:
     """The longest arithmetic expression (with an operator) in `text`, else ""."""
     cands = [m.group(0).strip() for m in _EXPR.finditer(text)]
-    cands = [c.replace("^", "**") for c in cands if re.search(r"\d\s*[-+*/^%]\s*[\d(]", c)]
+    cands = [c.replace("^", "**") for c in cands if re.search(r"\d\s*[-+*/^%]\s*-?[\d(]", c)]
     return max(cands, key=len) if cands else ""
 
 

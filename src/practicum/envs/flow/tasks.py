@@ -57,10 +57,11 @@ def split_tasks(families: dict[str, float], train_size: int, eval_per_family: in
                                   world)
     random.Random(seed).shuffle(train)
     seen = {t.data["question"] for t in train}
-    held: list[Task] = []
+    per_family = []
     for fam in sorted(f for f, w in families.items() if w > 0):
         cands = family_tasks(fam, eval_per_family * 2, seed, "eval", world)
-        held += [t for t in cands if t.data["question"] not in seen][:eval_per_family]
+        per_family.append([t for t in cands if t.data["question"] not in seen][:eval_per_family])
+    held = [t for group in zip(*per_family) for t in group]  # interleaved: any prefix is mixed
     return train[:train_size], held
 
 

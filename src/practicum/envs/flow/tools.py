@@ -43,7 +43,7 @@ class ToolMeta:
 
     def card(self) -> str:
         return (f"- {self.name}: {self.description} Input: {self.input_schema}. "
-                f"Limitations: {self.limitations} Example command: {self.example}")
+                f"Limits: {self.limitations} E.g. {self.example}")
 
 
 class Tool:
@@ -69,8 +69,8 @@ def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolOutput:
 
 class Calculator(Tool):
     meta = ToolMeta(
-        "calculator", "evaluates one arithmetic expression.", "a Python arithmetic expression",
-        "numbers and + - * / ** ( ) only; no words, no variables.", "calculator: (12 + 30) * 2")
+        "calculator", "evaluates one arithmetic expression.", "an expression",
+        "numbers and + - * / ( ) only.", "calculator: (12 + 30) * 2")
 
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
@@ -87,8 +87,7 @@ class Calculator(Tool):
 class PythonCoder(Tool):
     meta = ToolMeta(
         "python_coder", "runs a short Python program and returns what it prints.",
-        "Python code that prints its result", "runs in a sandbox for a few seconds, no network, "
-        "no files of the task; must print() the answer.", "python_coder: print(sum(range(10)))")
+        "Python code that prints its result", "sandboxed, a few seconds, no network.", "python_coder: print(sum(range(10)))")
 
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
@@ -106,9 +105,8 @@ class PythonCoder(Tool):
 
 class Search(Tool):
     meta = ToolMeta(
-        "search", "BM25 keyword search over the encyclopedia of companies, people, cities and "
-        "regions; returns the best matching documents.", "keywords", "returns whole short "
-        "documents (top 2); exact names work best.", "search: founder of Velor Works")
+        "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
+        "regions).", "keywords", "returns the top 2 documents.", "search: founder of Velor Works")
 
     def __init__(self, world: World, k: int = 2):
         self.world, self.k = world, k
@@ -140,8 +138,8 @@ RELATION_WORDS = {r: (r,) for r in ALL_RELATIONS} | {
     "founder": ("founder", "founded by", "who founded"), "birthplace": ("birthplace",
     "born in which", "where was", "city of birth"), "headquarters": ("headquarters",
     "headquartered", "based"), "employer": ("employer", "works for", "work for"),
-    "founded": ("founded in", "year founded", "founding year"), "born": ("year of birth",
-    "born in the year", "birth year")}
+    "founded": ("founded in", "year founded", "founding year"), "born": ("born", "year of birth",
+    "birth year")}
 """Words naming each relation (the lookup tool accepts any of them)."""
 
 
@@ -156,6 +154,8 @@ def find_relation(text: str, entity: str | None = None) -> str | None:
     """The relation named in `text`; with several, the one nearest before `entity`'s mention
     ("the birthplace of the founder of X" -> founder)."""
     low = text.lower()
+    if low.strip(" .?'\"") in RELATION_WORDS:  # exactly a relation's name
+        return low.strip(" .?'\"")
     anchor = low.find(entity.lower()) if entity and entity.lower() in low else len(low)
     best, best_pos = None, -1
     for rel, words in RELATION_WORDS.items():
@@ -173,9 +173,9 @@ def find_relation(text: str, entity: str | None = None) -> str | None:
 
 class Lookup(Tool):
     meta = ToolMeta(
-        "lookup", "returns one attribute of one named entity of the encyclopedia.",
-        "'ENTITY | ATTRIBUTE' with ATTRIBUTE one of " + ", ".join(ALL_RELATIONS),
-        "the entity name must be spelled as in the encyclopedia; one attribute per call.",
+        "lookup", "gives one attribute of one entity of the encyclopedia.",
+        "'ENTITY | ATTRIBUTE', ATTRIBUTE one of " + ", ".join(ALL_RELATIONS),
+        "exact entity name; one attribute per call.",
         "lookup: Velor Works | founder")
 
     def __init__(self, world: World):
