@@ -193,3 +193,27 @@ def test_code_cannot_read_the_answer_key(suite, tmp_path):
     (env._workdir / "leak.txt").write_text(gold)  # the probe does find a key it can reach
     assert env.tools["python_coder"].run(probe).text == "FOUND"
     env.close()
+
+
+def test_baseline_modes_share_tasks_tools_and_checks():
+    opts = {**RULES, "families": {"multihop": 1, "arithmetic": 1}, "train_size": 8,
+            "eval_per_family": 1}
+    direct = build_suite("flow", {**opts, "mode": "direct"}, SuiteContext(0))
+    task = first(direct, "arithmetic")
+    env = direct.make_env(None)
+    env.reset(task)
+    r = env.step(f"Answer: {task.data['answer']}")
+    assert r.done and r.reward == 1.0 and r.metrics["acc/arithmetic"] == 1.0
+    ti = build_suite("flow", {**opts, "mode": "tool_integrated"}, SuiteContext(0))
+    task = first(ti, "multihop")
+    env = ti.make_env(None)
+    env.reset(task)
+    chain, rels = task.data["chain"], task.data["relations"]
+    for i, rel in enumerate(rels):
+        r = env.step(f"Tool: lookup\nCommand: {chain[i]} | {rel}")
+        assert not r.done and r.observation == f"Result: The {rel} of {chain[i]} is " \
+                                              f"{chain[i + 1]}."
+    assert env.step("Hmm").malformed
+    r = env.step(f"Answer: {task.data['answer']}")
+    assert r.done and r.reward == 1.0 and r.metrics["tool_calls"] == len(rels)
+    env.close()

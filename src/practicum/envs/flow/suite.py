@@ -23,6 +23,10 @@ class FlowOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    mode: Literal["flow", "direct", "tool_integrated"] = Field(
+        "flow", description="flow = planner/executor/verifier/generator with memory; the "
+        "ablation's baselines: direct (the policy answers alone) or tool_integrated (the "
+        "policy calls the tools itself in one sequence).")
     families: dict[str, float] = Field(
         {"multihop": 0.4, "arithmetic": 0.3, "gsm": 0.2, "countdown": 0.1},
         description=f"Task families ({', '.join(FAMILIES)}) and their training weights.")
@@ -87,12 +91,19 @@ def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
     return Suite(partial(make_flow_env, opts, world, search), train, held_out)
 
 
-def make_flow_env(opts: FlowOptions, world, search, service=None) -> FlowEnv:
+def make_flow_env(opts: FlowOptions, world, search, service=None):
+    from practicum.envs.flow.baselines import DirectEnv, ToolIntegratedEnv
+
     specs = RoleSpecs(opts.analyst, opts.executor, opts.verifier, opts.generator, opts.judge)
     tokens = RoleTokens(opts.analyst_tokens, opts.executor_tokens, opts.verifier_tokens,
                         opts.generator_tokens)
     limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
                     output_bytes=2000)
+    if opts.mode == "direct":
+        return DirectEnv()
+    if opts.mode == "tool_integrated":
+        return ToolIntegratedEnv(world, list(opts.tools), limits,
+                                 (opts.max_steps_train, opts.max_steps_eval), search)
     return FlowEnv(Roles(service, specs, world.titles, tokens), world, list(opts.tools), limits,
                    (opts.max_steps_train, opts.max_steps_eval),
                    (opts.max_seconds_train, opts.max_seconds_eval), search)

@@ -10,6 +10,7 @@ value), used by the rules generator and verifier; `text` is what memory records.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import bm25s
 from practicum.envs.calculator import calculator_program
 from practicum.envs.flow.corpus import RELATIONS, World
 from practicum.envs.sandbox import Limits, run_python
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 MAX_RESULT_CHARS = 300
 """Results are truncated before they enter memory (as the paper's executor does)."""
