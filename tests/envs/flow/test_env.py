@@ -217,3 +217,18 @@ def test_baseline_modes_share_tasks_tools_and_checks():
     r = env.step(f"Answer: {task.data['answer']}")
     assert r.done and r.reward == 1.0 and r.metrics["tool_calls"] == len(rels)
     env.close()
+
+
+def test_time_limit_counts_the_flows_own_work(suite):
+    import time
+
+    env = suite.make_env(None)
+    task = first(suite, "arithmetic")
+    env.reset(task)
+    env.max_seconds = 0.5
+    time.sleep(0.6)  # waiting for the planner's generation does not count
+    r = env.step(plan("Find the founder of Nobody.", "lookup"))
+    assert not r.done
+    r = env.step(plan("Compute it: ```python\nimport time\ntime.sleep(0.6)\nprint(1)\n```",
+                      "python_coder"))
+    assert r.done and r.info["flow"]["stopped_by"] == "max_seconds"

@@ -9,6 +9,9 @@
         verifier (frozen): STOP -> generator; CONTINUE -> next planner prompt (`context`)
     generator (frozen) writes the final answer; the exact check gives the reward (0/1).
 
+The time limit counts the flow's own work (analysis, tools, frozen roles), not the time the
+planner's turns wait in batched generation, so a busy machine does not shorten episodes.
+
 Every planner prompt is rendered afresh from memory and returned as `StepResult.context`, so
 each planner turn is its own training row (Flow-GRPO's per-turn samples).
 """
@@ -54,9 +57,11 @@ class FlowEnv(Env):
         self.max_steps = self.max_steps_by_split[evaluating]
         self.max_seconds = self.max_seconds_by_split[evaluating]
         self.memory = Memory(task.data["question"])
-        self.started = time.monotonic()
+        self.elapsed = 0.0
+        start = time.monotonic()
         self.analysis = self.roles.analyse(self.memory.query, self.metas)
         self.malformed = self.tool_errors = 0
+        self.elapsed += time.monotonic() - start
         return Start(self.planner_messages(), list(prompts.PLANNER_STOPS))
 
     @property
@@ -69,6 +74,14 @@ class FlowEnv(Env):
 
     def step(self, action: str) -> StepResult:
         assert self.task is not None, "reset() before step()"
+        start = time.monotonic()
+        try:
+            return self._step(action)
+        finally:
+            self.elapsed += time.monotonic() - start
+
+    def _step(self, action: str) -> StepResult:
+        start_step = time.monotonic()
         plan = parse_plan(action, list(self.tools))
         info: dict = {"flow": {"step": len(self.memory.steps) + 1, "plan": asdict(plan)}}
         if len(self.memory.steps) == 0:
@@ -92,7 +105,7 @@ class FlowEnv(Env):
                             tool_seconds=out.duration)
         if len(self.memory.steps) >= self.max_steps:
             return self._finish(info, plan.malformed, "max_steps")
-        if time.monotonic() - self.started >= self.max_seconds:
+        if self.elapsed + time.monotonic() - start_step >= self.max_seconds:
             return self._finish(info, plan.malformed, "max_seconds")
         verdict, raw_v = self.roles.verdict(self.memory, self.analysis)
         info["flow"].update(verifier=raw_v, verdict=verdict)
