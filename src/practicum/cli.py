@@ -1,4 +1,4 @@
-"""`practicum` command line: train, rft, eval, plot, envs, mle, swe."""
+"""`practicum` command line: train, rft, eval, plot, show, envs, mle, swe."""
 
 from __future__ import annotations
 
@@ -91,6 +91,13 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def cmd_show(args) -> int:
+    from practicum.show import show
+
+    show(args.run_dir, args.episode)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="practicum", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -124,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     en = sub.add_parser("envs", help="list the registered environments")
     en.add_argument("--options", action="store_true", help="also list each one's task.options")
     en.set_defaults(func=cmd_envs)
+
+    sh = sub.add_parser("show", help="print a stored episode (roles, tool calls, reward) and "
+                        "save it as HTML in RUN/show/")
+    sh.add_argument("run_dir")
+    sh.add_argument("--episode", type=int, help="index in RUN/episodes.jsonl (default: last)")
+    sh.set_defaults(func=cmd_show)
 
     from practicum.envs.mle import add_mle_commands
 

@@ -1,0 +1,156 @@
+"""The frozen roles (query analyst, executor, verifier, generator, optional judge), each on
+the backend its config names through the model service (`policy`, `base` = the policy's
+weights with the adapter off, `local:<m>`, `openai:<url>|<m>`) or on `rules` (no model).
+
+The rules are small and transparent, for tests and cheap runs:
+  executor   lookup: the longest entity name and the relation named in the sub-goal (else the
+             context); calculator/python_coder: the longest arithmetic expression; search: the
+             sub-goal as keywords.
+  verifier   STOP after a successful step that answers the query's outermost relation (a
+             lookup of it), or, for a query without one, a successful numeric result.
+  generator  the value of the last successful step.
+  analyst    no analysis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from practicum.engine.base import SamplingParams
+from practicum.engine.service import ModelClient, ModelService
+from practicum.envs.flow import prompts
+from practicum.envs.flow.memory import Memory
+from practicum.envs.flow.parsing import Plan, extract_answer, parse_command, parse_verdict
+from practicum.envs.flow.tools import RELATION_WORDS, ToolMeta, find_entity, find_relation
+
+_EXPR = re.compile(r"-?[\d(][\d\s+\-*/().^%]*[\d)]")
+_LOOKUP_RESULT = re.compile(r"^The (\w+) of .+ is .+\.$")
+
+
+@dataclass
+class RoleSpecs:
+    analyst: str = "base"
+    executor: str = "base"
+    verifier: str = "base"
+    generator: str = "base"
+    judge: str | None = None
+
+
+@dataclass
+class RoleTokens:
+    analyst: int = 64
+    executor: int = 48
+    verifier: int = 48
+    generator: int = 32
+
+
+def longest_expression(text: str) -> str:
+    """The longest arithmetic expression (with an operator) in `text`, else ""."""
+    cands = [m.group(0).strip() for m in _EXPR.finditer(text)]
+    cands = [c.replace("^", "**") for c in cands if re.search(r"\d\s*[-+*/^%]\s*-?[\d(]", c)]
+    return max(cands, key=len) if cands else ""
+
+
+def asked_relation(query: str) -> str | None:
+    """The outermost relation of a corpus question ('What is the X of ...' -> X), else None."""
+    m = re.match(r"\s*what is the (.+?) of ", query, re.I)
+    if not m:
+        return None
+    for rel, words in RELATION_WORDS.items():
+        if m.group(1).lower() in words or m.group(1).lower() == rel:
+            return rel
+    return None
+
+
+class Roles:
+    """Calls for every frozen role; `last_calls` records each role's raw output (for show)."""
+
+    def __init__(self, service: ModelService | None, specs: RoleSpecs, titles: list[str],
+                 tokens: RoleTokens | None = None):
+        self.specs, self.titles, self.tokens = specs, titles, tokens or RoleTokens()
+        self._clients: dict[str, ModelClient | None] = {}
+        self.service = service
+
+    def _client(self, role: str) -> ModelClient | None:
+        spec = getattr(self.specs, role)
+        if spec is None or spec == "rules":
+            return None
+        if role not in self._clients:
+            if self.service is None:
+                raise RuntimeError(f"role {role} needs a model service (spec {spec!r})")
+            self._clients[role] = self.service.client(spec)
+        return self._clients[role]
+
+    def _call(self, role: str, messages, max_tokens: int) -> str:
+        client = self._client(role)
+        return client.complete(messages, SamplingParams(temperature=0.0,
+                                                        max_new_tokens=max_tokens)).text
+
+    # -- roles ------------------------------------------------------------------------------------
+    def analyse(self, query: str, tools: list[ToolMeta]) -> str:
+        if self._client("analyst") is None:
+            return ""
+        return self._call("analyst", prompts.analyst_messages(query, tools),
+                          self.tokens.analyst).strip()
+
+    def command(self, query: str, plan: Plan, tool: ToolMeta) -> tuple[str, str]:
+        """(tool input, the executor's raw reply)."""
+        if self._client("executor") is None:
+            cmd = self.rules_command(plan)
+            return cmd, f"Command: {cmd}"
+        raw = self._call("executor", prompts.executor_messages(query, plan, tool),
+                         self.tokens.executor)
+        return parse_command(raw, tool.name), raw
+
+    def verdict(self, memory: Memory, analysis: str) -> tuple[str, str]:
+        """('STOP' | 'CONTINUE', the verifier's raw reply)."""
+        if self._client("verifier") is None:
+            v = self.rules_verdict(memory)
+            return v, f"Conclusion: {v}"
+        raw = self._call("verifier", prompts.verifier_messages(memory, analysis),
+                         self.tokens.verifier)
+        return parse_verdict(raw), raw
+
+    def answer(self, memory: Memory) -> tuple[str, str]:
+        """(final answer, the generator's raw reply)."""
+        if self._client("generator") is None:
+            done = [s for s in memory.steps if not s.error and s.value]
+            ans = done[-1].value if done else ""
+            return ans, f"Answer: {ans}"
+        raw = self._call("generator", prompts.generator_messages(memory), self.tokens.generator)
+        return extract_answer(raw), raw
+
+    def judge(self, query: str, answer: str, gold: str) -> bool:
+        """The optional judge's verdict (False without one)."""
+        if self.specs.judge is None or self._client("judge") is None:
+            return False
+        raw = self._call("judge", prompts.judge_messages(query, answer, gold), 4)
+        return raw.strip().upper().startswith("YES")
+
+    # -- rules ------------------------------------------------------------------------------------
+    def rules_command(self, plan: Plan) -> str:
+        text = plan.sub_goal
+        if plan.tool == "lookup":
+            entity = find_entity(text, self.titles) or find_entity(plan.context, self.titles)
+            relation = find_relation(text, entity)
+            return f"{entity} | {relation}" if entity and relation else text
+        if plan.tool in ("calculator", "python_coder"):
+            code = re.search(r"```(?:python)?\n?(.*?)```", text, re.S)
+            if plan.tool == "python_coder" and code:
+                return code.group(1)
+            expr = longest_expression(text) or longest_expression(plan.context)
+            if not expr:
+                return text
+            return expr if plan.tool == "calculator" else f"print({expr})"
+        return text
+
+    def rules_verdict(self, memory: Memory) -> str:
+        if not memory.steps or memory.steps[-1].error or not memory.steps[-1].value:
+            return "CONTINUE"
+        last = memory.steps[-1]
+        asked = asked_relation(memory.query)
+        if asked is None:
+            return "STOP" if re.fullmatch(r"-?[\d.,/]+", last.value) else "CONTINUE"
+        m = _LOOKUP_RESULT.match(last.result)
+        return "STOP" if m and m.group(1) == asked else "CONTINUE"

@@ -1,0 +1,109 @@
+"""`task.options` of the flow environment and its suite (world, tools, tasks, roles)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from practicum.envs.flow.corpus import build_world
+from practicum.envs.flow.env import FlowEnv
+from practicum.envs.flow.roles import Roles, RoleSpecs, RoleTokens
+from practicum.envs.flow.tasks import FAMILIES, split_tasks
+from practicum.envs.flow.tools import TOOL_NAMES, Search
+from practicum.envs.registry import Suite, SuiteContext
+from practicum.envs.sandbox import Limits
+
+ToolName = Literal["python_coder", "calculator", "search", "lookup"]
+
+
+class FlowOptions(BaseModel):
+    """`task.options` of the flow environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["flow", "direct", "tool_integrated"] = Field(
+        "flow", description="flow = planner/executor/verifier/generator with memory; the "
+        "ablation's baselines: direct (the policy answers alone) or tool_integrated (the "
+        "policy calls the tools itself in one sequence).")
+    families: dict[str, float] = Field(
+        {"multihop": 0.4, "arithmetic": 0.3, "gsm": 0.2, "countdown": 0.1},
+        description=f"Task families ({', '.join(FAMILIES)}) and their training weights.")
+    train_size: int = Field(400, gt=0, description="Generated training tasks.")
+    eval_per_family: int = Field(16, gt=0, description="Held-out tasks per family (disjoint "
+                                 "questions, a different seed).")
+    tools: list[ToolName] = Field(list(TOOL_NAMES), min_length=1,
+                                  description="Tools shown to the planner and executor.")
+    max_steps_train: int = Field(3, ge=1, description="Planner turns per training episode "
+                                 "(the paper's TOOL_STEPS=3).")
+    max_steps_eval: int = Field(10, ge=1, description="Planner turns per held-out episode "
+                                "(the paper's max_steps=10); rollout.max_turns must allow it.")
+    max_seconds_train: float = Field(120.0, gt=0, description="Time limit of a training "
+                                     "episode's flow (checked after each step).")
+    max_seconds_eval: float = Field(300.0, gt=0, description="Time limit of a held-out episode.")
+    analyst: str = Field("base", description="Backend of the query analysis: policy, base, "
+                         "local:<model>, openai:<url>|<model> or rules (= no analysis).")
+    executor: str = Field("base", description="Backend of the executor (writes tool commands); "
+                          "rules = entity/relation/expression taken from the sub-goal.")
+    verifier: str = Field("base", description="Backend of the verifier (STOP/CONTINUE); rules = "
+                          "stop once the query's asked relation or a number was found.")
+    generator: str = Field("base", description="Backend of the generator (final answer); "
+                           "rules = the value of the last successful step.")
+    judge: str | None = Field(None, description="Optional judge backend: an answer the exact "
+                              "check rejects still counts when the judge says equivalent.")
+    executor_tokens: int = Field(48, gt=0, description="Token budget of an executor reply.")
+    verifier_tokens: int = Field(48, gt=0, description="Token budget of a verifier reply.")
+    generator_tokens: int = Field(32, gt=0, description="Token budget of a generator reply.")
+    analyst_tokens: int = Field(64, gt=0, description="Token budget of the query analysis.")
+    world_seed: int | None = Field(None, description="Seed of the generated corpus (None = the "
+                                   "run seed).")
+    wall_seconds: float = Field(5.0, gt=0, description="Time limit of one sandboxed run.")
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(set(v) - set(FAMILIES))
+        if bad:
+            raise ValueError(f"unknown family {bad[0]!r} (known: {', '.join(FAMILIES)})")
+        if not any(w > 0 for w in v.values()):
+            raise ValueError("give at least one family a positive weight")
+        return v
+
+    @field_validator("analyst", "executor", "verifier", "generator", "judge")
+    @classmethod
+    def _spec(cls, v: str | None) -> str | None:
+        from practicum.engine.service import check_spec
+
+        if v is not None:
+            check_spec(v)
+        return v
+
+
+def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
+    """AgentFlow: trainable planner, frozen executor/verifier/generator, shared memory, offline
+    tools (python, calculator, BM25 search, lookup) on generated multi-hop and reasoning-gym
+    math tasks."""
+    world = build_world(ctx.seed if opts.world_seed is None else opts.world_seed)
+    train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
+                                  ctx.seed, world)
+    search = Search(world) if "search" in opts.tools else None  # one index, shared
+    return Suite(partial(make_flow_env, opts, world, search), train, held_out)
+
+
+def make_flow_env(opts: FlowOptions, world, search, service=None):
+    from practicum.envs.flow.baselines import DirectEnv, ToolIntegratedEnv
+
+    specs = RoleSpecs(opts.analyst, opts.executor, opts.verifier, opts.generator, opts.judge)
+    tokens = RoleTokens(opts.analyst_tokens, opts.executor_tokens, opts.verifier_tokens,
+                        opts.generator_tokens)
+    limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
+                    output_bytes=2000)
+    if opts.mode == "direct":
+        return DirectEnv()
+    if opts.mode == "tool_integrated":
+        return ToolIntegratedEnv(world, list(opts.tools), limits,
+                                 (opts.max_steps_train, opts.max_steps_eval), search)
+    return FlowEnv(Roles(service, specs, world.titles, tokens), world, list(opts.tools), limits,
+                   (opts.max_steps_train, opts.max_steps_eval),
+                   (opts.max_seconds_train, opts.max_seconds_eval), search)

@@ -1,0 +1,219 @@
+"""The flow's offline tools, each with the metadata the planner and executor are shown.
+
+    tool.run(command) -> ToolOutput(text, error, value, duration)
+
+python_coder and calculator run model-written code in the sandbox (`practicum.envs.sandbox`);
+search (BM25 via bm25s) and lookup read the generated corpus (`corpus.World`) in this process,
+no code involved. `value` is the short answer-like part of a result (a number, an attribute
+value), used by the rules generator and verifier; `text` is what memory records.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import bm25s
+
+from practicum.envs.calculator import calculator_program
+from practicum.envs.flow.corpus import RELATIONS, World
+from practicum.envs.sandbox import Limits, run_python
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+MAX_RESULT_CHARS = 300
+"""Results are truncated before they enter memory (as the paper's executor does)."""
+
+
+@dataclass
+class ToolOutput:
+    text: str
+    error: bool = False
+    value: str = ""
+    duration: float = 0.0
+
+
+@dataclass(frozen=True)
+class ToolMeta:
+    name: str
+    description: str
+    input_schema: str
+    limitations: str
+    example: str
+
+    def card(self) -> str:
+        return (f"- {self.name}: {self.description} Input: {self.input_schema}. "
+                f"Limits: {self.limitations} E.g. {self.example}")
+
+
+class Tool:
+    meta: ToolMeta
+
+    def run(self, command: str) -> ToolOutput:
+        raise NotImplementedError
+
+
+def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolOutput:
+    res = run_python(program, workdir, limits)
+    if res.timed_out:
+        return ToolOutput("Error: timed out", True, duration=res.duration)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["failed"])[-1]
+        return ToolOutput(f"Error: {last[:200]}", True, duration=res.duration)
+    out = res.stdout.strip()
+    if not out:
+        return ToolOutput("Error: nothing printed", True, duration=res.duration)
+    lines = out.splitlines()
+    return ToolOutput(out[:MAX_RESULT_CHARS], False, lines[-1].strip()[:100], res.duration)
+
+
+class Calculator(Tool):
+    meta = ToolMeta(
+        "calculator", "evaluates one arithmetic expression.", "an expression",
+        "numbers and + - * / ( ) only.", "calculator: (12 + 30) * 2")
+
+    def __init__(self, workdir: Path, limits: Limits):
+        self.workdir, self.limits = workdir, limits
+
+    def run(self, command: str) -> ToolOutput:
+        expr = command.strip().strip("`").strip()
+        if not expr:
+            return ToolOutput("Error: empty expression", True)
+        if re.search(r"[A-Za-z_]", expr):
+            return ToolOutput("Error: the calculator takes numbers and operators only", True)
+        return _sandbox_output(calculator_program(expr), self.workdir, self.limits)
+
+
+class PythonCoder(Tool):
+    meta = ToolMeta(
+        "python_coder", "runs a short Python program and returns what it prints.",
+        "Python code that prints its result", "sandboxed, a few seconds, no network.", "python_coder: print(sum(range(10)))")
+
+    def __init__(self, workdir: Path, limits: Limits):
+        self.workdir, self.limits = workdir, limits
+
+    def run(self, command: str) -> ToolOutput:
+        code = command.strip()
+        fence = re.search(r"```(?:python)?\n?(.*?)(?:```|$)", code, re.S)
+        code = fence.group(1) if fence else code
+        if not code.strip():
+            return ToolOutput("Error: empty program", True)
+        if "print" not in code:  # a bare expression: print its value
+            code = calculator_program(code)
+        return _sandbox_output(code, self.workdir, self.limits)
+
+
+class Search(Tool):
+    meta = ToolMeta(
+        "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
+        "regions).", "keywords", "returns the top 2 documents.", "search: founder of Velor Works")
+
+    def __init__(self, world: World, k: int = 2):
+        self.world, self.k = world, k
+        self.docs = world.documents()
+        self.retriever = bm25s.BM25()
+        self.retriever.index(bm25s.tokenize(self.docs, stopwords="en", show_progress=False),
+                             show_progress=False)
+
+    def top(self, query: str, k: int) -> list[int]:
+        tokens = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
+        if not tokens or not tokens[0]:
+            return []
+        docs, scores = self.retriever.retrieve(tokens, k=min(k, len(self.docs)),
+                                               show_progress=False)
+        return [int(d) for d, s in zip(docs[0], scores[0]) if s > 0]
+
+    def run(self, command: str) -> ToolOutput:
+        start = time.perf_counter()
+        hits = self.top(command, self.k)
+        if not hits:
+            return ToolOutput("Error: no document matches", True,
+                              duration=time.perf_counter() - start)
+        text = " | ".join(self.docs[i] for i in hits)
+        return ToolOutput(text[:MAX_RESULT_CHARS], False, "", time.perf_counter() - start)
+
+
+ALL_RELATIONS = sorted({r for rels in RELATIONS.values() for r in rels})
+RELATION_WORDS = {r: (r,) for r in ALL_RELATIONS} | {
+    "founder": ("founder", "founded by", "who founded"), "birthplace": ("birthplace",
+    "born in which", "where was", "city of birth"), "headquarters": ("headquarters",
+    "headquartered", "based"), "employer": ("employer", "works for", "work for"),
+    "founded": ("founded in", "year founded", "founding year"), "born": ("born", "year of birth",
+    "birth year")}
+"""Words naming each relation (the lookup tool accepts any of them)."""
+
+
+def find_entity(text: str, titles: list[str]) -> str | None:
+    """The longest corpus title mentioned in `text` (case-insensitive), else None."""
+    low = text.lower()
+    found = [t for t in titles if t.lower() in low]
+    return max(found, key=len) if found else None
+
+
+def find_relation(text: str, entity: str | None = None) -> str | None:
+    """The relation named in `text`; with several, the one nearest before `entity`'s mention
+    ("the birthplace of the founder of X" -> founder)."""
+    low = text.lower()
+    if low.strip(" .?'\"") in RELATION_WORDS:  # exactly a relation's name
+        return low.strip(" .?'\"")
+    anchor = low.find(entity.lower()) if entity and entity.lower() in low else len(low)
+    best, best_pos = None, -1
+    for rel, words in RELATION_WORDS.items():
+        for w in words:
+            for m in re.finditer(re.escape(w), low):
+                pos = m.start()
+                if pos <= anchor and pos > best_pos:
+                    best, best_pos = rel, pos
+    if best is None:  # only mentioned after the entity ("X's founder", "X founder")
+        for rel, words in RELATION_WORDS.items():
+            if any(w in low for w in words):
+                return rel
+    return best
+
+
+class Lookup(Tool):
+    meta = ToolMeta(
+        "lookup", "gives one attribute of one entity of the encyclopedia.",
+        "'ENTITY | ATTRIBUTE', ATTRIBUTE one of " + ", ".join(ALL_RELATIONS),
+        "exact entity name; one attribute per call.",
+        "lookup: Velor Works | founder")
+
+    def __init__(self, world: World):
+        self.world = world
+        self.titles = world.titles
+
+    def run(self, command: str) -> ToolOutput:
+        start = time.perf_counter()
+        head, _, tail = command.partition("|")
+        entity = find_entity(head, self.titles) or find_entity(command, self.titles)
+        if entity is None:
+            return ToolOutput("Error: no entity of that name", True,
+                              duration=time.perf_counter() - start)
+        relation = find_relation(tail or command, entity if not tail else None)
+        if relation is None:
+            doc = self.world.entities[entity].document()
+            return ToolOutput(f"Error: name an attribute. {doc}"[:MAX_RESULT_CHARS], True,
+                              duration=time.perf_counter() - start)
+        value = self.world.fact(entity, relation)
+        if value is None:
+            kind = self.world.entities[entity].kind
+            return ToolOutput(f"Error: a {kind} has no {relation} (it has "
+                              f"{', '.join(RELATIONS[kind])})", True,
+                              duration=time.perf_counter() - start)
+        return ToolOutput(f"The {relation} of {entity} is {value}.", False, value,
+                          time.perf_counter() - start)
+
+
+def build_tools(names: list[str], world: World, workdir: Path, limits: Limits,
+                search: Search | None = None) -> dict[str, Tool]:
+    """The named tools (an unknown name is a config error caught by the options model)."""
+    make = {"python_coder": lambda: PythonCoder(workdir, limits),
+            "calculator": lambda: Calculator(workdir, limits),
+            "search": lambda: search or Search(world), "lookup": lambda: Lookup(world)}
+    return {n: make[n]() for n in names}
+
+
+TOOL_NAMES = ("python_coder", "calculator", "search", "lookup")
