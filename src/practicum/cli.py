@@ -1,4 +1,4 @@
-"""`practicum` command line: train, rft, eval, plot, envs, mle."""
+"""`practicum` command line: train, rft, eval, plot, envs, mle, serve."""
 
 from __future__ import annotations
 
@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mle", help="ML-engineering competitions")
     add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
+
+    from practicum.serve.cli import add_serve_command
+
+    add_serve_command(sub)
     return p
 
 
