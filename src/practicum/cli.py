@@ -1,4 +1,4 @@
-"""`practicum` command line: train, rft, eval, plot, show, envs, mle, swe."""
+"""`practicum` command line: train, rft, eval, plot, show, envs, mle, swe, serve."""
 
 from __future__ import annotations
 
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("swe", help="SWE tasks: list, show, run (grade a patch), check, synthesize")
     add_swe_commands(w.add_subparsers(dest="swe_command", required=True))
+
+    from practicum.serve.cli import add_serve_command
+
+    add_serve_command(sub)
     return p
 
 

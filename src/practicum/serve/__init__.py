@@ -1,0 +1,1 @@
+"""`practicum serve`: the trained policy and its base behind an OpenAI-compatible endpoint."""

@@ -1,0 +1,429 @@
+"""The OpenAI-compatible HTTP API over a `Served` engine (FastAPI).
+
+    GET  /v1/models             the policy `<name>` and its frozen base `<name>-base`
+    POST /v1/chat/completions   messages, tools + tool_choice, n, seed, stop, logprobs, stream
+    POST /v1/completions        text or token-id prompts, echo, logprobs, stream
+    GET  /health
+
+Every request goes through the run's `GenerationServer`, so concurrent requests with the same
+sampling parameters are sampled in one batch (the policy with its adapter on, the base in its
+own sub-batch with it off). A stream is sent once its turn is sampled (the engine samples whole
+turns): the same chunks, usage and `[DONE]` as the OpenAI API, not earlier tokens.
+
+Log-probs are the engine's behaviour log-probs: log-softmax at the sampling temperature (0 for
+greedy). Tool calls follow `practicum.serve.tools`; a forced `tool_choice` starts the reply with
+the call for the model and fills the arguments field by field when the model's own JSON does
+not fit the function's schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from practicum.engine.base import Sample, SamplingParams
+from practicum.serve import tools as T
+from practicum.serve.loading import Served
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHAT_TOKENS = 512
+"""max_tokens of a chat reply when the request gives none (capped by the context left)."""
+DEFAULT_COMPLETION_TOKENS = 16
+"""max_tokens of a completion when the request gives none (the OpenAI default)."""
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")  # clients send fields we do not use
+
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=0)
+    n: int = Field(1, ge=1, le=16)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+class ChatRequest(_Request):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=5)
+
+
+@dataclass
+class _Choice:
+    index: int
+    text: str
+    """The reply's text (content; for tool calls, the text before them)."""
+    finish_reason: str
+    tokens: int
+    """Sampled tokens behind this choice (all field-filling calls included)."""
+    sample: Sample
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    offset: int = 0
+    """Completions: where the sampled text starts in `text` (after an echoed prompt)."""
+
+
+def build_app(served: Served) -> FastAPI:
+    """The API over `served` (module doc)."""
+    app = FastAPI(title="practicum serve", version="1")
+    created = int(time.time())
+    tok = served.tokenizer
+
+    @app.exception_handler(APIError)
+    async def _api_error(_req: Request, e: APIError):
+        return JSONResponse(status_code=e.status, content={"error": {
+            "message": e.message, "type": e.kind, "param": e.param, "code": None}})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, e: RequestValidationError):
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"] if x != "body")
+        return JSONResponse(status_code=400, content={"error": {
+            "message": f"{where}: {err['msg']}", "type": "invalid_request_error",
+            "param": where, "code": None}})
+
+    def model_card(name: str) -> dict:
+        return {"id": name, "object": "model", "created": created, "owned_by": "practicum",
+                "root": served.target.model,
+                "parent": None if served.names[name] else served.target.name}
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "policy_version": served.server.version}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [model_card(n) for n in served.names]}
+
+    @app.get("/v1/models/{name}")
+    async def model(name: str):
+        adapter_for(name)
+        return model_card(name)
+
+    def adapter_for(name: str) -> bool:
+        if name not in served.names:
+            raise APIError(404, f"model {name!r} does not exist; this server has "
+                           f"{', '.join(served.names)}", "model", "not_found_error")
+        return served.names[name]
+
+    def params_for(req: _Request, prompt_len: int, default_tokens: int,
+                   stop_ids: list[int] = ()) -> SamplingParams:
+        room = (served.max_positions - prompt_len) if served.max_positions else None
+        if room is not None and room <= 0:
+            raise APIError(400, f"the prompt has {prompt_len} tokens; this model's context is "
+                           f"{served.max_positions}", "messages")
+        wanted = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        max_new = wanted if wanted is not None else default_tokens
+        if room is not None:
+            max_new = min(max_new, room)
+        temperature = 1.0 if req.temperature is None else req.temperature
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        return SamplingParams(temperature=temperature,
+                              top_p=(req.top_p or 1.0) if temperature > 0 else 1.0,
+                              max_new_tokens=max_new, stop_strings=tuple(s for s in stops if s),
+                              stop_token_ids=tuple(stop_ids))
+
+    async def generate(ids: list[int], params: SamplingParams, seed: int | None,
+                       adapter: bool) -> Sample:
+        try:
+            return await served.generate(ids, params, seed, adapter)
+        except ValueError as e:  # the engine's checks (e.g. prompt plus tokens too long)
+            raise APIError(400, str(e)) from None
+
+    def seed_of(req: _Request, i: int) -> int | None:
+        return None if req.seed is None else req.seed + i
+
+    # -- chat ------------------------------------------------------------------------------------
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatRequest):
+        adapter = adapter_for(req.model)
+        choice_mode, forced_name = _tool_choice(req)
+        tools = req.tools if choice_mode != "none" else None
+        try:
+            ids = served.chat.render(T.tool_messages(req.messages, tools))
+        except (KeyError, TypeError, ValueError) as e:
+            raise APIError(400, f"messages: cannot render them ({e})", "messages") from None
+        prefix = T.forced_prefix(forced_name) if choice_mode == "forced" else ""
+        prompt = ids + served.chat.encode(prefix) if prefix else ids
+        params = params_for(req, len(prompt), DEFAULT_CHAT_TOKENS, served.chat.stop_ids())
+        if choice_mode == "forced" and forced_name is not None:
+            params = replace(params, stop_strings=(*params.stop_strings, T.CALL_CLOSE))
+        samples = await asyncio.gather(*(generate(prompt, params, seed_of(req, i), adapter)
+                                         for i in range(req.n)))
+        choices = []
+        for i, s in enumerate(samples):
+            text = _trim(s.text, req.stop)
+            c = _Choice(i, text, s.finish_reason, len(s.token_ids), s)
+            if tools:
+                await _tool_calls(c, prefix, tools, choice_mode, forced_name, ids, params,
+                                  seed_of(req, i), adapter)
+            choices.append(c)
+        usage = _usage(len(prompt), choices)
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if req.stream:
+            return _sse(_chat_chunks(rid, now, req, choices, usage, tok))
+        return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
+                "system_fingerprint": f"practicum-v{served.server.version}",
+                "choices": [_chat_choice(c, req.logprobs, tok) for c in choices],
+                "usage": usage}
+
+    def _tool_choice(req: ChatRequest) -> tuple[str, str | None]:
+        """("none" | "auto" | "forced", the forced function's name or None for any)."""
+        choice = req.tool_choice
+        if not req.tools or choice == "none":
+            if isinstance(choice, dict) or choice == "required":
+                raise APIError(400, "tool_choice needs tools", "tool_choice")
+            return "none", None
+        if choice is None or choice == "auto":
+            return "auto", None
+        if choice == "required":
+            return "forced", None
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            if name not in _tool_specs(req.tools):
+                raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
+                               "tool_choice")
+            return "forced", name
+        raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
+
+    async def _tool_calls(c: _Choice, prefix: str, tools: list[dict], mode: str,
+                          forced_name: str | None, ids: list[int],
+                          params: SamplingParams, seed: int | None, adapter: bool) -> None:
+        """Parse the choice's tool calls; under a forced tool_choice, make sure there is one."""
+        specs = _tool_specs(tools)
+        content, calls = T.parse_tool_calls(prefix + c.text)
+        calls = [k for k in calls if k["name"] in specs
+                 and T.check_arguments(k["arguments"], specs[k["name"]]) is None]
+        if mode == "forced" and not calls:
+            name = forced_name or _guess_name(prefix + c.text, specs)
+            args, extra = await _fill(name, specs[name], ids, params, seed, adapter)
+            calls, content, c.tokens = [{"name": name, "arguments": args}], "", c.tokens + extra
+        if calls:
+            c.calls, c.text, c.finish_reason = calls, content, "tool_calls"
+
+    async def _fill(name: str, schema: dict, ids: list[int], params: SamplingParams,
+                    seed: int | None, adapter: bool) -> tuple[dict, int]:
+        """The call's arguments, one required field at a time, each value written by the model
+        after a prefix naming it; a value it gets wrong becomes the field's fallback."""
+        props = schema.get("properties", {})
+        keys = list(schema.get("required", [])) or list(props)
+        text, args, tokens = T.forced_prefix(name), {}, 0
+        for i, key in enumerate(keys):
+            spec = props.get(key, {})
+            kind = spec.get("type")
+            kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) \
+                else kind
+            text += T.field_prefix(key, kind, first=i == 0)
+            budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
+            p = replace(params, stop_strings=T.FIELD_STOPS.get(kind, T.FIELD_STOPS[None]),
+                        max_new_tokens=min(params.max_new_tokens, budget))
+            s = await generate(ids + served.chat.encode(text), p, seed, adapter)
+            tokens += len(s.token_ids)
+            ok, value = T.parse_field(s.text, spec)
+            if not ok:
+                log.info("tool %s: the model's value for %r did not parse (%r); using the "
+                         "field's fallback", name, key, s.text[:80])
+                value = T.fallback_value(spec)
+            args[key] = value
+            dumped = json.dumps(value)
+            text += dumped[1:] if kind == "string" and isinstance(value, str) else dumped
+        return args, tokens
+
+    # -- completions -----------------------------------------------------------------------------
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest):
+        adapter = adapter_for(req.model)
+        prompts = _prompts(req.prompt, served.chat)
+        jobs = []
+        for ids in prompts:
+            params = params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS)
+            jobs += [generate(ids, params, seed_of(req, i), adapter) for i in range(req.n)]
+        samples = await asyncio.gather(*jobs)
+        choices = []
+        for k, s in enumerate(samples):
+            ids = prompts[k // req.n]
+            text = _trim(s.text, req.stop)
+            echoed = tok.decode(ids, skip_special_tokens=False) if req.echo else ""
+            choices.append(_Choice(k, echoed + text, s.finish_reason, len(s.token_ids), s,
+                                   offset=len(echoed)))
+        usage = _usage(sum(len(p) for p in prompts), choices)
+        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        body = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
+                 "logprobs": _completion_logprobs(c.sample, tok, c.offset)
+                 if req.logprobs is not None
+                 else None} for c in choices]
+        if req.stream:
+            return _sse(_completion_chunks(rid, now, req, body, usage))
+        return {"id": rid, "object": "text_completion", "created": now, "model": req.model,
+                "system_fingerprint": f"practicum-v{served.server.version}",
+                "choices": body, "usage": usage}
+
+    return app
+
+
+def _tool_specs(tools: list[dict]) -> dict[str, dict]:
+    """function name -> its parameters schema."""
+    out = {}
+    for t in tools:
+        f = t.get("function") or {}
+        if t.get("type", "function") == "function" and isinstance(f.get("name"), str):
+            out[f["name"]] = f.get("parameters") or {}
+    if not out:
+        raise APIError(400, "tools: no function definitions", "tools")
+    return out
+
+
+def _guess_name(text: str, specs: dict[str, dict]) -> str:
+    """Under tool_choice=required: the function whose name the model began to write, else the
+    first one."""
+    written = text.split('"name": "', 1)[-1].split('"', 1)[0]
+    for name in specs:
+        if written and (name.startswith(written) or written.startswith(name)):
+            return name
+    return next(iter(specs))
+
+
+def _trim(text: str, stop: str | list[str] | None) -> str:
+    """The text up to the first stop string (the engine keeps the token that completed it; the
+    OpenAI API leaves the stop string out)."""
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def _prompts(prompt, chat) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if not prompt:
+        raise APIError(400, "prompt is empty", "prompt")
+    if all(isinstance(x, int) for x in prompt):
+        prompt = [prompt]
+    out = [chat.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    if any(not p for p in out):
+        raise APIError(400, "prompt is empty", "prompt")
+    return out
+
+
+def _usage(prompt_tokens: int, choices: list[_Choice]) -> dict:
+    completion = sum(c.tokens for c in choices)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion}
+
+
+def _openai_calls(c: _Choice) -> list[dict]:
+    return [{"id": T.call_id(), "type": "function",
+             "function": {"name": k["name"], "arguments": json.dumps(k["arguments"])}}
+            for k in c.calls]
+
+
+def _chat_choice(c: _Choice, logprobs: bool, tok) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": c.text or (None if c.calls else "")}
+    if c.calls:
+        msg["tool_calls"] = _openai_calls(c)
+    return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
+            "logprobs": {"content": _token_logprobs(c.sample, tok)} if logprobs else None}
+
+
+def _token_logprobs(s: Sample, tok) -> list[dict]:
+    out = []
+    for t, lp in zip(s.token_ids, s.logprobs):
+        piece = tok.decode([t])
+        out.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()),
+                    "top_logprobs": []})
+    return out
+
+
+def _completion_logprobs(s: Sample, tok, start: int) -> dict:
+    """The sampled tokens' log-probs; offsets count from the start of the choice's text."""
+    pieces = [tok.decode([t]) for t in s.token_ids]
+    offsets, at = [], start
+    for p in pieces:
+        offsets.append(at)
+        at += len(p)
+    return {"tokens": pieces, "token_logprobs": list(s.logprobs), "top_logprobs": None,
+            "text_offset": offsets}
+
+
+def _pieces(text: str, tok) -> list[str]:
+    """`text` cut at token boundaries, for streamed deltas."""
+    ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    out, prev = [], ""
+    for k in range(1, len(ids) + 1):
+        cur = tok.decode(ids[:k])
+        if len(cur) > len(prev) and cur.startswith(prev) and not cur.endswith("\ufffd"):
+            out.append(cur[len(prev):])
+            prev = cur
+    if prev != text:
+        out.append(text[len(prev):] if text.startswith(prev) else text)
+    return out
+
+
+def _sse(chunks) -> StreamingResponse:
+    async def body():
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], usage: dict,
+                 tok):
+    def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
+        return {"id": rid, "object": "chat.completion.chunk", "created": now,
+                "model": req.model, "choices": [{"index": index, "delta": delta,
+                                                 "finish_reason": finish, "logprobs": None}]}
+
+    for c in choices:
+        yield chunk(c.index, {"role": "assistant", "content": ""})
+        for piece in _pieces(c.text, tok) if c.text else []:
+            yield chunk(c.index, {"content": piece})
+        for k, call in enumerate(_openai_calls(c)):
+            yield chunk(c.index, {"tool_calls": [{"index": k, **call}]})
+        yield chunk(c.index, {}, c.finish_reason)
+    if (req.stream_options or {}).get("include_usage"):
+        yield {"id": rid, "object": "chat.completion.chunk", "created": now,
+               "model": req.model, "choices": [], "usage": usage}
+
+
+def _completion_chunks(rid: str, now: int, req: CompletionRequest, body: list[dict],
+                       usage: dict):
+    for c in body:
+        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
+               "choices": [{**c, "finish_reason": None}]}
+        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
+               "choices": [{"index": c["index"], "text": "", "logprobs": None,
+                            "finish_reason": c["finish_reason"]}]}
+    if (req.stream_options or {}).get("include_usage"):
+        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
+               "choices": [], "usage": usage}
+

@@ -1,0 +1,132 @@
+"""What `practicum serve RUN|CHECKPOINT|POLICY|MODEL` serves: the policy and its frozen base.
+
+    served = load_served(Path("runs/calc"))    # a run folder: its latest checkpoint
+    served.names                               # {"calc": True, "calc-base": False}  (adapter flag)
+    sample = await served.generate(ids, params, seed, adapter=True)
+
+A target is a run folder (its `checkpoints/latest`), a checkpoint folder (`.../step_N`), a saved
+policy folder (`policy.json` beside the adapter or full weights, e.g. RUN/rft/policy), or a plain
+model spec (built-in name or HF folder: policy and base are then the same weights). Both names
+share one engine: the base is the policy with its adapter off (LoRA) or the untrained copy (full
+fine-tuning), sampled in its own sub-batch of one `GenerationServer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.chat import ChatFormat
+from practicum.engine.server import GenerationServer
+from practicum.errors import PracticumError
+
+POLICY_META = "policy.json"
+
+
+@dataclass
+class Target:
+    """A resolved serve target."""
+
+    name: str
+    """Model id of the policy (the base is `<name>-base`)."""
+    policy_dir: Path | None
+    """The saved policy folder, or None for a plain model."""
+    model: str
+    """The base model spec."""
+    step: int | None
+    """Training step of the checkpoint, when known."""
+
+
+def resolve_target(target: str | Path, name: str | None = None) -> Target:
+    """Classify `target` (module doc); `name` overrides the served model id."""
+    from practicum.learner import latest_checkpoint
+
+    path = Path(target).expanduser()
+    policy: Path | None = None
+    if (path / "checkpoints").is_dir():
+        ckpt = latest_checkpoint(path / "checkpoints")
+        if ckpt is None:
+            raise PracticumError(f"serve: run folder {path} has no complete checkpoint yet")
+        policy, default_name = ckpt / "policy", path.resolve().name
+    elif (path / "policy" / POLICY_META).is_file():
+        policy, default_name = path / "policy", _run_name(path)
+    elif (path / POLICY_META).is_file():
+        policy, default_name = path, _run_name(path.parent)
+    if policy is None:
+        if path.exists() and not (path / "config.json").is_file():
+            raise PracticumError(
+                f"serve: {path} is not a run folder (no checkpoints/), a checkpoint (no "
+                f"policy/{POLICY_META}), a saved policy (no {POLICY_META}) or a model folder")
+        return Target(name or path.name or str(target), None, str(target), None)
+    meta = json.loads((policy / POLICY_META).read_text())
+    step = re.fullmatch(r"step_(\d+)", policy.parent.name)
+    return Target(name or default_name, policy, meta["model"],
+                  int(step.group(1)) if step else None)
+
+
+def _run_name(checkpoint: Path) -> str:
+    """`runs/calc/checkpoints/step_000016` -> "calc"; any other folder -> its own name."""
+    p = checkpoint.resolve()
+    return p.parent.parent.name if p.parent.name == "checkpoints" else p.name
+
+
+def _policy_config(target: Target, dtype: str):
+    from practicum.engine.hf import PolicyConfig
+
+    meta = json.loads((target.policy_dir / POLICY_META).read_text())
+    if not meta["lora"]:
+        return PolicyConfig(model=target.model, dtype=dtype, lora=False,
+                            init=str(target.policy_dir))
+    adapter: dict[str, Any] = json.loads((target.policy_dir / "adapter_config.json").read_text())
+    return PolicyConfig(model=target.model, dtype=dtype, lora=True, lora_r=adapter["r"],
+                        lora_alpha=adapter["lora_alpha"],
+                        lora_target_modules=sorted(adapter["target_modules"]),
+                        init=str(target.policy_dir))
+
+
+@dataclass
+class Served:
+    """The engine behind the endpoint: one generation server, two model ids."""
+
+    target: Target
+    server: GenerationServer
+    chat: ChatFormat
+    max_positions: int | None
+
+    @property
+    def tokenizer(self):
+        return self.chat.tokenizer
+
+    @property
+    def names(self) -> dict[str, bool]:
+        """Model id -> adapter flag (True: the trained policy; False: its frozen base)."""
+        return {self.target.name: True, f"{self.target.name}-base": False}
+
+    async def generate(self, ids: list[int], params: SamplingParams, seed: int | None,
+                       adapter: bool) -> Sample:
+        """One continuation through the generation server, batched with concurrent requests."""
+        sample, _version = await asyncio.wrap_future(
+            self.server.submit(ids, params, seed, adapter))
+        return sample
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def load_served(target: str | Path, name: str | None = None, dtype: str = "auto",
+                batch_window: float = 0.02, max_batch: int = 32) -> Served:
+    """Load `target`'s weights into a started generation server (module doc)."""
+    from practicum.engine.hf import load_frozen_sampler, load_hf_engine
+
+    t = resolve_target(target, name)
+    if t.policy_dir is None:
+        sampler = load_frozen_sampler(t.model, dtype)
+    else:
+        _trainable, sampler = load_hf_engine(_policy_config(t, dtype))
+    server = GenerationServer(sampler, batch_window=batch_window, max_batch=max_batch).start()
+    return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions)
