@@ -20,6 +20,7 @@ def test_protected_paths():
     assert is_protected("sitecustomize.py") and is_protected("x.pth")
     assert is_protected("pytest.py", new_file=True) and is_protected("json/__init__.py", new_file=True)
     assert not is_protected("pkg/json.py", new_file=True)
+    assert is_protected("pkg/__pycache__/core.cpython-311.pyc") and is_protected("pkg/_x.so")
     assert not is_protected("pkg/core.py") and not is_protected("inflection/__init__.py")
 
 

@@ -118,7 +118,10 @@ def spread(instances: list[SweInstance], n: int | None) -> list[SweInstance]:
 def cmd_check(args) -> int:
     from practicum.envs.swe.grading import grade
 
-    chosen = spread(_instances(args), args.tasks)
+    instances = _instances(args)
+    if args.package:
+        instances = [i for i in instances if package_of(i) in args.package]
+    chosen = spread(instances, args.tasks)
     console = Console(stderr=True)
     failures, rows = [], []
     start = time.monotonic()
@@ -129,15 +132,17 @@ def cmd_check(args) -> int:
             empty = grade(inst, "")
             ok = gold.resolved and not empty.resolved
             rows.append({"task": inst.instance_id, "package": package_of(inst),
-                         "gold": gold.resolved, "empty": empty.resolved,
-                         "gold_reason": gold.reason, "seconds": gold.seconds + empty.seconds})
+                         "tier": inst.tier, "f2p": len(inst.FAIL_TO_PASS),
+                         "p2p": len(inst.PASS_TO_PASS), "gold_resolved": gold.resolved,
+                         "gold_reason": gold.reason, "empty_resolved": empty.resolved,
+                         "gold_seconds": gold.seconds, "empty_seconds": empty.seconds})
             if not ok:
                 failures.append(f"{inst.instance_id}: gold {gold.reason}; empty "
                                 f"{'RESOLVED' if empty.resolved else empty.reason}")
             progress.update(bar, advance=1, info=f"{len(failures)} failed")
     seconds = time.monotonic() - start
-    summary = {"tasks": len(chosen), "gold_resolved": sum(r["gold"] for r in rows),
-               "empty_resolved": sum(r["empty"] for r in rows), "failures": failures,
+    summary = {"tasks": len(chosen), "gold_resolved": sum(r["gold_resolved"] for r in rows),
+               "empty_resolved": sum(r["empty_resolved"] for r in rows), "failures": failures,
                "seconds": round(seconds, 1)}
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "tasks": rows}, indent=1))
@@ -154,7 +159,8 @@ def cmd_synthesize(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    options = Options(max_tried=args.max_tried, max_kept=args.max_kept, seed=args.seed)
+    options = Options(max_tried=args.max_tried, max_kept=args.max_kept, seed=args.seed,
+                      per_function=args.per_function)
     complete = None
     if args.issue_model:
         from practicum.engine.service import ModelService
@@ -218,6 +224,8 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", parents=[common],
                        help="gold-patch check: every gold patch resolves, the empty one none")
     p.add_argument("--tasks", type=int, metavar="N", help="check N tasks spread over packages")
+    p.add_argument("--package", action="append", metavar="NAME",
+                   help="only this package's tasks (repeatable)")
     p.add_argument("--json", metavar="FILE", help="write the per-task results here")
     p.set_defaults(func=cmd_check)
 
@@ -229,6 +237,8 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
                    "yield.json and sources/ here")
     p.add_argument("--max-tried", type=int, default=40, help="mutants tested per package")
     p.add_argument("--max-kept", type=int, default=16, help="tasks kept per package")
+    p.add_argument("--per-function", type=int, default=2,
+                   help="kept tasks per function, at most")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--issue-model", metavar="SPEC", help="model service spec (e.g. "
                    "local:<model>) that writes the issue texts; default: templates")

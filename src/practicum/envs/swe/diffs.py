@@ -3,7 +3,8 @@
 `source_only` implements the first half of SWE-bench's grading rule: the agent's edits to test
 files, conftest.py and pytest configuration are dropped, so the tests that decide the verdict
 are always the task's own. It also drops files that would change how Python or pytest start
-(sitecustomize.py, .pth files, top-level modules shadowing the standard library or pytest).
+(sitecustomize.py, .pth files, top-level modules shadowing the standard library or pytest) and
+compiled files (__pycache__, .pyc, .so) that would run instead of the visible source.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def is_protected(path: str, test_files: Iterable[str] = (), *, new_file: bool = 
     name = p.name
     if path in set(test_files) or ".git" in parts or ".." in parts or p.is_absolute():
         return True
+    if "__pycache__" in parts or name.endswith((".pyc", ".pyo", ".so", ".pyd")):
+        return True  # compiled code would run instead of (or besides) the visible source
     if any(part in TEST_DIRS for part in parts[:-1]):
         return True
     if name in CONFIG_FILES or name.endswith(".pth"):

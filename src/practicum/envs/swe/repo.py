@@ -64,7 +64,14 @@ def extract_source(source: Path, dest: Path) -> None:
                         ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
     elif source.name.endswith((".tar.gz", ".tgz", ".tar")):
         with tarfile.open(source) as tar:
-            tar.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # Python < 3.10.12: refuse links and paths leaving dest ourselves
+                for m in tar.getmembers():
+                    target = (dest / m.name).resolve()
+                    if m.issym() or m.islnk() or (dest.resolve() not in target.parents):
+                        raise RepoError(f"{source}: unsafe member {m.name!r}")
+                tar.extractall(dest)
     elif source.suffix == ".zip":
         with zipfile.ZipFile(source) as z:
             for info in z.infolist():

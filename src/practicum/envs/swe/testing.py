@@ -5,12 +5,14 @@
 
 Tests run with plugin autoload off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`), `-rA -p
 no:cacheprovider`, the instance's `test_args`, and a wall limit. The interpreter runs isolated
-(`python -I`): pytest is imported from the venv *before* the repository is put first on
+(`python -I -B`: no bytecode caches are written): pytest is imported from the venv *before* the repository is put first on
 sys.path, so a repository file named `pytest.py` or `sitecustomize.py` cannot stand in for
 them (the repository is otherwise importable exactly as with PYTHONPATH=repo).
 
-Statuses come from the *last* "short test summary info" section of the log (the one pytest
-prints after all captured output), matched against the exact test ids asked for: ids with
+Statuses come from the *last* "short test summary info" section of the log before the run's
+end marker (a random nonce the runner prints after pytest returns, then `os._exit`): the section
+pytest prints after all captured output, so lines printed by the code under test, by atexit
+hooks or by leftover processes after the run do not count. They are matched against the exact test ids asked for: ids with
 spaces or " - " inside brackets are safe, and an id reported more than once or not at all does
 not pass. As in SWE-bench, PASSED and XFAIL count as passed.
 """
@@ -18,6 +20,7 @@ not pass. As in SWE-bench, PASSED and XFAIL count as passed.
 from __future__ import annotations
 
 import re
+import secrets
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,13 +37,22 @@ TEST_LIMITS = Limits(wall_seconds=120, memory_mb=2048, max_processes=64,
                      output_bytes=16 * 2**20, file_size_mb=64)
 """Default limits of one test run: large output (every test id is in the log)."""
 
-RUNNER = (
-    "import os, sys\n"
-    "import pytest\n"
-    "sys.path.insert(0, os.getcwd())\n"
-    "sys.exit(pytest.main(sys.argv[1:]))\n"
-)
-"""Imports pytest from the venv, then puts the repository first on sys.path."""
+RUNNER = """\
+import os, sys
+def _main():
+    end = sys.stdin.readline().strip()
+    import pytest
+    sys.path.insert(0, os.getcwd())
+    code = int(pytest.main(sys.argv[1:]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(1, ("\\n%s pytest exit %d\\n" % (end, code)).encode())
+    os._exit(code)
+_main()
+"""
+"""Reads the end marker from stdin, imports pytest from the venv, puts the repository first on
+sys.path, runs pytest, prints the marker and leaves with os._exit (no atexit hook of the code
+under test runs after the summary)."""
 
 PYTEST_ARGS = ("-rA", "-p", "no:cacheprovider", "--tb=short", "--color=no",
                "-o", "console_output_style=classic")
@@ -69,6 +81,13 @@ class TestRun:
 
     def count_passed(self, ids: Iterable[str]) -> int:
         return sum(self.passed(t) for t in ids)
+
+
+def before_marker(log: str, marker: str) -> str:
+    """The log up to the last line starting with `marker` ('' when the marker is absent: pytest
+    never returned, so nothing in the log can be trusted)."""
+    cut = log.rfind("\n" + marker + " pytest exit ")
+    return log[:cut] if cut >= 0 else ""
 
 
 def summary_lines(log: str) -> list[tuple[str, str]]:
@@ -162,11 +181,14 @@ def run_tests(
     """
     ids = [t for t in tests if "::" in t]
     targets = test_files_of(tests) if select == "files" else list(dict.fromkeys(tests))
-    argv = ["python", "-I", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
+    argv = ["python", "-I", "-B", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
+    marker = "practicum-end-" + secrets.token_hex(16)
     result = run_command(argv, Path(repo), limits or TEST_LIMITS, hidden_paths=hidden_paths,
+                         stdin=marker + "\n",
                          env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
                               "COLUMNS": "240"})
+    trusted = before_marker(result.stdout, marker)
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")
-    return TestRun(statuses=statuses_for(log, ids), log=log, returncode=result.returncode,
+    return TestRun(statuses=statuses_for(trusted, ids), log=log, returncode=result.returncode,
                    timed_out=result.timed_out, seconds=result.duration,
-                   killed_reason=result.killed_reason, reported=reported_statuses(log))
+                   killed_reason=result.killed_reason, reported=reported_statuses(trusted))

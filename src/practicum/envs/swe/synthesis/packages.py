@@ -41,7 +41,8 @@ def resolve(spec: str, scratch: Path) -> PackageSource:
     if not path.exists():
         raise RepoError(f"package {spec!r}: not a bundled name ({', '.join(bundled)}) "
                         "nor an existing sdist or folder")
-    tree = scratch / "import"
+    stem = path.name.removesuffix(".tar.gz").removesuffix(".tgz").removesuffix(".zip")
+    tree = scratch / "import" / stem
     extract_source(path, tree)
     roots = [p for p in tree.iterdir() if p.is_dir()]
     if path.is_file() and len(list(tree.iterdir())) == 1 and roots:
