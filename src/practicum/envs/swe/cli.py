@@ -132,15 +132,17 @@ def cmd_check(args) -> int:
             empty = grade(inst, "")
             ok = gold.resolved and not empty.resolved
             rows.append({"task": inst.instance_id, "package": package_of(inst),
-                         "gold": gold.resolved, "empty": empty.resolved,
-                         "gold_reason": gold.reason, "seconds": gold.seconds + empty.seconds})
+                         "tier": inst.tier, "f2p": len(inst.FAIL_TO_PASS),
+                         "p2p": len(inst.PASS_TO_PASS), "gold_resolved": gold.resolved,
+                         "gold_reason": gold.reason, "empty_resolved": empty.resolved,
+                         "gold_seconds": gold.seconds, "empty_seconds": empty.seconds})
             if not ok:
                 failures.append(f"{inst.instance_id}: gold {gold.reason}; empty "
                                 f"{'RESOLVED' if empty.resolved else empty.reason}")
             progress.update(bar, advance=1, info=f"{len(failures)} failed")
     seconds = time.monotonic() - start
-    summary = {"tasks": len(chosen), "gold_resolved": sum(r["gold"] for r in rows),
-               "empty_resolved": sum(r["empty"] for r in rows), "failures": failures,
+    summary = {"tasks": len(chosen), "gold_resolved": sum(r["gold_resolved"] for r in rows),
+               "empty_resolved": sum(r["empty_resolved"] for r in rows), "failures": failures,
                "seconds": round(seconds, 1)}
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "tasks": rows}, indent=1))
