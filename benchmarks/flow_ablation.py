@@ -1,0 +1,129 @@
+"""AgentFlow ablation (arXiv 2510.05592, Sec. 4): held-out accuracy per task family, several
+seeds, SmolLM2-135M-Instruct as the planner, on configs/flow.yaml.
+
+    .venv/bin/python benchmarks/flow_ablation.py                      # small default budget
+    .venv/bin/python benchmarks/flow_ablation.py --seeds 0 1 2 --steps 12 --eval-per-family 12
+
+Arms (per seed; every arm is graded by the same exact checks on the same held-out tasks):
+  flow (untrained)      the flow with the untrained planner
+  flow + Flow-GRPO      the flow after in-flow RL (`practicum train`, algo.advantage=flow_grpo)
+  direct (no flow)      the same (untrained) policy answering alone, one turn, no tools
+  tool-integrated       the same policy calling the tools itself in one sequence
+  flow + offline SFT    the planner fine-tuned on the planner turns of solved flow rollouts of
+                        the untrained planner (`practicum rft`), as many rollouts as RL sampled
+Besides accuracy: planner turns per task (flow steps) and the tool-call error rate, before and
+after RL. Prints a table (mean +- std over seeds) and writes benchmarks/results/flow_ablation.json
+with the machine block. Run it under the CPU lock; the default budget is a pipeline check, far
+too small to separate arms reliably.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "flow.yaml"
+ARMS = ["flow (untrained)", "flow + Flow-GRPO", "direct (no flow)", "tool-integrated",
+        "flow + offline SFT"]
+
+
+def base_overrides(args, seed: int, out: str, name: str) -> list[str]:
+    return [f"run.out_dir={out}", f"run.name={name}", "run.resume=false", f"run.seed={seed}",
+            f"task.options.eval_per_family={args.eval_per_family}",
+            f"task.options.world_seed={seed}", f"train.steps={args.steps}",
+            f"rollout.group_size={args.group_size}",
+            f"rollout.tasks_per_step={args.tasks_per_step}", "eval.every=0",
+            "train.checkpoint_every=1000", "runtime.mode=sync", *args.set]
+
+
+def family_scores(ev: dict) -> dict[str, float]:
+    out = {k.removeprefix("env/acc/"): v for k, v in ev.items() if k.startswith("env/acc/")}
+    out["all"] = ev["solved_rate"]
+    out["steps"] = ev.get("env/steps", 0.0)
+    out["tool_error_rate"] = ev.get("env/tool_error_rate", 0.0)
+    return out
+
+
+def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
+    from practicum.config import load_config
+    from practicum.runtime.session import open_session
+
+    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_{mode}")
+                      + [f"task.options.mode={mode}"])
+    s = open_session(cfg)
+    try:
+        return family_scores(s.evaluate(mode))
+    finally:
+        s.close()
+
+
+def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
+    from practicum.config import load_config
+    from practicum.rft import run_rft
+    from practicum.runtime.train import run_training
+
+    res: dict[str, dict[str, float]] = {}
+    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_rl"))
+    rl = run_training(cfg, progress=False)
+    res["flow (untrained)"] = family_scores(rl["eval_before"])
+    res["flow + Flow-GRPO"] = family_scores(rl["eval_after"])
+    res["direct (no flow)"] = evaluate_mode(args, seed, out, "direct")
+    res["tool-integrated"] = evaluate_mode(args, seed, out, "tool_integrated")
+    episodes = args.steps * args.group_size * args.tasks_per_step
+    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_sft") + [
+        f"rft.tasks={args.steps * args.tasks_per_step}", f"rft.samples_per_task={args.group_size}",
+        "rft.temperature=0.8", "rft.epochs=2"])
+    sft = run_rft(cfg, progress=False)
+    res["flow + offline SFT"] = family_scores(sft["eval_after"])
+    res["flow + offline SFT"]["kept"] = float(sft["kept"])
+    res["flow + offline SFT"]["sampled"] = float(episodes)
+    return res
+
+
+def mean_std(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3f} +- {sd:.3f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--tasks-per-step", type=int, default=3)
+    p.add_argument("--eval-per-family", type=int, default=6)
+    p.add_argument("--set", nargs="*", default=[], help="extra config overrides for every "
+                   "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)")
+    p.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    started = time.time()
+    out = args.out or tempfile.mkdtemp(prefix="flow-ablation-")
+    per_seed = {seed: run_seed(args, seed, out) for seed in args.seeds}
+    columns = sorted({k for r in per_seed.values() for a in r.values() for k in a
+                      if k not in ("kept", "sampled")})
+    table = {arm: {c: [per_seed[s][arm][c] for s in args.seeds if c in per_seed[s][arm]]
+                   for c in columns} for arm in ARMS}
+    print(f"{'arm':<22}" + "".join(f"{c:>20}" for c in columns))
+    for arm in ARMS:
+        print(f"{arm:<22}" + "".join(f"{mean_std(table[arm][c]):>20}" for c in columns))
+    result = {"args": vars(args), "per_seed": per_seed, "table": table,
+              "wall_seconds": time.time() - started, "machine": machine_state()}
+    dest = ROOT / "benchmarks" / "results" / "flow_ablation.json"
+    dest.parent.mkdir(exist_ok=True)
+    dest.write_text(json.dumps(result, indent=1))
+    print(f"wrote {dest} ({(time.time() - started) / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
