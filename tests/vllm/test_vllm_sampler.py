@@ -91,3 +91,34 @@ def test_published_lora_changes_the_policy_and_adapter_off_is_the_base(engine):
     assert gap < 2e-3  # the engine samples the weights the learner holds
     sampler.load_weights(trainable.export_weights(2))  # a new id each version, same weights
     assert sampler.generate([prompt], greedy)[0].token_ids == trained
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, monkeypatch, mode):
+    """Both runtimes sample from vLLM and train the HF learner; every turn records the policy
+    version that sampled it and each step reports the trainer/engine log-prob gap."""
+    import json
+
+    from practicum.config import load_config
+    from practicum.runtime import session
+    from practicum.runtime.train import run_training
+
+    trainable, sampler, _ = engine
+    monkeypatch.setattr(session, "load_engine", lambda cfg: (trainable, sampler))  # one engine
+    cfg = load_config(None, [
+        f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
+        "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=1",
+        "sampling.max_new_tokens=6", "train.steps=2", "train.warmup_steps=0",
+        "train.mini_batches=1", "eval.every=0", "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false", f"runtime.mode={mode}", "runtime.num_actors=4",
+        f"run.out_dir={tmp_path}", "run.name=v"])
+    run_training(cfg, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert len(steps) == 2 and all(r["logprob_gap"] < 5e-3 for r in steps), steps
+    episodes = [json.loads(x) for x in (tmp_path / "v" / "episodes.jsonl").read_text()
+                .splitlines()]
+    versions = {t["policy_version"] for e in episodes for t in e["turns"]}
+    assert versions == {0, 1} if mode == "sync" else versions <= {0, 1}
+    assert sampler.version == 2
