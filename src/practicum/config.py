@@ -52,6 +52,17 @@ class ModelConfig(Section):
         "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
 
 
+class EngineConfig(Section):
+    kind: Literal["hf", "vllm"] = Field(
+        "hf", description="Sampling engine: hf (transformers, in this process) or vllm (vLLM's "
+        "engine in its own venv, scripts/vllm_venv.sh; the learner stays HF + peft).")
+    max_model_len: int = Field(2048, gt=0, description="vllm: context length (prompt + turn) "
+                               "the engine reserves KV cache for.")
+    kv_cache_gb: float = Field(1.0, gt=0, description="vllm: CPU KV-cache size in GiB.")
+    threads: str | None = Field(None, description="vllm: cores its CPU worker binds to, e.g. "
+                                "'0-1' (None = vLLM's default, one core).")
+
+
 class TaskConfig(Section):
     name: str = Field("calculator", description="Registered environment to train on "
                       "(calculator, mle, timed_bandit, toy, or one a package registers).")
@@ -202,6 +213,7 @@ class StageConfig(Section):
 class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, resume.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Sampling engine.")
     task: TaskConfig = Field(default_factory=TaskConfig, description="Environment and tasks.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episodes.")

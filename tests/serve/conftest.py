@@ -25,6 +25,24 @@ def save_run(model_dir: Path, run: Path, step: int = 3, std: float = 0.05,
     return run
 
 
+def build_long_tiny_model(folder: Path) -> Path:
+    """The tests' tiny random Llama with room for agent-sized prompts (8192 positions)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from practicum.engine.models import load_builtin_tokenizer
+
+    from ..conftest import TINY
+
+    tokenizer = load_builtin_tokenizer()
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        **{**TINY, "max_position_embeddings": 8192})).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tiny_model_dir, tmp_path_factory) -> Path:
     return save_run(tiny_model_dir, tmp_path_factory.mktemp("runs") / "calc")

@@ -41,15 +41,23 @@ RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
 
 def load_engine(cfg: Config):
-    """(trainable, sampler) for the config's model."""
+    """(trainable, sampler) for the config's model and engine (engine.kind)."""
     from practicum.engine.hf import PolicyConfig, load_hf_engine
 
     m = cfg.model
-    return load_hf_engine(PolicyConfig(
+    policy = PolicyConfig(
         model=m.model, dtype=m.dtype, lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha,
         lora_dropout=m.lora_dropout, lora_target_modules=list(m.lora_target_modules),
         gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed))
+        init=m.init, seed=cfg.run.seed)
+    if cfg.engine.kind == "vllm":
+        from practicum.engine.vllm import load_vllm_engine
+        from practicum.engine.vllm_sampler import VLLMOptions
+
+        e = cfg.engine
+        return load_vllm_engine(policy, VLLMOptions(max_model_len=e.max_model_len,
+                                                    kv_cache_gb=e.kv_cache_gb, threads=e.threads))
+    return load_hf_engine(policy)
 
 
 @dataclass
@@ -153,6 +161,9 @@ class Session:
     def close(self) -> None:
         self.server.stop()
         self.metrics.close()
+        close = getattr(self.server.sampler, "close", None)  # e.g. the vLLM engine's files
+        if close is not None:
+            close()
 
 
 def open_session(cfg: Config) -> Session:

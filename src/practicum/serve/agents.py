@@ -1,0 +1,98 @@
+"""Third-party agents driving `practicum serve`, each in its own venv (never a dependency of
+practicum): the prompted-agent baselines of the seed papers under their own scaffolds.
+
+    result = run_aide(url, "calc", "iris-species", workdir, steps=2)   # AIDE (aideml 0.2.2)
+    result.report                                                      # practicum's grade
+
+AIDE plans and writes a solution script per step (one chat call), runs it, then reviews the
+run with a forced `submit_review` tool call; its last `submission.csv` is graded by practicum's
+own grader on the competition's private answers (which AIDE never sees: only the public files
+are copied into its data folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from practicum.errors import PracticumError
+
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository (scripts/ holds the venv set-up scripts)."""
+
+
+def agent_python(agent: str, venv: Path | None = None) -> Path:
+    """The python of an agent's own venv, created by scripts/<agent>_venv.sh when missing."""
+    script = ROOT / "scripts" / f"{agent}_venv.sh"
+    if not script.is_file():
+        raise PracticumError(f"no set-up script {script} (agents run from a source checkout)")
+    args = ["bash", str(script)] + ([str(venv)] if venv else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise PracticumError(f"{script.name} failed: {done.stderr[-2000:]}")
+    python = Path(done.stdout.strip().splitlines()[-1])
+    return python if python.is_absolute() else ROOT / python
+
+
+@dataclass
+class AgentRun:
+    returncode: int
+    seconds: float
+    workdir: Path
+    submission: Path | None
+    """The agent's last submission file, if it wrote one."""
+    report: dict | None
+    """practicum's `GradeReport` of it (None without a submission)."""
+    journal: list[dict]
+    """AIDE's nodes: plan, code, analysis (the review's summary), is_buggy, metric."""
+    log_tail: str
+
+
+def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: int = 1,
+             data_root: Path | None = None, python: Path | None = None,
+             exec_timeout: int = 120, timeout: float = 1800) -> AgentRun:
+    """One AIDE run on a bundled competition against an OpenAI-compatible endpoint."""
+    from practicum.envs.mle.competitions.grading import grade_submission
+    from practicum.envs.mle.competitions.loading import load_competition
+
+    comp = load_competition(competition)
+    paths = comp.prepare(data_root)
+    workdir = Path(workdir)
+    data = workdir / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(paths.public, data)
+    (workdir / "task.md").write_text(comp.description)
+    python = python or agent_python("aide")
+    aide = Path(python).parent / "aide"
+    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "practicum",
+           "PYTHONPATH": ""}
+    direction = "lower is better" if comp.lower_is_better else "higher is better"
+    cmd = [str(aide), f"data_dir={data}", f"desc_file={workdir / 'task.md'}",
+           f"log_dir={workdir / 'logs'}", f"workspace_dir={workdir / 'workspaces'}",
+           f"exp_name={competition}", f"agent.steps={steps}", f"agent.code.model={model}",
+           f"agent.feedback.model={model}", f"report.model={model}",
+           f"exec.timeout={exec_timeout}", "generate_report=False",
+           f"eval={comp.metric} ({direction})"]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    seconds = time.perf_counter() - start
+    subs = sorted((workdir / "workspaces").glob("*/working/submission.csv"))
+    submission = subs[-1] if subs else None
+    report = grade_submission(comp, submission, data_root).to_dict() if submission else None
+    return AgentRun(done.returncode, seconds, workdir, submission, report,
+                    _journal(workdir / "logs"), (done.stdout + done.stderr)[-3000:])
+
+
+def _journal(logs: Path) -> list[dict]:
+    files = sorted(logs.glob("*/journal.json"))
+    if not files:
+        return []
+    nodes = json.loads(files[-1].read_text()).get("nodes", [])
+    keep = ("step", "plan", "code", "analysis", "is_buggy", "metric", "exc_type")
+    return [{k: n.get(k) for k in keep} for n in nodes]

@@ -1,0 +1,124 @@
+"""VLLMSampler on the real SmolLM2 (fp32): the HF engine's contract (ids, stops, seeds,
+log-probs at the sampling temperature), LoRA publishing with the adapter on and off."""
+
+import pytest
+import torch
+
+from practicum.engine.base import SamplingParams
+from practicum.engine.chat import ChatFormat
+from practicum.engine.hf import PolicyConfig
+from practicum.engine.vllm import load_vllm_engine
+from practicum.engine.vllm_sampler import VLLMOptions
+
+COLORS = [{"role": "user", "content": "Name three colors."}]
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_dir):
+    trainable, sampler = load_vllm_engine(
+        PolicyConfig(model=str(smollm2_dir), dtype="float32", seed=0),
+        VLLMOptions(max_model_len=512, kv_cache_gb=0.5))
+    chat = ChatFormat(trainable.tokenizer)
+    yield trainable, sampler, chat
+    sampler.close()
+
+
+def learner_logprobs(trainable, prompt, sample, temperature):
+    ids = torch.tensor([prompt + sample.token_ids])
+    with torch.no_grad():
+        lp = trainable.token_logprobs(ids, torch.ones_like(ids), temperature=temperature)
+    return lp[0, len(prompt):].tolist()
+
+
+def test_greedy_ids_stops_and_eos_follow_the_hf_contract(engine):
+    trainable, sampler, chat = engine
+    prompt = chat.render(COLORS)
+    (s,) = sampler.generate([prompt], SamplingParams(temperature=0, max_new_tokens=40))
+    assert s.finish_reason == "stop" and s.token_ids[-1] == trainable.tokenizer.eos_token_id
+    assert s.text == trainable.tokenizer.decode(s.token_ids, skip_special_tokens=True)
+    assert s.logprobs == [0.0] * len(s.token_ids)  # greedy is a point mass
+    newline = trainable.tokenizer.encode("\n")[-1]
+    first_line = s.token_ids[:s.token_ids.index(newline) + 1]
+    by_string, by_id, by_length = sampler.generate([prompt] * 3, SamplingParams(
+        temperature=0, max_new_tokens=40, stop_strings=("\n",)))[0], sampler.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=40,
+                                 stop_token_ids=(newline,)))[0], sampler.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=2))[0]
+    assert by_string.token_ids == first_line and by_string.finish_reason == "stop"
+    assert by_id.token_ids == first_line  # the stop id is kept, as sampled
+    assert by_length.token_ids == s.token_ids[:2] and by_length.finish_reason == "length"
+
+
+def test_logprobs_are_the_learners_at_the_sampling_temperature(engine):
+    trainable, sampler, chat = engine
+    prompt = chat.render(CAPITAL)
+    (s,) = sampler.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=24),
+                            seeds=[5])
+    ref = learner_logprobs(trainable, prompt, s, 0.7)
+    assert max(abs(a - b) for a, b in zip(s.logprobs, ref)) < 2e-3
+    untempered = learner_logprobs(trainable, prompt, s, 1.0)
+    assert max(abs(a - b) for a, b in zip(s.logprobs, untempered)) > 1e-2
+
+
+def test_seeds_repeat_and_do_not_depend_on_batch_mates(engine):
+    _, sampler, chat = engine
+    a, b = chat.render(COLORS), chat.render(CAPITAL)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    alone = sampler.generate([a], params, seeds=[11])[0].token_ids
+    batched = sampler.generate([b, a, a], params, seeds=[3, 11, 12])
+    assert batched[1].token_ids == alone
+    assert batched[2].token_ids != alone
+
+
+def test_published_lora_changes_the_policy_and_adapter_off_is_the_base(engine):
+    trainable, sampler, chat = engine
+    prompt = chat.render(CAPITAL)
+    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    base = sampler.generate([prompt], greedy)[0].token_ids
+    torch.manual_seed(0)
+    for p in trainable.trainable_parameters():
+        if p.abs().sum() == 0:  # lora_B: start from zero, so move it
+            torch.nn.init.normal_(p, std=0.02)
+    sampler.load_weights(trainable.export_weights(1))
+    assert sampler.version == 1
+    trained = sampler.generate([prompt], greedy)[0].token_ids
+    assert trained != base
+    assert sampler.generate([prompt], greedy, adapter=False)[0].token_ids == base
+    s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=16),
+                         seeds=[1])[0]
+    gap = max(abs(a - b) for a, b in zip(s.logprobs, learner_logprobs(trainable, prompt, s, 1.0)))
+    assert gap < 2e-3  # the engine samples the weights the learner holds
+    sampler.load_weights(trainable.export_weights(2))  # a new id each version, same weights
+    assert sampler.generate([prompt], greedy)[0].token_ids == trained
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, monkeypatch, mode):
+    """Both runtimes sample from vLLM and train the HF learner; every turn records the policy
+    version that sampled it and each step reports the trainer/engine log-prob gap."""
+    import json
+
+    from practicum.config import load_config
+    from practicum.runtime import session
+    from practicum.runtime.train import run_training
+
+    trainable, sampler, _ = engine
+    monkeypatch.setattr(session, "load_engine", lambda cfg: (trainable, sampler))  # one engine
+    cfg = load_config(None, [
+        f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
+        "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=1",
+        "sampling.max_new_tokens=6", "train.steps=2", "train.warmup_steps=0",
+        "train.mini_batches=1", "eval.every=0", "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false", f"runtime.mode={mode}", "runtime.num_actors=4",
+        f"run.out_dir={tmp_path}", "run.name=v"])
+    run_training(cfg, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert len(steps) == 2 and all(r["logprob_gap"] < 5e-3 for r in steps), steps
+    episodes = [json.loads(x) for x in (tmp_path / "v" / "episodes.jsonl").read_text()
+                .splitlines()]
+    versions = {t["policy_version"] for e in episodes for t in e["turns"]}
+    assert versions == {0, 1} if mode == "sync" else versions <= {0, 1}
+    assert sampler.version == 2
