@@ -7,10 +7,10 @@ Suggested held-out package: `parse` (never train on it; report resolve rates on 
 How the suite was made (`yield.json` holds each package's yield):
 
     python -m practicum.tasks.swe.build_sources SDISTS      # trimmed archives -> sources/
-    practicum swe synthesize toolz semver parse --out A --max-tried 30 --max-kept 14
+    practicum swe synthesize inflection toolz semver parse --out A --max-tried 30 --max-kept 14
     practicum swe synthesize boltons --out B --max-tried 24 --max-kept 14
     practicum swe synthesize inflection --out C --max-tried 16 --max-kept 12 --per-function 3
-    # instances.jsonl = the three files concatenated (same relative `sources/` archives)
+    # instances.jsonl = A (without inflection) + B + C (same relative `sources/` archives)
     practicum swe check                                      # every gold resolves, empty none
 """
 
