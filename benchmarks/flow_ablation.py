@@ -57,7 +57,8 @@ def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
     from practicum.runtime.session import open_session
 
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_{mode}")
-                      + [f"task.options.mode={mode}"])
+                      + [f"task.options.mode={mode}",  # room for the answer turn
+                         f"rollout.max_turns={args.max_turns + 1}"])
     s = open_session(cfg)
     try:
         return family_scores(s.evaluate(mode))
@@ -102,6 +103,7 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--tasks-per-step", type=int, default=3)
     p.add_argument("--eval-per-family", type=int, default=6)
+    p.add_argument("--max-turns", type=int, default=4, help="= rollout.max_turns of flow.yaml")
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides for every "
                    "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)")
     p.add_argument("--out", default=None, help="run folders (default: a temporary folder)")

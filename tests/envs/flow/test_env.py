@@ -232,3 +232,15 @@ def test_time_limit_counts_the_flows_own_work(suite):
     r = env.step(plan("Compute it: ```python\nimport time\ntime.sleep(0.6)\nprint(1)\n```",
                       "python_coder"))
     assert r.done and r.info["flow"]["stopped_by"] == "max_seconds"
+
+
+def test_tool_integrated_ends_itself_after_its_turn_limit():
+    ti = build_suite("flow", {**RULES, "families": {"arithmetic": 1}, "train_size": 4,
+                              "eval_per_family": 1, "mode": "tool_integrated",
+                              "max_steps_train": 2}, SuiteContext(0))
+    env = ti.make_env(None)
+    env.reset(ti.train_tasks[0])
+    assert not env.step("hmm").done and not env.step("Tool: calculator\nCommand: 1+1").done
+    r = env.step("still thinking")
+    assert r.done and r.reward == 0.0 and "acc/arithmetic" in r.metrics
+    env.close()

@@ -69,7 +69,7 @@ class ToolIntegratedEnv(Env):
             self._workdir = Path(tempfile.mkdtemp(prefix="practicum-flow-ti-"))
             self.tools = build_tools(self.tool_names, self.world, self._workdir, self.limits,
                                      self.search)
-        self.task, self.calls, self.errors = task, 0, 0
+        self.task, self.calls, self.errors, self.turns = task, 0, 0, 0
         self.max_steps = self.max_steps_by_split[task.data.get("split") == "eval"]
         cards = "\n".join(t.meta.card() for t in self.tools.values())
         return Start([{"role": "system", "content": TI_SYSTEM.format(cards=cards)}, *TI_EXAMPLE,
@@ -82,12 +82,14 @@ class ToolIntegratedEnv(Env):
                 "tool_error_rate": self.errors / self.calls if self.calls else 0.0}
 
     def step(self, action: str) -> StepResult:
+        """Up to max_steps tool calls, then one more turn to answer (malformed turns count)."""
+        self.turns += 1
         tool_line = _TOOL_LINE.search(action)
         if re.search(r"answer\s*:", action, re.I) and not tool_line:
             return _finish(self.task, extract_answer(action), self._metrics(), {})
         name = normalise_tool(tool_line.group(1).splitlines()[0], list(self.tools)) \
             if tool_line else ""
-        if self.calls >= self.max_steps:
+        if self.turns > self.max_steps:
             return _finish(self.task, "", self._metrics(), {"stopped_by": "max_steps"})
         if not name:
             return StepResult("Reply with 'Tool: <name>' and 'Command: <input>', or "
