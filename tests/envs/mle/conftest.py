@@ -42,3 +42,22 @@ def _run_scripts(folders) -> dict:
 def run_scripts():
     """The `_run_scripts` helper: folders -> {folder: (ok, stdout)}."""
     return _run_scripts
+
+
+@pytest.fixture(scope="session")
+def bundled_root(tmp_path_factory):
+    """One data root for the bundled competitions, prepared (re-encoded) once per session:
+    competition id -> PreparedPaths, prepared on first use."""
+    from practicum.envs.mle.competitions.loading import load_competition
+
+    root = tmp_path_factory.mktemp("mle-bundled")
+    cache: dict = {}
+
+    def prepared(cid: str):
+        if cid not in cache:
+            comp = load_competition(cid)
+            cache[cid] = (comp, comp.prepare(root))
+        return cache[cid]
+
+    prepared.root = root
+    return prepared

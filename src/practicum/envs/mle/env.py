@@ -54,7 +54,9 @@ from practicum.envs.mle.actions.self_improve import (
 )
 from practicum.envs.mle.actions.template import parse_reply
 from practicum.envs.mle.competitions.config import CompetitionError
+from practicum.envs.mle.credit import evidence
 from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
+from practicum.envs.mle.credit.launch import run_instrumented
 from practicum.envs.mle.credit.milestones import new_nonce
 from practicum.envs.mle.credit.outcome import RunOutcome, judge_run, not_run, solution_output
 from practicum.envs.mle.credit.rewards import RewardConfig
@@ -123,7 +125,8 @@ class MleEnv(Env):
         self.reward_config = RewardConfig(
             failure_reward=options.failure_reward, milestone_credit=options.milestone_credit,
             partial_credit=options.partial_credit,
-            lower_is_better_transform=options.lower_is_better_transform, beta=options.beta)
+            lower_is_better_transform=options.lower_is_better_transform, beta=options.beta,
+            score_scale=options.score_scale)
         self.rng = random.Random(0)
         self.prompt_mode = "scratch"
         self.last_outcome: RunOutcome | None = None
@@ -207,7 +210,10 @@ class MleEnv(Env):
         observation = outcome.summary(self.options.output_chars)
         if not last:
             observation += "\n\nImprove your solution and reply again in the same format."
-        return StepResult(observation, reward, last, outcome.duration, metrics=self.metrics(),
+        # a run killed at the time limit reports no duration: its weight in duration-aware
+        # batching stays at the floor instead of the largest (the failure is not a slow model)
+        duration = 0.0 if outcome.timed_out else outcome.duration
+        return StepResult(observation, reward, last, duration, metrics=self.metrics(),
                           solved=progress.valid if last else None, info=info)
 
     def _malformed(self, reason: str, action: str, last: bool) -> StepResult:
@@ -232,8 +238,14 @@ class MleEnv(Env):
         workdir = data.new_workdir(self.options.workdir_root)
         self._workdirs.append(workdir)
         try:
-            run = run_python(inst.code, workdir, self.limits, hidden_paths=data.hidden,
-                             backend=self.options.backend, cancel=self._cancel)
+            if inst.method == "none":  # unparsable or nothing to mark: run as written
+                run = run_python(code, workdir, self.limits, hidden_paths=data.hidden,
+                                 backend=self.options.backend, cancel=self._cancel)
+            else:
+                marked, lines = evidence.attach(inst.code, nonce)
+                run = run_instrumented(code, marked, lines, workdir, self.limits,
+                                       hidden_paths=data.hidden, backend=self.options.backend,
+                                       cancel=self._cancel)
         except SandboxError as err:
             log.warning("sandbox failed on %s: %s", data.comp.id, err)
             return not_run(data.comp, self.reward_config, f"sandbox error: {err}",
@@ -244,7 +256,7 @@ class MleEnv(Env):
                            infra_error="cancelled", instrumenter=inst.method,
                            instrument_rejected=inst.rejected_reason)
         return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers,
-                         self.reward_config, MAX_SUBMISSION_BYTES)
+                         self.reward_config, MAX_SUBMISSION_BYTES, data.sizes, data.anchors)
 
     def _reward(self, reward: float, last: bool) -> float:
         """This attempt's reward; on the last, the best of the episode's attempts."""

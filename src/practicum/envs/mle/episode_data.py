@@ -16,10 +16,13 @@ import pandas as pd
 
 from practicum.envs.mle.actions.sklearn_template import default_template
 from practicum.envs.mle.actions.template import Template
+from practicum.envs.mle.competitions import source_data
 from practicum.envs.mle.competitions.competition import Competition
 from practicum.envs.mle.competitions.config import CompetitionError
 from practicum.envs.mle.competitions.loading import load_folder
 from practicum.envs.mle.competitions.prepared_data import PreparedPaths, read_answers
+from practicum.envs.mle.competitions.submission_checks import InvalidSubmissionError
+from practicum.envs.mle.credit.evidence import Sizes
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,14 @@ class CompetitionData:
     template: Template | None
     """The template-mode script; None when config.yaml names no target column."""
     hidden: tuple[Path, ...]
-    """Host paths unreadable inside the sandbox: the private folder and the whole data root."""
+    """Host paths unreadable inside the sandbox: the private folder, the whole data root, and
+    the public source data of the bundled competitions (`source_data.hidden_paths`)."""
+
+    sizes: Sizes | None = None
+    """Rows of train.csv and test.csv: what milestone evidence is checked against."""
+    anchors: tuple[float, float] | None = None
+    """(score of the sample submission, best leaderboard score): the normalised score's 0 and
+    1 (`rewards.normalise_score`); None without a leaderboard or a gradable sample."""
 
     @property
     def kind(self) -> str:
@@ -74,7 +84,28 @@ def load_competition_data(comp: Competition, data_root: Path | None) -> Competit
         except ValueError as err:
             log.warning("competition %s has no template: %s", comp.id, err)
     root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
-    return CompetitionData(comp, paths, answers, template, (paths.private, root))
+    hidden = (paths.private, root, *source_data.hidden_paths())
+    sizes = Sizes(_rows(paths.public / "train.csv"), _rows(paths.public / "test.csv"))
+    return CompetitionData(comp, paths, answers, template, hidden, sizes,
+                           score_anchors(comp, paths, answers))
+
+
+def _rows(path: Path) -> int:
+    return len(pd.read_csv(path)) if path.is_file() else 0
+
+
+def score_anchors(comp: Competition, paths: PreparedPaths, answers: pd.DataFrame
+                  ) -> tuple[float, float] | None:
+    """(sample submission's score, best leaderboard score), or None (see CompetitionData)."""
+    if not comp.leaderboard or paths.sample_submission is None:
+        return None
+    try:
+        no_ml = comp.grade(paths.sample_submission, answers)
+    except InvalidSubmissionError as err:
+        log.warning("competition %s: its sample submission is not gradable (%s): raw scores",
+                    comp.id, err)
+        return None
+    return (no_ml, float(comp.leaderboard[0]))
 
 
 class CompetitionCache:

@@ -73,6 +73,11 @@ class MleOptions(BaseModel):
         "task per run); across tasks an RMSE of 60 would then fall below the failure reward, "
         "so the default maps v to 1 / (1 + v / beta).")
     beta: float = Field(3.0, gt=0, description="Scale of the exp/inverse transforms.")
+    score_scale: Literal["leaderboard", "raw"] = Field(
+        "leaderboard", description="leaderboard: the score credit is normalised per "
+        "competition, 0 = its sample submission (a constant guess), 1 = its best baseline on "
+        "leaderboard.csv, clipped to [-1, 2] (raw scores where a competition has no "
+        "leaderboard); raw: the oriented metric (lower_is_better_transform).")
     salvage: bool = Field(True, description="Template mode: accept a lone `model = ...` line "
                           "found inside an otherwise malformed reply.")
     output_chars: int = Field(600, gt=0, description="Run output shown to the agent.")

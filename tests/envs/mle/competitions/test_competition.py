@@ -146,6 +146,18 @@ def test_grader_returning_nan_is_invalid(toy, tmp_path):
         toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers)
 
 
+def test_grader_returning_inf_is_invalid_with_a_reason(toy, tmp_path):
+    (toy.root / "grade.py").write_text("def grade(submission, answers):\n    return float('inf')\n")
+    with pytest.raises(InvalidSubmissionError, match="returned inf .*not a finite score"):
+        toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers)
+
+
+def test_infinite_predictions_are_invalid_before_any_grader_runs(toy, tmp_path):
+    answers = toy.prepare(tmp_path / "data").answers
+    with pytest.raises(InvalidSubmissionError, match="column 'y' holds infinite values"):
+        toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, float("inf")]}), answers)
+
+
 def test_default_data_root_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("PRACTICUM_DATA", str(tmp_path))
     assert default_data_root() == tmp_path / "mle"

@@ -18,11 +18,18 @@ def outcome(**fields) -> RunOutcome:
 
 
 def test_self_inspection_heuristic():
-    assert self_inspection("print(open(__file__).read())") == "uses __file__"
     assert self_inspection("import sys\nprint(sys._getframe().f_code.co_consts)")
-    assert self_inspection("import sys\nprint(sys.argv)") == "uses .argv"
-    assert self_inspection("s = open('main.py').read()") == "mentions 'main.py'"
+    assert self_inspection("import gc\nprint(gc.get_objects())") == "uses .get_objects"
+    assert self_inspection("open('/proc/self/mem', 'rb')") == "mentions '/proc/self'"
+    assert self_inspection("getattr(sys, '_getframe')") == "mentions '_getframe'"
     assert self_inspection("model = Ridge(alpha=1.0)") is None
+
+
+def test_reading_its_own_file_or_argv_is_not_self_inspection():
+    # the file holds only the policy's own code (the nonce never is in it: credit.launch)
+    assert self_inspection("print(open(__file__).read())") is None
+    assert self_inspection("import sys\nprint(sys.argv)") is None
+    assert self_inspection("s = open('main.py').read()") is None
 
 
 def test_solution_output_drops_bare_marker_lines():

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
-from practicum.envs.mle.competitions import grading, mlebench_compat
+from practicum.envs.mle.competitions import grading, mlebench_compat, secret_transform
 from practicum.envs.mle.competitions.config import (
     CompetitionError,
     PracticumSection,
@@ -80,8 +81,12 @@ class Competition:
         prepared = paths.public.parent
         if force and prepared.exists():
             shutil.rmtree(prepared)
+        encoding = self._encoding()
         if (prepared / MARKER).is_file():
-            return paths
+            done = read_yaml(prepared / MARKER, self.id) or {}
+            if done.get("encoding") == encoding:
+                return paths
+            shutil.rmtree(prepared)  # prepared under another secret (or none): redo
         raw = Path(raw) if raw else prepared.parent / "raw"
         needs_raw = self.practicum.needs_raw
         if needs_raw is None:
@@ -104,13 +109,29 @@ class Competition:
                 raise CompetitionError(
                     f"prepare.py of competition '{self.id}' failed: {type(err).__name__}: {err}"
                 ) from err
+            self._verify_checksums(tree_checksums(public, private))
+            changed = self._encode(public, private, paths) if encoding else {}
             digests = tree_checksums(public, private)
-            self._verify_checksums(digests)
-            (staging / MARKER).write_text(yaml.safe_dump({"competition": self.id, **digests}))
+            record = {"competition": self.id, "encoding": encoding, **changed, **digests}
+            (staging / MARKER).write_text(yaml.safe_dump(record))
             move_into_place(staging, prepared)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return paths
+
+    def _encoding(self) -> str | None:
+        """Fingerprint of the secret this competition is re-encoded with; None when it is not."""
+        if not self.practicum.secret_transform:
+            return None
+        return secret_transform.fingerprint(secret_transform.machine_secret())
+
+    def _encode(self, public: Path, private: Path, paths: PreparedPaths) -> dict:
+        section = self.practicum
+        return secret_transform.apply(
+            public, private, cid=self.id, id_column=section.id_column,
+            targets=list(section.target_columns), task=section.task,
+            answers_name=paths.answers.name, sample_name=paths.sample_submission.name,
+            secret=secret_transform.machine_secret())
 
     def expected_checksums(self) -> dict | None:
         """checksums.yaml as parsed; None when the folder has none."""
@@ -152,6 +173,12 @@ class Competition:
         if not isinstance(answers, pd.DataFrame):
             answers = read_answers(Path(answers))
         grade_fn = self._callable("grader.grade_fn", "grade:grade")
+        for column in frame.columns:
+            values = frame[column]
+            if pd.api.types.is_numeric_dtype(values) and np.isinf(values.to_numpy(float)).any():
+                raise InvalidSubmissionError(
+                    f"submission column '{column}' holds infinite values: predictions must be "
+                    f"finite numbers")
         try:
             score = grade_fn(frame, answers)
         except InvalidSubmissionError:
@@ -166,8 +193,11 @@ class Competition:
             score = float(score)
         except (TypeError, ValueError):
             raise InvalidSubmissionError(f"the grader returned {score!r}, not a number") from None
-        if math.isnan(score):
-            raise InvalidSubmissionError("the grader returned NaN for this submission")
+        if not math.isfinite(score):
+            raise InvalidSubmissionError(
+                f"the grader returned {'NaN' if math.isnan(score) else score} for this "
+                f"submission, not a finite score "
+                f"(are some predictions infinite, NaN or far out of range?)")
         return score
 
     def medal_thresholds(self) -> dict | None:

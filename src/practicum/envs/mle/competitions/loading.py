@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
-from practicum.envs.mle.competitions import mlebench_compat
+from practicum.envs.mle.competitions import mlebench_compat, secret_transform
 from practicum.envs.mle.competitions.competition import Competition
 from practicum.envs.mle.competitions.config import (
     CompetitionError,
@@ -106,7 +106,9 @@ def load_folder(folder: Path) -> Competition:
         metric=metric,
         lower_is_better=lower,
         config=config,
-        description=description_path.read_text(),
+        description=description_path.read_text().rstrip() + (
+            secret_transform.note((section.task or "").lower() in secret_transform.LABEL_TASKS)
+            if section.secret_transform else "") + "\n",
         leaderboard=leaderboard,
         practicum=section,
     )

@@ -31,7 +31,8 @@ MILESTONES: dict[str, str] = {
 MARKER_PREFIX = "[[PRACTICUM:"
 
 # Anything that looks like a marker, whatever its nonce; group 1 nonce, 2 name, 3 value.
-_MARKER = re.compile(r"\[\[PRACTICUM:([^:\]\s]*):([A-Za-z_]+)\]\](?:[ \t]+value=(\S+))?")
+_MARKER = re.compile(
+    r"\[\[PRACTICUM:([^:\]\s]*):([A-Za-z_]+)\]\](?:[ \t]+value=(\S+))?(?:[ \t]+n=(-?\d+))?")
 
 
 def new_nonce() -> str:
@@ -72,6 +73,8 @@ class MilestoneReport:
     """Last finite value printed with a correct-nonce `validation_scored` marker."""
     forged: int = 0
     """Marker-like lines whose nonce is wrong (printed by the agent's own code): never credited."""
+    evidence: dict[str, list[int]] = field(default_factory=dict)
+    """milestone -> the evidence numbers its correct-nonce markers printed (`credit.evidence`)."""
 
 
 def parse_milestones(stdout: str, nonce: str) -> MilestoneReport:
@@ -80,7 +83,7 @@ def parse_milestones(stdout: str, nonce: str) -> MilestoneReport:
     for line in stdout.splitlines():
         forged_here = False
         for match in _MARKER.finditer(line):
-            found_nonce, name, value = match.groups()
+            found_nonce, name, value, count = match.groups()
             if found_nonce != nonce:
                 forged_here = True
                 continue
@@ -88,6 +91,8 @@ def parse_milestones(stdout: str, nonce: str) -> MilestoneReport:
                 continue
             if name not in report.reached:
                 report.reached.append(name)
+            if count is not None:
+                report.evidence.setdefault(name, []).append(int(count))
             if name == "validation_scored" and value is not None:
                 number = _to_float(value)
                 if number is not None:
@@ -105,7 +110,8 @@ def redact_markers(stdout: str) -> str:
 
     def readable(match: re.Match[str]) -> str:
         value = f" value={match.group(3)}" if match.group(3) else ""
-        return f"[milestone: {match.group(2)}{value}]"
+        count = f" n={match.group(4)}" if match.group(4) else ""
+        return f"[milestone: {match.group(2)}{value}{count}]"
 
     return _MARKER.sub(readable, stdout)
 

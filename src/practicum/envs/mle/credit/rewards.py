@@ -10,6 +10,17 @@ How the pieces combine follows the authors' derivative code (seed_systems.md §1
 with k the number of DISTINCT milestones reached and c = milestone_credit (0 when partial
 credit is ablated). Milestones thus still add on a valid run, and they rank failures among
 themselves without ever lifting an invalid run (at most -10 + 0.7) above a valid one.
+
+Across competitions the raw metric's units differ (an RMSE of 60 vs an accuracy of 0.9), so
+with `score_scale="leaderboard"` (and anchors known) the score is normalised per competition:
+
+    normalise(v) = clip((v - v0) / (v1 - v0), -1, 2)
+
+with v0 the score of the competition's sample submission (a constant guess: the no-ML level,
+0) and v1 the best score of its baseline leaderboard (1). It is increasing in the oriented
+score whatever the metric's direction (for lower-is-better v1 < v0), so a better model always
+earns more; a constant guess earns about 0, the best baseline 1; and a valid run never falls
+below -1, far above any invalid run (failure_reward + at most 0.7 of milestones).
 """
 
 from __future__ import annotations
@@ -38,6 +49,9 @@ class RewardConfig:
     "exp" -> exp(-v / beta), "inverse" -> 1 / (1 + v / beta) (both in (0, 1] for v >= 0)."""
     beta: float = 3.0
     """Scale of the "exp" and "inverse" transforms (derivative code's default)."""
+    score_scale: Literal["raw", "leaderboard"] = "raw"
+    """"leaderboard": normalise the score against the competition's anchors (module
+    docstring) when given; "raw": the oriented metric (lower_is_better_transform)."""
 
     def __post_init__(self) -> None:
         if self.lower_is_better_transform not in ("negate", "exp", "inverse"):
@@ -45,6 +59,9 @@ class RewardConfig:
                 "RewardConfig.lower_is_better_transform must be 'negate', 'exp' or 'inverse', "
                 f"got {self.lower_is_better_transform!r}"
             )
+        if self.score_scale not in ("raw", "leaderboard"):
+            raise ValueError(f"RewardConfig.score_scale must be 'raw' or 'leaderboard', got "
+                             f"{self.score_scale!r}")
         if self.beta <= 0:
             raise ValueError(f"RewardConfig.beta must be > 0, got {self.beta}")
 
@@ -82,17 +99,36 @@ def orient_score(
     raise ValueError(f"unknown lower_is_better transform {transform!r}")
 
 
+NORMALISED_RANGE = (-1.0, 2.0)
+"""Bounds of a normalised score (module docstring)."""
+
+
+def normalise_score(score: float, anchors: tuple[float, float]) -> float:
+    """clip((v - v0) / (v1 - v0), -1, 2): 0 at the no-ML level v0, 1 at the best baseline v1."""
+    v0, v1 = anchors
+    low, high = NORMALISED_RANGE
+    return min(high, max(low, (score - v0) / (v1 - v0)))
+
+
+def usable_anchors(anchors: tuple[float, float] | None) -> bool:
+    return (anchors is not None and all(math.isfinite(a) for a in anchors)
+            and anchors[0] != anchors[1])
+
+
 def mle_reward(
     reached: Sequence[str],
     valid: bool,
     score: float | None,
     lower_is_better: bool,
     cfg: RewardConfig = RewardConfig(),
+    anchors: tuple[float, float] | None = None,
 ) -> RewardBreakdown:
     """The episode reward of one ML-engineering action (formula in the module docstring).
 
     reached: milestones whose markers appeared (duplicates count once).
     valid/score: whether the grader accepted submission.csv, and its raw score.
+    anchors: (no-ML score, best baseline score) of the competition, in the metric's units;
+    used with cfg.score_scale == "leaderboard".
     """
     unknown = [m for m in reached if m not in MILESTONES]
     if unknown:
@@ -102,15 +138,17 @@ def mle_reward(
     distinct = sorted(set(reached), key=list(MILESTONES).index)
     credit = cfg.milestone_credit * len(distinct) if cfg.partial_credit else 0.0
     failure = 0.0 if valid else cfg.failure_reward
-    score_credit = (
-        orient_score(score, lower_is_better, cfg.lower_is_better_transform, cfg.beta)
-        if valid
-        else 0.0
-    )
-    details = {
-        "milestones": distinct,
-        "raw_score": score,
-        "valid": valid,
-        "transform": cfg.lower_is_better_transform if lower_is_better else "identity",
-    }
+    normalised = cfg.score_scale == "leaderboard" and usable_anchors(anchors)
+    if not valid:
+        score_credit = 0.0
+    elif normalised:
+        score_credit = normalise_score(score, anchors)
+    else:
+        score_credit = orient_score(score, lower_is_better, cfg.lower_is_better_transform, cfg.beta)
+    if normalised:
+        transform = "leaderboard"
+    else:
+        transform = cfg.lower_is_better_transform if lower_is_better else "identity"
+    details = {"milestones": distinct, "raw_score": score, "valid": valid,
+               "transform": transform}
     return RewardBreakdown(failure + credit + score_credit, failure, credit, score_credit, details)
