@@ -58,7 +58,7 @@ class EngineConfig(Section):
         "engine in its own venv, scripts/vllm_venv.sh; the learner stays HF + peft).")
     max_model_len: int = Field(2048, gt=0, description="vllm: context length (prompt + turn) "
                                "the engine reserves KV cache for.")
-    kv_cache_gb: float = Field(1.0, gt=0, description="vllm: CPU KV-cache size in GiB.")
+    kv_cache_gb: int = Field(1, ge=1, description="vllm: CPU KV-cache size in whole GiB.")
     threads: str | None = Field(None, description="vllm: cores its CPU worker binds to, e.g. "
                                 "'0-1' (None = vLLM's default, one core).")
 

@@ -18,7 +18,7 @@ CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 def engine(smollm2_dir):
     trainable, sampler = load_vllm_engine(
         PolicyConfig(model=str(smollm2_dir), dtype="float32", seed=0),
-        VLLMOptions(max_model_len=512, kv_cache_gb=0.5))
+        VLLMOptions(max_model_len=512, kv_cache_gb=1))
     chat = ChatFormat(trainable.tokenizer)
     yield trainable, sampler, chat
     sampler.close()

@@ -37,8 +37,8 @@ class VLLMOptions:
 
     max_model_len: int = 2048
     """Context length the engine reserves KV cache for (prompt + generated tokens)."""
-    kv_cache_gb: float = 1.0
-    """CPU KV-cache size (VLLM_CPU_KVCACHE_SPACE), GiB."""
+    kv_cache_gb: int = 1
+    """CPU KV-cache size (VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
     max_loras: int = 1
     """Adapters resident at once (one policy version at a time)."""
     threads: str | None = None
@@ -53,7 +53,7 @@ class VLLMSampler:
                  lora_rank: int | None = None, full_weights: bool = False,
                  options: VLLMOptions | None = None, seed: int = 0):
         opts = options or VLLMOptions()
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(opts.kv_cache_gb))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(opts.kv_cache_gb))
         if opts.threads:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", opts.threads)
         from vllm import LLM

@@ -96,3 +96,47 @@ def _journal(logs: Path) -> list[dict]:
     nodes = json.loads(files[-1].read_text()).get("nodes", [])
     keep = ("step", "plan", "code", "analysis", "is_buggy", "metric", "exc_type")
     return [{k: n.get(k) for k in keep} for n in nodes]
+
+
+@dataclass
+class MiniRun:
+    returncode: int
+    seconds: float
+    exit_status: str | None
+    """mini-swe-agent's verdict: Submitted, LimitsExceeded, FormatError, ..."""
+    patch: str
+    """`git diff` of the repository after the run (what a SWE grader applies and tests)."""
+    messages: int
+    """Messages in the trajectory (system, task, model turns, observations)."""
+    trajectory: Path
+    log_tail: str
+
+
+def run_mini_swe_agent(base_url: str, model: str, repo: Path, task: str, workdir: Path,
+                       step_limit: int = 10, python: Path | None = None,
+                       timeout: float = 1800) -> MiniRun:
+    """mini-swe-agent (bash-only scaffold, litellm client) on a git repository, its commands run
+    by its bubblewrap environment (host read-only, the repository writable), against an
+    OpenAI-compatible endpoint. The repository should be a scratch copy: the agent edits it."""
+    python = python or agent_python("mini")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    traj = workdir / "trajectory.json"
+    env = {**os.environ, "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": "",
+           "MSWEA_GLOBAL_CONFIG_DIR": str(workdir / "mswea-config")}
+    cmd = [str(Path(python).parent / "mini"), "-m", f"openai/{model}", "-c", "mini.yaml",
+           "-c", f"model.model_kwargs.api_base={base_url}",
+           "-c", "model.model_kwargs.api_key=practicum",
+           "-c", "model.model_kwargs._skip_mcp_handler=true",
+           "-c", f"agent.step_limit={step_limit}", "-c", f"environment.cwd={Path(repo).resolve()}",
+           "--environment-class", "bubblewrap", "-t", task, "-y", "--exit-immediately",
+           "-o", str(traj)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    data = json.loads(traj.read_text()) if traj.is_file() else {}
+    patch = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+    return MiniRun(done.returncode, seconds, (data.get("info") or {}).get("exit_status"), patch,
+                   len(data.get("messages", [])), traj, (done.stdout + done.stderr)[-3000:])
