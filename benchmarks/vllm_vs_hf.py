@@ -92,7 +92,8 @@ def main() -> None:
         for adapter in (True, False):
             for b in args.batches:
                 r = timed(sampler, b, args.new_tokens, adapter)
-                r["gap_max"] = gap(trainable, r.pop("samples")[:4]) if adapter else None
+                pairs = r.pop("samples")
+                r["gap_max"] = gap(trainable, pairs[:4]) if adapter else None
                 rows.append({"engine": name, **r})
     table = Table(title=f"HF vs vLLM sampling, SmolLM2 fp32 + LoRA r16, {args.new_tokens} "
                   f"new tokens (vLLM startup {startup:.0f} s; publish: HF {publish['hf']:.2f} s,"

@@ -31,6 +31,7 @@ SERVICE = ModelService()  # no server: enough for the rules
 def make_suite(data_root: Path, **options):
     values = {"mode": "script", "instrumenter": "rules", "held_out": ["iris-species"],
               "train": ["wine-cultivar"], "data_root": str(data_root), "wall_seconds": 20,
+              "score_scale": "raw",
               **options}
     return mle_suite(MleOptions(**values), SuiteContext(failure_reward=ENV_FAILURE_REWARD))
 
@@ -118,6 +119,7 @@ def test_sandbox_failure_is_a_failure_with_the_runs_failure_reward(suite, answer
         raise SandboxError("no sandbox backend works on this machine")
 
     monkeypatch.setattr(env_module, "run_python", broken)
+    monkeypatch.setattr(env_module, "run_instrumented", broken)
     env, result = run(suite, block(perfect_script(answers)))
     assert result.done and result.failure.startswith("sandbox error: no sandbox backend")
     assert result.reward == ENV_FAILURE_REWARD and not result.malformed
@@ -145,7 +147,9 @@ def test_wrong_row_count_is_an_invalid_submission(suite):
     env, result = run(suite, block(
         "import csv\nopen('submission.csv', 'w').write('id,species\\n0,setosa\\n')\n"))
     assert not env.last_outcome.valid and "45" in env.last_outcome.failure_reason
-    assert result.reward == pytest.approx(-10.0 + 0.2)
+    # predictions_written needs one row per test row: only the import counts
+    assert result.reward == pytest.approx(-10.0 + 0.1)
+    assert env.last_outcome.unproven == ["predictions_written"]
 
 
 def test_template_mode_runs_the_filled_script(data_root):

@@ -98,8 +98,9 @@ for nonce in ["0" * 16, "deadbeefdeadbeef", ""]:
 """,
     "read the nonce from its own source": """\
 import re
-source = open(__file__).read()
-nonce = re.search(r"PRACTICUM:([0-9a-f]+):", source).group(1)
+source = open(__file__).read()  # the policy's own code only: the nonce is never in it
+found = re.search(r"PRACTICUM:([0-9a-f]+):", source)
+nonce = found.group(1) if found else "0"
 for m in ["libraries_imported", "data_loaded", "features_prepared", "model_built",
           "model_trained", "validation_scored", "predictions_written"]:
     print("[[PRACTICUM:%s:%s]]" % (nonce, m))
@@ -129,6 +130,7 @@ os.symlink({answers!r}, "submission.csv")
 def env_parts(tmp_path_factory):
     data_root = tmp_path_factory.mktemp("redteam-data")
     options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
+                         score_scale="raw",
                          train=["wine-cultivar"], data_root=str(data_root), wall_seconds=4,
                          memory_mb=1024, max_processes=32)
     suite = mle_suite(options, SuiteContext())
@@ -201,7 +203,8 @@ def test_network_is_unreachable(env_parts):
 
 def test_resource_attacks_are_killed_at_the_limits(env_parts):
     loop_result, loop = attack(env_parts, "loop forever")
-    assert loop.crash == "killed (timeout)" and 3.5 < loop_result.duration < 15
+    assert loop.crash == "killed (timeout)" and 3.5 < loop.duration < 15 and loop.timed_out
+    assert loop_result.duration == 0.0  # a timeout reports no duration: no largest weight
     bomb_result, bomb = attack(env_parts, "fork bomb")
     assert bomb.crash is not None and bomb_result.duration < 15
     memory = attack(env_parts, "allocate 20 GB")[1]
@@ -222,7 +225,7 @@ def test_forged_and_self_read_markers_earn_nothing(env_parts):
     assert forged_result.reward == -10.0
     self_read_result, self_read = attack(env_parts, "read the nonce from its own source")
     assert self_read.milestones == [] and self_read_result.reward == -10.0
-    assert self_read.self_inspection == "uses __file__"
+    assert self_read.forged_markers >= 7  # it found no nonce in main.py: wrong-nonce markers
 
 
 def test_symlinked_submission_is_not_followed(env_parts):

@@ -329,3 +329,27 @@ def test_closing_the_output_does_not_end_supervision(backend: str, workdir: Path
     r = run_python(code, workdir, Limits(wall_seconds=1.5), backend=backend)
     assert r.timed_out and r.killed_reason == "timeout"
     _assert_no_leftovers(workdir)
+
+
+def test_proc_shows_no_launcher_spec(backend: str, tmp_path: Path, workdir: Path):
+    """/proc/*/cmdline inside (pid 1 is the launcher or bwrap) names neither the hidden paths
+    nor the mounts; other processes' environ is unreadable or clean."""
+    secret = Path(os.path.realpath(os.path.dirname(os.__file__))) / "pydoc_data"  # shown
+    assert secret.is_dir()
+    code = (
+        "import os\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    for name in ('cmdline', 'environ'):\n"
+        "        try:\n"
+        "            print(pid, name, open(f'/proc/{pid}/{name}', 'rb').read())\n"
+        "        except OSError as e:\n"
+        "            print(pid, name, 'unreadable')\n"
+    )
+    result = run_python(code, workdir, Limits(wall_seconds=30), hidden_paths=[secret],
+                        backend=backend)
+    assert result.ok, result.stderr
+    assert " 1 cmdline " in f" {result.stdout}"  # pid 1 was looked at
+    for text in ("pydoc_data", "tmpfs"):
+        assert text not in result.stdout and text.encode().hex() not in result.stdout
+    assert "--ro-bind" not in result.stdout
+    assert "PRACTICUM_SANDBOX_SPEC" not in result.stdout

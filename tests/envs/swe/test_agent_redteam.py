@@ -40,7 +40,7 @@ def bash(env, cmd):
 
 def test_cannot_read_the_gold_patch_or_mutation_record(env, suite_file):
     out = bash(env, f"cat {suite_file}; ls {suite_file.parent}; cat {suite_file.parent}/src/"
-                    f"calc/ops.py; ls /work 2>&1; grep -rl {MARKER} /root /home /etc 2>/dev/null; "
+                    f"calc/ops.py; ls /work 2>&1; grep -rl {MARKER} /root /home 2>/dev/null; "
                     f"python -c 'import practicum' 2>&1 | tail -1")
     assert MARKER not in out and "a + b" not in out and "GOLD" not in out.replace(MARKER, "")
     r = env.step("<submit></submit>")

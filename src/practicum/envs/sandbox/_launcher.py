@@ -1,6 +1,7 @@
 """Launcher of the `namespaces` backend, run as root in a fresh interpreter:
 
-    python -I -S _launcher.py SPEC STATUS_FD        (SPEC: hex of a marshal-ed dict)
+    PRACTICUM_SANDBOX_SPEC=SPEC python -I -S _launcher.py STATUS_FD
+                                                    (SPEC: hex of a marshal-ed dict)
 
 Standalone, stdlib only, few imports (its start-up is part of every run's overhead); it must
 not import the trainer's code. The tree it builds:
@@ -168,7 +169,8 @@ def run_init(spec, status):
 
 
 def main():
-    spec, status = marshal.loads(bytes.fromhex(sys.argv[1])), int(sys.argv[2])
+    spec = marshal.loads(bytes.fromhex(os.environ.pop("PRACTICUM_SANDBOX_SPEC")))
+    status = int(sys.argv[1])
     os.umask(0o022)
     try:
         for path in spec["cgroup_procs"]:

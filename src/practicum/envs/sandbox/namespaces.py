@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ LAUNCHER = Path(__file__).with_name("_launcher.py")
 PRIVATE_TMP = (SANDBOX_TMP, "/dev/shm")
 """Shared writable host folders replaced by private size-limited tmpfs."""
 KEPT = (*SYSTEM_PATHS, "/dev", "/proc")
+SPEC_ENV = "PRACTICUM_SANDBOX_SPEC"
+"""Environment variable carrying the launcher's spec (removed before the code runs)."""
 """Host folders left visible (read-only)."""
 
 
@@ -91,8 +94,11 @@ def spec(plan: Plan) -> dict:
 
 
 def command(plan: Plan) -> list[str]:
+    # The spec travels in the environment, not argv: the sandbox's pid 1 (the launcher) has a
+    # world-readable /proc/1/cmdline, while its environ is closed to the code's other uid.
     encoded = marshal.dumps(spec(plan)).hex()
-    return [sys.executable, "-I", "-S", str(LAUNCHER), encoded, str(plan.status_fd)]
+    return [shutil.which("env") or "/usr/bin/env", f"{SPEC_ENV}={encoded}", sys.executable,
+            "-I", "-S", str(LAUNCHER), str(plan.status_fd)]
 
 
 def read_status(text: str) -> Status:

@@ -30,13 +30,15 @@ def test_prepare_then_grade(cli, tmp_path, capsys):
     data = tmp_path / "data"
     assert cli(["mle", "prepare", "iris-species", "--data", str(data)]) == 0
     assert "answers.csv" in capsys.readouterr().out
-    answers = pd.read_csv(data / "iris-species" / "prepared" / "private" / "answers.csv")
+    # --data DIR means what PRACTICUM_DATA=DIR means: DIR/mle/<id>/prepared
+    answers = pd.read_csv(data / "mle" / "iris-species" / "prepared" / "private" / "answers.csv")
     submission = tmp_path / "submission.csv"
     answers.to_csv(submission, index=False)
     assert cli(["mle", "grade", "iris-species", str(submission), "--data", str(data), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] and report["score"] == 1.0 and report["medal"] == "gold"
-    assert cli(["mle", "grade", "iris-species", str(submission), "--data", str(data)]) == 0
+    assert cli(["mle", "grade", "iris-species", str(submission), "--data", str(data),
+                "--raw", str(tmp_path)]) == 0
     assert "gold" in capsys.readouterr().out
 
 
@@ -64,3 +66,16 @@ def test_add_mle_commands_accepts_the_mle_parser_itself(tmp_path):
     args = parser.parse_args(["prepare", "iris-species", "--raw", str(tmp_path), "--force",
                               "--competitions", "a", "--competitions", "b"])
     assert args.force and args.raw == tmp_path and [str(p) for p in args.competitions] == ["a", "b"]
+
+
+def test_non_numeric_regression_value_is_invalid_with_a_reason(cli, tmp_path, capsys):
+    data = tmp_path / "data"
+    assert cli(["mle", "prepare", "diabetes-progression", "--data", str(data)]) == 0
+    capsys.readouterr()
+    sample = data / "mle" / "diabetes-progression" / "prepared" / "public" / "sample_submission.csv"
+    frame = pd.read_csv(sample).astype({"progression": object})
+    frame.loc[0, "progression"] = "lots"
+    bad = tmp_path / "bad.csv"
+    frame.to_csv(bad, index=False)
+    assert cli(["mle", "grade", "diabetes-progression", str(bad), "--data", str(data)]) == 1
+    assert "must be numeric; got 'lots'" in capsys.readouterr().out

@@ -60,7 +60,8 @@ def test_scratch_then_improve_keeps_the_better_attempt(suite):
     result = scratch_then_improve(scripted_runner(suite, prompts), [IRIS, IRIS])
     assert result["scratch"] == {"reward_mean": -10.0, "valid_rate": 0.0, "episodes": 2.0}
     assert result["improve"]["valid_rate"] == 1.0
-    assert result["best"]["reward_mean"] == pytest.approx(1 / 3 + 0.1)  # sample: 1/3 accuracy
+    # the sample submission is the no-ML level: normalised score 0, no milestone proven
+    assert result["best"]["reward_mean"] == pytest.approx(0.0, abs=1e-9)
     assert [r["kept"] for r in result["tasks"]] == ["improve", "improve"]
     assert "it produced no valid submission" in prompts[-1]
     assert "A forest, I think." in prompts[-1]

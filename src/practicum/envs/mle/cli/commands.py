@@ -24,6 +24,15 @@ RAW_HELP = (
 )
 
 
+DATA_HELP = ("data folder, as $PRACTICUM_DATA: files go to DIR/mle/<id>/prepared/ (default: "
+             "$PRACTICUM_DATA/mle or ~/.cache/practicum/mle)")
+
+
+def mle_data_root(data: Path | None) -> Path | None:
+    """`--data DIR` means what PRACTICUM_DATA=DIR means: the MLE data root is DIR/mle."""
+    return Path(data) / "mle" if data is not None else None
+
+
 def competitions_option() -> argparse.ArgumentParser:
     """A parent parser holding the repeatable `--competitions DIR` option."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -61,8 +70,7 @@ def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentP
         "--data",
         type=Path,
         metavar="DIR",
-        help="data root; files go to DIR/<id>/prepared/ (default: $PRACTICUM_DATA/mle or "
-        "~/.cache/practicum/mle)",
+        help=DATA_HELP,
     )
     prepare.add_argument("--force", action="store_true", help="prepare again from scratch")
     prepare.set_defaults(func=cmd_prepare)
@@ -70,7 +78,8 @@ def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentP
     grade = sub.add_parser("grade", parents=[common], help="score a submission CSV")
     grade.add_argument("competition", metavar="ID", help="competition id or folder")
     grade.add_argument("submission", type=Path, metavar="SUBMISSION.csv")
-    grade.add_argument("--data", type=Path, metavar="DIR", help="data root (as for prepare)")
+    grade.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
+    grade.add_argument("--raw", type=Path, metavar="DIR", help=RAW_HELP)
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.set_defaults(func=cmd_grade)
 
@@ -121,7 +130,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from practicum.envs.mle.competitions.loading import load_competition
 
     comp = load_competition(args.competition, args.competitions)
-    paths = comp.prepare(data_root=args.data, raw=args.raw, force=args.force)
+    paths = comp.prepare(data_root=mle_data_root(args.data), raw=args.raw, force=args.force)
     table = Table(title=f"{comp.id}: prepared")
     table.add_column("visibility")
     table.add_column("file", overflow="fold")
@@ -137,7 +146,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from practicum.envs.mle.competitions.loading import load_competition
 
     comp = load_competition(args.competition, args.competitions)
-    report = grade_submission(comp, args.submission, data_root=args.data)
+    comp.prepare(mle_data_root(args.data), raw=args.raw)
+    report = grade_submission(comp, args.submission, data_root=mle_data_root(args.data))
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return 0 if report.valid else 1

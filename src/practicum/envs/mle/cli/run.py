@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from practicum.envs.mle.cli.commands import DATA_HELP, RAW_HELP, mle_data_root
 from practicum.errors import PracticumError
 
 NO_POLICY = ("--instrumenter {spec}: `mle run` has no live policy to take a frozen base from; "
@@ -49,7 +50,8 @@ def add_run_command(sub: argparse._SubParsersAction, parents: list) -> None:
                      "template's region")
     run.add_argument("--instrumenter", default="rules",
                      help="rules (default), local:<model>, openai:<base_url>|<model>")
-    run.add_argument("--data", type=Path, metavar="DIR", help="data root (as for prepare)")
+    run.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
+    run.add_argument("--raw", type=Path, metavar="DIR", help=RAW_HELP)
     run.add_argument("--wall", type=_positive(float), default=60.0,
                      help="wall-clock limit in seconds")
     run.add_argument("--memory", type=_positive(int), default=2048, help="memory limit in MiB")
@@ -82,7 +84,8 @@ def run_solution(args: argparse.Namespace):
     opts = MleOptions(mode=args.mode, instrumenter=spec, wall_seconds=args.wall,
                       memory_mb=args.memory, backend=args.backend,
                       partial_credit=not args.no_partial_credit, salvage=False)
-    data = load_competition_data(comp, args.data)
+    comp.prepare(mle_data_root(args.data), raw=args.raw)
+    data = load_competition_data(comp, mle_data_root(args.data))
     # a service without a server: rules, a local model or an endpoint
     env = MleEnvFactory(opts, {comp.id: data})(ModelService())
     env.reset(Task(comp.id, {"competition": comp.id, "split": "eval"}), seed=0)
@@ -98,8 +101,10 @@ def run_solution(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     outcome, observation, comp = run_solution(args)
     status = 0 if outcome.valid else 1
+    medal = comp.medal(outcome.score) if outcome.valid else None
     if args.json:
-        shown = {"competition": comp.id, **outcome.info(), "observation": observation}
+        shown = {"competition": comp.id, **outcome.info(), "medal": medal,
+                 "observation": observation}
         sys.stdout.write(json.dumps(shown, indent=2, default=str) + "\n")
         return status
     table = Table(title=f"{comp.id}: {args.solution}", show_header=False)
@@ -110,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.valid:
         direction = "lower" if outcome.lower_is_better else "higher"
         table.add_row("score", f"{outcome.score:.6g}  ({outcome.metric}, {direction} is better)")
+        table.add_row("medal", medal or "none")
     else:
         table.add_row("valid", "[red]no[/red]")
         reason = outcome.failure_reason or ""

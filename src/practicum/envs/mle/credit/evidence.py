@@ -33,7 +33,7 @@ ESTIMATOR = "__practicum_estimator__"
 """Run-time helper: 1 when the object is a library estimator (module docstring), else 0."""
 ML_LIBRARIES = frozenset(
     "numpy pandas sklearn scipy torch tensorflow keras xgboost lightgbm catboost statsmodels "
-    "polars jax".split())
+    "polars jax csv".split())
 _PURE = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Slice, ast.Tuple, ast.List,
          ast.UnaryOp, ast.expr_context, ast.unaryop)
 
