@@ -206,3 +206,18 @@ def test_no_usable_backend_error_names_every_reason(monkeypatch: pytest.MonkeyPa
         runner._choose("auto")
     with pytest.raises(SandboxError, match="'bwrap' does not work here: bwrap is broken"):
         runner._choose("bwrap")
+
+
+@pytest.mark.parametrize("status_fd", [3, 4, 9, 12])
+def test_bwrap_options_fd_never_replaces_the_status_fd(status_fd: int):
+    """Regression: options read from a fixed fd 9 clobbered a status pipe that happened to be
+    fd 9 ('bwrap: Write to info_fd: Bad file descriptor', an environment failure)."""
+    from practicum.envs.sandbox.bwrap import _hide_options
+
+    argv = _hide_options(["bwrap", "--ro-bind", "/usr", "/usr"], status_fd)
+    script, path = argv[2], argv[4]
+    options_fd = int(script.split("--args ")[1].split()[0])
+    assert options_fd != status_fd and 3 <= options_fd <= 9
+    assert f"exec {options_fd}<" in script
+    assert Path(path).read_bytes() == b"--ro-bind\0/usr\0/usr\0"
+    os.unlink(path)

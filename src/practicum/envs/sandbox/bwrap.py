@@ -97,23 +97,23 @@ def command(plan: Plan) -> list[str]:
     inner += [shutil.which("prlimit") or "prlimit"]
     inner += [f"--{PRLIMIT_OPTIONS[k]}={s}:{h}" for k, (s, h) in plan.limits.rlimits().items()]
     inner += ["--", *plan.argv]
-    command = _hide_options(args) + ["--", *inner]
+    command = _hide_options(args, plan.status_fd) + ["--", *inner]
     if plan.cgroup_procs:
         command = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *plan.cgroup_procs, "--", *command]
     return command
 
 
-HIDE_OPTIONS = 'f=$1; shift; exec 9<"$f" || exit 125; rm -f "$f"; exec "$0" --args 9 "$@"'
-"""bwrap reads its options from fd 9 (a file unlinked once opened; bwrap closes the fd)."""
-
-
-def _hide_options(args: list[str]) -> list[str]:
+def _hide_options(args: list[str], status_fd: int) -> list[str]:
     """bwrap's options (mounts, hidden paths, the workdir) passed through `--args FD`, so
-    that /proc/1/cmdline inside the sandbox (bwrap itself) shows none of them."""
+    that /proc/1/cmdline inside the sandbox (bwrap itself) shows none of them: a file unlinked
+    once opened, read by bwrap from fd N. N must not be the status fd the child inherits (an
+    `exec N<` over it makes bwrap's status writes fail) and sh redirects single digits only."""
+    n = next(fd for fd in range(3, 10) if fd != status_fd)
     fd, path = tempfile.mkstemp(prefix="practicum-bwrap-")
     with os.fdopen(fd, "wb") as handle:
         handle.write(b"".join(os.fsencode(a) + b"\0" for a in args[1:]))
-    return ["/bin/sh", "-c", HIDE_OPTIONS, args[0], path]
+    script = f'f=$1; shift; exec {n}<"$f" || exit 125; rm -f "$f"; exec "$0" --args {n} "$@"'
+    return ["/bin/sh", "-c", script, args[0], path]
 
 
 def read_status(text: str) -> Status:

@@ -26,9 +26,9 @@ LAUNCHER = Path(__file__).with_name("_launcher.py")
 PRIVATE_TMP = (SANDBOX_TMP, "/dev/shm")
 """Shared writable host folders replaced by private size-limited tmpfs."""
 KEPT = (*SYSTEM_PATHS, "/dev", "/proc")
+"""Host folders left visible (read-only)."""
 SPEC_ENV = "PRACTICUM_SANDBOX_SPEC"
 """Environment variable carrying the launcher's spec (removed before the code runs)."""
-"""Host folders left visible (read-only)."""
 
 
 def problem() -> str | None:
