@@ -8,6 +8,12 @@ AIDE plans and writes a solution script per step (one chat call), runs it, then 
 run with a forced `submit_review` tool call; its last `submission.csv` is graded by practicum's
 own grader on the competition's private answers (which AIDE never sees: only the public files
 are copied into its data folder).
+
+    run, verdict = run_mini_swe_agent_on_task(url, "calc", instance, workdir)  # mini-swe-agent
+
+mini-swe-agent works a practicum SWE task in a fresh workspace (one commit of the base state);
+its changes are diffed inside practicum's sandbox (the agent could have planted a `.git/config`
+hook: host git never runs on its repository) and graded by practicum's FULL-rule grader.
 """
 
 from __future__ import annotations
@@ -104,20 +110,22 @@ class MiniRun:
     seconds: float
     exit_status: str | None
     """mini-swe-agent's verdict: Submitted, LimitsExceeded, FormatError, ..."""
-    patch: str
-    """`git diff` of the repository after the run (what a SWE grader applies and tests)."""
+    patch: str | None
+    """The repository's changes since its base commit, diffed inside the sandbox (what a SWE
+    grader applies and tests); None when they could not be computed."""
     messages: int
     """Messages in the trajectory (system, task, model turns, observations)."""
     trajectory: Path
     log_tail: str
 
 
-def run_mini_swe_agent(base_url: str, model: str, repo: Path, task: str, workdir: Path,
+def run_mini_swe_agent(base_url: str, model: str, workspace, task: str, workdir: Path,
                        step_limit: int = 10, python: Path | None = None,
                        timeout: float = 1800) -> MiniRun:
-    """mini-swe-agent (bash-only scaffold, litellm client) on a git repository, its commands run
-    by its bubblewrap environment (host read-only, the repository writable), against an
-    OpenAI-compatible endpoint. The repository should be a scratch copy: the agent edits it."""
+    """mini-swe-agent (bash-only scaffold, litellm client) on a `practicum.envs.swe.workspace`
+    repository, its commands run by its bubblewrap environment (host read-only, the repository
+    writable), against an OpenAI-compatible endpoint."""
+    repo = workspace.repo
     python = python or agent_python("mini")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +145,33 @@ def run_mini_swe_agent(base_url: str, model: str, repo: Path, task: str, workdir
                           timeout=timeout, stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     data = json.loads(traj.read_text()) if traj.is_file() else {}
-    patch = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True).stdout
+    patch, _ = workspace.diff()  # inside the sandbox, never host git on the agent's repo
     return MiniRun(done.returncode, seconds, (data.get("info") or {}).get("exit_status"), patch,
                    len(data.get("messages", [])), traj, (done.stdout + done.stderr)[-3000:])
+
+
+def run_mini_swe_agent_on_task(base_url: str, model: str, instance, workdir: Path,
+                               step_limit: int = 10, python: Path | None = None):
+    """(MiniRun, Verdict): mini-swe-agent on a practicum SWE task (`SweInstance`), its patch
+    graded by `practicum.envs.swe.grading.grade` (the paper's identical-scaffold comparison:
+    run it once per served model, base and trained)."""
+    from practicum.envs.swe.grading import grade
+    from practicum.envs.swe.workspace import Workspace
+
+    workspace = Workspace.create(instance)
+    try:
+        _own(workspace.repo)  # the sandbox left it to its uid; mini's bubblewrap runs as us
+        run = run_mini_swe_agent(base_url, model, workspace, instance.problem_statement, workdir,
+                                 step_limit, python)
+    finally:
+        workspace.close()
+    return run, grade(instance, run.patch or "")
+
+
+def _own(root: Path) -> None:
+    """Give the tree back to this process's uid (lchown: never through a symlink)."""
+    uid, gid = os.getuid(), os.getgid()
+    os.lchown(root, uid, gid)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), uid, gid)
