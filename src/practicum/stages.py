@@ -26,6 +26,7 @@ from practicum.config import Config, StageConfig, _set_dotted
 from practicum.envs.registry import parse_options
 from practicum.errors import ConfigError, TrainingError
 from practicum.report import solved
+from practicum.runtime.train import run_training
 
 _EVAL_KEYS = ("task", "rollout", "sampling", "eval")
 """Sections an evaluation depends on: equal across two stages, the policy a stage starts from
@@ -103,7 +104,7 @@ def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
         if prev is not None and _same_eval(prev[0], sub):
             _reuse_eval(prev[1], sub.run_dir)
         try:
-            summary = _train(sub, keep, progress)
+            summary = run_training(sub, progress, keep)
             policy = _final_policy(sub.run_dir)
             stopped = None
         except TrainingError as err:  # e.g. no group ever had a reward signal (DAPO filters)
@@ -154,32 +155,6 @@ def refresh(cfg: Config, index: int, sub: Config) -> list[str] | None:
 def _drop(count: list[int], min_attempts: int, max_rate: float) -> bool:
     attempts, successes = count
     return attempts >= min_attempts and (successes == 0 or successes / attempts > max_rate)
-
-
-def _train(cfg: Config, keep: list[str] | None, progress: bool) -> dict:
-    """`run_training`, with the training tasks restricted to `keep` when given."""
-    from practicum.runtime.cursor import TaskCursor
-    from practicum.runtime.loop import train
-    from practicum.runtime.session import open_session
-
-    s = open_session(cfg)
-    try:
-        if keep is not None:
-            wanted = set(keep)
-            s.suite.train_tasks = [t for t in s.suite.train_tasks if t.task_id in wanted]
-            s.cursor = TaskCursor(s.suite.train_tasks, cfg.run.seed, s.cursor.position,
-                                  curriculum=s.curriculum)
-        if cfg.runtime.mode == "async":
-            from practicum.runtime.async_ import AsyncBatches
-
-            source = AsyncBatches(s)
-        else:
-            from practicum.runtime.sync import SyncBatches
-
-            source = SyncBatches(s)
-        return train(s, source, progress=progress)
-    finally:
-        s.close()
 
 
 def _stopped_summary(sub: Config, prev: tuple[Config, dict] | None) -> dict:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
-from practicum.engine.sampling import check_params, left_pad, positions, sample_next
+from practicum.engine.sampling import check_request, left_pad, positions, sample_next
 
 
 class MergedCopy:
@@ -88,17 +88,7 @@ class HFSampler:
         string (kept, nothing after it). Log-probs are those of the distribution sampled from:
         softmax(logits / T), renormalised over the nucleus when top_p < 1, and 0 for greedy.
         """
-        check_params(params)
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"generate: prompt {i} is empty")
-        longest = max((len(p) for p in prompts), default=0)
-        if self.max_positions and longest + params.max_new_tokens > self.max_positions:
-            raise ValueError(
-                f"generate: a {longest}-token prompt plus max_new_tokens={params.max_new_tokens} "
-                f"exceeds the model's {self.max_positions} positions")
+        check_request(prompts, params, seeds, self.max_positions)
         if not prompts or params.max_new_tokens == 0:
             return [Sample([], [], "", "length") for _ in prompts]
         lm, context = self._model(adapter)

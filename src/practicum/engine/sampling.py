@@ -72,3 +72,19 @@ def check_params(p: SamplingParams) -> None:
         raise ValueError(f"SamplingParams.top_p: expected in (0, 1], got {p.top_p}")
     if p.max_new_tokens < 0:
         raise ValueError(f"SamplingParams.max_new_tokens: expected >= 0, got {p.max_new_tokens}")
+
+
+def check_request(prompts: list[list[int]], params: SamplingParams,
+                  seeds: list[int | None] | None, max_positions: int | None) -> None:
+    """The checks every sampler's `generate` makes before sampling (errors name the argument)."""
+    check_params(params)
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise ValueError(f"generate: prompt {i} is empty")
+    longest = max((len(p) for p in prompts), default=0)
+    if max_positions and longest + params.max_new_tokens > max_positions:
+        raise ValueError(
+            f"generate: a {longest}-token prompt plus max_new_tokens={params.max_new_tokens} "
+            f"exceeds the engine's {max_positions} positions")

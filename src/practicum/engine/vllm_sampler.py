@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
-from practicum.engine.sampling import check_params
+from practicum.engine.sampling import check_request
 
 
 @dataclass
@@ -82,17 +82,7 @@ class VLLMSampler:
         from vllm import SamplingParams as VP
         from vllm.inputs import TokensPrompt
 
-        check_params(params)
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"generate: prompt {i} is empty")
-        longest = max((len(p) for p in prompts), default=0)
-        if longest + params.max_new_tokens > self.max_positions:
-            raise ValueError(
-                f"generate: a {longest}-token prompt plus max_new_tokens={params.max_new_tokens} "
-                f"exceeds the engine's max_model_len={self.max_positions}")
+        check_request(prompts, params, seeds, self.max_positions)
         if not prompts or params.max_new_tokens == 0:
             return [Sample([], [], "", "length") for _ in prompts]
         if not adapter and not self.lora and self.version > 0:
