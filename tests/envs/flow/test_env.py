@@ -20,7 +20,9 @@ RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generato
 def suite():
     return build_suite("flow", {**RULES, "families": {"multihop": 1, "arithmetic": 1, "gsm": 1,
                                                       "countdown": 1},
-                                "train_size": 40, "eval_per_family": 3}, SuiteContext(0))
+                                "train_size": 40, "eval_per_family": 3,
+                                # room for interpreter start-up on a loaded 2-core CI machine
+                                "wall_seconds": 30.0}, SuiteContext(0))
 
 
 def first(suite, family, split="train"):
