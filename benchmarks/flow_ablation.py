@@ -89,6 +89,19 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     return res
 
 
+def finished_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
+    """One seed's arms, saved in `out` as soon as they finish: a re-run with the same --out
+    (after a crash or a killed session) skips the seeds already done."""
+    path = Path(out) / f"seed{seed}.json"
+    if path.exists():
+        print(f"seed {seed}: reusing {path}")
+        return json.loads(path.read_text())
+    res = run_seed(args, seed, out)
+    path.write_text(json.dumps(res, indent=1))
+    print(f"seed {seed} done: {path}", flush=True)
+    return res
+
+
 def mean_std(xs: list[float]) -> str:
     if not xs:
         return "-"
@@ -106,12 +119,13 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=4, help="= rollout.max_turns of flow.yaml")
     p.add_argument("--set", nargs="*", default=[], help="extra config overrides for every "
                    "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)")
-    p.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
+    p.add_argument("--out", default=None, help="run folders and finished seeds (default: a "
+                   "temporary folder); re-run with the same --out to resume")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     started = time.time()
     out = args.out or tempfile.mkdtemp(prefix="flow-ablation-")
-    per_seed = {seed: run_seed(args, seed, out) for seed in args.seeds}
+    per_seed = {seed: finished_seed(args, seed, out) for seed in args.seeds}
     columns = sorted({k for r in per_seed.values() for a in r.values() for k in a
                       if k not in ("kept", "sampled")})
     table = {arm: {c: [per_seed[s][arm][c] for s in args.seeds if c in per_seed[s][arm]]

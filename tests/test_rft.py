@@ -46,3 +46,17 @@ def test_malformed_turns_are_not_imitated(tiny_model_dir, tmp_path):
         assert len(finetune(s, [good, bad], progress=False)) == cfg.rft.epochs
     finally:
         s.close()
+
+
+def test_nothing_kept_reuses_the_before_evaluation(tiny_model_dir, tmp_path):
+    """No episode reaches min_reward: the adapter is unchanged, so 'after' is the 'before'
+    evaluation written again (same numbers), not a second pass over the held-out tasks."""
+    overrides = rft_overrides(tiny_model_dir, tmp_path) + ["rft.min_reward=2.0",
+                                                           "task.options.train_size=2"]
+    summary = run_rft(load_config(None, overrides), progress=False)
+    out = tmp_path / "r" / "rft" / "eval"
+    before, after = (json.loads((out / f"{x}.json").read_text()) for x in ("before", "after"))
+    assert summary["kept"] == 0 and summary["sft_updates"] == 0
+    assert after["label"] == "after" and "no episode kept" in after["reused_from"]
+    assert after["episodes"] == before["episodes"]
+    assert summary["eval_after"]["solved_rate"] == summary["eval_before"]["solved_rate"]

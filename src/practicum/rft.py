@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 
 import torch
 
@@ -44,7 +45,7 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     started = time.time()
     s = open_session(sub)
     try:
-        before = s.evaluate("before")
+        before = stored_eval(sub.run_dir, "before") or s.evaluate("before")
         episodes = sample(s, progress)
         kept = [e for e in episodes  # overlong episodes: excluded as in RL (algo.mask_overlong)
                 if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
@@ -52,7 +53,7 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
         losses = finetune(s, kept, progress)
         s.trainable.save(sub.run_dir / "policy")
         s.publish()
-        after = s.evaluate("after")
+        after = s.evaluate("after") if kept else unchanged_eval(sub.run_dir, before)
     finally:
         s.close()
     per_task: dict[str, int] = {}
@@ -69,6 +70,23 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     }
     done.write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def stored_eval(run_dir: Path, label: str) -> dict | None:
+    """A held-out evaluation this run already wrote (a resumed run does not repeat it)."""
+    path = run_dir / "eval" / f"{label}.json"
+    if not path.exists():
+        return None
+    return {k: v for k, v in json.loads(path.read_text()).items() if k != "episodes"}
+
+
+def unchanged_eval(run_dir: Path, before: dict) -> dict:
+    """Nothing was kept, so the adapter was saved untouched: 'after' is 'before' (greedy
+    evaluation of the same weights), written without sampling the held-out tasks again."""
+    data = json.loads((run_dir / "eval" / "before.json").read_text())
+    data.update(label="after", reused_from="before (no episode kept: the policy is unchanged)")
+    (run_dir / "eval" / "after.json").write_text(json.dumps(data, indent=1))
+    return {**before, "label": "after"}
 
 
 def sample(s: Session, progress: bool) -> list[Episode]:
