@@ -82,11 +82,23 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_sft") + [
         f"rft.tasks={args.steps * args.tasks_per_step}", f"rft.samples_per_task={args.group_size}",
         "rft.temperature=0.8", "rft.epochs=2"])
+    reuse_untrained_eval(Path(out) / f"s{seed}_rl", Path(out) / f"s{seed}_sft")
     sft = run_rft(cfg, progress=False)
     res["flow + offline SFT"] = family_scores(sft["eval_after"])
     res["flow + offline SFT"]["kept"] = float(sft["kept"])
     res["flow + offline SFT"]["sampled"] = float(episodes)
     return res
+
+
+def reuse_untrained_eval(rl_dir: Path, sft_dir: Path) -> None:
+    """The SFT arm starts from the same untrained planner on the same held-out tasks as the RL
+    run's step-0 evaluation: give `practicum rft` that evaluation instead of repeating it."""
+    src, dest = rl_dir / "eval" / "step_000000.json", sft_dir / "rft" / "eval" / "before.json"
+    if src.exists() and not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads(src.read_text())
+        data.update(label="before", reused_from=str(src))
+        dest.write_text(json.dumps(data, indent=1))
 
 
 def finished_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
