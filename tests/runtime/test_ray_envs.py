@@ -1,0 +1,150 @@
+"""The Ray backend on a local Ray: environments in Ray actors, SIGKILLed mid-step during real
+tiny-model training runs (sync and async). The run trains to the end, the killed worker's
+episode is stored as a logged failure, every finished episode is in the store, the ledger
+consumes nothing twice, and a resumed run continues where the checkpoint left off."""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from practicum.config import load_config
+from practicum.envs.registry import Suite, SuiteContext
+from practicum.errors import ConfigError
+from practicum.store import EpisodeStore, read_ledger
+
+STEP_SECONDS = 0.4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the module (the pools join it instead of starting their own)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
+    """The timed bandit in-process (no child per episode: the Ray worker is the process that
+    dies), every step a constant STEP_SECONDS, an unparsable reply runs a random arm."""
+    arms = (f"{{a: {{reward: 0.0, seconds: {STEP_SECONDS}}}, "
+            f"b: {{reward: 1.0, seconds: {STEP_SECONDS}}}}}")
+    return [f"model.model={model_dir}", "model.dtype=float32", "task.name=timed_bandit",
+            "task.options.process=false", f"task.options.arms={arms}", "task.options.sigma=0",
+            "task.options.fallback_arm=random", "task.options.eval_size=2",
+            "rollout.group_size=2", "rollout.tasks_per_step=2", "train.steps=2",
+            "train.checkpoint_every=1", "train.micro_batch_size=4", "eval.every=0",
+            "sampling.max_new_tokens=4", "algo.mask_overlong=false",
+            "rollout.failure_reward=-1.0", "runtime.backend=ray", f"run.out_dir={out_dir}",
+            *extra]
+
+
+class Killer:
+    """Captures the run's env pool and SIGKILLs the process of one worker caught in the middle
+    of a training step (after `after` episodes are stored)."""
+
+    def __init__(self, monkeypatch, run_dir: Path, after: int):
+        import practicum.runtime.ray_envs as ray_envs
+
+        self.pools, self.killed = [], []
+        real = ray_envs.RayEnvPool.__init__
+
+        def capture(pool, *args, **kwargs):
+            real(pool, *args, **kwargs)
+            self.pools.append(pool)
+
+        monkeypatch.setattr(ray_envs.RayEnvPool, "__init__", capture)
+        self.store = run_dir / "episodes.jsonl"
+        self.after = after
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _stored(self) -> int:
+        return len(self.store.read_text().splitlines()) if self.store.exists() else 0
+
+    def _run(self) -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not self.killed:
+            time.sleep(0.02)
+            if not self.pools or self._stored() < self.after:
+                continue
+            busy = [w for w in self.pools[-1].busy() if w.op == "step"]
+            if busy:
+                os.kill(busy[0].pid, signal.SIGKILL)
+                self.killed.append(busy[0].pid)
+
+
+def audit(run_dir: Path) -> tuple[list, list[dict]]:
+    """Every consumed position is a stored episode, and none is consumed twice."""
+    stored = list(EpisodeStore(run_dir / "episodes.jsonl"))
+    rows = read_ledger(run_dir / "consumed.jsonl")
+    consumed = [(p, eid) for r in rows for k in ("trained", "filtered", "dropped")
+                for p, eid in r[k]]
+    positions = [p for p, _ in consumed]
+    assert len(positions) == len(set(positions))
+    assert all(stored[p].episode_id == eid for p, eid in consumed)
+    assert len({e.episode_id for e in stored}) == len(stored)
+    return stored, rows
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_continues(
+        tiny_model_dir, tmp_path, monkeypatch, train_run):
+    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path))
+    killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
+    summary = train_run(cfg)
+    assert len(killer.killed) == 1
+    assert summary["steps"] == 2 and summary["backend"] == "ray"
+    assert summary["ray"]["workers_died"] == 1
+    stored, rows = audit(cfg.run_dir)
+    assert len(stored) == 8  # 2 batches x 2 groups x 2 episodes: none lost
+    failures = [e for e in stored[4:] if e.failure]
+    assert len(failures) == 1 and not any(e.failure for e in stored[:4])
+    assert failures[0].failure == (f"env worker died during step (pid {killer.killed[0]}: "
+                                   f"ActorDiedError)")
+    assert failures[0].reward == -1.0
+    assert sorted(p for r in rows for p, _ in r["trained"]) == list(range(8))
+    # every worker that ran an episode was a separate process from the driver
+    assert killer.killed[0] != os.getpid()
+
+    resumed = train_run(load_config(None, ray_overrides(tiny_model_dir, tmp_path,
+                                                        "train.steps=3")))
+    assert resumed["steps"] == 3 and resumed["ray"]["workers_died"] == 0
+    stored, rows = audit(cfg.run_dir)
+    assert len(stored) == 12 and [r["step"] for r in rows] == [1, 2, 3]
+    # the cursor continued: batch 3 drew the 5th and 6th tasks, not any drawn before
+    groups = [sorted({stored[p].group_id.split("/")[0] for p, _ in r["trained"]}) for r in rows]
+    assert groups == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"]]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_in_an_async_run_is_replaced(tiny_model_dir, tmp_path, monkeypatch,
+                                                        train_run):
+    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "runtime.mode=async",
+                                          "runtime.num_actors=3", "train.steps=3"))
+    killer = Killer(monkeypatch, cfg.run_dir, after=2)
+    summary = train_run(cfg)
+    assert len(killer.killed) == 1
+    assert summary["steps"] == 3 and summary["mode"] == "async"
+    assert summary["ray"]["workers_died"] == 1
+    stored, rows = audit(cfg.run_dir)
+    reasons = [e.failure for e in stored if e.failure]
+    assert reasons == [f"env worker died during step (pid {killer.killed[0]}: ActorDiedError)"]
+    trained = [p for r in rows for p, _ in r["trained"]]
+    assert len(trained) == 3 * 2 * 2
+    # every stored episode is accounted for: consumed, or in a group still open at the end
+    assert len(stored) >= len(trained)
+
+
+def test_ray_options_are_checked():
+    with pytest.raises(ConfigError, match="runtime.ray_address='auto' needs runtime.backend=ray"):
+        load_config(None, ["runtime.ray_address=auto"])
+    from practicum.runtime.ray_envs import use_ray
+
+    stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
+    with pytest.raises(ConfigError, match="runtime.backend: environment 'mle' keeps state"):
+        use_ray(stateful, "mle", {}, SuiteContext())
