@@ -17,7 +17,7 @@ from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
 from practicum.store import EpisodeStore, read_ledger
 
-STEP_SECONDS = 0.4
+STEP_SECONDS = 0.3
 
 
 @pytest.fixture(scope="module", autouse=True)
