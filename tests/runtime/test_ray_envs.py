@@ -3,6 +3,7 @@ tiny-model training runs (sync and async). The run trains to the end, the killed
 episode is stored as a logged failure, every finished episode is in the store, the ledger
 consumes nothing twice, and a resumed run continues where the checkpoint left off."""
 
+import json
 import os
 import signal
 import threading
@@ -148,3 +149,36 @@ def test_ray_options_are_checked():
     stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
     with pytest.raises(ConfigError, match="runtime.backend: environment 'mle' keeps state"):
         use_ray(stateful, "mle", {}, SuiteContext())
+
+
+@pytest.mark.slow
+def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tiny_model_dir,
+                                                                             tmp_path):
+    """AgentFlow's generator role calls the live policy through the model service: under Ray
+    the call goes from the worker to the driver and back. Greedy held-out episodes are the
+    same as with the local backend."""
+    from practicum.runtime.session import open_session
+
+    results = {}
+    for backend in ("local", "ray"):
+        cfg = load_config(None, [
+            f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=flow",
+            "task.options.families={arithmetic: 1}", "task.options.tools=[calculator, lookup]",
+            "task.options.train_size=4", "task.options.eval_per_family=2",
+            "task.options.max_steps_eval=1", "task.options.analyst=rules",
+            "task.options.executor=rules", "task.options.verifier=rules",
+            "task.options.generator=base", "task.options.generator_tokens=6",
+            "sampling.max_new_tokens=8", f"runtime.backend={backend}",
+            f"run.out_dir={tmp_path}", f"run.name={backend}"])
+        s = open_session(cfg)
+        try:
+            s.evaluate("held_out")
+            pool = s.env_pool and s.env_pool.summary()
+        finally:
+            s.close()
+        results[backend] = json.loads((cfg.run_dir / "eval" / "held_out.json").read_text())
+        if backend == "ray":
+            assert pool["model_calls"] >= 2 and pool["workers_started"] == 2
+    local, remote = results["local"]["episodes"], results["ray"]["episodes"]
+    assert len(local) == 2 and all(e["failure"] is None for e in remote)
+    assert remote == local

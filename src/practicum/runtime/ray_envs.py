@@ -206,6 +206,7 @@ class RayEnv(Env):
             w.op = None
 
     def _serve_model(self, spec: str, messages, params) -> tuple[str, Any]:
+        self.pool.count_model_call()
         try:
             if self.models is None:
                 raise RuntimeError("this environment was given no model service")
@@ -243,7 +244,7 @@ class RayEnvPool:
         self._idle: list[_Worker] = []
         self.workers: list[_Worker] = []
         """Every live worker (idle or in use)."""
-        self.started = self.died_count = 0
+        self.started = self.died_count = self.model_calls = 0
 
     def __call__(self, models: ModelService | None = None) -> RayEnv:
         return RayEnv(self, models, self.failure_reward)
@@ -285,6 +286,10 @@ class RayEnvPool:
         log.error("env worker (pid %d) died; its episode ends as a failure", w.pid)
         ray.kill(handle, no_restart=True)
 
+    def count_model_call(self) -> None:
+        with self._lock:
+            self.model_calls += 1
+
     def busy(self) -> list[_Worker]:
         """Workers with a call in progress."""
         with self._lock:
@@ -292,7 +297,8 @@ class RayEnvPool:
 
     def summary(self) -> dict:
         return {"address": self.address or "local", "workers_started": self.started,
-                "workers_died": self.died_count, "workers_live": len(self.workers)}
+                "workers_died": self.died_count, "workers_live": len(self.workers),
+                "model_calls": self.model_calls}
 
     def shutdown(self) -> None:
         """Kill every worker; stop Ray if this pool started it."""
