@@ -182,7 +182,8 @@ class RuntimeConfig(Section):
         None, description="backend=ray: the Ray cluster to join (e.g. 'auto' or "
         "'ray://head:10001'); null = start a local Ray on this machine.")
     ray_env_cpus: float = Field(0.0, ge=0, description="backend=ray: CPUs Ray reserves for each "
-                                "environment actor (0 = schedule them anywhere).")
+                                "environment actor (0 = schedule them anywhere; above 0, Ray "
+                                "must have that many CPUs per environment in flight).")
 
     @model_validator(mode="after")
     def _check_ray(self) -> "RuntimeConfig":

@@ -40,7 +40,8 @@ def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
             "rollout.group_size=2", "rollout.tasks_per_step=2", "train.steps=2",
             "train.checkpoint_every=1", "train.micro_batch_size=4", "eval.every=0",
             "sampling.max_new_tokens=4", "algo.mask_overlong=false",
-            "rollout.failure_reward=-1.0", "runtime.backend=ray", f"run.out_dir={out_dir}",
+            "algo.dynamic_sampling=false", "rollout.failure_reward=-1.0", "runtime.backend=ray",
+            f"run.out_dir={out_dir}",
             *extra]
 
 
@@ -95,31 +96,32 @@ def audit(run_dir: Path) -> tuple[list, list[dict]]:
 @pytest.mark.slow
 def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_continues(
         tiny_model_dir, tmp_path, monkeypatch, train_run):
-    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path))
+    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "train.steps=3"))
     killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
     summary = train_run(cfg)
     assert len(killer.killed) == 1
-    assert summary["steps"] == 2 and summary["backend"] == "ray"
-    assert summary["ray"]["workers_died"] == 1
+    assert summary["steps"] == 3 and summary["backend"] == "ray"
+    # 4 started with the session; the third batch needed a fresh one for the dead worker
+    assert summary["ray"]["workers_died"] == 1 and summary["ray"]["workers_started"] == 5
     stored, rows = audit(cfg.run_dir)
-    assert len(stored) == 8  # 2 batches x 2 groups x 2 episodes: none lost
-    failures = [e for e in stored[4:] if e.failure]
-    assert len(failures) == 1 and not any(e.failure for e in stored[:4])
+    assert len(stored) == 12  # 3 batches x 2 groups x 2 episodes: none lost
+    failures = [e for e in stored if e.failure]
+    assert len(failures) == 1 and failures[0] in stored[4:8]
     assert failures[0].failure == (f"env worker died during step (pid {killer.killed[0]}: "
                                    f"ActorDiedError)")
     assert failures[0].reward == -1.0
-    assert sorted(p for r in rows for p, _ in r["trained"]) == list(range(8))
+    assert sorted(p for r in rows for p, _ in r["trained"]) == list(range(12))
     # every worker that ran an episode was a separate process from the driver
     assert killer.killed[0] != os.getpid()
 
     resumed = train_run(load_config(None, ray_overrides(tiny_model_dir, tmp_path,
-                                                        "train.steps=3")))
-    assert resumed["steps"] == 3 and resumed["ray"]["workers_died"] == 0
+                                                        "train.steps=4")))
+    assert resumed["steps"] == 4 and resumed["ray"]["workers_died"] == 0
     stored, rows = audit(cfg.run_dir)
-    assert len(stored) == 12 and [r["step"] for r in rows] == [1, 2, 3]
-    # the cursor continued: batch 3 drew the 5th and 6th tasks, not any drawn before
+    assert len(stored) == 16 and [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the cursor continued: batch 4 drew the 7th and 8th tasks, not any drawn before
     groups = [sorted({stored[p].group_id.split("/")[0] for p, _ in r["trained"]}) for r in rows]
-    assert groups == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"]]
+    assert groups == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"], ["g6", "g7"]]
 
 
 @pytest.mark.slow
@@ -168,7 +170,8 @@ def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tin
             "task.options.max_steps_eval=1", "task.options.analyst=rules",
             "task.options.executor=rules", "task.options.verifier=rules",
             "task.options.generator=base", "task.options.generator_tokens=6",
-            "sampling.max_new_tokens=8", f"runtime.backend={backend}",
+            "sampling.max_new_tokens=8", "rollout.group_size=2", "rollout.tasks_per_step=1",
+            f"runtime.backend={backend}",
             f"run.out_dir={tmp_path}", f"run.name={backend}"])
         s = open_session(cfg)
         try:

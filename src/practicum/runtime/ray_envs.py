@@ -15,7 +15,8 @@ and step results.
 
 Workers: `RayEnvPool` hands each episode an idle worker, starting a new one when none is idle,
 so there is one worker per environment in flight (sync: group_size * tasks_per_step; async:
-runtime.num_actors; evaluation: its tasks) and workers are reused across episodes.
+runtime.num_actors; evaluation: its tasks) and workers are reused across episodes. The
+session starts the runtime's number of them in parallel before training.
 
 Faults: a worker that dies (killed, OOM, segfault) ends only the episode it was running, as a
 `StepResult(done=True, failure=reason)` with `failure_reward` (a failed reset fails the episode
@@ -175,9 +176,10 @@ class RayEnv(Env):
     def kill(self) -> None:
         """Stop the call in progress now, from any thread."""
         w = self.worker
-        if w is not None:
+        handle = w.handle if w is not None else None
+        if handle is not None:
             self._killed = True
-            w.handle.kill_env.remote()
+            handle.kill_env.remote()
 
     def _call(self, op: str, arg: Any, worker: _Worker | None = None) -> Any:
         import ray
@@ -267,6 +269,25 @@ class RayEnvPool:
             self.started += 1
         return w
 
+    def start_workers(self, n: int) -> None:
+        """Start `n` idle workers at once (in parallel: episodes then find them ready). Raises
+        `EnvFailure` when they cannot start (e.g. the suite fails to build on a node)."""
+        import ray
+
+        handles = [self._remote.remote(*self._args) for _ in range(n)]
+        try:
+            pids = ray.get([h.pid.remote() for h in handles])
+        except ray.exceptions.RayError as e:
+            for h in handles:
+                ray.kill(h)
+            raise EnvFailure(f"starting {n} env workers failed: {e}") from None
+        with self._lock:
+            for h, pid in zip(handles, pids):
+                w = _Worker(h, pid)
+                self.workers.append(w)
+                self._idle.append(w)
+            self.started += n
+
     def release(self, w: _Worker) -> None:
         with self._lock:
             if w.handle is not None and w in self.workers:
@@ -315,8 +336,9 @@ class RayEnvPool:
 
 
 def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteContext,
-            address: str | None = None, env_cpus: float = 0.0) -> RayEnvPool:
-    """Point `suite.make_env` at a new pool of Ray env workers (and return the pool)."""
+            address: str | None = None, env_cpus: float = 0.0, warm: int = 0) -> RayEnvPool:
+    """Point `suite.make_env` at a new pool of Ray env workers with `warm` workers started
+    (and return the pool)."""
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -327,5 +349,10 @@ def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteC
                           "state across episodes (Suite.state), which would live in the Ray "
                           "workers instead of the checkpoint; use runtime.backend=local")
     pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus)
+    try:
+        pool.start_workers(warm)
+    except BaseException:
+        pool.shutdown()
+        raise
     suite.make_env = pool
     return pool

@@ -197,8 +197,10 @@ def open_session(cfg: Config) -> Session:
     if cfg.runtime.backend == "ray":
         from practicum.runtime.ray_envs import use_ray
 
-        env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, cfg.runtime.ray_address,
-                           cfg.runtime.ray_env_cpus)
+        rt = cfg.runtime
+        env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
+                           rt.ray_env_cpus, warm=rt.num_actors if rt.mode == "async"
+                           else r.group_size * r.tasks_per_step)
     s = Session(cfg=cfg, trainable=trainable, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
                 learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
