@@ -14,7 +14,9 @@ Printed and written to benchmarks/results/async_vs_sync.json:
 
 With --backend ray (or both) the same comparison runs with the environments in Ray actors
 (runtime.backend=ray, a local Ray started by the benchmark; results in
-async_vs_sync_ray.json / async_vs_sync_both.json).
+async_vs_sync_ray.json / async_vs_sync_both.json). The Ray worker is the isolated process
+there, so the bandit runs in it directly (task.options.process=false) instead of in a child
+process per episode as under the local backend.
 
     python benchmarks/async_vs_sync.py [--steps 10] [--actors 8] [--time-scale 1.0]
                                        [--backend local|ray|both]
@@ -66,7 +68,9 @@ def overrides(args, model: str, out_dir: Path, mode: str, backend: str = "local"
             f"rollout.env_workers={args.actors}", f"runtime.num_actors={args.actors}",
             f"run.out_dir={out_dir}", f"run.name={mode}-{backend}", f"runtime.mode={mode}",
             f"runtime.backend={backend}",
-            f"run.seed={args.seed}", f"task.options={options}", "task.options.eval_size=1"]
+            f"run.seed={args.seed}", f"task.options={options}", "task.options.eval_size=1",
+            # under Ray the worker is the isolated process already: no child per episode
+            f"task.options.process={backend == 'local'}"]
 
 
 def measure(args, model: str, out_dir: Path, mode: str, backend: str = "local") -> dict:
@@ -92,7 +96,8 @@ def measure(args, model: str, out_dir: Path, mode: str, backend: str = "local") 
     ideal = env_s / args.actors + learner_s
     if backend == "ray":
         extra["ray_workers_started"] = summary["ray"]["workers_started"]
-    return {"mode": mode, "backend": backend, "wall_seconds": wall, "total_seconds_with_eval": total,
+    return {"mode": mode, "backend": backend, "wall_seconds": wall,
+            "total_seconds_with_eval": total,
             "episodes": episodes, "action_seconds": env_s, "learner_seconds": learner_s,
             "env_utilisation": env_s / (args.actors * wall), "learner_utilisation": learner_s / wall,
             "ideal_seconds": ideal, "ideal_over_wall": ideal / wall, **extra}

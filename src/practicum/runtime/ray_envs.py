@@ -1,10 +1,10 @@
 """The Ray backend (`runtime.backend: ray`): environments run in Ray actors.
 
-    driver process (where `practicum train` runs)               Ray actors (this machine or a cluster)
-      sampler + GenerationServer, learner, store, ledger          EnvWorker: builds the suite from
-      sync / async batch source, episode builders                 task.name + task.options (registry),
-        RayEnv (an Env proxy) --reset/step/close--------------->  one environment per episode
-                              <--model-service calls-----------  (the env's own LLM calls)
+    driver (where `practicum train` runs)                 Ray actors (this machine or a cluster)
+      sampler + GenerationServer, learner, store, ledger    EnvWorker: builds the suite from
+      sync / async batch source, episode builders           task.name + task.options, then
+        RayEnv (an Env proxy) --reset/step/close--------->  one environment per episode
+                              <--model-service calls-----  (the env's own LLM calls)
 
 Only environment execution moves: reset and step, the slow, stateful and crash-prone part. The
 sampler, the learner and the engine stay in the driver, so episodes come back to the same
