@@ -185,3 +185,37 @@ def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tin
     local, remote = results["local"]["episodes"], results["ray"]["episodes"]
     assert len(local) == 2 and all(e["failure"] is None for e in remote)
     assert remote == local
+
+
+def test_env_errors_in_a_worker_end_one_episode_and_the_worker_lives_on():
+    """A raising reset or step fails its episode (the same reasons as a local child process);
+    the worker survives and serves the next episodes."""
+    from practicum.envs.base import Task
+    from practicum.envs.process_env import EnvFailure
+    from practicum.envs.registry import build_suite
+    from practicum.runtime.ray_envs import use_ray
+
+    results = {}
+    for fault in ("reset_error", "step_error"):
+        opts = {"process": False, "time_scale": 0.0, "faults": {fault: 1.0}}
+        ctx = SuiteContext(failure_reward=-1.0)
+        suite = build_suite("timed_bandit", opts, ctx)
+        pool = use_ray(suite, "timed_bandit", opts, ctx, warm=1)
+        try:
+            for seed in range(3):
+                env = suite.make_env(None)
+                try:
+                    env.reset(Task("bandit/train/0"), seed)
+                    results.setdefault(fault, []).append(env.step("fast"))
+                except EnvFailure as e:
+                    results.setdefault(fault, []).append(str(e))
+                finally:
+                    env.close()
+            assert pool.summary()["workers_started"] == 1 and pool.started == 1
+        finally:
+            pool.shutdown()
+    assert results["reset_error"] == ["env reset raised InjectedFault: injected fault: reset "
+                                      "failed"] * 3
+    steps = results["step_error"]
+    assert [(r.done, r.reward, r.failure) for r in steps] == [
+        (True, -1.0, "env step raised InjectedFault: injected fault: step crashed")] * 3
