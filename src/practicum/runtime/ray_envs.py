@@ -135,6 +135,8 @@ class _Worker:
         self.handle, self.pid = handle, pid
         self.op: str | None = None
         """The call in progress ("reset", "step", "close"), None when idle."""
+        self.since = 0.0
+        """When that call started (time.perf_counter())."""
 
 
 class RayEnv(Env):
@@ -187,7 +189,7 @@ class RayEnv(Env):
         w = worker or self.worker
         if w is None or w.handle is None:
             raise EnvFailure(f"env {op}: no worker (call reset first)")
-        w.op = op
+        w.op, w.since = op, time.perf_counter()
         try:
             w.handle.begin.remote(op, arg)
             while True:
