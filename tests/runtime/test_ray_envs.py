@@ -222,3 +222,24 @@ def test_env_errors_in_a_worker_end_one_episode_and_the_worker_lives_on():
     steps = results["step_error"]
     assert [(r.done, r.reward, r.failure) for r in steps] == [
         (True, -1.0, "env step raised InjectedFault: injected fault: step crashed")] * 3
+
+
+def test_a_worker_killed_between_episodes_is_replaced_before_the_next_reset():
+    from practicum.envs.base import Task
+    from practicum.envs.registry import build_suite
+    from practicum.runtime.ray_envs import use_ray
+
+    opts = {"process": False, "time_scale": 0.0, "fallback_arm": "random"}
+    suite = build_suite("timed_bandit", opts, SuiteContext())
+    pool = use_ray(suite, "timed_bandit", opts, SuiteContext(), warm=1)
+    try:
+        os.kill(pool.workers[0].pid, signal.SIGKILL)
+        env = suite.make_env(None)
+        env.reset(Task("bandit/train/0"), 0)
+        result = env.step("fast")
+        env.close()
+        assert result.done and result.failure is None and result.reward == 0.3
+        assert pool.summary()["workers_died"] == 1 and pool.started == 2
+        assert len(pool.workers) == 1 and env.worker is None
+    finally:
+        pool.shutdown()

@@ -19,9 +19,9 @@ runtime.num_actors; evaluation: its tasks) and workers are reused across episode
 session starts the runtime's number of them in parallel before training.
 
 Faults: a worker that dies (killed, OOM, segfault) ends only the episode it was running, as a
-`StepResult(done=True, failure=reason)` with `failure_reward` (a failed reset fails the episode
-the same way), exactly like an environment child process dying under the local backend
-(`practicum.envs.process_env`). The episode is stored with its reason, so none is lost; the dead
+`StepResult(done=True, failure=reason)` with `failure_reward`, exactly like an environment child
+process dying under the local backend (`practicum.envs.process_env`); one found dead at the
+start of an episode is replaced and the reset retried. The episode is stored with its reason, so none is lost; the dead
 worker is discarded and the next episode gets a fresh one. The episode is not re-run: its turns
 were sampled from the policy and may already be stale. Training still goes through the store
 and the ledger, so no episode is trained twice.
@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 """How long one poll of a worker waits for its call to finish or to ask the model service."""
+
+
+class WorkerDied(EnvFailure):
+    """The Ray actor running the environment died (killed, OOM, crashed)."""
 
 
 class _Mailbox:
@@ -149,10 +153,19 @@ class RayEnv(Env):
         self._killed = False
 
     def reset(self, task: Task, seed: int = 0) -> Start:
-        """Take a worker (a fresh one if none is idle) and reset it. Raises `EnvFailure`."""
-        if self.worker is None:
-            self.worker = self.pool.acquire()
-        return self._call("reset", (task, seed))
+        """Take a worker (a fresh one if none is idle) and reset it; a worker found dead (it
+        died while idle) is replaced and the reset retried once, since nothing of the episode
+        has happened yet. Raises `EnvFailure`."""
+        for attempt in (1, 2):
+            if self.worker is None:
+                self.worker = self.pool.acquire()
+            try:
+                return self._call("reset", (task, seed))
+            except WorkerDied:
+                self.worker = None
+                if attempt == 2 or self._killed:
+                    raise
+        raise AssertionError("unreachable")
 
     def step(self, action: str) -> StepResult:
         start = time.perf_counter()
@@ -205,7 +218,7 @@ class RayEnv(Env):
         except ray.exceptions.RayActorError as e:
             self.pool.died(w)
             who = "killed on request" if self._killed else f"env worker died during {op}"
-            raise EnvFailure(f"{who} (pid {w.pid}: {type(e).__name__})") from None
+            raise WorkerDied(f"{who} (pid {w.pid}: {type(e).__name__})") from None
         finally:
             w.op = None
 
