@@ -97,7 +97,7 @@ def audit(run_dir: Path) -> tuple[list, list[dict]]:
 
 @pytest.mark.slow
 def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_continues(
-        tiny_model_dir, tmp_path, monkeypatch, train_run):
+        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
     cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "train.steps=3"))
     killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
     summary = train_run(cfg)
@@ -110,6 +110,8 @@ def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_co
     # 4 started with the session; a batch after the kill needed a fresh one
     assert summary["ray"]["workers_died"] == 1
     assert summary["ray"]["workers_started"] == 4 + (failures[0].info["batch"] < 3)
+    died = [r["ray_workers_died"] for r in metric_rows(cfg.run_dir)]
+    assert died == [float(step >= failures[0].info["batch"]) for step in (1, 2, 3)]
     assert failures[0].failure == (f"env worker died during step (pid {killer.killed[0]}: "
                                    f"ActorDiedError)")
     assert failures[0].reward == -1.0

@@ -336,6 +336,13 @@ class RayEnvPool:
                 "workers_died": self.died_count, "workers_live": len(self.workers),
                 "model_calls": self.model_calls}
 
+    def metrics(self) -> dict[str, float]:
+        """Per-step figures for metrics.jsonl (cumulative over the session)."""
+        with self._lock:
+            return {"ray_workers_started": float(self.started),
+                    "ray_workers_died": float(self.died_count),
+                    "ray_model_calls": float(self.model_calls)}
+
     def shutdown(self) -> None:
         """Kill every worker; stop Ray if this pool started it."""
         import ray
