@@ -20,11 +20,11 @@ session starts the runtime's number of them in parallel before training.
 
 Faults: a worker that dies (killed, OOM, segfault) ends only the episode it was running, as a
 `StepResult(done=True, failure=reason)` with `failure_reward`, exactly like an environment child
-process dying under the local backend (`practicum.envs.process_env`); one found dead at the
-start of an episode is replaced and the reset retried. The episode is stored with its reason, so none is lost; the dead
-worker is discarded and the next episode gets a fresh one. The episode is not re-run: its turns
-were sampled from the policy and may already be stale. Training still goes through the store
-and the ledger, so no episode is trained twice.
+process dying under the local backend (`practicum.envs.process_env`). The episode is stored
+with its reason, so none is lost; the dead worker is discarded and the next episode gets a fresh
+one (one found dead at the start of an episode is replaced and the reset retried). The episode
+is not re-run: its turns were sampled from the policy and may already be stale. Training still
+goes through the store and the ledger, so no episode is trained twice.
 
 Model service: the env's own LLM calls (policy, base, other specs) reach the driver's
 `ModelService` through the worker: the driver polls the step in progress and serves requests
