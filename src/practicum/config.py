@@ -174,6 +174,23 @@ class RuntimeConfig(Section):
         "and wait for a group about to go stale (nothing is discarded); drop = sample freely "
         "and discard groups that went stale."
     )
+    backend: Literal["local", "ray"] = Field(
+        "local", description="Where environments run: local = in this process (or its child "
+        "processes); ray = in Ray actors, one per environment in flight "
+        "(practicum.runtime.ray_envs). The sampler and learner stay in this process.")
+    ray_address: str | None = Field(
+        None, description="backend=ray: the Ray cluster to join (e.g. 'auto' or "
+        "'ray://head:10001'); null = start a local Ray on this machine.")
+    ray_env_cpus: float = Field(0.0, ge=0, description="backend=ray: CPUs Ray reserves for each "
+                                "environment actor (0 = schedule them anywhere; above 0, Ray "
+                                "must have that many CPUs per environment in flight).")
+
+    @model_validator(mode="after")
+    def _check_ray(self) -> "RuntimeConfig":
+        if self.backend != "ray" and self.ray_address is not None:
+            raise ValueError(f"runtime.ray_address={self.ray_address!r} needs "
+                             "runtime.backend=ray")
+        return self
 
 
 class CurriculumConfig(Section):

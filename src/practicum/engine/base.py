@@ -14,9 +14,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from torch import Tensor, nn
+if TYPE_CHECKING:  # torch stays unimported where only the dataclasses are needed (env workers)
+    from torch import Tensor, nn
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,8 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 seen = episodes + [e for _, e in batch.filtered]
                 metrics.update(episode_metrics(seen, cfg.curriculum.solved_reward))
                 metrics.update(batch.metrics)
+                if s.env_pool is not None:  # runtime.backend=ray
+                    metrics.update(s.env_pool.metrics())
                 metrics.update({"batch_episodes": float(len(episodes)),
                                 "groups_filtered": float(len({e.group_id
                                                               for _, e in batch.filtered})),

@@ -17,6 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,6 +79,8 @@ class Session:
     """The batch source's state from the checkpoint (e.g. the async runtime's open groups)."""
     skipped_batches: int = 0
     """Batches with nothing to train on, over the whole run (kept in checkpoints)."""
+    env_pool: Any = None
+    """runtime.backend=ray: the Ray env workers behind `suite.make_env` (`RayEnvPool`)."""
 
     @property
     def run_dir(self) -> Path:
@@ -153,6 +156,8 @@ class Session:
             "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
+            "backend": self.cfg.runtime.backend,
+            **({"ray": self.env_pool.summary()} if self.env_pool is not None else {}),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -164,6 +169,8 @@ class Session:
         close = getattr(self.server.sampler, "close", None)  # e.g. the vLLM engine's files
         if close is not None:
             close()
+        if self.env_pool is not None:
+            self.env_pool.shutdown()
 
 
 def open_session(cfg: Config) -> Session:
@@ -176,9 +183,8 @@ def open_session(cfg: Config) -> Session:
             shutil.rmtree(run_dir / name, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, run_dir / "config.yaml")
-    suite = build_suite(cfg.task.name, cfg.task.options,
-                        SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir,
-                                     cfg.rollout.max_turns))
+    ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir, cfg.rollout.max_turns)
+    suite = build_suite(cfg.task.name, cfg.task.options, ctx)
     trainable, sampler = load_engine(cfg)
     r = cfg.rollout
     server = GenerationServer(sampler, max_batch=max(64, r.group_size * r.tasks_per_step,
@@ -187,13 +193,21 @@ def open_session(cfg: Config) -> Session:
     curriculum = Curriculum(cfg.curriculum)
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
     state = torch.load(ckpt / "trainer.pt", weights_only=False)["extra"] if ckpt else {}
+    env_pool = None
+    if cfg.runtime.backend == "ray":
+        from practicum.runtime.ray_envs import use_ray
+
+        rt = cfg.runtime
+        env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
+                           rt.ray_env_cpus, warm=rt.num_actors if rt.mode == "async"
+                           else r.group_size * r.tasks_per_step)
     s = Session(cfg=cfg, trainable=trainable, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
                 learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
-                curriculum=curriculum)
+                curriculum=curriculum, env_pool=env_pool)
     if ckpt is not None:
         s.learner.load(ckpt)
         s.cursor.position = state["cursor"]

@@ -1,0 +1,247 @@
+"""The Ray backend on a local Ray: environments in Ray actors, SIGKILLed mid-step during real
+tiny-model training runs (sync and async). The run trains to the end, the killed worker's
+episode is stored as a logged failure, every finished episode is in the store, the ledger
+consumes nothing twice, and a resumed run continues where the checkpoint left off."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from practicum.config import load_config
+from practicum.envs.registry import Suite, SuiteContext
+from practicum.errors import ConfigError
+from practicum.store import EpisodeStore, read_ledger
+
+STEP_SECONDS = 0.3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the module (the pools join it instead of starting their own)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
+    """The timed bandit in-process (no child per episode: the Ray worker is the process that
+    dies), every step a constant STEP_SECONDS, an unparsable reply runs a random arm."""
+    arms = (f"{{a: {{reward: 0.0, seconds: {STEP_SECONDS}}}, "
+            f"b: {{reward: 1.0, seconds: {STEP_SECONDS}}}}}")
+    return [f"model.model={model_dir}", "model.dtype=float32", "task.name=timed_bandit",
+            "task.options.process=false", f"task.options.arms={arms}", "task.options.sigma=0",
+            "task.options.fallback_arm=random", "task.options.eval_size=2",
+            "rollout.group_size=2", "rollout.tasks_per_step=2", "train.steps=2",
+            "train.checkpoint_every=1", "train.micro_batch_size=4", "eval.every=0",
+            "sampling.max_new_tokens=4", "algo.mask_overlong=false",
+            "algo.dynamic_sampling=false", "rollout.failure_reward=-1.0", "runtime.backend=ray",
+            f"run.out_dir={out_dir}",
+            *extra]
+
+
+class Killer:
+    """Captures the run's env pool and SIGKILLs the process of one worker caught in the middle
+    of a training step (after `after` episodes are stored)."""
+
+    def __init__(self, monkeypatch, run_dir: Path, after: int):
+        import practicum.runtime.ray_envs as ray_envs
+
+        self.pools, self.killed = [], []
+        real = ray_envs.RayEnvPool.__init__
+
+        def capture(pool, *args, **kwargs):
+            real(pool, *args, **kwargs)
+            self.pools.append(pool)
+
+        monkeypatch.setattr(ray_envs.RayEnvPool, "__init__", capture)
+        self.store = run_dir / "episodes.jsonl"
+        self.after = after
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _stored(self) -> int:
+        return len(self.store.read_text().splitlines()) if self.store.exists() else 0
+
+    def _run(self) -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not self.killed:
+            time.sleep(0.02)
+            if not self.pools or self._stored() < self.after:
+                continue
+            # a step started less than half its length ago is surely still running
+            busy = [w for w in self.pools[-1].busy() if w.op == "step"
+                    and time.perf_counter() - w.since < STEP_SECONDS / 2]
+            if busy:
+                os.kill(busy[0].pid, signal.SIGKILL)
+                self.killed.append(busy[0].pid)
+
+
+def audit(run_dir: Path) -> tuple[list, list[dict]]:
+    """Every consumed position is a stored episode, and none is consumed twice."""
+    stored = list(EpisodeStore(run_dir / "episodes.jsonl"))
+    rows = read_ledger(run_dir / "consumed.jsonl")
+    consumed = [(p, eid) for r in rows for k in ("trained", "filtered", "dropped")
+                for p, eid in r[k]]
+    positions = [p for p, _ in consumed]
+    assert len(positions) == len(set(positions))
+    assert all(stored[p].episode_id == eid for p, eid in consumed)
+    assert len({e.episode_id for e in stored}) == len(stored)
+    return stored, rows
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_continues(
+        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
+    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "train.steps=3"))
+    killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
+    summary = train_run(cfg)
+    assert len(killer.killed) == 1
+    assert summary["steps"] == 3 and summary["backend"] == "ray"
+    stored, rows = audit(cfg.run_dir)
+    assert len(stored) == 12  # 3 batches x 2 groups x 2 episodes: none lost
+    failures = [e for e in stored if e.failure]
+    assert len(failures) == 1 and failures[0].info["batch"] >= 2
+    # 4 started with the session; a batch after the kill needed a fresh one
+    assert summary["ray"]["workers_died"] == 1
+    assert summary["ray"]["workers_started"] == 4 + (failures[0].info["batch"] < 3)
+    died = [r["ray_workers_died"] for r in metric_rows(cfg.run_dir)]
+    assert died == [float(step >= failures[0].info["batch"]) for step in (1, 2, 3)]
+    assert failures[0].failure == (f"env worker died during step (pid {killer.killed[0]}: "
+                                   f"ActorDiedError)")
+    assert failures[0].reward == -1.0
+    assert sorted(p for r in rows for p, _ in r["trained"]) == list(range(12))
+    # every worker that ran an episode was a separate process from the driver
+    assert killer.killed[0] != os.getpid()
+
+    resumed = train_run(load_config(None, ray_overrides(tiny_model_dir, tmp_path,
+                                                        "train.steps=4")))
+    assert resumed["steps"] == 4 and resumed["ray"]["workers_died"] == 0
+    stored, rows = audit(cfg.run_dir)
+    assert len(stored) == 16 and [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the cursor continued: batch 4 drew the 7th and 8th tasks, not any drawn before
+    groups = [sorted({stored[p].group_id.split("/")[0] for p, _ in r["trained"]}) for r in rows]
+    assert groups == [["g0", "g1"], ["g2", "g3"], ["g4", "g5"], ["g6", "g7"]]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_in_an_async_run_is_replaced(tiny_model_dir, tmp_path, monkeypatch,
+                                                        train_run):
+    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "runtime.mode=async",
+                                          "runtime.num_actors=3", "train.steps=3"))
+    killer = Killer(monkeypatch, cfg.run_dir, after=2)
+    summary = train_run(cfg)
+    assert len(killer.killed) == 1
+    assert summary["steps"] == 3 and summary["mode"] == "async"
+    assert summary["ray"]["workers_died"] == 1
+    stored, rows = audit(cfg.run_dir)
+    reasons = [e.failure for e in stored if e.failure]
+    assert reasons == [f"env worker died during step (pid {killer.killed[0]}: ActorDiedError)"]
+    trained = [p for r in rows for p, _ in r["trained"]]
+    assert len(trained) == 3 * 2 * 2
+    # every stored episode is accounted for: consumed, or in a group still open at the end
+    assert len(stored) >= len(trained)
+
+
+def test_ray_options_are_checked():
+    with pytest.raises(ConfigError, match="runtime.ray_address='auto' needs runtime.backend=ray"):
+        load_config(None, ["runtime.ray_address=auto"])
+    from practicum.runtime.ray_envs import use_ray
+
+    stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
+    with pytest.raises(ConfigError, match="runtime.backend: environment 'mle' keeps state"):
+        use_ray(stateful, "mle", {}, SuiteContext())
+
+
+@pytest.mark.slow
+def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tiny_model_dir,
+                                                                             tmp_path):
+    """AgentFlow's generator role calls the live policy through the model service: under Ray
+    the call goes from the worker to the driver and back. Greedy held-out episodes are the
+    same as with the local backend."""
+    from practicum.runtime.session import open_session
+
+    results = {}
+    for backend in ("local", "ray"):
+        cfg = load_config(None, [
+            f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=flow",
+            "task.options.families={arithmetic: 1}", "task.options.tools=[calculator, lookup]",
+            "task.options.train_size=4", "task.options.eval_per_family=2",
+            "task.options.max_steps_eval=1", "task.options.analyst=rules",
+            "task.options.executor=rules", "task.options.verifier=rules",
+            "task.options.generator=base", "task.options.generator_tokens=6",
+            "sampling.max_new_tokens=8", "rollout.group_size=2", "rollout.tasks_per_step=1",
+            f"runtime.backend={backend}",
+            f"run.out_dir={tmp_path}", f"run.name={backend}"])
+        s = open_session(cfg)
+        try:
+            s.evaluate("held_out")
+            pool = s.env_pool and s.env_pool.summary()
+        finally:
+            s.close()
+        results[backend] = json.loads((cfg.run_dir / "eval" / "held_out.json").read_text())
+        if backend == "ray":
+            assert pool["model_calls"] >= 2 and pool["workers_started"] == 2
+    local, remote = results["local"]["episodes"], results["ray"]["episodes"]
+    assert len(local) == 2 and all(e["failure"] is None for e in remote)
+    assert remote == local
+
+
+def test_env_errors_in_a_worker_end_one_episode_and_the_worker_lives_on():
+    """A raising reset or step fails its episode (the same reasons as a local child process);
+    the worker survives and serves the next episodes."""
+    from practicum.envs.base import Task
+    from practicum.envs.process_env import EnvFailure
+    from practicum.envs.registry import build_suite
+    from practicum.runtime.ray_envs import use_ray
+
+    results = {}
+    for fault in ("reset_error", "step_error"):
+        opts = {"process": False, "time_scale": 0.0, "faults": {fault: 1.0}}
+        ctx = SuiteContext(failure_reward=-1.0)
+        suite = build_suite("timed_bandit", opts, ctx)
+        pool = use_ray(suite, "timed_bandit", opts, ctx, warm=1)
+        try:
+            for seed in range(3):
+                env = suite.make_env(None)
+                try:
+                    env.reset(Task("bandit/train/0"), seed)
+                    results.setdefault(fault, []).append(env.step("fast"))
+                except EnvFailure as e:
+                    results.setdefault(fault, []).append(str(e))
+                finally:
+                    env.close()
+            assert pool.summary()["workers_started"] == 1 and pool.started == 1
+        finally:
+            pool.shutdown()
+    assert results["reset_error"] == ["env reset raised InjectedFault: injected fault: reset "
+                                      "failed"] * 3
+    steps = results["step_error"]
+    assert [(r.done, r.reward, r.failure) for r in steps] == [
+        (True, -1.0, "env step raised InjectedFault: injected fault: step crashed")] * 3
+
+
+def test_a_worker_killed_between_episodes_is_replaced_before_the_next_reset():
+    from practicum.envs.base import Task
+    from practicum.envs.registry import build_suite
+    from practicum.runtime.ray_envs import use_ray
+
+    opts = {"process": False, "time_scale": 0.0, "fallback_arm": "random"}
+    suite = build_suite("timed_bandit", opts, SuiteContext())
+    pool = use_ray(suite, "timed_bandit", opts, SuiteContext(), warm=1)
+    try:
+        os.kill(pool.workers[0].pid, signal.SIGKILL)
+        env = suite.make_env(None)
+        env.reset(Task("bandit/train/0"), 0)
+        result = env.step("fast")
+        env.close()
+        assert result.done and result.failure is None and result.reward == 0.3
+        assert pool.summary()["workers_died"] == 1 and pool.started == 2
+        assert len(pool.workers) == 1 and env.worker is None
+    finally:
+        pool.shutdown()
