@@ -87,6 +87,8 @@ class _Progress:
     """Attempts that ran in the sandbox."""
     llm_runs: int = 0
     """Runs whose markers the LLM instrumenter inserted."""
+    instrument_seconds: float = 0.0
+    """Time spent in LLM instrumenter calls."""
     best_reward: float | None = None
     valid: bool = False
     milestones: int = 0
@@ -97,6 +99,7 @@ class _Progress:
         """Count a run that went through the sandbox."""
         self.runs += 1
         self.llm_runs += outcome.instrumenter == "llm"
+        self.instrument_seconds += outcome.instrument_seconds
         self.valid |= outcome.valid
         self.milestones = max(self.milestones, len(outcome.milestones))
         if outcome.valid:
@@ -267,7 +270,8 @@ class MleEnv(Env):
     def metrics(self) -> dict[str, float]:
         """The episode so far: valid (1/0: some attempt was), most milestones an attempt
         reached, best score credit of a valid attempt (0 if none), attempts, malformed replies,
-        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked."""
+        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked and the
+        seconds its calls took."""
         p = self._progress
         metrics = {"valid": float(p.valid), "milestones": float(p.milestones),
                    "score_credit": 0.0 if p.score_credit is None else p.score_credit,
@@ -275,6 +279,7 @@ class MleEnv(Env):
                    "improve_prompt": float(self.prompt_mode == "improve")}
         if self.instrumenter is not None:
             metrics["llm_instrumented"] = p.llm_runs / max(1, p.runs)
+            metrics["instrument_seconds"] = p.instrument_seconds
         return metrics
 
     def _info(self, outcome: RunOutcome, solution: Solution) -> dict[str, Any]:
@@ -311,5 +316,6 @@ class MleEnvFactory:
 
     def __call__(self, service: ModelService) -> MleEnv:
         client = service.client(self.options.instrumenter)  # None for "rules"
-        llm = LLMInstrumenter(client) if client is not None else None
+        llm = LLMInstrumenter(client, self.options.instrumenter_max_new_tokens,
+                              self.options.instrumenter_max_chars) if client is not None else None
         return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)

@@ -41,6 +41,12 @@ class MleOptions(BaseModel):
         "base", description="Who inserts milestone prints, as a model-service spec: base (the "
         "policy's frozen base: the live policy with its adapter off), local:<model>, "
         "openai:<base_url>|<model>, or rules (the AST inserter, no model).")
+    instrumenter_max_new_tokens: int = Field(
+        2048, gt=0, description="Cap on the LLM instrumenter's rewrite in tokens (it also "
+        "stops at about half the script's characters + 400).")
+    instrumenter_max_chars: int | None = Field(
+        None, gt=0, description="Scripts longer than this many characters are not sent to the "
+        "LLM instrumenter (the rules mark them); None: every script is.")
     held_out: list[str] = Field(list(DEFAULT_HELD_OUT), description="Held-out competition ids.")
     train: list[str] | None = Field(
         None, description="Training competition ids; None = every other known competition.")

@@ -15,6 +15,7 @@ on the ASTs.
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -28,7 +29,7 @@ from practicum.envs.mle.credit.milestones import MILESTONES, marker_line
 from practicum.envs.mle.credit.rule_instrumenter import rule_instrument
 
 if TYPE_CHECKING:
-    from practicum.engine.service import ModelClient
+    from practicum.engine.service import Completion, ModelClient
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class InstrumentResult:
     """Who inserted the markers; "none": nothing inserted (no milestone found, or bad code)."""
     rejected_reason: str | None = None
     """Why the LLM rewrite was not used (None when it was, or when there was no LLM)."""
+    llm_seconds: float = 0.0
+    """Wall time of the LLM call (0 without one): the instrumenter's cost."""
+    llm_tokens: int = 0
+    """Tokens the LLM generated (0 without a call, or from an endpoint that reports none)."""
 
 
 # ------------------------------------------------------------------ LLM
@@ -65,10 +70,14 @@ class LLMInstrumenter:
 
     SYSTEM = "You are a careful programmer. You follow instructions exactly."
 
-    def __init__(self, client: ModelClient, max_new_tokens: int = 2048):
+    def __init__(self, client: ModelClient, max_new_tokens: int = 2048,
+                 max_script_chars: int | None = None):
         self.client = client
         self.max_new_tokens = max_new_tokens
         """Cap on the rewrite's length in tokens (see `budget`)."""
+        self.max_script_chars = max_script_chars
+        """Longer scripts are not sent to the model (the rules mark them): a rewrite costs
+        about a token per two characters of script. None: no limit."""
 
     def prompt(self, code: str, nonce: str) -> str:
         lines = []
@@ -84,14 +93,21 @@ class LLMInstrumenter:
         leaves an honest rewrite room, and a small model caught in a greedy loop stops soon."""
         return min(self.max_new_tokens, len(code) // 2 + 400)
 
-    def rewrite(self, code: str, nonce: str) -> str:
-        """The model's instrumented script (unvalidated). Raises ActionParseError on no code."""
+    def too_long(self, code: str) -> bool:
+        return self.max_script_chars is not None and len(code) > self.max_script_chars
+
+    def ask(self, code: str, nonce: str) -> Completion:
+        """The model's raw answer to the instrumentation prompt (greedy, `budget` tokens)."""
         from practicum.engine.base import SamplingParams  # torch: only when a model is used
 
         messages = [{"role": "system", "content": self.SYSTEM},
                     {"role": "user", "content": self.prompt(code, nonce)}]
         params = SamplingParams(temperature=0.0, max_new_tokens=self.budget(code))
-        return extract_code(self.client.complete(messages, params).text) + "\n"
+        return self.client.complete(messages, params)
+
+    def rewrite(self, code: str, nonce: str) -> str:
+        """The model's instrumented script (unvalidated). Raises ActionParseError on no code."""
+        return extract_code(self.ask(code, nonce).text) + "\n"
 
 
 UNUSABLE = (OSError, ValueError, KeyError, RuntimeError)
@@ -109,10 +125,15 @@ def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> Ins
         ast.parse(code)
     except (SyntaxError, ValueError):
         return InstrumentResult(code, "none", None)
-    reason = None
-    if llm is not None:
+    reason, seconds, tokens = None, 0.0, 0
+    if llm is not None and llm.too_long(code):
+        reason = f"script longer than {llm.max_script_chars} characters: not sent to the model"
+    elif llm is not None:
+        started = time.perf_counter()
         try:
-            rewritten = llm.rewrite(code, nonce)
+            completion = llm.ask(code, nonce)
+            tokens = len(completion.token_ids)
+            rewritten = extract_code(completion.text) + "\n"
         except ActionParseError as err:
             reason = f"rewrite unusable: {err}"
         except UNUSABLE as err:  # a down or slow instrumenter costs only the LLM path
@@ -125,12 +146,14 @@ def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> Ins
             elif unknown := unbound_marker_names(code, rewritten):
                 reason = f"a marker value reads names the script never binds: {sorted(unknown)}"
             else:
-                return InstrumentResult(rewritten, "llm", None)
+                return InstrumentResult(rewritten, "llm", None,
+                                        time.perf_counter() - started, tokens)
+        seconds = time.perf_counter() - started
     try:
         ruled = rule_instrument(code, nonce)
     except (SyntaxError, ValueError, RecursionError, KeyError):
-        return InstrumentResult(code, "none", reason)
+        return InstrumentResult(code, "none", reason, seconds, tokens)
     added = markers_with_nonce(ruled, nonce) - markers_with_nonce(code, nonce)
     if added <= 0 or not only_prints_added(code, ruled):
-        return InstrumentResult(code, "none", reason)
-    return InstrumentResult(ruled, "rules", reason)
+        return InstrumentResult(code, "none", reason, seconds, tokens)
+    return InstrumentResult(ruled, "rules", reason, seconds, tokens)
