@@ -4,6 +4,8 @@ One episode = one competition and `attempts` actions (default 1). Each action:
 
     reply --parse--> code          script mode: plan + one ```python block (actions.parsing)
                                    template mode: the region of a fixed script (actions.template)
+                                   section mode: the modelling section of a fixed script that
+                                   loads the data and writes the submission (actions.section)
           --instrument--> code + milestone prints with a fresh secret nonce (credit.instrument)
           --sandbox--> stdout      a fresh work folder holding ONLY the public files; the private
                                    answers (and the whole data root) are hidden paths
@@ -28,7 +30,8 @@ the prompt shows a previous valid solution of the same competition from the shar
 `SolutionBuffer` (its code, output and score) and asks for an improvement; otherwise "from
 scratch". Held-out tasks are always from scratch unless the task names a previous solution
 (`mle evaluate` does, for scratch-then-improve evaluation). Template mode starts with few-shot
-chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply.
+chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply;
+section mode starts with one few-shot exchange and salvages nothing.
 
 Task.data: {"competition": id, "split": "train"|"eval", optional "previous": Solution fields}.
 """
@@ -52,7 +55,7 @@ from practicum.envs.mle.actions.self_improve import (
     improvement_prompt,
     sample_prompt_mode,
 )
-from practicum.envs.mle.actions.template import parse_reply
+from practicum.envs.mle.actions.template import Template, parse_reply
 from practicum.envs.mle.competitions.config import CompetitionError
 from practicum.envs.mle.credit import evidence
 from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
@@ -149,30 +152,48 @@ class MleEnv(Env):
         cid = task.data.get("competition", task.task_id)
         self._task, self._data = task, self.competitions[cid]
         self._progress, self.last_outcome = _Progress(), None
-        template = self.options.mode == "template"
-        if template and self._data.template is None:
-            raise CompetitionError(f"competition '{cid}' has no template (set target_columns in "
-                                   f"its config.yaml, or use mode: script)")
+        mode = self.options.mode
+        if mode != "script" and self._region() is None:
+            raise CompetitionError(f"competition '{cid}' has no {mode} script (set "
+                                   f"target_columns in its config.yaml, or use mode: script)")
         prompt = self._scratch_prompt()
         previous = self._previous(task, cid)
         self.prompt_mode = "improve" if previous is not None else "scratch"
         if previous is not None:
+            reply_format = {"template": prompts.LINE_REPLY,
+                            "section": prompts.SECTION_REPLY}.get(mode)
             prompt = improvement_prompt(prompt, previous.code, previous.output, previous.score,
-                                        mode=self.options.mode,
+                                        mode="script" if mode == "script" else "template",
                                         lower_is_better=self._data.comp.lower_is_better,
                                         max_output_chars=self.options.output_chars,
-                                        reply_format=prompts.LINE_REPLY if template else None)
-        system = prompts.LINE_SYSTEM_PROMPT if template else prompts.SYSTEM_PROMPT
-        examples = [dict(m) for m in prompts.LINE_EXAMPLE_MESSAGES] if template else []
+                                        reply_format=reply_format)
+        if mode == "template":
+            system, examples = prompts.LINE_SYSTEM_PROMPT, [dict(m) for m in
+                                                            prompts.LINE_EXAMPLE_MESSAGES]
+        elif mode == "section":
+            system, examples = prompts.SECTION_SYSTEM_PROMPT, prompts.section_examples()
+        else:
+            system, examples = prompts.SYSTEM_PROMPT, []
         return Start([{"role": "system", "content": system}, *examples,
                       {"role": "user", "content": prompt}])
 
+    def _region(self) -> Template | None:
+        """The fixed script whose region the reply fills (None in script mode)."""
+        return {"template": self._data.template,
+                "section": self._data.section}.get(self.options.mode)
+
     def _scratch_prompt(self) -> str:
         data, comp = self._data, self._data.comp
+        summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
         if self.options.mode == "template":
-            summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
             return prompts.line_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
                                        data.template, data.kind)
+        if self.options.mode == "section":
+            section = comp.practicum
+            return prompts.section_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
+                                          data.section, data.columns, data.sizes.train,
+                                          data.sizes.test, section.target_columns[0],
+                                          section.id_column)
         files = sorted(p.name for p in data.paths.public.iterdir() if p.is_file())
         return prompts.scratch_prompt(comp.description, files, mode="script",
                                       max_description_chars=MAX_DESCRIPTION_CHARS)
@@ -193,9 +214,9 @@ class MleEnv(Env):
         progress = self._progress
         progress.attempts += 1
         last = progress.attempts >= self.options.attempts
-        template = self._data.template if self.options.mode == "template" else None
+        salvage = self.options.salvage and self.options.mode == "template"
         try:
-            code, written, plan = parse_reply(action, template, self.options.salvage)
+            code, written, plan = parse_reply(action, self._region(), salvage)
         except ActionParseError as err:
             return self._malformed(str(err), action, last)
         outcome = self.last_outcome = self._run(code)
@@ -226,8 +247,9 @@ class MleEnv(Env):
                                               "unparsable reply", parse_error=reason)
         solution = Solution(code=action.strip()[:500], output="", score=None,
                             reward=outcome.reward.total, valid=False)
-        fmt = ("one line `model = ...`" if self.options.mode == "template"
-               else "a short plan and one ```python block")
+        fmt = {"template": "one line `model = ...`",
+               "section": "only the code of the section (it must assign `predictions`) in one "
+               "```python block"}.get(self.options.mode, "a short plan and one ```python block")
         observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
         return StepResult(observation, self._reward(outcome.reward.total, last), last,
                           malformed=True, metrics=self.metrics(),

@@ -467,3 +467,12 @@ def test_llm_cost_is_recorded_and_long_scripts_skip_the_model():
     assert len(client.calls) == 1  # the long script never reached the model
     assert instrument(AIDE_STYLE, NONCE, LLMInstrumenter(client, max_new_tokens=64)).method
     assert client.calls[-1][1].max_new_tokens == 64
+
+
+def test_a_score_printed_directly_is_marked_without_a_value():
+    code = ("from sklearn.metrics import accuracy_score\n"
+            "print('validation accuracy', accuracy_score(y_val, model.predict(X_val)))\n"
+            "print('done')\n")
+    marked = rule_instrument(code, NONCE)
+    assert marked.splitlines()[2] == marker_line(NONCE, "validation_scored")  # after the print
+    assert marked.count("validation_scored") == 1  # print('done') scores nothing
