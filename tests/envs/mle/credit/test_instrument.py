@@ -474,5 +474,5 @@ def test_a_score_printed_directly_is_marked_without_a_value():
             "print('validation accuracy', accuracy_score(y_val, model.predict(X_val)))\n"
             "print('done')\n")
     marked = rule_instrument(code, NONCE)
-    assert marked.splitlines()[2] == marker_line(NONCE, "validation_scored")  # after the print
+    assert marked.splitlines()[3] == marker_line(NONCE, "validation_scored")  # after the print
     assert marked.count("validation_scored") == 1  # print('done') scores nothing
