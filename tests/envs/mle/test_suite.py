@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from practicum.engine.service import ModelService
@@ -137,3 +139,13 @@ def test_template_mode_needs_templates_for_every_competition(tmp_path, mode):
     with pytest.raises(ConfigError, match="task.options.mode: competition 'iris-no-template' "
                                           f"has no {mode} script"):
         build_suite("mle", values, SuiteContext())
+
+
+def test_section_config_loads_with_its_options():
+    from practicum.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(str(root / "configs" / "mle_section.yaml"), [])
+    options = MleOptions(**cfg.task.options)
+    assert options.mode == "section" and options.instrumenter == "rules"
+    assert cfg.sampling.max_new_tokens >= 256 and cfg.rollout.max_seq_len >= 2048
