@@ -3,6 +3,7 @@ model inserts the milestone prints) on a fixed set of scripts for iris-species.
 
     .venv/bin/python benchmarks/mle_instrumenter.py                       # SmolLM2-135M base
     .venv/bin/python benchmarks/mle_instrumenter.py --scripts 4 --max-new-tokens 384
+    .venv/bin/python benchmarks/mle_instrumenter.py --protocol lines   # line numbers only
     .venv/bin/python benchmarks/mle_instrumenter.py --instrumenter 'openai:http://host:8000|m'
 
 The scripts (benchmarks/data/mle_instrumenter/*.py: honest, partial and no-ML ones) and their
@@ -121,8 +122,11 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="the policy model (base)")
     p.add_argument("--scripts", type=int, default=0, help="first N scripts only (0: all)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="cap on a rewrite's tokens")
+    p.add_argument("--protocol", default="rewrite", choices=["rewrite", "lines"],
+                   help="rewrite: the model rewrites the script (paper); lines: it names lines")
     p.add_argument("--data-root", default=None, help="prepared competitions (default: temp)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mle_instrumenter.json"))
+    p.add_argument("--out", default=None, help="default: benchmarks/results/"
+                   "mle_instrumenter.json (rewrite) or mle_instrumenter_lines.json")
     args = p.parse_args()
     state = machine_state()
     logging.basicConfig(level=logging.WARNING)
@@ -136,7 +140,8 @@ def main() -> None:
     def suite(spec: str):
         opts = MleOptions(mode="script", instrumenter=spec, held_out=[COMPETITION],
                           train=["wine-cultivar"], data_root=data_root, wall_seconds=60,
-                          instrumenter_max_new_tokens=args.max_new_tokens)
+                          instrumenter_max_new_tokens=args.max_new_tokens,
+                          instrumenter_protocol=args.protocol)
         return mle_suite(opts, SuiteContext())
 
     started = time.perf_counter()
@@ -185,8 +190,8 @@ def main() -> None:
                                    for k in ("rules", "llm_alone", "llm_in_loop")},
         "model_load_seconds": round(load_seconds, 1),
     }
-    table = Table(title=f"LLM instrumenter ({args.instrumenter}) vs rules on {COMPETITION}; "
-                  f"max_new_tokens {args.max_new_tokens}")
+    table = Table(title=f"LLM instrumenter ({args.instrumenter}, protocol {args.protocol}) vs "
+                  f"rules on {COMPETITION}; max_new_tokens {args.max_new_tokens}")
     for col in ("script", "truth", "rules", "LLM alone", "agree", "LLM rewrite", "s", "tokens"):
         table.add_column(col)
     for r in rows:
@@ -204,10 +209,12 @@ def main() -> None:
                   f"rewrite rejected on {summary['rejected_rate']:.0%}; mean cost "
                   f"{summary['llm_seconds_mean']:.1f} s and {summary['llm_tokens_mean']:.0f} "
                   f"tokens per script (model load {load_seconds:.0f} s)")
-    out = Path(args.out)
+    name = "mle_instrumenter.json" if args.protocol == "rewrite" else "mle_instrumenter_lines.json"
+    out = Path(args.out or ROOT / "benchmarks" / "results" / name)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"_machine": state, "instrumenter": args.instrumenter,
                                "model": args.model, "max_new_tokens": args.max_new_tokens,
+                               "protocol": args.protocol,
                                "competition": COMPETITION, "summary": summary, "rows": rows},
                               indent=2) + "\n")
     console.print(f"wrote {out}")

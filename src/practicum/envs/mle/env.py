@@ -338,6 +338,8 @@ class MleEnvFactory:
 
     def __call__(self, service: ModelService) -> MleEnv:
         client = service.client(self.options.instrumenter)  # None for "rules"
-        llm = LLMInstrumenter(client, self.options.instrumenter_max_new_tokens,
-                              self.options.instrumenter_max_chars) if client is not None else None
+        opts = self.options
+        llm = LLMInstrumenter(client, opts.instrumenter_max_new_tokens,
+                              opts.instrumenter_max_chars, opts.instrumenter_protocol
+                              ) if client is not None else None
         return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)

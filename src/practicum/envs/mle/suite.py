@@ -46,6 +46,10 @@ class MleOptions(BaseModel):
     instrumenter_max_new_tokens: int = Field(
         2048, gt=0, description="Cap on the LLM instrumenter's rewrite in tokens (it also "
         "stops at about half the script's characters + 400).")
+    instrumenter_protocol: Literal["rewrite", "lines"] = Field(
+        "rewrite", description="How the LLM instrumenter answers: rewrite (the whole script "
+        "with the marker prints, as in the paper) or lines (`milestone: line number` pairs; "
+        "the prints are inserted by code: a few tokens instead of the script).")
     instrumenter_max_chars: int | None = Field(
         None, gt=0, description="Scripts longer than this many characters are not sent to the "
         "LLM instrumenter (the rules mark them); None: every script is.")

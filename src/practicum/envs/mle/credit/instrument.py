@@ -4,9 +4,11 @@ Two instrumenters, one contract: the output is the input plus marker print state
 (`milestones.marker_line`) and nothing else, which `marker_checks.only_prints_added` checks
 on the ASTs.
 - `LLMInstrumenter`: a frozen model rewrites the script with the given print lines at the
-  milestone points, as in the paper. It is a `ModelClient` of the run's model service, chosen
-  by the `instrumenter` option: "base" (the policy's frozen base: the live policy with its
-  adapter off), "local:<model>", "openai:<base_url>|<model>"; "rules" means no model.
+  milestone points, as in the paper (protocol "rewrite"), or names the line after which each
+  milestone is reached and code inserts the prints (protocol "lines", `line_markers`: a few
+  tokens instead of the whole script). It is a `ModelClient` of the run's model service,
+  chosen by the `instrumenter` option: "base" (the policy's frozen base: the live policy with
+  its adapter off), "local:<model>", "openai:<base_url>|<model>"; "rules" means no model.
 - `rule_instrumenter.rule_instrument`: a deterministic AST-guided inserter, the fallback
   whenever the model's rewrite does not parse, adds no marker, or changes anything but prints.
 `instrument` tries the first and falls back to the second.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from practicum.envs.mle.actions.parsing import ActionParseError, extract_code
+from practicum.envs.mle.credit import line_markers
 from practicum.envs.mle.credit.marker_checks import (
     markers_with_nonce,
     only_prints_added,
@@ -70,9 +73,16 @@ class LLMInstrumenter:
 
     SYSTEM = "You are a careful programmer. You follow instructions exactly."
 
+    LINES_BUDGET = 120
+    """Tokens of a "lines" answer: seven `milestone: N` lines are about 60."""
+
     def __init__(self, client: ModelClient, max_new_tokens: int = 2048,
-                 max_script_chars: int | None = None):
+                 max_script_chars: int | None = None,
+                 protocol: Literal["rewrite", "lines"] = "rewrite"):
+        if protocol not in ("rewrite", "lines"):
+            raise ValueError(f"protocol must be 'rewrite' or 'lines', got {protocol!r}")
         self.client = client
+        self.protocol = protocol
         self.max_new_tokens = max_new_tokens
         """Cap on the rewrite's length in tokens (see `budget`)."""
         self.max_script_chars = max_script_chars
@@ -80,6 +90,8 @@ class LLMInstrumenter:
         about a token per two characters of script. None: no limit."""
 
     def prompt(self, code: str, nonce: str) -> str:
+        if self.protocol == "lines":
+            return line_markers.prompt(code)
         lines = []
         for milestone, where in MILESTONES.items():
             value = "SCORE" if milestone == "validation_scored" else None
@@ -91,6 +103,8 @@ class LLMInstrumenter:
         """Tokens the rewrite may take: the script plus seven prints (~40 tokens each) and a
         fence. Python averages 3-4 characters per token (2 at the densest), so len/2 + 400
         leaves an honest rewrite room, and a small model caught in a greedy loop stops soon."""
+        if self.protocol == "lines":
+            return min(self.max_new_tokens, self.LINES_BUDGET)
         return min(self.max_new_tokens, len(code) // 2 + 400)
 
     def too_long(self, code: str) -> bool:
@@ -105,9 +119,19 @@ class LLMInstrumenter:
         params = SamplingParams(temperature=0.0, max_new_tokens=self.budget(code))
         return self.client.complete(messages, params)
 
+    def apply(self, code: str, nonce: str, answer: str) -> str:
+        """The instrumented script an answer gives (unvalidated). Raises ActionParseError when
+        it gives none."""
+        if self.protocol == "rewrite":
+            return extract_code(answer) + "\n"
+        lines = line_markers.parse_answer(answer)
+        if not lines:
+            raise ActionParseError("no `milestone: line` pair in the answer")
+        return line_markers.insert_markers(code, nonce, lines)
+
     def rewrite(self, code: str, nonce: str) -> str:
         """The model's instrumented script (unvalidated). Raises ActionParseError on no code."""
-        return extract_code(self.ask(code, nonce).text) + "\n"
+        return self.apply(code, nonce, self.ask(code, nonce).text)
 
 
 UNUSABLE = (OSError, ValueError, KeyError, RuntimeError)
@@ -133,7 +157,7 @@ def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> Ins
         try:
             completion = llm.ask(code, nonce)
             tokens = len(completion.token_ids)
-            rewritten = extract_code(completion.text) + "\n"
+            rewritten = llm.apply(code, nonce, completion.text)
         except ActionParseError as err:
             reason = f"rewrite unusable: {err}"
         except UNUSABLE as err:  # a down or slow instrumenter costs only the LLM path
