@@ -76,6 +76,13 @@ def test_the_instrumenter_uses_the_answer_and_falls_back_on_none():
     (messages, params), = client.calls
     assert params.max_new_tokens == LLMInstrumenter.LINES_BUDGET
     assert messages[-1]["content"] == line_markers.prompt(SCRIPT)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    example_script = line_markers._EXAMPLE_SCRIPT  # the worked example's answer is right
+    answer = line_markers.parse_answer(line_markers.EXAMPLE[1])
+    marked = line_markers.insert_markers(example_script, NONCE, answer)
+    assert re.findall(r":(\w+)\]\]", marked) == list(answer)
+    assert [line for line in marked.splitlines() if "PRACTICUM" not in line] == \
+        example_script.splitlines()
     garbage = instrument(SCRIPT, NONCE, LLMInstrumenter(Answering("I can't"), protocol="lines"))
     assert garbage.method == "rules" and "no `milestone: line` pair" in garbage.rejected_reason
     nowhere = instrument(SCRIPT, NONCE, LLMInstrumenter(Answering("data_loaded: 4"),

@@ -114,7 +114,11 @@ class LLMInstrumenter:
         """The model's raw answer to the instrumentation prompt (greedy, `budget` tokens)."""
         from practicum.engine.base import SamplingParams  # torch: only when a model is used
 
-        messages = [{"role": "system", "content": self.SYSTEM},
+        example = []
+        if self.protocol == "lines":
+            example = [{"role": "user", "content": line_markers.EXAMPLE[0]},
+                       {"role": "assistant", "content": line_markers.EXAMPLE[1]}]
+        messages = [{"role": "system", "content": self.SYSTEM}, *example,
                     {"role": "user", "content": self.prompt(code, nonce)}]
         params = SamplingParams(temperature=0.0, max_new_tokens=self.budget(code))
         return self.client.complete(messages, params)

@@ -38,6 +38,21 @@ def prompt(code: str) -> str:
     return PROMPT.format(numbered=numbered, milestones=milestones)
 
 
+_EXAMPLE_SCRIPT = """\
+import pandas as pd
+from sklearn.linear_model import Ridge
+
+df = pd.read_csv("train.csv")
+X = df[["a", "b"]]
+reg = Ridge()
+reg.fit(X, df["y"])
+"""
+EXAMPLE = (prompt(_EXAMPLE_SCRIPT), "libraries_imported: 2\ndata_loaded: 4\nfeatures_prepared: 5\n"
+           "model_built: 6\nmodel_trained: 7")
+"""One worked exchange (prompt, answer), shown to the model as a chat turn before the real
+prompt: small models copy a format from an example far better than from a description."""
+
+
 def parse_answer(text: str) -> dict[str, int]:
     """milestone -> line number from the model's answer (first mention of each counts)."""
     found: dict[str, int] = {}
