@@ -40,7 +40,7 @@ def main() -> None:
     p.add_argument("--competitions", nargs="+", default=COMPETITIONS)
     p.add_argument("--samples", type=int, default=4, help="replies per competition")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=320)
+    p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", default=None)

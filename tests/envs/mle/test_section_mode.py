@@ -93,8 +93,19 @@ def test_further_progress_earns_more(suite, cid):
     assert ", ".join(columns[:3]) in start.messages[-1]["content"]
 
 
-def test_malformed_section_is_not_run_and_says_the_format(suite):
-    _, result, outcome = step(suite, "iris-species", "model = LogisticRegression()\n")
-    assert result.malformed and outcome.parse_error == "the code must assign `predictions`"
-    assert "must assign `predictions`" in result.observation
-    assert "only the code of the section" in result.observation
+def test_malformed_reply_is_not_run_and_a_cut_off_one_runs_its_prefix(suite):
+    _, result, outcome = step(suite, "iris-species", "")
+    assert result.malformed and outcome.parse_error == "the code block is empty"
+    assert "ending with `predictions = ...`" in result.observation
+    env = suite.make_env(ModelService())
+    env.reset(Task("iris-species", {"competition": "iris-species", "split": "eval"}), seed=0)
+    cut = ("```python\nX = train[[c for c in train.columns if c not in (TARGET, ID_COL)]]\n"
+           "model = LogisticRegression(max_iter=2000)\nmodel.fit(X, train[TARGET])\n"
+           "predictions = model.predict(X_te")  # the token budget ran out here
+    try:
+        result = env.step(cut)
+    finally:
+        env.close()
+    assert not result.malformed and env.last_outcome.milestones == list(MILESTONES)[:5]
+    assert "never assigned `predictions`" in result.observation
+    assert result.reward == pytest.approx(-10 + 0.5)

@@ -31,7 +31,8 @@ the prompt shows a previous valid solution of the same competition from the shar
 scratch". Held-out tasks are always from scratch unless the task names a previous solution
 (`mle evaluate` does, for scratch-then-improve evaluation). Template mode starts with few-shot
 chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply;
-section mode starts with one few-shot exchange and salvages nothing.
+section mode starts with one few-shot exchange and, with `salvage`, runs the parsing prefix of
+a code block cut off by the token budget (`actions.section`).
 
 Task.data: {"competition": id, "split": "train"|"eval", optional "previous": Solution fields}.
 """
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.mle.actions import prompts
 from practicum.envs.mle.actions.parsing import ActionParseError
+from practicum.envs.mle.actions.section import parse_section
 from practicum.envs.mle.actions.self_improve import (
     Solution,
     SolutionBuffer,
@@ -214,9 +216,12 @@ class MleEnv(Env):
         progress = self._progress
         progress.attempts += 1
         last = progress.attempts >= self.options.attempts
-        salvage = self.options.salvage and self.options.mode == "template"
         try:
-            code, written, plan = parse_reply(action, self._region(), salvage)
+            if self.options.mode == "section":
+                code, written = parse_section(action, self._region(), self.options.salvage)
+                plan = ""
+            else:
+                code, written, plan = parse_reply(action, self._region(), self.options.salvage)
         except ActionParseError as err:
             return self._malformed(str(err), action, last)
         outcome = self.last_outcome = self._run(code)
@@ -248,8 +253,8 @@ class MleEnv(Env):
         solution = Solution(code=action.strip()[:500], output="", score=None,
                             reward=outcome.reward.total, valid=False)
         fmt = {"template": "one line `model = ...`",
-               "section": "only the code of the section (it must assign `predictions`) in one "
-               "```python block"}.get(self.options.mode, "a short plan and one ```python block")
+               "section": "only the code of the section (ending with `predictions = ...`) in "
+               "one ```python block"}.get(self.options.mode, "a short plan and one ```python block")
         observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
         return StepResult(observation, self._reward(outcome.reward.total, last), last,
                           malformed=True, metrics=self.metrics(),

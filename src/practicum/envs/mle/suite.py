@@ -91,8 +91,8 @@ class MleOptions(BaseModel):
         "leaderboard.csv, clipped to [-1, 2] (raw scores where a competition has no "
         "leaderboard); raw: the oriented metric (lower_is_better_transform).")
     salvage: bool = Field(True, description="Template mode: accept a lone `model = ...` line "
-                          "found inside an otherwise malformed reply (section mode never "
-                          "salvages).")
+                          "found inside an otherwise malformed reply. Section mode: run the "
+                          "longest parsing prefix of a code block cut off by the token budget.")
     output_chars: int = Field(600, gt=0, description="Run output shown to the agent.")
     workdir_root: str | None = Field(None, description="Where work folders are created.")
 

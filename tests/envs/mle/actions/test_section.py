@@ -13,8 +13,13 @@ import pytest
 
 from practicum.envs.mle.actions import prompts
 from practicum.envs.mle.actions.parsing import ActionParseError
-from practicum.envs.mle.actions.section import MAX_LINES, section_template
-from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, parse_reply
+from practicum.envs.mle.actions.section import (
+    MAX_LINES,
+    parse_section,
+    recover_prefix,
+    section_template,
+)
+from practicum.envs.mle.actions.template import END_MARKER, START_MARKER
 
 FENCE = "```"
 LABELS = section_template("multiclass", "species", "id", "accuracy")
@@ -48,7 +53,7 @@ def folder(tmp_path):
 
 def run_in(folder, template, reply):
     """Fill, then exec the script in `folder`: the submission frame, or the SystemExit text."""
-    script, written, plan = parse_reply(reply, template, salvage=False)
+    script, written = parse_section(reply, template)
     cwd = os.getcwd()
     os.chdir(folder)
     try:
@@ -62,11 +67,11 @@ def run_in(folder, template, reply):
 
 def test_every_task_type_gives_a_parsing_script_whose_example_is_its_region():
     for template in (LABELS, BINARY_AUC, MULTI_LOGLOSS, REGRESSION, TEXT):
-        assert template.required_names == ("predictions",) and template.max_lines == MAX_LINES
+        assert template.max_lines == MAX_LINES
         lines = template.script.splitlines()
         region = lines[lines.index(START_MARKER) + 1: lines.index(END_MARKER)]
         assert "\n".join(region) == template.example
-        assert parse_reply(template.example, template)[0] == template.script
+        assert parse_section(template.example, template)[0] == template.script
         assert "predictions" in template.instruction
     with pytest.raises(ValueError, match="unknown task_type"):
         section_template("ranking", "y", "id", "ndcg")
@@ -74,7 +79,7 @@ def test_every_task_type_gives_a_parsing_script_whose_example_is_its_region():
 
 def test_the_section_replaces_the_region_and_the_fixed_parts_stay(folder):
     reply = f"Plan.\n{FENCE}python\n{SECTION.format(predict='model.predict(X_test)')}{FENCE}"
-    script, written, _ = parse_reply(reply, LABELS, salvage=False)
+    script, written = parse_section(reply, LABELS)
     assert written == SECTION.format(predict="model.predict(X_test)").strip()
     assert 'train = pd.read_csv(DATA_DIR + "/train.csv")' in script  # fixed head
     assert 'submission.to_csv("submission.csv", index=False)' in script  # fixed tail
@@ -87,22 +92,39 @@ def test_the_section_replaces_the_region_and_the_fixed_parts_stay(folder):
 @pytest.mark.parametrize("reply, message", [
     ("", "empty"),
     ("I would use a random forest on the features.", "no ```python code block"),
-    (f"{FENCE}python\nX = train[['a']]\nmodel = Ridge()\n{FENCE}", "must assign `predictions`"),
     (f"{FENCE}python\n{START_MARKER}\npredictions = 1\n{END_MARKER}\n{FENCE}", "marker"),
     (f"{FENCE}python\n" + "x = 1\n" * MAX_LINES + f"predictions = x\n{FENCE}",
      f"{MAX_LINES + 1} lines; at most {MAX_LINES}"),
     (f"{FENCE}python\npredictions = model.predict(X_test\n{FENCE}", "does not parse"),
-    (f"{FENCE}python\npredictions = 1\n", "not closed"),
+    (f"{FENCE}python\nmodel = Ridge(alpha=\n", "cut off .* no complete statement"),
+    ("Sure. predictions = model.predict(X_test) should work", "does not parse"),
 ])
 def test_malformed_sections_say_what_to_fix(reply, message):
     with pytest.raises(ActionParseError, match=message):
-        parse_reply(reply, LABELS, salvage=False)
+        parse_section(reply, LABELS)
 
 
-def test_no_salvage_a_lone_predictions_line_in_prose_is_malformed():
-    reply = "Sure. predictions = model.predict(X_test) should work"
-    with pytest.raises(ActionParseError):
-        parse_reply(reply, LABELS, salvage=False)
+def test_a_cut_off_block_keeps_its_longest_parsing_prefix():
+    cut = (f"Plan.\n{FENCE}python\nX = train[['a', 'b']]\nmodel = Ridge()\n"
+           f"model.fit(X, train[TARGET])\npredictions = model.predict(X_te")
+    script, written = parse_section(cut, LABELS)
+    assert written == "X = train[['a', 'b']]\nmodel = Ridge()\nmodel.fit(X, train[TARGET])"
+    assert f"{START_MARKER}\n{written}\n{END_MARKER}" in script
+    with pytest.raises(ActionParseError, match="not closed"):
+        parse_section(cut, LABELS, salvage=False)
+    # a closed block is the policy's as written: a syntax error there is malformed
+    with pytest.raises(ActionParseError, match="does not parse"):
+        parse_section(cut + f"\n{FENCE}", LABELS)
+    long = "\n".join(f"x{i} = {i}" for i in range(40))
+    assert recover_prefix(long, MAX_LINES) == "\n".join(f"x{i} = {i}" for i in range(MAX_LINES))
+    assert recover_prefix("for i in range(3):\n", MAX_LINES) is None
+
+
+def test_a_section_that_never_predicts_runs_and_stops_at_the_tail(folder):
+    reply = SECTION.replace("predictions = {predict}\n", "")
+    assert run_in(folder, LABELS, reply) == ("the section never assigned `predictions` (it must "
+                                             "end with predictions = ..., one prediction per "
+                                             "test row)")
 
 
 def test_predictions_of_the_wrong_length_stop_with_a_clear_message(folder):
@@ -147,5 +169,5 @@ def test_section_prompt_shows_columns_sizes_and_the_target():
     assert "RandomForestClassifier" in text and "Ridge," not in text
     user, assistant = prompts.section_examples()
     assert user["role"] == "user" and "House prices" in user["content"]
-    example = parse_reply(assistant["content"], REGRESSION, salvage=False)[1]
+    example = parse_section(assistant["content"], REGRESSION, salvage=False)[1]
     assert example.endswith("predictions = model.predict(X_test)")

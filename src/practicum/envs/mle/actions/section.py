@@ -9,12 +9,22 @@ often and at different depths (a wrong column name stops at the first line, a re
 class labels stops at the fit, predictions on the training rows stop at the tail), so the
 evidence-checked milestones (`credit.evidence`) separate further progress from less.
 
-`section_template` builds the `Template` (the marked region is the section); filling and
-parsing are `template.fill_template`'s.
+`section_template` builds the `Template` (the marked region is the section); `parse_section`
+turns a reply into the script to run. `predictions` is checked when the script runs, not at
+parse time, so a section that stops short (fits a model, never predicts) still runs and earns
+the milestones it proves. A reply cut off by the token budget inside its code block keeps its
+longest prefix of whole lines that parses (`recover_prefix`, with `salvage`): the cut is the
+budget's doing, the lines before it are the policy's.
 """
 
 from __future__ import annotations
 
+from practicum.envs.mle.actions.parsing import (
+    ActionParseError,
+    code_blocks,
+    extract_code,
+    syntax_problem,
+)
 from practicum.envs.mle.actions.sklearn_template import (
     _DENSE_ONLY,
     _ESTIMATORS,
@@ -22,11 +32,11 @@ from practicum.envs.mle.actions.sklearn_template import (
     _TASK_TYPES,
     _validation_expr,
 )
-from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, Template
+from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, Template, fill_template
 
 MAX_LINES = 25
 """Most non-blank lines a section may have."""
-REQUIRED = ("predictions",)
+_PY_TAGS = {"python", "python3", "py", "py3", ""}
 
 _TABULAR_EXAMPLE = """\
 features = [c for c in train.columns if c not in (TARGET, ID_COL)]
@@ -64,6 +74,9 @@ _EXTRA_IMPORTS = {
 }
 
 _CHECK_ROWS = """\
+if "predictions" not in globals():
+    raise SystemExit("the section never assigned `predictions` (it must end with "
+                     "predictions = ..., one prediction per test row)")
 predictions = np.asarray(predictions)
 if predictions.ndim == 0 or len(predictions) != len(test):
     raise SystemExit(f"`predictions` must have one row per test row ({{len(test)}} rows), got "
@@ -156,5 +169,42 @@ print("wrote submission.csv with", len(submission), "rows")
 '''
     instruction = (f"build features from `train` and `test`, fit a model on the training rows, "
                    f"print a validation {label}, and assign `predictions`: {what}")
-    return Template(script=script, instruction=instruction, required_names=REQUIRED,
+    return Template(script=script, instruction=instruction, required_names=(),
                     available=available, example=example, max_lines=MAX_LINES)
+
+
+def recover_prefix(code: str, max_lines: int) -> str | None:
+    """The longest prefix of whole lines of `code`, with at most `max_lines` non-blank lines,
+    that parses and holds a statement; None when there is none."""
+    lines = code.splitlines()
+    kept, count = [], 0
+    for line in lines:
+        count += bool(line.strip())
+        if count > max_lines:
+            break
+        kept.append(line)
+    for end in range(len(kept), 0, -1):
+        prefix = "\n".join(kept[:end]).rstrip()
+        if prefix.strip() and syntax_problem(prefix) is None:
+            return prefix
+    return None
+
+
+def parse_section(reply: str, template: Template, salvage: bool = True) -> tuple[str, str]:
+    """(script to run, the section as written) of a section-mode reply; raises
+    ActionParseError with what to fix. With `salvage`, a code block cut off by the end of the
+    reply keeps its longest parsing prefix (module docstring)."""
+    try:
+        return fill_template(template, reply), extract_code(reply)
+    except ActionParseError as err:
+        if not salvage or template.start_marker in reply or "YOUR CODE" in reply:
+            raise
+        cut = [b for b in code_blocks(reply) if not b.closed and b.lang in _PY_TAGS]
+        closed = [b for b in code_blocks(reply) if b.closed and b.lang in _PY_TAGS]
+        if not cut or closed:
+            raise
+        code = recover_prefix(cut[-1].code, template.max_lines)
+        if code is None:
+            raise ActionParseError("the ```python block is cut off (not closed with ```) and "
+                                   "no complete statement comes before the cut") from err
+        return fill_template(template, code), code
