@@ -9,8 +9,9 @@ Four arms, each trained from the same untrained policy per seed (sync runtime, s
 seeded and comparable): partial credit on/off (milestones worth +0.1 or nothing) and duration
 weights on/off (each action's loss weighted by dt / mean_batch(dt)). For arm (a) of issue 9
 use section mode (`configs/mle_section.yaml`): the untrained model fails most attempts there,
-at different depths, so milestones rank its failures. After training, every arm is evaluated with the SAME reward (partial credit on) on the held-out competitions, so the
-numbers compare across arms; the untrained policy is evaluated once per seed as the baseline.
+at different depths, so milestones rank its failures. After training, every arm is evaluated
+with the SAME reward (partial credit on) on the held-out competitions, so the numbers compare
+across arms; the untrained policy is evaluated once per seed as the baseline.
 Prints mean +- std over seeds and writes benchmarks/results/mle_ablation.{json,png}.
 
 The default budget (2 steps of 1 task x 4 episodes, 6 held-out episodes per evaluation) runs
