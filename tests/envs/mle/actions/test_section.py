@@ -118,6 +118,7 @@ def test_a_cut_off_block_keeps_its_longest_parsing_prefix():
     long = "\n".join(f"x{i} = {i}" for i in range(40))
     assert recover_prefix(long, MAX_LINES) == "\n".join(f"x{i} = {i}" for i in range(MAX_LINES))
     assert recover_prefix("for i in range(3):\n", MAX_LINES) is None
+    assert recover_prefix("# only a comment\nx = (", MAX_LINES) is None
 
 
 def test_a_section_that_never_predicts_runs_and_stops_at_the_tail(folder):

@@ -19,6 +19,8 @@ budget's doing, the lines before it are the policy's.
 
 from __future__ import annotations
 
+import ast
+
 from practicum.envs.mle.actions.parsing import (
     ActionParseError,
     code_blocks,
@@ -185,7 +187,7 @@ def recover_prefix(code: str, max_lines: int) -> str | None:
         kept.append(line)
     for end in range(len(kept), 0, -1):
         prefix = "\n".join(kept[:end]).rstrip()
-        if prefix.strip() and syntax_problem(prefix) is None:
+        if syntax_problem(prefix) is None and ast.parse(prefix).body:
             return prefix
     return None
 
