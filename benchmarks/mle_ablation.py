@@ -3,12 +3,15 @@ weights, several seeds, on the bundled suite with SmolLM2-135M-Instruct in templ
 
     .venv/bin/python benchmarks/mle_ablation.py                 # small default budget
     .venv/bin/python benchmarks/mle_ablation.py --steps 20 --group-size 8 --eval-repeats 8
+    .venv/bin/python benchmarks/mle_ablation.py --config configs/mle_section.yaml  # section mode
 
 Four arms, each trained from the same untrained policy per seed (sync runtime, so runs are
 seeded and comparable): partial credit on/off (milestones worth +0.1 or nothing) and duration
-weights on/off (each action's loss weighted by dt / mean_batch(dt)). After training, every arm
-is evaluated with the SAME reward (partial credit on) on the held-out competitions, so the
-numbers compare across arms; the untrained policy is evaluated once per seed as the baseline.
+weights on/off (each action's loss weighted by dt / mean_batch(dt)). For arm (a) of issue 9
+use section mode (`configs/mle_section.yaml`): the untrained model fails most attempts there,
+at different depths, so milestones rank its failures. After training, every arm is evaluated
+with the SAME reward (partial credit on) on the held-out competitions, so the numbers compare
+across arms; the untrained policy is evaluated once per seed as the baseline.
 Prints mean +- std over seeds and writes benchmarks/results/mle_ablation.{json,png}.
 
 The default budget (2 steps of 1 task x 4 episodes, 6 held-out episodes per evaluation) runs

@@ -326,3 +326,36 @@ def test_threads_grading_at_once_never_see_a_half_loaded_grader():
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_base_instrumenter_is_the_live_policy_with_its_adapter_off(data_root, answers,
+                                                                   tiny_model_dir):
+    """The default instrumenter ("base") goes through the run's generation server with the
+    adapter off: no second copy of the weights, batched with the policy's requests. A tiny
+    random model writes garbage, so the rules mark the run; the cost is recorded."""
+    from practicum.engine.chat import ChatFormat
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
+    from practicum.engine.server import GenerationServer
+    from practicum.engine import service as service_module
+
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="float32"))
+    server = GenerationServer(sampler).start()
+    calls = []
+    generate = server.generate
+    server.generate = lambda ids, params, seed=None, adapter=True: (
+        calls.append((len(ids), params.max_new_tokens, adapter)) or generate(ids, params, seed,
+                                                                             adapter))
+    local_before = dict(service_module._LOCAL)
+    try:
+        live = ModelService(server, ChatFormat(trainable.tokenizer))
+        suite = make_suite(data_root, instrumenter="base", instrumenter_max_new_tokens=16)
+        env, result = run(suite, block(perfect_script(answers)), service=live)
+    finally:
+        server.stop()
+    assert [(c[1], c[2]) for c in calls] == [(16, False)]  # one greedy call, adapter off
+    assert service_module._LOCAL == local_before  # no local copy was loaded
+    outcome = env.last_outcome
+    assert outcome.instrumenter == "rules" and outcome.instrument_rejected
+    assert 0 < outcome.instrument_tokens <= 16 and outcome.instrument_seconds > 0
+    assert result.metrics["instrument_seconds"] == outcome.instrument_seconds
+    assert outcome.score == 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from practicum.engine.service import ModelService
@@ -117,7 +119,8 @@ def test_bad_instrumenter_fails_at_suite_build(tmp_path, spec):
         build_suite("mle", values, SuiteContext())
 
 
-def test_template_mode_needs_templates_for_every_competition(tmp_path):
+@pytest.mark.parametrize("mode", ["template", "section"])
+def test_template_mode_needs_templates_for_every_competition(tmp_path, mode):
     # a copy of iris-species without target_columns: no template can be built for it
     folder = tmp_path / "comps"
     source = bundled_dir() / "iris-species"
@@ -130,9 +133,19 @@ def test_template_mode_needs_templates_for_every_competition(tmp_path):
     config = config.replace("id: iris-species", "id: iris-no-template")
     config = config.replace("target_columns: [species]", "target_columns: []")
     (target / "config.yaml").write_text(config)
-    values = {"held_out": ["iris-no-template"], "train": ["wine-cultivar"], "mode": "template",
+    values = {"held_out": ["iris-no-template"], "train": ["wine-cultivar"], "mode": mode,
               "instrumenter": "rules", "competitions_dirs": [str(folder)],
               "data_root": str(tmp_path / "data")}
     with pytest.raises(ConfigError, match="task.options.mode: competition 'iris-no-template' "
-                                          "has no template"):
+                                          f"has no {mode} script"):
         build_suite("mle", values, SuiteContext())
+
+
+def test_section_config_loads_with_its_options():
+    from practicum.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(str(root / "configs" / "mle_section.yaml"), [])
+    options = MleOptions(**cfg.task.options)
+    assert options.mode == "section" and options.instrumenter == "rules"
+    assert cfg.sampling.max_new_tokens >= 256 and cfg.rollout.max_seq_len >= 2048

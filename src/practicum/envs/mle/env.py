@@ -4,6 +4,8 @@ One episode = one competition and `attempts` actions (default 1). Each action:
 
     reply --parse--> code          script mode: plan + one ```python block (actions.parsing)
                                    template mode: the region of a fixed script (actions.template)
+                                   section mode: the modelling section of a fixed script that
+                                   loads the data and writes the submission (actions.section)
           --instrument--> code + milestone prints with a fresh secret nonce (credit.instrument)
           --sandbox--> stdout      a fresh work folder holding ONLY the public files; the private
                                    answers (and the whole data root) are hidden paths
@@ -28,7 +30,9 @@ the prompt shows a previous valid solution of the same competition from the shar
 `SolutionBuffer` (its code, output and score) and asks for an improvement; otherwise "from
 scratch". Held-out tasks are always from scratch unless the task names a previous solution
 (`mle evaluate` does, for scratch-then-improve evaluation). Template mode starts with few-shot
-chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply.
+chat turns and, with `salvage`, accepts a lone `model = ...` line inside a malformed reply;
+section mode starts with one few-shot exchange and, with `salvage`, runs the parsing prefix of
+a code block cut off by the token budget (`actions.section`).
 
 Task.data: {"competition": id, "split": "train"|"eval", optional "previous": Solution fields}.
 """
@@ -46,13 +50,14 @@ from typing import TYPE_CHECKING, Any
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.mle.actions import prompts
 from practicum.envs.mle.actions.parsing import ActionParseError
+from practicum.envs.mle.actions.section import parse_section
 from practicum.envs.mle.actions.self_improve import (
     Solution,
     SolutionBuffer,
     improvement_prompt,
     sample_prompt_mode,
 )
-from practicum.envs.mle.actions.template import parse_reply
+from practicum.envs.mle.actions.template import Template, parse_reply
 from practicum.envs.mle.competitions.config import CompetitionError
 from practicum.envs.mle.credit import evidence
 from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
@@ -87,6 +92,8 @@ class _Progress:
     """Attempts that ran in the sandbox."""
     llm_runs: int = 0
     """Runs whose markers the LLM instrumenter inserted."""
+    instrument_seconds: float = 0.0
+    """Time spent in LLM instrumenter calls."""
     best_reward: float | None = None
     valid: bool = False
     milestones: int = 0
@@ -97,6 +104,7 @@ class _Progress:
         """Count a run that went through the sandbox."""
         self.runs += 1
         self.llm_runs += outcome.instrumenter == "llm"
+        self.instrument_seconds += outcome.instrument_seconds
         self.valid |= outcome.valid
         self.milestones = max(self.milestones, len(outcome.milestones))
         if outcome.valid:
@@ -146,30 +154,48 @@ class MleEnv(Env):
         cid = task.data.get("competition", task.task_id)
         self._task, self._data = task, self.competitions[cid]
         self._progress, self.last_outcome = _Progress(), None
-        template = self.options.mode == "template"
-        if template and self._data.template is None:
-            raise CompetitionError(f"competition '{cid}' has no template (set target_columns in "
-                                   f"its config.yaml, or use mode: script)")
+        mode = self.options.mode
+        if mode != "script" and self._region() is None:
+            raise CompetitionError(f"competition '{cid}' has no {mode} script (set "
+                                   f"target_columns in its config.yaml, or use mode: script)")
         prompt = self._scratch_prompt()
         previous = self._previous(task, cid)
         self.prompt_mode = "improve" if previous is not None else "scratch"
         if previous is not None:
+            reply_format = {"template": prompts.LINE_REPLY,
+                            "section": prompts.SECTION_REPLY}.get(mode)
             prompt = improvement_prompt(prompt, previous.code, previous.output, previous.score,
-                                        mode=self.options.mode,
+                                        mode="script" if mode == "script" else "template",
                                         lower_is_better=self._data.comp.lower_is_better,
                                         max_output_chars=self.options.output_chars,
-                                        reply_format=prompts.LINE_REPLY if template else None)
-        system = prompts.LINE_SYSTEM_PROMPT if template else prompts.SYSTEM_PROMPT
-        examples = [dict(m) for m in prompts.LINE_EXAMPLE_MESSAGES] if template else []
+                                        reply_format=reply_format)
+        if mode == "template":
+            system, examples = prompts.LINE_SYSTEM_PROMPT, [dict(m) for m in
+                                                            prompts.LINE_EXAMPLE_MESSAGES]
+        elif mode == "section":
+            system, examples = prompts.SECTION_SYSTEM_PROMPT, prompts.section_examples()
+        else:
+            system, examples = prompts.SYSTEM_PROMPT, []
         return Start([{"role": "system", "content": system}, *examples,
                       {"role": "user", "content": prompt}])
 
+    def _region(self) -> Template | None:
+        """The fixed script whose region the reply fills (None in script mode)."""
+        return {"template": self._data.template,
+                "section": self._data.section}.get(self.options.mode)
+
     def _scratch_prompt(self) -> str:
         data, comp = self._data, self._data.comp
+        summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
         if self.options.mode == "template":
-            summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
             return prompts.line_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
                                        data.template, data.kind)
+        if self.options.mode == "section":
+            section = comp.practicum
+            return prompts.section_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
+                                          data.section, data.columns, data.sizes.train,
+                                          data.sizes.test, section.target_columns[0],
+                                          section.id_column)
         files = sorted(p.name for p in data.paths.public.iterdir() if p.is_file())
         return prompts.scratch_prompt(comp.description, files, mode="script",
                                       max_description_chars=MAX_DESCRIPTION_CHARS)
@@ -190,9 +216,12 @@ class MleEnv(Env):
         progress = self._progress
         progress.attempts += 1
         last = progress.attempts >= self.options.attempts
-        template = self._data.template if self.options.mode == "template" else None
         try:
-            code, written, plan = parse_reply(action, template, self.options.salvage)
+            if self.options.mode == "section":
+                code, written = parse_section(action, self._region(), self.options.salvage)
+                plan = ""
+            else:
+                code, written, plan = parse_reply(action, self._region(), self.options.salvage)
         except ActionParseError as err:
             return self._malformed(str(err), action, last)
         outcome = self.last_outcome = self._run(code)
@@ -223,8 +252,9 @@ class MleEnv(Env):
                                               "unparsable reply", parse_error=reason)
         solution = Solution(code=action.strip()[:500], output="", score=None,
                             reward=outcome.reward.total, valid=False)
-        fmt = ("one line `model = ...`" if self.options.mode == "template"
-               else "a short plan and one ```python block")
+        fmt = {"template": "one line `model = ...`",
+               "section": "only the code of the section (ending with `predictions = ...`) in "
+               "one ```python block"}.get(self.options.mode, "a short plan and one ```python block")
         observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
         return StepResult(observation, self._reward(outcome.reward.total, last), last,
                           malformed=True, metrics=self.metrics(),
@@ -267,7 +297,8 @@ class MleEnv(Env):
     def metrics(self) -> dict[str, float]:
         """The episode so far: valid (1/0: some attempt was), most milestones an attempt
         reached, best score credit of a valid attempt (0 if none), attempts, malformed replies,
-        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked."""
+        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked and the
+        seconds its calls took."""
         p = self._progress
         metrics = {"valid": float(p.valid), "milestones": float(p.milestones),
                    "score_credit": 0.0 if p.score_credit is None else p.score_credit,
@@ -275,6 +306,7 @@ class MleEnv(Env):
                    "improve_prompt": float(self.prompt_mode == "improve")}
         if self.instrumenter is not None:
             metrics["llm_instrumented"] = p.llm_runs / max(1, p.runs)
+            metrics["instrument_seconds"] = p.instrument_seconds
         return metrics
 
     def _info(self, outcome: RunOutcome, solution: Solution) -> dict[str, Any]:
@@ -311,5 +343,8 @@ class MleEnvFactory:
 
     def __call__(self, service: ModelService) -> MleEnv:
         client = service.client(self.options.instrumenter)  # None for "rules"
-        llm = LLMInstrumenter(client) if client is not None else None
+        opts = self.options
+        llm = LLMInstrumenter(client, opts.instrumenter_max_new_tokens,
+                              opts.instrumenter_max_chars, opts.instrumenter_protocol
+                              ) if client is not None else None
         return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from practicum.envs.mle.actions.section import section_template
 from practicum.envs.mle.actions.sklearn_template import default_template
 from practicum.envs.mle.actions.template import Template
 from practicum.envs.mle.competitions import source_data
@@ -49,6 +50,10 @@ class CompetitionData:
     anchors: tuple[float, float] | None = None
     """(score of the sample submission, best leaderboard score): the normalised score's 0 and
     1 (`rewards.normalise_score`); None without a leaderboard or a gradable sample."""
+    section: Template | None = None
+    """The section-mode script (`actions.section`); None like `template`."""
+    columns: tuple[str, ...] = ()
+    """Column names of train.csv (shown in section-mode prompts)."""
 
     @property
     def kind(self) -> str:
@@ -75,19 +80,22 @@ def load_competition_data(comp: Competition, data_root: Path | None) -> Competit
     """Prepare (cached on disk) and load what an episode needs: public files, answers, template."""
     paths = comp.prepare(data_root)
     answers = read_answers(paths.answers)
-    template = None
-    section = comp.practicum
-    if section.target_columns:
+    template = section = None
+    extra = comp.practicum
+    if extra.target_columns:
+        args = (extra.task or "classification", extra.target_columns[0], extra.id_column,
+                comp.metric)
         try:
-            template = default_template(section.task or "classification",
-                                        section.target_columns[0], section.id_column, comp.metric)
+            template, section = default_template(*args), section_template(*args)
         except ValueError as err:
             log.warning("competition %s has no template: %s", comp.id, err)
     root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
     hidden = (paths.private, root, *source_data.hidden_paths())
     sizes = Sizes(_rows(paths.public / "train.csv"), _rows(paths.public / "test.csv"))
+    train = paths.public / "train.csv"
+    columns = tuple(pd.read_csv(train, nrows=0).columns) if train.is_file() else ()
     return CompetitionData(comp, paths, answers, template, hidden, sizes,
-                           score_anchors(comp, paths, answers))
+                           score_anchors(comp, paths, answers), section, columns)
 
 
 def _rows(path: Path) -> int:

@@ -34,13 +34,25 @@ class MleOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["template", "script"] = Field(
+    mode: Literal["template", "section", "script"] = Field(
         "template", description="template: fill one marked line of a fixed script (small "
-        "models); script: a plan and a whole Python script.")
+        "models); section: write the modelling section (features, fit, predictions; up to 25 "
+        "lines) of a fixed script that loads the data and writes the submission; script: a "
+        "plan and a whole Python script.")
     instrumenter: str = Field(
         "base", description="Who inserts milestone prints, as a model-service spec: base (the "
         "policy's frozen base: the live policy with its adapter off), local:<model>, "
         "openai:<base_url>|<model>, or rules (the AST inserter, no model).")
+    instrumenter_max_new_tokens: int = Field(
+        2048, gt=0, description="Cap on the LLM instrumenter's rewrite in tokens (it also "
+        "stops at about half the script's characters + 400).")
+    instrumenter_protocol: Literal["rewrite", "lines"] = Field(
+        "rewrite", description="How the LLM instrumenter answers: rewrite (the whole script "
+        "with the marker prints, as in the paper) or lines (`milestone: line number` pairs; "
+        "the prints are inserted by code: a few tokens instead of the script).")
+    instrumenter_max_chars: int | None = Field(
+        None, gt=0, description="Scripts longer than this many characters are not sent to the "
+        "LLM instrumenter (the rules mark them); None: every script is.")
     held_out: list[str] = Field(list(DEFAULT_HELD_OUT), description="Held-out competition ids.")
     train: list[str] | None = Field(
         None, description="Training competition ids; None = every other known competition.")
@@ -79,7 +91,8 @@ class MleOptions(BaseModel):
         "leaderboard.csv, clipped to [-1, 2] (raw scores where a competition has no "
         "leaderboard); raw: the oriented metric (lower_is_better_transform).")
     salvage: bool = Field(True, description="Template mode: accept a lone `model = ...` line "
-                          "found inside an otherwise malformed reply.")
+                          "found inside an otherwise malformed reply. Section mode: run the "
+                          "longest parsing prefix of a code block cut off by the token budget.")
     output_chars: int = Field(600, gt=0, description="Run output shown to the agent.")
     workdir_root: str | None = Field(None, description="Where work folders are created.")
 
@@ -134,10 +147,12 @@ def mle_suite(options: MleOptions, ctx: SuiteContext) -> Suite:
     train_ids, held_ids = split_competitions(sorted(folders), options)
     cache = CompetitionCache(folders, Path(options.data_root) if options.data_root else None)
     for cid in train_ids + held_ids:  # prepare now: a broken competition fails the start
-        if options.mode == "template" and cache[cid].template is None:
+        data = cache[cid]
+        if options.mode != "script" and (data.template if options.mode == "template"
+                                         else data.section) is None:
             raise ConfigError(f"config error at task.options.mode: competition '{cid}' has no "
-                              f"template (set target_columns in its config.yaml, or use "
-                              f"mode: script)")
+                              f"{options.mode} script (set target_columns in its config.yaml, "
+                              f"or use mode: script)")
     buffer = SolutionBuffer(k=options.buffer_size)
     factory = MleEnvFactory(options, cache, buffer, ctx.failure_reward)
     train = [Task(cid, {"competition": cid, "split": "train"})

@@ -53,6 +53,17 @@ def test_no_partial_credit_flag(cli, tmp_path, data, capsys):
     assert json.loads(capsys.readouterr().out)["reward"]["total"] == -10.0
 
 
+def test_section_mode_runs_a_section(cli, tmp_path, data, capsys):
+    section = ("features = [c for c in train.columns if c not in (TARGET, ID_COL)]\n"
+               "model = Ridge().fit(train[features], train[TARGET])\n"
+               "predictions = model.predict(train[features])\n")  # the training rows
+    code = cli(["mle", "run", "diabetes-progression", write(tmp_path, section),
+                "--mode", "section", "--data", str(data), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and not out["valid"] and "model_trained" in out["milestones"]
+    assert "must have one row per test row" in out["observation"]
+
+
 def test_template_mode_runs_a_region(cli, tmp_path, data, capsys):
     code = cli(["mle", "run", "diabetes-progression", write(tmp_path, "model = Ridge()\n"),
                 "--mode", "template", "--data", str(data), "--json"])

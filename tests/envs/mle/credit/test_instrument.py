@@ -447,3 +447,32 @@ def _rule_milestones(code: str) -> list[str]:
 )
 def test_rule_heuristics(code, expected):
     assert _rule_milestones(code) == expected
+
+
+def test_llm_cost_is_recorded_and_long_scripts_skip_the_model():
+    def reply(prompt):
+        nonce = re.search(r"\[\[PRACTICUM:([0-9a-f]+):", prompt).group(1)
+        script = prompt.rsplit(f"{FENCE}python\n", 1)[1].rsplit(f"\n{FENCE}", 1)[0] + "\n"
+        return f"{FENCE}python\n{rule_instrument(script, nonce)}{FENCE}"
+
+    client = FakeClient(reply)
+    client.complete = (lambda inner: lambda m, p=None: Completion(inner(m, p).text, [7] * 42,
+                                                                  "stop"))(client.complete)
+    used = instrument(AIDE_STYLE, NONCE, LLMInstrumenter(client))
+    assert used.method == "llm" and used.llm_tokens == 42 and used.llm_seconds > 0
+    capped = LLMInstrumenter(client, max_script_chars=len(AIDE_STYLE) - 1)
+    skipped = instrument(AIDE_STYLE, NONCE, capped)
+    assert skipped.method == "rules" and skipped.llm_tokens == 0 and skipped.llm_seconds == 0
+    assert skipped.rejected_reason.startswith(f"script longer than {len(AIDE_STYLE) - 1}")
+    assert len(client.calls) == 1  # the long script never reached the model
+    assert instrument(AIDE_STYLE, NONCE, LLMInstrumenter(client, max_new_tokens=64)).method
+    assert client.calls[-1][1].max_new_tokens == 64
+
+
+def test_a_score_printed_directly_is_marked_without_a_value():
+    code = ("from sklearn.metrics import accuracy_score\n"
+            "print('validation accuracy', accuracy_score(y_val, model.predict(X_val)))\n"
+            "print('done')\n")
+    marked = rule_instrument(code, NONCE)
+    assert marked.splitlines()[3] == marker_line(NONCE, "validation_scored")  # after the print
+    assert marked.count("validation_scored") == 1  # print('done') scores nothing

@@ -162,3 +162,74 @@ def line_prompt(
         f"Available estimators: {', '.join(names)}.\n\n"
         f"Choose an estimator. {LINE_REPLY[:-1]}, like one of these:\n{examples}"
     )
+
+
+# -------------------------------------------------------------- section-mode prompt
+
+SECTION_SYSTEM_PROMPT = ("You write the modelling section of a Python script: features, a "
+                         "scikit-learn model, a validation score and test predictions.")
+"""System prompt of `section_prompt`."""
+SECTION_REPLY = ("Reply with only the code of the section in one ```python block (no imports, "
+                 "no reading or writing files).")
+MAX_COLUMNS_SHOWN = 24
+
+
+def _columns(columns: Sequence[str]) -> str:
+    shown = list(columns[:MAX_COLUMNS_SHOWN])
+    more = len(columns) - len(shown)
+    return ", ".join(shown) + (f", ... ({more} more)" if more > 0 else "")
+
+
+def section_prompt(name: str, summary: str, metric: str, lower_is_better: bool,
+                   template: Template, train_columns: Sequence[str], train_rows: int,
+                   test_rows: int, target: str, id_col: str, estimators: Sequence[str] = ()
+                   ) -> str:
+    """Section-mode prompt (`actions.section`): what the fixed script has already done, the
+    column names (a wrong one is the commonest failure), what `predictions` must hold, and
+    the reply format. Use it after `section_examples()` as few-shot turns."""
+    direction = "lower" if lower_is_better else "higher"
+    estimators = list(estimators) or [n for n in template.available
+                                      if n[0].isupper() and n.endswith(("Classifier", "Regressor",
+                                                                        "Regression", "SVC",
+                                                                        "SVR", "NB", "Ridge",
+                                                                        "Lasso", "ElasticNet"))]
+    classes = "CLASSES (sorted class labels), " if "CLASSES" in template.script else ""
+    return (
+        f"Competition: {name}. {summary}\nMetric: {metric} ({direction} is better).\n"
+        f"The script has already run:\n"
+        f"    train = pd.read_csv(\"train.csv\")  # {train_rows} rows; columns: "
+        f"{_columns(train_columns)}\n"
+        f"    test = pd.read_csv(\"test.csv\")    # {test_rows} rows; the same columns "
+        f"without {target}\n"
+        f"    TARGET = {target!r}; ID_COL = {id_col!r}\n"
+        f"Available: np, pd, {classes}train_test_split, the metrics of sklearn.metrics and "
+        f"{', '.join(estimators)}.\n\n"
+        f"Write the modelling section (at most {template.max_lines} lines): "
+        f"{template.instruction}. {SECTION_REPLY}"
+    )
+
+
+def section_examples() -> list[dict[str, str]]:
+    """One few-shot exchange (a made-up regression competition, named columns) placed before
+    `section_prompt`: the reply shows the shape of a section without fitting any bundled
+    competition's columns."""
+    from practicum.envs.mle.actions.section import section_template
+
+    template = section_template("regression", "price", "id", "rmse")
+    prompt = section_prompt("House prices", "Predict the sale price of a house.", "rmse", True,
+                            template, ["id", "sqft", "rooms", "age", "price"], 800, 200,
+                            "price", "id", ["Ridge", "RandomForestRegressor"])
+    reply = (
+        "```python\n"
+        "X = train[[\"sqft\", \"rooms\", \"age\"]].fillna(0)\n"
+        "X_test = test[[\"sqft\", \"rooms\", \"age\"]].fillna(0)\n"
+        "X_tr, X_val, y_tr, y_val = train_test_split(X, train[TARGET], test_size=0.2, "
+        "random_state=0)\n"
+        "model = Ridge(alpha=1.0)\n"
+        "model.fit(X_tr, y_tr)\n"
+        "print(\"validation rmse:\", mean_squared_error(y_val, model.predict(X_val)) ** 0.5)\n"
+        "model.fit(X, train[TARGET])\n"
+        "predictions = model.predict(X_test)\n"
+        "```"
+    )
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]

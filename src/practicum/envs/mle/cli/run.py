@@ -3,7 +3,8 @@
 The file is sandboxed in a fresh work folder holding only the competition's public files, with
 milestone prints inserted (secret nonce), then graded; the command prints the milestones, the
 score and the reward breakdown. SOLUTION.py is a whole script (`--mode script`, default) or,
-with `--mode template`, the code of the template's region (e.g. `model = Ridge()`).
+with `--mode template`, the code of the template's region (e.g. `model = Ridge()`), or with
+`--mode section` the modelling section (features, fit, `predictions = ...`).
 
 There is no policy being trained here, so the instrumenter is the rules (default), a local
 model or an OpenAI-compatible endpoint: `local:smollm2-135m-instruct` is the base model that
@@ -45,9 +46,9 @@ def add_run_command(sub: argparse._SubParsersAction, parents: list) -> None:
                          help="run a solution sandboxed, instrumented and graded")
     run.add_argument("competition", metavar="ID", help="competition id or folder")
     run.add_argument("solution", type=Path, metavar="SOLUTION.py")
-    run.add_argument("--mode", choices=["script", "template"], default="script",
+    run.add_argument("--mode", choices=["script", "template", "section"], default="script",
                      help="script: the file is the whole script; template: the code of the "
-                     "template's region")
+                     "template's region; section: the modelling section")
     run.add_argument("--instrumenter", default="rules",
                      help="rules (default), local:<model>, openai:<base_url>|<model>")
     run.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)

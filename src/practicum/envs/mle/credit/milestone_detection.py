@@ -1,8 +1,8 @@
 """Which milestones a statement reaches: name and call heuristics over the agent's AST.
 
 Used by the rule-based inserter (`rule_instrumenter`): loaders mean data_loaded, estimator
-constructors mean model_built, `.fit` means model_trained, a scorer assigned to a name means
-validation_scored, and so on.
+constructors mean model_built, `.fit` means model_trained, a scorer assigned to a name (or
+printed directly, then without a value) means validation_scored, and so on.
 """
 
 from __future__ import annotations
@@ -125,6 +125,9 @@ def milestones_of(stmt: ast.stmt) -> list[tuple[str, str | None]]:
         and _numeric(value)
     ):
         found.append(("validation_scored", stmt.targets[0].id))
+    elif (isinstance(stmt, ast.Expr) and isinstance(value, ast.Call)
+          and _call_name(value) == "print" and names & _SCORERS):
+        found.append(("validation_scored", None))  # print("acc", accuracy_score(...)): no value
     writes = [c for c in calls if _writes(c)]
     if any("submission" in ast.unparse(c).lower() or "sub" in _receiver(c).lower() for c in writes):
         found.append(("predictions_written", None))

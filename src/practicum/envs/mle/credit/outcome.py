@@ -62,6 +62,10 @@ class RunOutcome:
     """Who inserted the milestone prints."""
     instrument_rejected: str | None = None
     """Why the LLM instrumenter's rewrite was not used (None when it was or there is none)."""
+    instrument_seconds: float = 0.0
+    """Wall time of the LLM instrumenter's call (0 without one)."""
+    instrument_tokens: int = 0
+    """Tokens the LLM instrumenter generated."""
     forged_markers: int = 0
     """Marker lines with a wrong nonce (or self-read ones): printed by the code, never credited."""
     self_inspection: str | None = None
@@ -143,6 +147,7 @@ def judge_run(run: RunResult, code: str, inst: InstrumentResult, nonce: str, wor
                       comp.metric, comp.lower_is_better, failure_reason=reason,
                       duration=run.duration, crash=crash, instrumenter=inst.method,
                       instrument_rejected=inst.rejected_reason, forged_markers=report.forged,
+                      instrument_seconds=inst.llm_seconds, instrument_tokens=inst.llm_tokens,
                       self_inspection=inspecting, validation_score=report.validation_score,
                       unproven=unproven, timed_out=timed_out,
                       stdout=run.stdout, stderr=run.stderr)
