@@ -69,13 +69,13 @@ def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
 def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     from practicum.config import load_config
     from practicum.rft import run_rft
-    from practicum.runtime.train import run_training
 
     res: dict[str, dict[str, float]] = {}
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_rl"))
-    rl = run_training(cfg, progress=False)
+    rl = rl_arm(cfg)
     res["flow (untrained)"] = family_scores(rl["eval_before"])
     res["flow + Flow-GRPO"] = family_scores(rl["eval_after"])
+    res["flow + Flow-GRPO"]["rl_steps"] = float(rl["steps"])
     res["direct (no flow)"] = evaluate_mode(args, seed, out, "direct")
     res["tool-integrated"] = evaluate_mode(args, seed, out, "tool_integrated")
     episodes = args.steps * args.group_size * args.tasks_per_step
@@ -88,6 +88,24 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     res["flow + offline SFT"]["kept"] = float(sft["kept"])
     res["flow + offline SFT"]["sampled"] = float(episodes)
     return res
+
+
+def rl_arm(cfg) -> dict:
+    """The in-flow RL run. If no sampled group ever had a reward signal (every episode failed:
+    dynamic sampling filters them all and training stops at step 0), the trained planner is the
+    untrained one: 'after' = 'before', 0 steps. The reason is kept in RUN/stopped.txt, and a
+    re-run of the benchmark reuses it."""
+    from practicum.errors import TrainingError
+    from practicum.runtime.train import run_training
+
+    stopped = cfg.run_dir / "stopped.txt"
+    if not stopped.exists():
+        try:
+            return run_training(cfg, progress=False)
+        except TrainingError as err:
+            stopped.write_text(str(err) + "\n")
+    step0 = json.loads((cfg.run_dir / "eval" / "step_000000.json").read_text())
+    return {"eval_before": step0, "eval_after": step0, "steps": 0}
 
 
 def reuse_untrained_eval(rl_dir: Path, sft_dir: Path) -> None:
