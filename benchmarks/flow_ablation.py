@@ -132,6 +132,31 @@ def finished_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     return res
 
 
+def plot(table: dict, dest: Path) -> None:
+    """Held-out accuracy per arm and task family: mean over seeds, std as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = [c for c in ("all", "arithmetic", "multihop") if any(table[a].get(c) for a in ARMS)]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(ARMS)
+    for i, arm in enumerate(ARMS):
+        vals = [table[arm].get(f) or [0.0] for f in families]
+        ax.bar([j + i * width for j in range(len(families))], [statistics.mean(v) for v in vals],
+               width, yerr=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in vals],
+               label=arm, capsize=3)
+    ax.set_xticks([j + width * (len(ARMS) - 1) / 2 for j in range(len(families))], families)
+    ax.set_ylabel("held-out accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.set_title("AgentFlow ablation (mean +- std over seeds)")
+    fig.tight_layout()
+    fig.savefig(dest, dpi=110)
+    plt.close(fig)
+
+
 def mean_std(xs: list[float]) -> str:
     if not xs:
         return "-"
@@ -168,6 +193,7 @@ def main() -> None:
     dest = ROOT / "benchmarks" / "results" / "flow_ablation.json"
     dest.parent.mkdir(exist_ok=True)
     dest.write_text(json.dumps(result, indent=1))
+    plot(table, dest.with_suffix(".png"))
     print(f"wrote {dest} ({(time.time() - started) / 60:.1f} min)")
 
 
