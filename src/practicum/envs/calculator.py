@@ -12,7 +12,6 @@ learn to exploit by listing candidates.
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.sandbox import Limits, run_python
+from practicum.pyast import parse as ast_parse
 
 SYSTEM_PROMPT = (
     "You solve math problems. You have a Python calculator: write <calc>expression</calc> and "
@@ -46,7 +46,7 @@ def calculator_program(snippet: str) -> str:
     """A program that prints the snippet's value: an expression is printed, a block is run."""
     snippet = snippet.strip().strip("`")
     try:
-        ast.parse(snippet, mode="eval")
+        ast_parse(snippet, mode="eval")
     except SyntaxError:
         return snippet + "\n"
     # Whole floats print as integers so "3.0" does not read as a different answer from "3".

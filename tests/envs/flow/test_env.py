@@ -175,20 +175,20 @@ def test_code_cannot_read_the_answer_key(suite, tmp_path):
     gold = task.data["answer"]
     env = suite.make_env(None)
     env.reset(task)
-    probe = (
-        "import os\nhits = []\n"
+    probe = (  # checks each file as it reads it (holding every file would hit the memory limit)
+        "import os\n"
+        f"gold = {gold[::-1]!r}[::-1]\n"  # reversed: the program file itself must not hold it
+        "found = gold in str(os.environ)\n"
+        "def seen(path):\n"
+        "    try:\n"
+        "        with open(path, errors='ignore') as fh: return gold in fh.read(1 << 20)\n"
+        "    except Exception: return False\n"
         "for root in ['.', '/tmp', os.path.expanduser('~')]:\n"
         "    for d, _, fs in os.walk(root):\n"
-        "        for f in fs:\n"
-        "            try: hits.append(open(os.path.join(d, f), errors='ignore').read())\n"
-        "            except Exception: pass\n"
+        "        found = found or any(seen(os.path.join(d, f)) for f in fs)\n"
         "for p in os.listdir('/proc'):\n"
-        "    for f in ('environ', 'cmdline'):\n"
-        "        try: hits.append(open(f'/proc/{p}/{f}', errors='ignore').read())\n"
-        "        except Exception: pass\n"
-        "hits.append(str(os.environ))\n"
-        f"gold = {gold[::-1]!r}[::-1]\n"  # reversed: the program file itself must not hold it
-        "print('FOUND' if any(gold in h for h in hits) else 'clean')"
+        "    found = found or any(seen(f'/proc/{p}/{f}') for f in ('environ', 'cmdline'))\n"
+        "print('FOUND' if found else 'clean')"
     )
     out = env.tools["python_coder"].run(probe)
     assert out.text == "clean", out.text

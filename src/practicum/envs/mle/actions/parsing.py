@@ -9,10 +9,10 @@ its observation.
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass
+from practicum.pyast import parse as ast_parse
 
 _PY_TAGS = {"python", "python3", "py", "py3"}
 _OPEN = re.compile(r"^[ \t]{0,3}(`{3,})[ \t]*([\w+.-]*)[ \t]*$")
@@ -86,7 +86,7 @@ def code_blocks(reply: str) -> list[CodeBlock]:
 def syntax_problem(code: str) -> str | None:
     """None when `code` parses, else a one-line description of the first syntax error."""
     try:
-        ast.parse(code)
+        ast_parse(code)
     except SyntaxError as err:
         return f"SyntaxError line {err.lineno}: {err.msg}"
     except ValueError as err:  # e.g. null bytes

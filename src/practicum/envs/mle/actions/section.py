@@ -19,7 +19,6 @@ budget's doing, the lines before it are the policy's.
 
 from __future__ import annotations
 
-import ast
 
 from practicum.envs.mle.actions.parsing import (
     ActionParseError,
@@ -35,6 +34,7 @@ from practicum.envs.mle.actions.sklearn_template import (
     _validation_expr,
 )
 from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, Template, fill_template
+from practicum.pyast import parse as ast_parse
 
 MAX_LINES = 25
 """Most non-blank lines a section may have."""
@@ -187,7 +187,7 @@ def recover_prefix(code: str, max_lines: int) -> str | None:
         kept.append(line)
     for end in range(len(kept), 0, -1):
         prefix = "\n".join(kept[:end]).rstrip()
-        if syntax_problem(prefix) is None and ast.parse(prefix).body:
+        if syntax_problem(prefix) is None and ast_parse(prefix).body:
             return prefix
     return None
 

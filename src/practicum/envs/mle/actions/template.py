@@ -19,6 +19,7 @@ from practicum.envs.mle.actions.parsing import (
     parse_script_action,
     syntax_problem,
 )
+from practicum.pyast import parse as ast_parse
 
 START_MARKER = "# === YOUR CODE START ==="
 END_MARKER = "# === YOUR CODE END ==="
@@ -66,7 +67,7 @@ def fill_template(template: Template, reply: str) -> str:
         raise ActionParseError(
             f"the code has {n_lines} lines; at most {template.max_lines} allowed"
         )
-    assigned = _assigned_names(ast.parse(code))
+    assigned = _assigned_names(ast_parse(code))
     missing = [name for name in template.required_names if name not in assigned]
     if missing:
         raise ActionParseError("the code must assign " + ", ".join(f"`{n}`" for n in missing))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from practicum.envs.mle.credit.marker_checks import marker_of
 from practicum.envs.mle.credit.milestones import MILESTONES
+from practicum.pyast import parse as ast_parse
 
 ROWS = "__practicum_rows__"
 """Run-time helper: rows of the object a thunk returns (shape[0] or len), -1 on any error."""
@@ -123,7 +124,7 @@ def attach(code: str, nonce: str) -> tuple[str, list[int]]:
     Returns the new code and the 1-based numbers of its marker-print lines (the lines the
     launcher maps back onto the policy's own line numbers).
     """
-    tree = ast.parse(code)
+    tree = ast_parse(code)
     lines = code.splitlines()
     prefix = f"[[PRACTICUM:{nonce}:"
     replace: dict[int, tuple[int, str]] = {}  # first line -> (last line, new line)
@@ -171,7 +172,7 @@ def _value_of(stmt: ast.Expr) -> str | None:
 
 def imports_ml_library(code: str) -> bool:
     try:
-        tree = ast.parse(code)
+        tree = ast_parse(code)
     except (SyntaxError, ValueError):
         return False
     for node in ast.walk(tree):

@@ -16,7 +16,6 @@ on the ASTs.
 
 from __future__ import annotations
 
-import ast
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -30,6 +29,7 @@ from practicum.envs.mle.credit.marker_checks import (
 )
 from practicum.envs.mle.credit.milestones import MILESTONES, marker_line
 from practicum.envs.mle.credit.rule_instrumenter import rule_instrument
+from practicum.pyast import parse as ast_parse
 
 if TYPE_CHECKING:
     from practicum.engine.service import Completion, ModelClient
@@ -150,7 +150,7 @@ failed generation (RuntimeError). Anything else is a bug and propagates."""
 def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> InstrumentResult:
     """Code with milestone prints for run `nonce`: the LLM's rewrite if valid, else the rules'."""
     try:
-        ast.parse(code)
+        ast_parse(code)
     except (SyntaxError, ValueError):
         return InstrumentResult(code, "none", None)
     reason, seconds, tokens = None, 0.0, 0

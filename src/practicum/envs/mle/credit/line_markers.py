@@ -16,6 +16,7 @@ import ast
 import re
 
 from practicum.envs.mle.credit.milestones import MILESTONES, marker_line
+from practicum.pyast import parse as ast_parse
 
 PROMPT = """Here is a Python script with line numbers.
 
@@ -80,7 +81,7 @@ def insert_markers(code: str, nonce: str, answer: dict[str, int]) -> str:
     statement), a line shared with another statement (`a = 1; b = 2`) and a `return`,
     `raise`, `break` or `continue` (a print after it never runs) get no marker.
     """
-    tree = ast.parse(code)
+    tree = ast_parse(code)
     lines = code.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"

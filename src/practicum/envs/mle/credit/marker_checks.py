@@ -11,6 +11,7 @@ import ast
 import re
 
 from practicum.envs.mle.credit.milestones import MARKER_PREFIX
+from practicum.pyast import parse as ast_parse
 
 _MARKER_TEXT = re.compile(r"^\[\[PRACTICUM:[0-9a-f]+:[a-z_]+\]\]")
 
@@ -73,7 +74,7 @@ class _StripMarkers(ast.NodeTransformer):
 
 
 def _dump_without_markers(code: str) -> str:
-    return ast.dump(_StripMarkers().visit(ast.parse(code)), include_attributes=False)
+    return ast.dump(_StripMarkers().visit(ast_parse(code)), include_attributes=False)
 
 
 def only_prints_added(original: str, rewritten: str) -> bool:
@@ -93,14 +94,14 @@ def markers_with_nonce(code: str, nonce: str) -> int:
     tag = f"{MARKER_PREFIX}{nonce}:"
     return sum(
         1
-        for node in ast.walk(ast.parse(code))
+        for node in ast.walk(ast_parse(code))
         if isinstance(node, ast.stmt) and (marker_of(node) or "").startswith(tag)
     )
 
 
 def unbound_marker_names(original: str, rewritten: str) -> set[str]:
     """Names read by marker values that the original never binds (e.g. a copied placeholder)."""
-    tree = ast.parse(original)
+    tree = ast_parse(original)
     bound = {"float", "__import__"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -113,7 +114,7 @@ def unbound_marker_names(original: str, rewritten: str) -> set[str]:
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
     read = {
         n.id
-        for stmt in ast.walk(ast.parse(rewritten))
+        for stmt in ast.walk(ast_parse(rewritten))
         if isinstance(stmt, ast.stmt) and marker_of(stmt)
         for n in ast.walk(stmt.value.args[0])
         if isinstance(n, ast.Name)

@@ -32,6 +32,7 @@ from practicum.envs.mle.credit.instrument import InstrumentResult
 from practicum.envs.mle.credit.milestones import MILESTONES, parse_milestones
 from practicum.envs.mle.credit.rewards import RewardBreakdown, RewardConfig, mle_reward
 from practicum.envs.sandbox import RunResult, read_workdir_file
+from practicum.pyast import parse as ast_parse
 
 
 @dataclass
@@ -194,7 +195,7 @@ def self_inspection(code: str) -> str | None:
     evade; the most such a forgery gains is the milestone credit (+0.7), never a score.
     """
     try:
-        tree = ast.parse(code)
+        tree = ast_parse(code)
     except (SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):

@@ -12,6 +12,7 @@ import ast
 
 from practicum.envs.mle.credit.milestone_detection import milestones_of
 from practicum.envs.mle.credit.milestones import MILESTONES, marker_line
+from practicum.pyast import parse as ast_parse
 
 _MARK_LAST = {"data_loaded", "features_prepared"}
 
@@ -40,7 +41,7 @@ def rule_instrument(code: str, nonce: str) -> str:
     A `return` statement gets its marker only if nothing else reaches that milestone,
     inserted before it.
     """
-    tree = ast.parse(code)
+    tree = ast_parse(code)
     lines = code.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
