@@ -35,6 +35,16 @@ class EnvFailure(RuntimeError):
     """The environment's child process failed; the message is the reason to log."""
 
 
+def failed_step(err: EnvFailure, failure_reward: float, started: float,
+                quiet: bool = False) -> StepResult:
+    """The StepResult of a step whose env worker failed: the episode ends with the run's
+    failure reward (not the policy's fault). `quiet` when the caller killed it on purpose."""
+    if not quiet:
+        log.warning("env step failed: %s", err)
+    return StepResult(reward=failure_reward, done=True, duration=time.perf_counter() - started,
+                      failure=str(err))
+
+
 class ChildModelService:
     """The model service as seen from a child process: every call is a request to the parent,
     which serves it with the real `ModelService` while it waits for the step to finish."""
@@ -142,10 +152,7 @@ class ProcessEnv(Env):
         try:
             return self._call("step", action, self.step_timeout)
         except EnvFailure as e:
-            if not self._killed:
-                log.warning("env step failed: %s", e)
-            return StepResult(reward=self.failure_reward, done=True,
-                              duration=time.perf_counter() - start, failure=str(e))
+            return failed_step(e, self.failure_reward, start, quiet=self._killed)
 
     def close(self) -> None:
         """Close the env and stop the child (killed if it does not exit within 2 s)."""

@@ -45,7 +45,7 @@ from typing import Any
 
 from practicum.engine.service import ModelService
 from practicum.envs.base import Env, Start, StepResult, Task
-from practicum.envs.process_env import ChildModelService, EnvFailure
+from practicum.envs.process_env import ChildModelService, EnvFailure, failed_step
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
 
@@ -172,10 +172,7 @@ class RayEnv(Env):
         try:
             return self._call("step", action)
         except EnvFailure as e:
-            if not self._killed:
-                log.warning("env step failed: %s", e)
-            return StepResult(reward=self.failure_reward, done=True,
-                              duration=time.perf_counter() - start, failure=str(e))
+            return failed_step(e, self.failure_reward, start, quiet=self._killed)
 
     def close(self) -> None:
         """Close the environment and give the worker back (a dead one is replaced)."""

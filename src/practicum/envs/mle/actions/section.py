@@ -40,10 +40,8 @@ MAX_LINES = 25
 """Most non-blank lines a section may have."""
 _PY_TAGS = {"python", "python3", "py", "py3", ""}
 
-_TABULAR_EXAMPLE = """\
-features = [c for c in train.columns if c not in (TARGET, ID_COL)]
-X = train[features].fillna(0)
-X_test = test[features].fillna(0)
+# The validation-then-refit tail both few-shot examples end with.
+_FIT_AND_PREDICT = """\
 X_tr, X_val, y_tr, y_val = train_test_split(X, train[TARGET], test_size=0.2, random_state=0)
 model = {estimator}
 model.fit(X_tr, y_tr)
@@ -51,18 +49,17 @@ print("validation {label}:", {score})
 model.fit(X, train[TARGET])
 predictions = {predict}
 """
+_TABULAR_EXAMPLE = """\
+features = [c for c in train.columns if c not in (TARGET, ID_COL)]
+X = train[features].fillna(0)
+X_test = test[features].fillna(0)
+""" + _FIT_AND_PREDICT
 _TEXT_EXAMPLE = """\
 text = [c for c in train.columns if c not in (TARGET, ID_COL)][0]
 vectorizer = TfidfVectorizer(max_features=20000, ngram_range=(1, 2))
 X = vectorizer.fit_transform(train[text].fillna(""))
 X_test = vectorizer.transform(test[text].fillna(""))
-X_tr, X_val, y_tr, y_val = train_test_split(X, train[TARGET], test_size=0.2, random_state=0)
-model = {estimator}
-model.fit(X_tr, y_tr)
-print("validation {label}:", {score})
-model.fit(X, train[TARGET])
-predictions = {predict}
-"""
+""" + _FIT_AND_PREDICT
 _ESTIMATOR = {("classification", False): "RandomForestClassifier(n_estimators=200, random_state=0)",
               ("regression", False): "RandomForestRegressor(n_estimators=200, random_state=0)",
               ("classification", True): "LogisticRegression(C=4.0, max_iter=1000)",
