@@ -54,7 +54,10 @@ class MergedCopy:
         for name, (base, target) in self.layers.items():
             a = update.tensors[f"{name}.lora_A.weight"].float()
             b = update.tensors[f"{name}.lora_B.weight"].float()
-            target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
+            if base.dtype == target.weight.dtype == torch.float32:  # one fused op, no temporaries
+                torch.addmm(base, b, a, alpha=scale, out=target.weight)
+            else:
+                target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
 
 
 class HFSampler:
