@@ -107,6 +107,25 @@ def test_each_row_draws_from_its_own_seed(sampler, prompts):
     assert tokens(sampler.generate(prompts, params, seeds=[1, 2, 3])) != tokens(a)
 
 
+def test_identical_prompts_are_prefilled_once_and_sample_as_if_alone(sampler, prompts):
+    """A group's repeated prompt is prefilled once (one row per distinct prompt); every row
+    still draws from its own seed exactly as it would alone."""
+    batch = [prompts[0], prompts[1], prompts[0], prompts[0]]
+    params = SamplingParams(max_new_tokens=6)
+    shapes = []
+    hook = sampler.merged.lm.base_model.register_forward_pre_hook(
+        lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    together = sampler.generate(batch, params, seeds=[7, 8, 9, 10])
+    hook.remove()
+    assert shapes[0] == (2, max(len(prompts[0]), len(prompts[1])))
+    assert shapes[1] == (4, 1)  # then every row decodes
+    for prompt, seed, got in zip(batch, [7, 8, 9, 10], together):
+        alone = sampler.generate([prompt], params, seeds=[seed])[0]
+        assert got.token_ids == alone.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+    assert together[0].token_ids != together[2].token_ids  # same prompt, own seed
+
+
 def test_stop_token_id_is_kept_and_ends_the_sequence(sampler, prompts):
     ref = sampler.generate(prompts[:1], greedy(12))[0].token_ids
     k = next(i for i in range(3, len(ref)) if ref[i] not in ref[:i])
