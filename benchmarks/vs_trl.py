@@ -18,19 +18,23 @@ steps_per_generation = 1; practicum one mini-batch, one epoch, micro-batch = gro
 (betas 0.9/0.99, no weight decay), grad clip 1, torch threads, no gradient checkpointing
 (TRL's default is on; turned off here as in practicum).
 
+dtype "auto" resolves to fp32 on a CPU without AVX-512 (bf16 there is emulated and slower).
+
 Not matched (each framework's own design): TRL samples with `model.generate` through the peft
 LoRA layers; practicum samples with its own KV-cached loop on a merged copy and re-merges the
-adapter into it after each update (counted in practicum's time as "publish"). TRL scores
-log-probs with its fused, tiled LM head; practicum with its fp32 head in chunks. TRL's step
+adapter into it after each update (counted in practicum's time as "publish"); it prefills a
+group's repeated prompt once. TRL scores log-probs with its fused, tiled LM head (on CPU over
+every position of prompt + completion); practicum projects only the completion (loss)
+positions and runs the group's shared prompt through the backbone once. TRL's step
 includes its HF Trainer bookkeeping (logging every step, metrics); practicum's iteration is its
 engine + learner (`HFSampler.generate`, `Learner.train_step`, `load_weights`), without the
 runtime's episode store and environment workers.
 
 Printed: per-iteration seconds (median over --iterations after --warmup), practicum's
-breakdown (sampling, learner, publish) against TRL's (generate, rest of the step), reference
-timings of a plain `generate` and a plain forward+backward on the same tokens, and with
---profile the top operators of one practicum learner step. Written to
-benchmarks/results/vs_trl.json with the machine state (load average before and after).
+breakdown (sampling, learner, publish) against TRL's (generate, rest of the step), plain
+`generate` and plain forward+backward on the same tokens as references (run after every timed
+iteration; medians), and with --profile the top operators of one practicum learner step.
+Written to benchmarks/results/vs_trl.json with the machine state (load average before/after).
 
     python benchmarks/vs_trl.py                    # 1 warm-up + 3 timed iterations each
     python benchmarks/vs_trl.py --iterations 1 --new-tokens 16 --no-reference   # smoke run
@@ -245,7 +249,7 @@ def main() -> None:
         trl = None if args.no_trl else TRLProcess(args, path, dtype, total, tmp)
         try:
             trainable, sampler, learner, prompt, cfg = practicum_side(args, path)
-            ours, theirs = [], []
+            ours, theirs, plain = [], [], []
             for i in range(total):  # interleaved: both sides see the same machine load
                 row = practicum_iteration(trainable, sampler, learner, prompt, cfg, seed=i)
                 other = trl.step() if trl is not None else None
@@ -256,8 +260,9 @@ def main() -> None:
                     ours.append(row)
                     if other:
                         theirs.append(other)
-            reference = None if args.no_reference else \
-                reference_timings(trainable, sampler, prompt, cfg, seed=total)
+                    if not args.no_reference:  # interleaved too
+                        plain.append(reference_timings(trainable, sampler, prompt, cfg, seed=i))
+            reference = {k: median(plain, k) for k in plain[0]} if plain else None
             profile = profile_learner(trainable, sampler, learner, prompt, cfg, total,
                                       args.profile) if args.profile else None
         finally:
@@ -280,6 +285,11 @@ def main() -> None:
                           "rest_seconds": median([{"r": r["seconds"] - r["generate_seconds"]}
                                                   for r in theirs], "r")} if theirs else None,
         "reference": reference, "profile": profile,
+        "ratios": {"learner_over_plain_forward_backward":
+                   median(ours, "learner_seconds") / reference["forward_backward_seconds"],
+                   "sampling_over_plain_generate":
+                   median(ours, "sample_seconds") / reference["generate_seconds"]}
+        if reference else None,
         "practicum_iterations": ours, "trl_iterations": theirs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -308,9 +318,12 @@ def report(result: dict) -> None:
     console.print(t)
     if result["reference"]:
         r = result["reference"]
-        console.print(f"plain HF generate of the same batch: {r['generate_seconds']:.2f} s; "
+        q = result["ratios"]
+        console.print(f"plain HF generate of the same batch: {r['generate_seconds']:.2f} s "
+                      f"(practicum sampling / plain: {q['sampling_over_plain_generate']:.2f}); "
                       f"plain forward+backward (peft, model loss) of the same rows: "
-                      f"{r['forward_backward_seconds']:.2f} s")
+                      f"{r['forward_backward_seconds']:.2f} s (practicum learner / plain: "
+                      f"{q['learner_over_plain_forward_backward']:.2f})")
     if result["profile"]:
         t = Table(title="practicum learner step: top operators by self CPU time")
         for col in ("op", "self s", "share", "calls"):
