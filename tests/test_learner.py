@@ -45,7 +45,8 @@ class BigramPolicy(nn.Module):
         self.calls: list[str] = []
         """Per token_logprobs call: 'base', 'grad' or 'nograd' (proximal log-probs)."""
 
-    def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False):
+    def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
+                       score_mask=None):
         self.calls.append("base" if self.in_base else
                           "grad" if torch.is_grad_enabled() else "nograd")
         table = self.base if self.in_base else self.table
@@ -54,10 +55,12 @@ class BigramPolicy(nn.Module):
         valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).bool()
         zero = logp.new_zeros(len(input_ids), 1)
         logp = torch.cat([zero, logp.masked_fill(~valid, 0.0)], dim=1)
+        # like HFTrainable: positions outside score_mask are 0, so a learner reading them fails
+        scored = torch.ones_like(logp) if score_mask is None else score_mask.float()
         if not return_entropy:
-            return logp
+            return logp * scored
         entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, torch.cat([zero, entropy.masked_fill(~valid, 0.0)], dim=1)
+        return logp * scored, torch.cat([zero, entropy.masked_fill(~valid, 0.0)], dim=1) * scored
 
     def trainable_parameters(self):
         return [self.table]

@@ -159,7 +159,8 @@ class Learner:
         out = {}
         for micro in self._micro_batches(rows):
             tb = token_batch(micro, adv, wts, self.model.pad_id)
-            logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature)
+            logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
+                                             score_mask=tb.loss_mask)
             for r, lp in zip(micro, logp.cpu()):
                 out[id(r)] = lp[:len(r.segment.input_ids)]
         return out
@@ -176,7 +177,8 @@ class Learner:
         for micro in self._micro_batches(mini):
             tb = token_batch(micro, adv, wts, self.model.pad_id)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                  self.temperature, return_entropy=True)
+                                                  self.temperature, return_entropy=True,
+                                                  score_mask=tb.loss_mask)
             old = (logp.detach() if prox is None else
                    pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]).to(logp.device))
             token_loss, clipped = self._objective(logp, old, tb)
@@ -185,7 +187,7 @@ class Learner:
             if algo.kl_coef > 0:
                 with torch.no_grad(), self.model.frozen_base():
                     ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                    self.temperature)
+                                                    self.temperature, score_mask=tb.loss_mask)
                 kl = k3_kl(logp, ref)
                 token_loss = token_loss + algo.kl_coef * kl
                 sums["kl_ref"] += (kl.detach() * mask).sum().item()

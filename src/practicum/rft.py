@@ -149,7 +149,7 @@ def _sft_update(s: Session, batch: list[Row], masks: dict, optimizer, params) ->
             attn[b, :len(row.segment.input_ids)] = 1
         mask = pad_rows([torch.tensor(masks[id(row)], dtype=torch.float32) for row in micro],
                         width)
-        logp = model.token_logprobs(ids, attn)
+        logp = model.token_logprobs(ids, attn, score_mask=mask)
         loss = rft_loss(logp, mask.to(logp.device)) * (mask.sum().item() / total)
         loss.backward()
         loss_sum += loss.item()

@@ -107,6 +107,25 @@ def test_each_row_draws_from_its_own_seed(sampler, prompts):
     assert tokens(sampler.generate(prompts, params, seeds=[1, 2, 3])) != tokens(a)
 
 
+def test_identical_prompts_are_prefilled_once_and_sample_as_if_alone(sampler, prompts):
+    """A group's repeated prompt is prefilled once (one row per distinct prompt); every row
+    still draws from its own seed exactly as it would alone."""
+    batch = [prompts[0], prompts[1], prompts[0], prompts[0]]
+    params = SamplingParams(max_new_tokens=6)
+    shapes = []
+    hook = sampler.merged.lm.base_model.register_forward_pre_hook(
+        lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    together = sampler.generate(batch, params, seeds=[7, 8, 9, 10])
+    hook.remove()
+    assert shapes[0] == (2, max(len(prompts[0]), len(prompts[1])))
+    assert shapes[1] == (4, 1)  # then every row decodes
+    for prompt, seed, got in zip(batch, [7, 8, 9, 10], together):
+        alone = sampler.generate([prompt], params, seeds=[seed])[0]
+        assert got.token_ids == alone.token_ids
+        assert torch.allclose(torch.tensor(got.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+    assert together[0].token_ids != together[2].token_ids  # same prompt, own seed
+
+
 def test_stop_token_id_is_kept_and_ends_the_sequence(sampler, prompts):
     ref = sampler.generate(prompts[:1], greedy(12))[0].token_ids
     k = next(i for i in range(3, len(ref)) if ref[i] not in ref[:i])
@@ -204,15 +223,17 @@ def test_entropy_is_that_of_the_tempered_distribution(engine, prompts):
 
 
 def test_chunked_logit_rows_give_the_same_logprobs_entropy_and_gradients(tiny_model_dir, prompts):
-    """token_logprobs projects to the vocabulary a few rows at a time (recomputed in backward);
-    results must not depend on the chunk size. Full fine-tuning: the head weight gets gradients."""
+    """token_logprobs projects to the vocabulary a few rows at a time (recomputed in backward
+    when there is more than one chunk); results must not depend on the chunk size. Full
+    fine-tuning: the head weight gets gradients. Entropy is a diagnostic without gradient."""
     ids, mask = padded(prompts, "left")
     outs = []
-    for rows in (10_000, 3, 1):  # one chunk; 1 position x 3 rows per chunk; rows < batch
+    for rows in (10_000, 3, 1):  # one chunk (kept); several chunks (recomputed); one row each
         trainable, _ = build(tiny_model_dir, lora=False)
         trainable.logit_chunk_rows = rows
         lp, ent = trainable.token_logprobs(ids, mask, temperature=0.7, return_entropy=True)
-        (lp.sum() + 0.1 * ent.sum()).backward()
+        assert not ent.requires_grad
+        lp.sum().backward()
         grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
         outs.append((lp.detach(), ent.detach(), grads))
     for lp, ent, grads in outs[1:]:
@@ -220,6 +241,62 @@ def test_chunked_logit_rows_give_the_same_logprobs_entropy_and_gradients(tiny_mo
         assert torch.allclose(ent, outs[0][1], atol=1e-5)
         assert (grads - outs[0][2]).norm() <= 1e-5 * outs[0][2].norm()  # fp32 sums reorder
     assert outs[0][2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("rows", [10_000, 2])
+def test_score_mask_projects_only_the_scored_positions(tiny_model_dir, prompts, rows):
+    """With a loss mask as score_mask, the scored positions get exactly the unmasked values and
+    gradients (of a loss over them), every other position 0; the vocabulary projection runs on
+    the scored rows only."""
+    ids, mask = padded(prompts, "right")
+    score = torch.zeros_like(mask)
+    score[0, 3:7], score[2, 2:] = 1, mask[2, 2:]  # a middle span; a row's tail; row 1 unscored
+    outs = []
+    for score_mask in (None, score):
+        trainable, _ = build(tiny_model_dir, lora=False)
+        trainable.logit_chunk_rows = rows
+        projected, head = [], trainable.logits.head
+        trainable.logits.head = lambda h: (projected.append(h.shape[0]), head(h))[1]
+        lp, ent = trainable.token_logprobs(ids, mask, temperature=0.7, return_entropy=True,
+                                           score_mask=score_mask)
+        rows_projected = sum(projected)  # in the forward (backward may recompute)
+        (lp * score).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
+        outs.append((lp.detach(), ent, grads, rows_projected))
+    (lp_all, ent_all, g_all, _), (lp, ent, g, projected) = outs
+    on = score.bool()
+    assert torch.allclose(lp[on], lp_all[on], atol=1e-5) and torch.all(lp[~on] == 0)
+    assert torch.allclose(ent[on], ent_all[on], atol=1e-5) and torch.all(ent[~on] == 0)
+    assert (g - g_all).norm() <= 1e-5 * g_all.norm() and g_all.abs().sum() > 0
+    assert projected == int(score.sum())  # not B x (T - 1)
+
+
+def test_a_shared_prompt_runs_once_with_the_same_logprobs_and_gradients(tiny_model_dir, prompts):
+    """A GRPO group's rows share the prompt: token_logprobs runs it once and repeats its keys and
+    values; log-probs, entropy and gradients equal those of running every row in full."""
+    prompt = prompts[0]
+    rows = [prompt + prompts[2], prompt + prompts[1], prompt + prompts[2][::-1] + prompts[1]]
+    ids, mask = padded(rows, "right")  # different lengths: right padding after the prompt
+    outs = []
+    for shared in (10**9, 2):
+        trainable, _ = build(tiny_model_dir, seed=3)
+        for p in trainable.trainable_parameters():  # LoRA B = 0 at init: make the adapter live
+            torch.nn.init.normal_(p, std=0.05)
+        trainable.min_shared_prefix = shared
+        calls = []
+        base = trainable.lm.base_model
+        hook = base.register_forward_pre_hook(
+            lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+        lp, ent = trainable.token_logprobs(ids, mask, temperature=0.9, return_entropy=True)
+        hook.remove()
+        (lp * torch.arange(lp.shape[1])).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
+        outs.append((lp.detach(), ent, grads, calls))
+    (lp_full, ent_full, g_full, calls_full), (lp, ent, g, calls) = outs
+    assert calls_full == [ids.shape]
+    assert calls == [(1, len(prompt)), (3, ids.shape[1] - len(prompt))]
+    assert torch.allclose(lp, lp_full, atol=1e-5) and torch.allclose(ent, ent_full, atol=1e-5)
+    assert (g - g_full).norm() <= 1e-5 * g_full.norm() and g_full.abs().sum() > 0
 
 
 # -- publishing weights -----------------------------------------------------------------------------

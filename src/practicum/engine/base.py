@@ -87,10 +87,11 @@ class Trainable(Protocol):
     pad_id: int
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor,
-                       temperature: float = 1.0, return_entropy: bool = False
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+                       temperature: float = 1.0, return_entropy: bool = False,
+                       score_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]], [B, T] fp32 (0 at position 0 and on
-        padding); with return_entropy also the entropy of each distribution."""
+        padding); with return_entropy also the entropy of each distribution (no gradient).
+        score_mask [B, T]: only these positions are read, others may be 0 (saves work)."""
         ...
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...

@@ -54,7 +54,10 @@ class MergedCopy:
         for name, (base, target) in self.layers.items():
             a = update.tensors[f"{name}.lora_A.weight"].float()
             b = update.tensors[f"{name}.lora_B.weight"].float()
-            target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
+            if base.dtype == target.weight.dtype == torch.float32:  # one fused op, no temporaries
+                torch.addmm(base, b, a, alpha=scale, out=target.weight)
+            else:
+                target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
 
 
 class HFSampler:
@@ -122,11 +125,18 @@ class HFSampler:
             gens = [torch.Generator(self.device).manual_seed(
                 int(s) if s is not None else int(torch.randint(2**62, (1,)))) for s in seeds]
 
-        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        # Identical prompts (a GRPO group) are prefilled once; their rows then share its cache.
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        ids, mask = left_pad([list(p) for p in unique], self.pad_id, self.device)
         pos = positions(mask)
         cache = DynamicCache(config=lm.config)
         head = self._logits.setdefault(id(lm), Logits(lm))  # each model's own output layer
         logits = head(lm, ids, mask, pos, cache, last_only=True)[:, -1]
+        if len(unique) < n:
+            sel = torch.tensor(row_of, device=self.device)
+            cache.batch_select_indices(sel)
+            logits, mask, pos = logits[sel], mask[sel], pos[sel]
         rows = list(range(n))  # original index of each still-running row
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None

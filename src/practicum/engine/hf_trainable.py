@@ -30,9 +30,14 @@ class HFTrainable:
     """Implements `practicum.engine.base.Trainable`. Not thread-safe: one caller at a time."""
 
     logit_chunk_rows = 2048
-    """token_logprobs computes [B, T, V] logits at most this many (batch x position) rows at a
-    time; under grad each chunk is recomputed in backward instead of kept, so logit memory
-    stays O(rows x V) rather than O(B x T x V)."""
+    """token_logprobs computes logits for at most this many scored (batch, position) rows at a
+    time; under grad, when there is more than one chunk, each is recomputed in backward instead
+    of kept, so logit memory stays O(rows x V) rather than O(B x T x V). One chunk is kept (no
+    recompute): its memory is the same one chunk's."""
+
+    min_shared_prefix = 8
+    """token_logprobs runs a prefix shared by all rows once when it has at least this many
+    tokens (`_hidden`)."""
 
     def __init__(self, cfg: PolicyConfig, lm, tokenizer, reference: FrozenReference):
         self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
@@ -63,12 +68,16 @@ class HFTrainable:
 
     # -- log-probs ------------------------------------------------------------------------------
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                       return_entropy: bool = False, score_mask: Tensor | None = None
+                       ) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
 
         input_ids, attention_mask: [B, T], any padding side. Returns [B, T] fp32; position 0,
         padding, and the first token after left padding (no real prefix) get 0. With
-        return_entropy also the entropy of the same distributions, [B, T], zeroed likewise.
+        return_entropy also the entropy of the same distributions, [B, T], zeroed likewise
+        (a diagnostic: it carries no gradient). score_mask [B, T], optional: the positions the
+        caller reads (a loss mask); the output projection over the vocabulary, the dearest part
+        of the head, then runs on those positions only and the others get 0 as well.
         Without grad the model runs in eval mode (no dropout), so proximal and reference
         log-probs are deterministic.
         """
@@ -77,35 +86,61 @@ class HFTrainable:
         input_ids = input_ids.to(self.device)
         mask = attention_mask.to(self.device)
         targets = input_ids[:, 1:]
+        valid = (mask[:, 1:] * mask[:, :-1]).bool()
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))
         with self._eval_mode(not torch.is_grad_enabled()):
             if logits.fp32_head:
-                hidden = Logits.hidden(lm, input_ids, mask, positions(mask))[:, :-1]
-                step = max(1, self.logit_chunk_rows // max(1, hidden.shape[0]))
-                parts = [self._chunk_stats(logits, hidden[:, a:a + step], targets[:, a:a + step],
-                                           temperature, return_entropy)
-                         for a in range(0, hidden.shape[1], step)]
-                logp = torch.cat([lp for lp, _ in parts], dim=1)
-                entropy = torch.cat([en for _, en in parts], dim=1)
+                hidden = self._hidden(lm, input_ids, mask)[:, :-1]
+                keep = valid if score_mask is None else \
+                    valid & score_mask.to(self.device)[:, 1:].bool()
+                h, tgt = hidden[keep], targets[keep]  # [N, H], [N]: only the scored positions
+                step, n = self.logit_chunk_rows, h.shape[0]
+                parts = [self._chunk_stats(logits, h[a:a + step], tgt[a:a + step], temperature,
+                                           return_entropy, recompute=n > step)
+                         for a in range(0, max(1, n), step)]
+                zeros = torch.zeros(valid.shape, dtype=torch.float32, device=self.device)
+                logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
+                entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
             else:
                 z = logits(lm, input_ids, mask, positions(mask))[:, :-1]
                 logp, entropy = _logp_entropy(z / temperature, targets, return_entropy)
-        valid = (mask[:, 1:] * mask[:, :-1]).bool()
         zero = logp.new_zeros(logp.shape[0], 1)
         logp = torch.cat([zero, logp.masked_fill(~valid, 0.0)], dim=1)
         if not return_entropy:
             return logp
         return logp, torch.cat([zero, entropy.masked_fill(~valid, 0.0)], dim=1)
 
+    def _hidden(self, lm, input_ids: Tensor, mask: Tensor) -> Tensor:
+        """The backbone's last hidden states [B, T, H]. When every row starts with the same
+        `min_shared_prefix` or more real tokens (a GRPO group's prompt), that prefix runs once,
+        as one row, and the rest of each row attends to its keys and values repeated across the
+        batch (gradients flow back through them): the prompt's activations are identical in
+        every row, so this computes the same states with the prompt's work done once."""
+        n = _shared_prefix(input_ids, mask)
+        pos = positions(mask)
+        if (input_ids.shape[0] < 2 or n < self.min_shared_prefix or self.cfg.lora_dropout > 0
+                or self.cfg.gradient_checkpointing):  # dropout masks differ per row; no cache
+            return Logits.hidden(lm, input_ids, mask, pos)
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=lm.config)
+        head = Logits.hidden(lm, input_ids[:1, :n], mask[:1, :n], pos[:1, :n], cache)
+        cache.batch_repeat_interleave(input_ids.shape[0])
+        tail = Logits.hidden(lm, input_ids[:, n:], mask, pos[:, n:], cache)
+        return torch.cat([head.expand(input_ids.shape[0], -1, -1), tail], dim=1)
+
     @staticmethod
     def _chunk_stats(logits: Logits, hidden: Tensor, targets: Tensor, temperature: float,
-                     with_entropy: bool) -> tuple[Tensor, Tensor]:
-        """(log-prob of targets, entropy) for a chunk of hidden states; logits not kept."""
+                     with_entropy: bool, recompute: bool) -> tuple[Tensor, Tensor]:
+        """(log-prob of targets, entropy) for a chunk of hidden states [N, H]; with `recompute`
+        (under grad) the logits are not kept but recomputed in backward."""
         def stats(h: Tensor) -> tuple[Tensor, Tensor]:
-            return _logp_entropy(logits.head(h) / temperature, targets, with_entropy)
+            z = logits.head(h)
+            return _logp_entropy(z if temperature == 1.0 else z / temperature, targets,
+                                 with_entropy)
 
-        if torch.is_grad_enabled() and hidden.requires_grad:
+        if recompute and torch.is_grad_enabled() and hidden.requires_grad:
             from torch.utils.checkpoint import checkpoint
 
             return checkpoint(stats, hidden, use_reentrant=False)
@@ -212,11 +247,20 @@ def _enable_checkpointing(lm) -> None:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+def _shared_prefix(input_ids: Tensor, mask: Tensor) -> int:
+    """Length of the longest prefix of real (unpadded) tokens that every row shares, leaving at
+    least one position after it."""
+    same = (input_ids == input_ids[:1]).all(dim=0) & mask.bool().all(dim=0)
+    return min(int(same.long().cumprod(dim=0).sum()), input_ids.shape[1] - 1)
+
+
 def _logp_entropy(z: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
-    """log softmax(z)[target] and the entropy of softmax(z) (zeros unless with_entropy);
-    z [B, T, V], targets [B, T]."""
+    """log softmax(z)[target] and the entropy of softmax(z) (no gradient; zeros unless
+    with_entropy); z [..., V], targets [...]."""
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
     if not with_entropy:
         return logp, torch.zeros_like(logp)
-    return logp, lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+    with torch.no_grad():
+        zd, lse_d = z.detach(), lse.detach()
+        return logp, lse_d - (torch.exp(zd - lse_d[..., None]) * zd).sum(-1)
