@@ -79,7 +79,7 @@ def overrides(args, study: Study, seed: int, arm: str, out_dir: str) -> list[str
         f"train.max_skipped_batches={args.steps}",
         f"task.options.partial_credit={str(flags['partial_credit']).lower()}",
         f"algo.duration_weights={str(flags['duration_weights']).lower()}",
-        f"task.options.eval_repeats={args.eval_repeats}",
+        f"task.options.eval_repeats={args.eval_repeats}", *args.set,
     ]
 
 
@@ -211,13 +211,14 @@ def table(records: list[dict]) -> list[dict]:
                 row["train_duration_first_last"] = mean_std(
                     [c[-1]["duration_mean"] - c[0]["duration_mean"] for c in curves]) if curves else None
                 row["stopped_runs"] = sum(1 for r in trained if r["stopped"])
+                row["steps_taken"] = mean_std([r["steps"] for r in trained])
             rows.append(row)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
     print(f"\n{'study':9s} {'arm':22s} {'n':>2s} {'held-out reward':>17s} {'valid':>12s} "
-          f"{'milestones':>12s} {'score credit':>13s} {'run s':>6s}")
+          f"{'milestones':>12s} {'score credit':>13s} {'run s':>6s} {'steps':>5s}")
     for r in rows:
         s = r["scratch"]
         print(f"{r['study']:9s} {r['arm']:22s} {r['seeds']:2d} "
@@ -225,7 +226,7 @@ def print_table(rows: list[dict]) -> None:
               f"{s['valid_rate'][0]:5.2f} +- {s['valid_rate'][1]:.2f} "
               f"{s['milestones_mean'][0]:5.2f} +- {s['milestones_mean'][1]:.2f} "
               f"{s['score_credit_mean'][0]:6.3f} +- {s['score_credit_mean'][1]:.3f} "
-              f"{s['duration_mean'][0]:6.2f}")
+              f"{s['duration_mean'][0]:6.2f} {r.get('steps_taken', [0])[0]:5.1f}")
     improve = [r for r in rows if "best_scratch_improve" in r]
     if improve:
         print(f"\n(c) self-improvement at evaluation (held-out reward, mean +- std over seeds)")
@@ -285,6 +286,8 @@ def main() -> None:
     p.add_argument("--eval-repeats", type=int, default=2, help="episodes per held-out task")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra config overrides for every run, e.g. train.micro_batch_size=1")
     p.add_argument("--report", action="store_true", help="only rewrite the report")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
