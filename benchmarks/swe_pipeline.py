@@ -1,23 +1,29 @@
 """The SWE pipeline of arXiv 2508.03501 at toy scale: held-out resolve rate of the base model,
 after RFT and after RFT+RL, over seeds; environment throughput.
 
-For each seed, runs the config's stages (configs/swe.yaml: rft -> rl -> refreshed rl) with
-run.seed = seed into a scratch folder, then samples k episodes (temperature 1) per held-out
-task from each policy: base (no adapter), after RFT (stage 0) and after the last RL stage.
-pass@1 = mean solve rate of the k samples, pass@k = share of tasks solved at least once
-(the unbiased estimator of Chen et al. 2021 with n = k). Throughput: episodes per minute of
-those evaluations and the grading seconds per graded episode (env metric grade_seconds).
-Prints a table, writes benchmarks/results/swe_pipeline.{json,png}.
+For each seed, runs (or resumes) the config's stages (configs/swe.yaml: rft -> rl -> refreshed
+rl) with run.seed = seed in runs/swe_pipeline/seed<N>, then samples k episodes (temperature 1)
+per held-out task from each policy: base (no adapter), after RFT (stage 0) and after the last
+RL stage, all under the config's base rollout settings. pass@1 = mean solve rate of the k
+samples, pass@k = share of tasks solved at least once (the unbiased estimator of Chen et al.
+2021 with n = k). Throughput: episodes per minute of those evaluations and the grading seconds
+per graded episode (env metric grade_seconds).
+
+Every (seed, policy) result is stored in benchmarks/results/swe_pipeline_runs/ as it finishes,
+so a killed benchmark resumes where it stopped and seeds can run as separate processes;
+`--use-run SEED=PATH` takes a finished pipeline run (e.g. the main job's runs/swe, seed 0) for
+that seed instead of training it again. Prints a table, writes
+benchmarks/results/swe_pipeline.{json,png}.
 
     python benchmarks/swe_pipeline.py [--config configs/swe.yaml] [--seeds 0 1 2] [--k 4]
-        [set key=value ...]           (overrides for a smaller budget, e.g. train.steps=1)
+        [--use-run 0=runs/swe] [--report] [set key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
+import statistics
 import time
 from pathlib import Path
 
@@ -27,6 +33,8 @@ from rich.table import Table
 from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 
 RESULTS = Path(__file__).parent / "results"
+RECORDS = RESULTS / "swe_pipeline_runs"
+POLICIES = ("base", "after RFT", "after RFT+RL")
 
 
 def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
@@ -50,12 +58,95 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
     for e in eps:
         by_task.setdefault(e.task_id, []).append(solved(e, 1.0))
     grading = [e.metrics["grade_seconds"] for e in eps if e.metrics.get("patch_lines")]
+    malformed = [t.malformed for e in eps for t in e.turns]
     return {"pass@1": sum(map(sum, by_task.values())) / max(1, len(eps)),
             f"pass@{k}": sum(any(v) for v in by_task.values()) / max(1, len(by_task)),
             "tasks": len(by_task), "episodes": len(eps),
+            "episodes_with_patch": len(grading),
+            "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
             "episodes_per_minute": len(eps) / max(minutes, 1e-9),
-            "grading_seconds_mean": sum(grading) / len(grading) if grading else None,
-            "graded_episodes": len(grading)}
+            "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
+
+
+def record_path(seed: int, label: str) -> Path:
+    return RECORDS / f"s{seed}_{label.replace(' ', '_').replace('+', '')}.json"
+
+
+def run_seed(args, seed: int, run_dir: Path) -> None:
+    """Train (or resume, or reuse) one seed's pipeline, then evaluate its three policies."""
+    from practicum.config import load_config
+    from practicum.stages import run_stages
+
+    cfg = load_config(args.config, [*args.overrides, f"run.seed={seed}",
+                                    f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}"])
+    t0 = time.time()
+    report = run_stages(cfg, progress=True)
+    stages = report["stages"]
+    pipeline = {"run_dir": str(run_dir), "pipeline_minutes": sum(s["minutes"] for s in stages),
+                "pipeline_episodes": sum(s["episodes"] for s in stages),
+                "rft_kept": stages[0].get("kept"), "rl_steps": [s.get("steps") for s in stages[1:]],
+                "stages": [{k: s.get(k) for k in ("name", "held_out_before", "held_out_after",
+                                                  "minutes", "episodes", "stopped")}
+                           for s in stages]}
+    print(f"seed {seed}: pipeline ready in {time.time() - t0:.0f} s")
+    policies = {"base": cfg.model.init, "after RFT": stages[0]["policy"],
+                "after RFT+RL": stages[-1]["policy"]}
+    for label, init in policies.items():
+        path = record_path(seed, label)
+        if path.exists():
+            continue
+        res = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" / path.stem)
+        rec = {"seed": seed, "policy": label, "init": init, "k": args.k, **res, **pipeline,
+               "machine": machine_state()}
+        RECORDS.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec, indent=1))
+        print(label, seed, res)
+
+
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
+    rows = [json.loads(record_path(s, lab).read_text()) for s in seeds for lab in POLICIES
+            if record_path(s, lab).exists()]
+    done = sorted({r["seed"] for r in rows})
+    table = Table(title=f"SWE pipeline, held-out resolve rate (seeds {done}, k={k})")
+    for col in ("policy", "pass@1", f"pass@{k}", "patch rate", "malformed turns",
+                "episodes/min", "grading s/episode"):
+        table.add_column(col)
+    summary = {}
+    for label in POLICIES:
+        rs = [r for r in rows if r["policy"] == label]
+        if not rs:
+            continue
+        g = [r["grading_seconds_mean"] for r in rs if r["grading_seconds_mean"] is not None]
+        p1, pk = mean_std([r["pass@1"] for r in rs]), mean_std([r[f"pass@{k}"] for r in rs])
+        sm = summary[label] = {
+            "seeds": len(rs), "pass@1": p1[0], "pass@1_std": p1[1],
+            f"pass@{k}": pk[0], f"pass@{k}_std": pk[1],
+            "patch_rate": statistics.fmean(r["episodes_with_patch"] / r["episodes"] for r in rs),
+            "malformed_turn_rate": statistics.fmean(r["malformed_turn_rate"] for r in rs),
+            "episodes_per_minute": statistics.fmean(r["episodes_per_minute"] for r in rs),
+            "grading_seconds": statistics.fmean(g) if g else None}
+        table.add_row(label, f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}",
+                      f"{sm['patch_rate']:.2f}", f"{sm['malformed_turn_rate']:.2f}",
+                      f"{sm['episodes_per_minute']:.1f}",
+                      "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}")
+    Console().print(table)
+    pipelines = {r["seed"]: {k2: r[k2] for k2 in ("pipeline_minutes", "pipeline_episodes",
+                                                  "rft_kept", "rl_steps", "stages")}
+                 for r in rows}
+    for seed, pl in sorted(pipelines.items()):
+        print(f"seed {seed}: pipeline {pl['pipeline_minutes']:.1f} min, "
+              f"{pl['pipeline_episodes']} episodes, RFT kept {pl['rft_kept']}, "
+              f"RL steps {pl['rl_steps']}")
+    RESULTS.mkdir(exist_ok=True)
+    out = {"config": config, "overrides": overrides, "seeds": done, "k": k,
+           "summary": summary, "pipelines": pipelines, "rows": rows, "machine": machine_state()}
+    (RESULTS / "swe_pipeline.json").write_text(json.dumps(out, indent=1))
+    if summary:
+        plot(summary, k, RESULTS / "swe_pipeline.png")
 
 
 def main() -> None:
@@ -63,52 +154,18 @@ def main() -> None:
     p.add_argument("--config", default="configs/swe.yaml")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--k", type=int, default=4)
+    p.add_argument("--runs", default="runs/swe_pipeline",
+                   help="where each seed's pipeline run lives (seed<N>)")
+    p.add_argument("--use-run", action="append", default=[], metavar="SEED=PATH",
+                   help="a finished pipeline run of this config to use for SEED")
+    p.add_argument("--report", action="store_true", help="only rebuild table, JSON and plot")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args()
-    from practicum.config import load_config
-    from practicum.stages import run_stages
-
-    state = machine_state()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="swe-pipeline-") as tmp:
+    reuse = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.use_run}
+    if not args.report:
         for seed in args.seeds:
-            cfg = load_config(args.config, [*args.overrides, f"run.seed={seed}",
-                                            f"run.out_dir={tmp}", f"run.name=seed{seed}"])
-            t0 = time.time()
-            report = run_stages(cfg, progress=True)
-            pipeline_minutes = (time.time() - t0) / 60
-            stages = report["stages"]
-            policies = {"base": cfg.model.init, "after RFT": stages[0]["policy"],
-                        "after RFT+RL": stages[-1]["policy"]}
-            for label, init in policies.items():
-                res = held_out_pass(cfg, init, args.k, Path(tmp) / f"eval-{seed}-{len(rows)}")
-                rows.append({"seed": seed, "policy": label, **res,
-                             "pipeline_minutes": pipeline_minutes,
-                             "pipeline_episodes": sum(s["episodes"] for s in stages)})
-                print(label, seed, res)
-    k = args.k
-    table = Table(title=f"SWE pipeline, held-out resolve rate ({len(args.seeds)} seeds, k={k})")
-    for col in ("policy", "pass@1 mean", f"pass@{k} mean", "episodes/min", "grading s/task"):
-        table.add_column(col)
-    summary = {}
-    for label in ("base", "after RFT", "after RFT+RL"):
-        rs = [r for r in rows if r["policy"] == label]
-        g = [r["grading_seconds_mean"] for r in rs if r["grading_seconds_mean"] is not None]
-        summary[label] = {
-            "pass@1": sum(r["pass@1"] for r in rs) / len(rs),
-            f"pass@{k}": sum(r[f"pass@{k}"] for r in rs) / len(rs),
-            "episodes_per_minute": sum(r["episodes_per_minute"] for r in rs) / len(rs),
-            "grading_seconds": sum(g) / len(g) if g else None}
-        sm = summary[label]
-        table.add_row(label, f"{sm['pass@1']:.3f}", f"{sm[f'pass@{k}']:.3f}",
-                      f"{sm['episodes_per_minute']:.1f}",
-                      "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}")
-    Console().print(table)
-    RESULTS.mkdir(exist_ok=True)
-    out = {"config": args.config, "overrides": args.overrides, "seeds": args.seeds, "k": k,
-           "summary": summary, "rows": rows, "machine": state}
-    (RESULTS / "swe_pipeline.json").write_text(json.dumps(out, indent=1))
-    plot(summary, k, RESULTS / "swe_pipeline.png")
+            run_seed(args, seed, reuse.get(seed, Path(args.runs) / f"seed{seed}"))
+    report(args.seeds, args.k, args.config, args.overrides)
 
 
 def plot(summary: dict, k: int, path: Path) -> None:
@@ -121,9 +178,9 @@ def plot(summary: dict, k: int, path: Path) -> None:
     x = range(len(labels))
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar([i - 0.2 for i in x], [summary[lab]["pass@1"] for lab in labels], 0.4,
-           label="pass@1")
+           yerr=[summary[lab]["pass@1_std"] for lab in labels], label="pass@1")
     ax.bar([i + 0.2 for i in x], [summary[lab][f"pass@{k}"] for lab in labels], 0.4,
-           label=f"pass@{k}")
+           yerr=[summary[lab][f"pass@{k}_std"] for lab in labels], label=f"pass@{k}")
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("held-out resolve rate")
     ax.set_title("SWE pipeline (SmolLM2-135M, bundled suite)")
