@@ -35,6 +35,8 @@ from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 RESULTS = Path(__file__).parent / "results"
 RECORDS = RESULTS / "swe_pipeline_runs"
 POLICIES = ("base", "after RFT", "after RFT+RL")
+RESULT_KEYS = {"tasks", "episodes", "episodes_with_patch", "malformed_turn_rate",
+               "episodes_per_minute", "grading_seconds_mean"}
 
 
 def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
@@ -68,6 +70,22 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
             "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
 
 
+def weights_key(init: str | None) -> str | None:
+    """What decides a policy's outputs: None for the base model, also for a LoRA adapter whose
+    B matrices are all zero (LoRA's initial state, left by an RFT stage that kept no episode),
+    else the folder. Equal keys sample equal tokens under equal seeds."""
+    if init is None:
+        return None
+    from safetensors.torch import load_file
+
+    path = Path(init) / "adapter_model.safetensors"
+    if path.is_file():
+        tensors = load_file(str(path))
+        if all(not t.any() for name, t in tensors.items() if "lora_B" in name):
+            return None
+    return str(Path(init).resolve())
+
+
 def record_path(seed: int, label: str) -> Path:
     return RECORDS / f"s{seed}_{label.replace(' ', '_').replace('+', '')}.json"
 
@@ -91,13 +109,21 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
     print(f"seed {seed}: pipeline ready in {time.time() - t0:.0f} s")
     policies = {"base": cfg.model.init, "after RFT": stages[0]["policy"],
                 "after RFT+RL": stages[-1]["policy"]}
+    done: dict[str | None, dict] = {}
     for label, init in policies.items():
         path = record_path(seed, label)
+        key = weights_key(init)
         if path.exists():
+            done.setdefault(key, json.loads(path.read_text()))
             continue
-        res = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" / path.stem)
+        if key in done:  # the same weights as an evaluated policy: the same samples
+            res = {k: v for k, v in done[key].items() if k in RESULT_KEYS or k.startswith("pass@")}
+            res["same_weights_as"] = done[key]["policy"]
+        else:
+            res = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" / path.stem)
         rec = {"seed": seed, "policy": label, "init": init, "k": args.k, **res, **pipeline,
                "machine": machine_state()}
+        done.setdefault(key, rec)
         RECORDS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec, indent=1))
         print(label, seed, res)
@@ -128,8 +154,10 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
             "patch_rate": statistics.fmean(r["episodes_with_patch"] / r["episodes"] for r in rs),
             "malformed_turn_rate": statistics.fmean(r["malformed_turn_rate"] for r in rs),
             "episodes_per_minute": statistics.fmean(r["episodes_per_minute"] for r in rs),
-            "grading_seconds": statistics.fmean(g) if g else None}
-        table.add_row(label, f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}",
+            "grading_seconds": statistics.fmean(g) if g else None,
+            "seeds_with_base_weights": sum(r.get("same_weights_as") == "base" for r in rs)}
+        same = sm["seeds_with_base_weights"]
+        table.add_row(label + (f" (= base in {same}/{len(rs)} seeds)" if same else ""), f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}",
                       f"{sm['patch_rate']:.2f}", f"{sm['malformed_turn_rate']:.2f}",
                       f"{sm['episodes_per_minute']:.1f}",
                       "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}")
