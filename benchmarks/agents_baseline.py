@@ -55,20 +55,49 @@ SUITE = {"aide": "mle", "mini": "swe", "practicum-mle": "mle", "practicum-swe": 
 
 def serve_target(run: str | Path) -> Path | str:
     """What `practicum serve` gets for a run: a run folder with checkpoints/ as is; a stage
-    pipeline (`practicum train` with `stages:`) its last stage's final policy; anything else
-    (a checkpoint, a policy folder, a plain model spec) as is."""
+    pipeline (`practicum train` with `stages:`) the policy of its last finished stage (its
+    report.json or stage.json files; paths in them are relative to where training ran);
+    anything else (a checkpoint, a policy folder, a plain model spec) as is."""
     path = Path(run)
     if (path / "checkpoints").is_dir() or not path.is_dir():
         return path if path.exists() else str(run)
     report = path / "report.json"
     if report.is_file():
-        stages = [s for s in json.loads(report.read_text())["stages"] if s.get("policy")]
-        if stages:
-            return Path(stages[-1]["policy"])
-    stages = sorted((p for p in path.iterdir() if re.fullmatch(r"\d+-.+", p.name)
-                     and (p / "policy" / "policy.json").is_file()),
-                    key=lambda p: int(p.name.split("-", 1)[0]))
-    return stages[-1] / "policy" if stages else path
+        stages = json.loads(report.read_text())["stages"]
+    else:
+        stages = [json.loads((p / "stage.json").read_text()) for p in _stage_dirs(path)
+                  if (p / "stage.json").is_file()]
+    policies = [s["policy"] for s in stages if s.get("policy")]
+    if not policies:
+        return path
+    policy = Path(policies[-1])
+    found = [p for i in range(len(policy.parts)) if (p := path.joinpath(*policy.parts[i:])).is_dir()]
+    return policy if policy.is_absolute() or not found else found[0]
+
+
+def _stage_dirs(run: Path) -> list[Path]:
+    return sorted((p for p in run.iterdir() if p.is_dir() and re.fullmatch(r"\d+-.+", p.name)),
+                  key=lambda p: int(p.name.split("-", 1)[0])) if run.is_dir() else []
+
+
+def adapter_summary(target) -> dict | None:
+    """How far the served adapter is from zero (a LoRA adapter whose B matrices are all zero
+    is exactly its base: e.g. a pipeline whose stages never took an update)."""
+    from safetensors.torch import load_file
+
+    from practicum.serve.loading import resolve_target
+
+    try:
+        t = resolve_target(target)
+    except Exception:  # noqa: BLE001  (serve reports it; this is only a note)
+        return None
+    path = t.policy_dir / "adapter_model.safetensors" if t.policy_dir else None
+    if path is None or not path.is_file():
+        return None
+    tensors = load_file(str(path))
+    b = [v for k, v in tensors.items() if "lora_B" in k]
+    return {"policy_dir": str(t.policy_dir), "step": t.step,
+            "lora_b_max_abs": max(float(v.abs().max()) for v in b) if b else None}
 
 
 def run_config(run: str | Path, default: str):
@@ -103,8 +132,7 @@ def eval_files(run: Path) -> tuple[Path, Path] | None:
         rft = [stage / "rft" / "eval" / f"{k}.json" for k in ("before", "after")]
         return [p for p in rft if p.is_file()] + sorted((stage / "eval").glob("step_*.json"))
 
-    stages = sorted((p for p in run.iterdir() if p.is_dir() and re.fullmatch(r"\d+-.+", p.name)),
-                    key=lambda p: int(p.name.split("-", 1)[0])) if run.is_dir() else []
+    stages = _stage_dirs(run)
     files = [f for s in stages for f in ordered(s)] if stages else ordered(run)
     return (files[0], files[-1]) if len(files) >= 2 else None
 
@@ -412,7 +440,8 @@ def run_agent(args, agent: str, run: str, runs_dir: Path) -> None:
             todo.append((policy, task_id, task, path))
     if not todo:
         return
-    print(f"{agent}: {len(todo)} runs against practicum serve {target}", flush=True)
+    adapter = adapter_summary(target)
+    print(f"{agent}: {len(todo)} runs against practicum serve {target} ({adapter})", flush=True)
     with tempfile.TemporaryDirectory(prefix=f"agents-baseline-{agent}-") as tmp, \
             Server(target, args.dtype, Path(tmp) / "serve.log") as server:
         for policy, task_id, task, path in todo:
@@ -421,7 +450,8 @@ def run_agent(args, agent: str, run: str, runs_dir: Path) -> None:
             fn = aide_task if agent == "aide" else mini_task
             result = fn(args, server, policy, task, work)
             record = {"agent": agent, "policy": policy, "task": task_id, "model": model_id(policy),
-                      "target": str(target), "run": str(run), "budget": budget(args, agent),
+                      "target": str(target), "run": str(run), "adapter": adapter,
+                      "budget": budget(args, agent),
                       "started": started, **result}
             path.write_text(json.dumps(record, indent=1))
             print(f"  {agent} {policy:7s} {task_id:40s} solved={record['solved']!s:5s} "

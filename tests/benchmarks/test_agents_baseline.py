@@ -35,12 +35,14 @@ def _eval(path: Path, episodes: list[tuple[str, bool, float]], tokens: float = 1
 def test_a_stage_pipeline_serves_its_last_policy_and_compares_first_to_last_eval(bench,
                                                                                  tmp_path):
     run = tmp_path / "swe"
-    for stage in ("0-rft", "1-rl", "2-rl2"):
+    for stage in ("0-rft/rft", "1-rl", "2-rl2"):
         (run / stage / "policy").mkdir(parents=True)
-        (run / stage / "policy" / "policy.json").write_text("{}")
-    assert bench.serve_target(run) == run / "2-rl2" / "policy"  # no report.json yet
-    (run / "report.json").write_text(json.dumps({"stages": [
-        {"policy": str(run / "0-rft" / "policy")}, {"policy": str(run / "1-rl" / "policy")},
+    assert bench.serve_target(run) == run  # no stage finished
+    (run / "0-rft" / "stage.json").write_text(json.dumps({"policy": "runs/swe/0-rft/rft/policy"}))
+    (run / "1-rl" / "stage.json").write_text(json.dumps({"policy": "runs/swe/0-rft/rft/policy"}))
+    assert bench.serve_target(run) == run / "0-rft" / "rft" / "policy"  # 1-rl took no step
+    (run / "report.json").write_text(json.dumps({"stages": [  # paths relative to training's cwd
+        {"policy": "runs/swe/0-rft/policy"}, {"policy": "runs/swe/1-rl/policy"},
         {"policy": None}]}))
     assert bench.serve_target(run) == run / "1-rl" / "policy"  # the last stage made none
     assert bench.serve_target("smollm2-135m-instruct") == "smollm2-135m-instruct"
