@@ -76,10 +76,32 @@ class AgentRun:
     timed_out: bool = False
 
 
+def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...]) -> list[str]:
+    """`cmd` under bubblewrap: the host read-only, `workdir` the only writable folder, a private
+    /tmp, /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null);
+    the network stays shared, so the agent reaches the endpoint on loopback."""
+    args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
+            "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
+            "--unshare-ipc", "--die-with-parent", "--bind", str(workdir), str(workdir)]
+    for path in hidden:
+        if path.is_dir():
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.exists():
+            args += ["--ro-bind", "/dev/null", str(path)]
+    return args + ["--chdir", str(workdir), "--", *cmd]
+
+
 def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: int = 1,
              data_root: Path | None = None, python: Path | None = None,
-             exec_timeout: int = 120, timeout: float = 1800) -> AgentRun:
-    """One AIDE run on a bundled competition against an OpenAI-compatible endpoint."""
+             exec_timeout: int = 120, timeout: float = 1800,
+             sandbox: bool | None = None) -> AgentRun:
+    """One AIDE run on a bundled competition against an OpenAI-compatible endpoint.
+
+    AIDE runs the scripts it writes itself, so with `sandbox` (default: when bwrap is
+    installed) the whole agent runs under bubblewrap (`confined`) with the competition's private
+    answers, the prepared data root and the bundled source data hidden, as the MLE env hides
+    them from its own runs."""
+    from practicum.envs.mle.competitions import source_data
     from practicum.envs.mle.competitions.grading import grade_submission
     from practicum.envs.mle.competitions.loading import load_competition
 
@@ -101,6 +123,11 @@ def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: 
            f"agent.feedback.model={model}", f"report.model={model}",
            f"exec.timeout={exec_timeout}", "generate_report=False",
            f"eval={comp.metric} ({direction})"]
+    if sandbox or (sandbox is None and shutil.which("bwrap")):
+        root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
+        cmd = confined(cmd, workdir.resolve(), (paths.private, root,
+                                                *source_data.hidden_paths()))
+        env["HOME"] = str(workdir.resolve())
     start = time.perf_counter()
     code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
     seconds = time.perf_counter() - start
