@@ -388,23 +388,31 @@ def plot(rows: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, suite, title in ((axes[0], "mle", "MLE held-out: valid submission rate, score "
-                              "credit"), (axes[1], "swe", "SWE held-out: resolved rate")):
+    for ax, suite, title in ((axes[0], "mle", "MLE held-out competitions: valid submission "
+                              "rate, score credit"),
+                             (axes[1], "swe", "SWE held-out tasks: resolved rate")):
         mine = [r for r in rows if r["suite"] == suite]
         labels = [r["scaffold"].split(" (")[0].replace("practicum ", "practicum\n") + "\n"
                   + r["policy"] for r in mine]
-        xs = range(len(mine))
-        ax.bar([x - 0.2 for x in xs], [r["solved_rate"] or 0 for r in mine], 0.4,
-               label="solved / valid rate", color=["C0" if r["policy"] == "base" else "C1"
-                                                   for r in mine])
+        xs = list(range(len(mine)))
+        colors = ["C0" if r["policy"] == "base" else "C1" for r in mine]
+        solved = ax.bar([x - 0.2 for x in xs], [r["solved_rate"] or 0 for r in mine], 0.4,
+                        color=colors)
+        ax.bar_label(solved, fmt="%.2f", fontsize=7)
+        handles = [Patch(color="C0", label="solved rate, base"),
+                   Patch(color="C1", label="solved rate, trained")]
         if suite == "mle":
-            ax.bar([x + 0.2 for x in xs], [r["score_mean"] or 0 for r in mine], 0.4,
-                   label="mean score credit", color="C2", alpha=0.7)
-            ax.legend(fontsize=7)
-        ax.set_xticks(list(xs), labels, fontsize=7)
-        ax.set_ylim(min(0, *[r["score_mean"] or 0 for r in mine]) if mine else 0, 1.05)
+            credit = ax.bar([x + 0.2 for x in xs], [r["score_mean"] or 0 for r in mine], 0.4,
+                            color="C2", alpha=0.7)
+            ax.bar_label(credit, fmt="%.2f", fontsize=7)
+            handles.append(Patch(color="C2", alpha=0.7, label="mean score credit"))
+        ax.legend(handles=handles, fontsize=7, loc="upper left")
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.set_xlim(-0.6, max(len(mine), 2) - 0.4)
+        ax.set_ylim(min([0.0] + [r["score_mean"] or 0 for r in mine]), 1.15)
         ax.axhline(0, color="k", lw=0.5)
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
