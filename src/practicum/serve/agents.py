@@ -59,6 +59,10 @@ def _run_until(cmd: list[str], timeout: float, **kw) -> tuple[int, str, bool]:
         out, err = proc.communicate()
         return -9, out + err + f"\n[practicum: stopped at the time limit of {timeout:.0f} s]", \
             True
+    except BaseException:  # interrupted: the agent's group must not outlive its caller
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
 
 
 @dataclass
