@@ -66,6 +66,22 @@ def test_stream_carries_the_same_text_and_usage(api):
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_health_counts_the_tokens_served_per_model(api):
+    import urllib.request
+
+    served, client = api
+    health = str(client.base_url).rstrip("/").removesuffix("/v1") + "/health"
+    usage = lambda: json.loads(urllib.request.urlopen(health).read())["usage"]  # noqa: E731
+    before = usage().get("calc-base", {})
+    r = client.chat.completions.create(model="calc-base", messages=HI, max_tokens=5, n=2,
+                                       temperature=0)
+    after = usage()["calc-base"]
+    assert after["samples"] - before.get("samples", 0) == 2
+    assert after["prompt_tokens"] - before.get("prompt_tokens", 0) == 2 * r.usage.prompt_tokens
+    assert after["completion_tokens"] - before.get("completion_tokens", 0) == \
+        r.usage.completion_tokens
+
+
 def test_seeds_repeat_and_n_gives_independent_choices(api):
     _, client = api
     two = client.chat.completions.create(model="calc", messages=HI, max_tokens=8,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -45,6 +46,25 @@ def agent_python(agent: str, venv: Path | None = None) -> Path:
     return python if python.is_absolute() else ROOT / python
 
 
+def _run_until(cmd: list[str], timeout: float, **kw) -> tuple[int, str, bool]:
+    """(returncode, stdout + stderr, timed out). At the time limit the agent's whole process
+    group is killed (returncode -9): what it wrote so far is still there to be graded."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out + err, False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return -9, out + err + f"\n[practicum: stopped at the time limit of {timeout:.0f} s]", \
+            True
+    except BaseException:  # interrupted: the agent's group must not outlive its caller
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
 @dataclass
 class AgentRun:
     returncode: int
@@ -57,12 +77,35 @@ class AgentRun:
     journal: list[dict]
     """AIDE's nodes: plan, code, analysis (the review's summary), is_buggy, metric."""
     log_tail: str
+    timed_out: bool = False
+
+
+def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...]) -> list[str]:
+    """`cmd` under bubblewrap: the host read-only, `workdir` the only writable folder, a private
+    /tmp, /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null);
+    the network stays shared, so the agent reaches the endpoint on loopback."""
+    args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
+            "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
+            "--unshare-ipc", "--die-with-parent", "--bind", str(workdir), str(workdir)]
+    for path in hidden:
+        if path.is_dir():
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.exists():
+            args += ["--ro-bind", "/dev/null", str(path)]
+    return args + ["--chdir", str(workdir), "--", *cmd]
 
 
 def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: int = 1,
              data_root: Path | None = None, python: Path | None = None,
-             exec_timeout: int = 120, timeout: float = 1800) -> AgentRun:
-    """One AIDE run on a bundled competition against an OpenAI-compatible endpoint."""
+             exec_timeout: int = 120, timeout: float = 1800,
+             sandbox: bool | None = None) -> AgentRun:
+    """One AIDE run on a bundled competition against an OpenAI-compatible endpoint.
+
+    AIDE runs the scripts it writes itself, so with `sandbox` (default: when bwrap is
+    installed) the whole agent runs under bubblewrap (`confined`) with the competition's private
+    answers, the prepared data root and the bundled source data hidden, as the MLE env hides
+    them from its own runs."""
+    from practicum.envs.mle.competitions import source_data
     from practicum.envs.mle.competitions.grading import grade_submission
     from practicum.envs.mle.competitions.loading import load_competition
 
@@ -84,15 +127,19 @@ def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: 
            f"agent.feedback.model={model}", f"report.model={model}",
            f"exec.timeout={exec_timeout}", "generate_report=False",
            f"eval={comp.metric} ({direction})"]
+    if sandbox or (sandbox is None and shutil.which("bwrap")):
+        root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
+        cmd = confined(cmd, workdir.resolve(), (paths.private, root,
+                                                *source_data.hidden_paths()))
+        env["HOME"] = str(workdir.resolve())
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
     seconds = time.perf_counter() - start
     subs = sorted((workdir / "workspaces").glob("*/working/submission.csv"))
     submission = subs[-1] if subs else None
     report = grade_submission(comp, submission, data_root).to_dict() if submission else None
-    return AgentRun(done.returncode, seconds, workdir, submission, report,
-                    _journal(workdir / "logs"), (done.stdout + done.stderr)[-3000:])
+    return AgentRun(code, seconds, workdir, submission, report, _journal(workdir / "logs"),
+                    out[-3000:], timed_out)
 
 
 def _journal(logs: Path) -> list[dict]:
@@ -117,14 +164,16 @@ class MiniRun:
     """Messages in the trajectory (system, task, model turns, observations)."""
     trajectory: Path
     log_tail: str
+    timed_out: bool = False
 
 
 def run_mini_swe_agent(base_url: str, model: str, workspace, task: str, workdir: Path,
                        step_limit: int = 10, python: Path | None = None,
-                       timeout: float = 1800) -> MiniRun:
+                       timeout: float = 1800, max_tokens: int | None = None) -> MiniRun:
     """mini-swe-agent (bash-only scaffold, litellm client) on a `practicum.envs.swe.workspace`
     repository, its commands run by its bubblewrap environment (host read-only, the repository
-    writable), against an OpenAI-compatible endpoint."""
+    writable), against an OpenAI-compatible endpoint. `max_tokens` caps each reply (None: the
+    server's default); at `timeout` seconds the agent is stopped and its diff graded as is."""
     repo = workspace.repo
     python = python or agent_python("mini")
     workdir = Path(workdir)
@@ -140,18 +189,23 @@ def run_mini_swe_agent(base_url: str, model: str, workspace, task: str, workdir:
            "-c", f"agent.step_limit={step_limit}", "-c", f"environment.cwd={Path(repo).resolve()}",
            "--environment-class", "bubblewrap", "-t", task, "-y", "--exit-immediately",
            "-o", str(traj)]
+    if max_tokens is not None:
+        cmd[cmd.index("--environment-class"):0] = ["-c", f"model.model_kwargs.max_tokens="
+                                                   f"{max_tokens}"]
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env,
+                                      stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     data = json.loads(traj.read_text()) if traj.is_file() else {}
     patch, _ = workspace.diff()  # inside the sandbox, never host git on the agent's repo
-    return MiniRun(done.returncode, seconds, (data.get("info") or {}).get("exit_status"), patch,
-                   len(data.get("messages", [])), traj, (done.stdout + done.stderr)[-3000:])
+    status = (data.get("info") or {}).get("exit_status") or ("TimeLimit" if timed_out else None)
+    return MiniRun(code, seconds, status, patch, len(data.get("messages", [])), traj,
+                   out[-3000:], timed_out)
 
 
 def run_mini_swe_agent_on_task(base_url: str, model: str, instance, workdir: Path,
-                               step_limit: int = 10, python: Path | None = None):
+                               step_limit: int = 10, python: Path | None = None,
+                               timeout: float = 1800, max_tokens: int | None = None):
     """(MiniRun, Verdict): mini-swe-agent on a practicum SWE task (`SweInstance`), its patch
     graded by `practicum.envs.swe.grading.grade` (the paper's identical-scaffold comparison:
     run it once per served model, base and trained)."""
@@ -162,7 +216,7 @@ def run_mini_swe_agent_on_task(base_url: str, model: str, instance, workdir: Pat
     try:
         _own(workspace.repo)  # the sandbox left it to its uid; mini's bubblewrap runs as us
         run = run_mini_swe_agent(base_url, model, workspace, instance.problem_statement, workdir,
-                                 step_limit, python)
+                                 step_limit, python, timeout, max_tokens)
     finally:
         workspace.close()
     return run, grade(instance, run.patch or "")

@@ -118,7 +118,8 @@ def build_app(served: Served) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "policy_version": served.server.version}
+        return {"status": "ok", "policy_version": served.server.version,
+                "usage": served.usage}
 
     @app.get("/v1/models")
     async def models():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,9 @@ class Served:
     server: GenerationServer
     chat: ChatFormat
     max_positions: int | None
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Model id -> {"samples", "prompt_tokens", "completion_tokens"} served since start (every
+    engine call: a forced tool call's field-filling calls too); on /health."""
 
     @property
     def tokenizer(self):
@@ -112,6 +115,12 @@ class Served:
         """One continuation through the generation server, batched with concurrent requests."""
         sample, _version = await asyncio.wrap_future(
             self.server.submit(ids, params, seed, adapter))
+        name = self.target.name if adapter else f"{self.target.name}-base"
+        count = self.usage.setdefault(name, {"samples": 0, "prompt_tokens": 0,
+                                             "completion_tokens": 0})
+        count["samples"] += 1
+        count["prompt_tokens"] += len(ids)
+        count["completion_tokens"] += len(sample.token_ids)
         return sample
 
     def close(self) -> None:
