@@ -1,0 +1,153 @@
+"""The sampler in a Ray actor (`runtime.ray_engine: actor`) on a local Ray: the same tokens and
+log-probs as the in-driver sampler for the same seeds and published weights, a timed-out call
+replaces the actor with one holding the last weights, and a short real training run samples
+every turn in the actor at the version the driver published."""
+
+import os
+import time
+from dataclasses import replace
+
+import pytest
+import ray
+import torch
+
+from practicum.config import load_config
+from practicum.engine.base import SamplingParams
+from practicum.engine.hf import PolicyConfig, load_hf_engine
+from practicum.errors import ConfigError
+from practicum.store import EpisodeStore, read_ledger
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the module (engines join it instead of starting their own)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def trained_update(trainable, version: int):
+    """The trainable's weights after a fake update: every LoRA B set to seeded random values
+    (B starts at zero, which would make the adapter a no-op)."""
+    g = torch.Generator().manual_seed(version)
+    with torch.no_grad():
+        for name, p in trainable.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return trainable.export_weights(version)
+
+
+def draws(sampler, prompts, params, seeds, adapter=True):
+    out = sampler.generate(prompts, params, seeds, adapter=adapter)
+    return [s.token_ids for s in out], [s.logprobs for s in out], [s.finish_reason for s in out]
+
+
+def assert_same(a, b):
+    assert a[0] == b[0] and a[2] == b[2]
+    for x, y in zip(a[1], b[1]):
+        assert x == pytest.approx(y, abs=1e-5)
+
+
+def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replaces_it(
+        tiny_model_dir):
+    from practicum.runtime.ray_engine import EngineFailure, RayEngine
+
+    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
+    trainable, local = load_hf_engine(policy)
+    engine = RayEngine(policy, cpus=1, timeout=60)
+    try:
+        assert engine.pid != os.getpid() and engine.version == 0
+        update = trained_update(trainable, 3)
+        local.load_weights(update)
+        engine.load_weights(update)
+        # the trainable changes on: the actor must hold the published copy, not a live view
+        trained_update(trainable, 4)
+        assert engine.version == 3
+        prompts = [[1, 2, 3, 4], [5, 6, 7], [1, 2, 3, 4]]
+        params = SamplingParams(temperature=1.0, max_new_tokens=12)
+        seeds = [11, 12, 13]
+        adapted = draws(engine, prompts, params, seeds)
+        assert_same(adapted, draws(local, prompts, params, seeds))
+        # the adapter matters, so the comparison above saw the published weights
+        base = draws(engine, prompts, params, seeds, adapter=False)
+        assert base[0] != adapted[0]
+        assert_same(base, draws(local, prompts, params, seeds, adapter=False))
+        nucleus = replace(params, top_p=0.8, stop_token_ids=(adapted[0][0][3],))
+        assert_same(draws(engine, prompts, nucleus, seeds), draws(local, prompts, nucleus, seeds))
+
+        # a call that runs past the timeout: the actor is killed, a fresh one takes over with
+        # the last published weights, and the call fails as a whole (no per-row retry)
+        old = engine.pid
+        engine.timeout = 0.02
+        with pytest.raises(EngineFailure, match=rf"engine generate timed out after 0.02 s "
+                                                rf"\(pid {old}\)"):
+            engine.generate([[1, 2, 3]] * 4, SamplingParams(max_new_tokens=400), [1, 2, 3, 4])
+        engine.timeout = 60
+        assert engine.restarts == 1 and engine.pid != old and engine.version == 3
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                os.kill(old, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the timed-out engine actor (pid {old}) still runs")
+        assert_same(draws(engine, prompts, params, seeds), adapted)
+        assert engine.metrics() == {"ray_engine_restarts": 1.0}
+    finally:
+        engine.close()
+    assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop
+
+
+def test_ray_engine_options_are_checked():
+    with pytest.raises(ConfigError, match="runtime.ray_engine='actor' needs runtime.backend=ray"):
+        load_config(None, ["runtime.ray_engine=actor"])
+    from practicum.runtime.session import load_engine
+
+    cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_engine=actor", "engine.kind=vllm"])
+    with pytest.raises(ConfigError, match="runtime.ray_engine: actor runs the hf engine only"):
+        load_engine(cfg)
+
+
+def test_a_sync_run_with_the_engine_in_an_actor(tiny_model_dir, tmp_path, monkeypatch, train_run,
+                                                 metric_rows):
+    """Calculator, sync, environments and engine in Ray actors, full fine-tuning (the whole
+    state dict crosses to the actor each step): every turn was sampled in the actor at the
+    version the driver published, each episode is stored once and trained once."""
+    import practicum.runtime.ray_engine as ray_engine
+
+    seen = {}
+    real_close = ray_engine.RayEngine.close
+
+    def close(engine):  # ask the actor itself for its version before it goes
+        _, seen["actor_version"] = ray.get(engine.handle.generate.remote(
+            [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
+        seen["pid"] = engine.pid
+        real_close(engine)
+
+    monkeypatch.setattr(ray_engine.RayEngine, "close", close)
+    cfg = load_config(None, [
+        f"model.model={tiny_model_dir}", "model.dtype=float32", "model.lora=false",
+        "task.name=calculator", "task.options.train_size=8", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=2",
+        "sampling.max_new_tokens=8", "train.steps=2", "train.micro_batch_size=8",
+        "train.checkpoint_every=2", "eval.every=0", "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false", "runtime.backend=ray", "runtime.ray_engine=actor",
+        "runtime.ray_engine_cpus=0", f"run.out_dir={tmp_path}"])
+    summary = train_run(cfg)
+    assert summary["steps"] == 2 and summary["ray_engine"]["engine_restarts"] == 0
+    assert summary["ray_engine"]["version"] == 2 and seen["actor_version"] == 2
+    assert seen["pid"] != os.getpid()
+    stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+    assert len(stored) == 8 and len({e.episode_id for e in stored}) == 8
+    assert all(e.failure is None for e in stored)
+    # batch b was sampled after b - 1 updates, by the actor (it reports its version per call)
+    for e in stored:
+        assert {t.policy_version for t in e.turns} == {e.info["batch"] - 1}
+    rows = read_ledger(cfg.run_dir / "consumed.jsonl")
+    trained = [p for r in rows for p, _ in r["trained"]]
+    assert sorted(trained) == list(range(8))
+    assert [r["ray_engine_restarts"] for r in metric_rows(cfg.run_dir)] == [0.0, 0.0]
+    # the final evaluation also sampled in the actor, from the last version
+    assert summary["eval_after"]["policy_version"] == 2
