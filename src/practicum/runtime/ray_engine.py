@@ -38,9 +38,6 @@ from practicum.engine.hf_model import PolicyConfig
 
 log = logging.getLogger(__name__)
 
-START_SECONDS = 600.0
-"""Starting an engine actor (loading its model) may take at least this long, whatever the
-call timeout: a short call timeout is meant for sampling, not for a model load."""
 
 
 class EngineFailure(SamplerFailure):
@@ -163,6 +160,8 @@ class RayEngine:
         import ray
 
         handle = self._remote.remote(self.policy)
+        from practicum.runtime.ray_envs import START_SECONDS
+
         limit = max(self.timeout, START_SECONDS)
         try:
             self.pid = ray.get(handle.pid.remote(), timeout=limit)

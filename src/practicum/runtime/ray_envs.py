@@ -27,10 +27,10 @@ one (one found dead at the start of an episode is replaced and the reset retried
 is not re-run: its turns were sampled from the policy and may already be stale. Training still
 goes through the store and the ledger, so no episode is trained twice.
 
-Timeouts: a call (reset, step, close, or starting a worker) that runs longer than
-`call_timeout` seconds (`runtime.ray_call_timeout_s`) is handled like a dead worker: the worker
-is killed, the episode ends as a logged failure (`WorkerTimedOut`; a reset is not retried, it
-would likely hang again) and the next episode gets a fresh worker.
+Timeouts: a call (reset, step, close) that runs longer than `call_timeout` seconds
+(`runtime.ray_call_timeout_s`) is handled like a dead worker: the worker is killed, the episode
+ends as a logged failure (`WorkerTimedOut`; a reset is not retried, it would likely hang again)
+and the next episode gets a fresh worker. Starting a worker may take `START_SECONDS`.
 
 Model service: the env's own LLM calls (policy, base, other specs) reach the driver's
 `ModelService` through the worker: the driver polls the step in progress and serves requests
@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 """How long one poll of a worker waits for its call to finish or to ask the model service."""
+
+START_SECONDS = 600.0
+"""Starting an actor (importing, building a suite or loading a model) may take at least this
+long, whatever the call timeout (meant for the calls themselves)."""
 
 
 class WorkerDied(EnvFailure):
@@ -304,7 +308,7 @@ class RayEnvPool:
                 return self._idle.pop()
         handle = self._remote.remote(*self._args)
         try:
-            pid = ray.get(handle.pid.remote(), timeout=self.call_timeout)
+            pid = ray.get(handle.pid.remote(), timeout=max(self.call_timeout, START_SECONDS))
         except ray.exceptions.RayError as e:  # GetTimeoutError is one  # e.g. the suite failed to build in the worker
             ray.kill(handle)
             raise EnvFailure(f"starting an env worker failed: {e}") from None
@@ -321,7 +325,8 @@ class RayEnvPool:
 
         handles = [self._remote.remote(*self._args) for _ in range(n)]
         try:
-            pids = ray.get([h.pid.remote() for h in handles], timeout=self.call_timeout)
+            pids = ray.get([h.pid.remote() for h in handles],
+                           timeout=max(self.call_timeout, START_SECONDS))
         except ray.exceptions.RayError as e:
             for h in handles:
                 ray.kill(h)
