@@ -112,9 +112,9 @@ def test_ray_engine_options_are_checked():
 
 def test_a_sync_run_with_the_engine_in_an_actor(tiny_model_dir, tmp_path, monkeypatch, train_run,
                                                  metric_rows):
-    """Calculator, sync, environments and engine in Ray actors, full fine-tuning (the whole
-    state dict crosses to the actor each step): every turn was sampled in the actor at the
-    version the driver published, each episode is stored once and trained once."""
+    """A sync run with the environments and the engine in Ray actors, full fine-tuning (the
+    whole state dict crosses to the actor each step): every turn was sampled in the actor at
+    the version the driver published, each episode is stored once and trained once."""
     import practicum.runtime.ray_engine as ray_engine
 
     seen = {}
@@ -127,27 +127,27 @@ def test_a_sync_run_with_the_engine_in_an_actor(tiny_model_dir, tmp_path, monkey
         real_close(engine)
 
     monkeypatch.setattr(ray_engine.RayEngine, "close", close)
+    arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
     cfg = load_config(None, [
         f"model.model={tiny_model_dir}", "model.dtype=float32", "model.lora=false",
-        "task.name=calculator", "task.options.train_size=8", "task.options.eval_size=2",
-        "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=2",
-        "sampling.max_new_tokens=8", "train.steps=2", "train.micro_batch_size=8",
-        "train.checkpoint_every=2", "eval.every=0", "algo.dynamic_sampling=false",
-        "algo.mask_overlong=false", "runtime.backend=ray", "runtime.ray_engine=actor",
-        "runtime.ray_engine_cpus=0", f"run.out_dir={tmp_path}"])
+        "task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
+        "task.options.fallback_arm=random", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
+        "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=2", "eval.every=0",
+        "algo.dynamic_sampling=false", "algo.mask_overlong=false", "runtime.backend=ray",
+        "runtime.ray_engine=actor", "runtime.ray_engine_cpus=0", f"run.out_dir={tmp_path}"])
     summary = train_run(cfg)
     assert summary["steps"] == 2 and summary["ray_engine"]["engine_restarts"] == 0
     assert summary["ray_engine"]["version"] == 2 and seen["actor_version"] == 2
     assert seen["pid"] != os.getpid()
     stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
-    assert len(stored) == 8 and len({e.episode_id for e in stored}) == 8
+    assert len(stored) == 4 and len({e.episode_id for e in stored}) == 4
     assert all(e.failure is None for e in stored)
     # batch b was sampled after b - 1 updates, by the actor (it reports its version per call)
-    for e in stored:
-        assert {t.policy_version for t in e.turns} == {e.info["batch"] - 1}
+    assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
+    assert [e.info["batch"] for e in stored] == [1, 1, 2, 2]
     rows = read_ledger(cfg.run_dir / "consumed.jsonl")
-    trained = [p for r in rows for p, _ in r["trained"]]
-    assert sorted(trained) == list(range(8))
+    assert sorted(p for r in rows for p, _ in r["trained"]) == [0, 1, 2, 3]
     assert [r["ray_engine_restarts"] for r in metric_rows(cfg.run_dir)] == [0.0, 0.0]
     # the final evaluation also sampled in the actor, from the last version
     assert summary["eval_after"]["policy_version"] == 2
