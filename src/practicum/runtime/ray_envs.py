@@ -309,7 +309,7 @@ class RayEnvPool:
         handle = self._remote.remote(*self._args)
         try:
             pid = ray.get(handle.pid.remote(), timeout=max(self.call_timeout, START_SECONDS))
-        except ray.exceptions.RayError as e:  # GetTimeoutError is one  # e.g. the suite failed to build in the worker
+        except ray.exceptions.RayError as e:  # e.g. the suite failed to build, or a timeout
             ray.kill(handle)
             raise EnvFailure(f"starting an env worker failed: {e}") from None
         w = _Worker(handle, pid)
