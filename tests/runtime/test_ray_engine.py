@@ -100,21 +100,46 @@ def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replace
     assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop
 
 
-def test_ray_engine_options_are_checked():
-    with pytest.raises(ConfigError, match="runtime.ray_engine='actor' needs runtime.backend=ray"):
-        load_config(None, ["runtime.ray_engine=actor"])
+def test_ray_placement_options_are_checked():
+    for key in ("ray_engine", "ray_learner"):
+        with pytest.raises(ConfigError, match=f"runtime.{key}='actor' needs runtime.backend=ray"):
+            load_config(None, [f"runtime.{key}=actor"])
+    from practicum.runtime.ray_learner import RemoteTrainable
     from practicum.runtime.session import load_engine
 
-    cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_engine=actor", "engine.kind=vllm"])
-    with pytest.raises(ConfigError, match="runtime.ray_engine: actor runs the hf engine only"):
+    cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_learner=actor",
+                             "engine.kind=vllm"])
+    with pytest.raises(ConfigError, match="runtime.ray_engine: Ray actors run the hf engine only"):
         load_engine(cfg)
+    # what only exists in the learner actor is refused by name (e.g. by `practicum rft`)
+    remote = RemoteTrainable.__new__(RemoteTrainable)
+    with pytest.raises(ConfigError, match="runtime.ray_learner: the trainable lives in the "
+                                          "learner actor, so 'token_logprobs' is not available"):
+        remote.token_logprobs
+    assert not hasattr(remote, "frozen_base")
 
 
-def test_a_sync_run_with_the_engine_in_an_actor(tiny_model_dir, tmp_path, monkeypatch, train_run,
-                                                 metric_rows):
-    """A sync run with the environments and the engine in Ray actors, full fine-tuning (the
-    whole state dict crosses to the actor each step): every turn was sampled in the actor at
-    the version the driver published, each episode is stored once and trained once."""
+def bandit_run(model_dir, out, name: str, *extra: str):
+    """Full fine-tuning of the tiny model on the in-process timed bandit (no step time), Ray
+    backend, two groups of two."""
+    arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
+    return load_config(None, [
+        f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
+        "task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
+        "task.options.fallback_arm=random", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
+        "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1", "train.lr=1e-3",
+        "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
+        "runtime.backend=ray", f"run.out_dir={out}", f"run.name={name}", *extra])
+
+
+def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
+        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
+    """Two placements of one run: A samples in an engine actor and trains in the driver, B
+    samples in the driver and trains in a learner actor (the whole state dict crosses each
+    step). Every turn was sampled at the version the driver published, each episode is stored
+    once and trained once, and both runs draw the same tokens and compute the same losses.
+    B then resumes from its checkpoint in a fresh learner actor."""
     import practicum.runtime.ray_engine as ray_engine
 
     seen = {}
@@ -127,27 +152,41 @@ def test_a_sync_run_with_the_engine_in_an_actor(tiny_model_dir, tmp_path, monkey
         real_close(engine)
 
     monkeypatch.setattr(ray_engine.RayEngine, "close", close)
-    arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
-    cfg = load_config(None, [
-        f"model.model={tiny_model_dir}", "model.dtype=float32", "model.lora=false",
-        "task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
-        "task.options.fallback_arm=random", "task.options.eval_size=2",
-        "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
-        "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=2", "eval.every=0",
-        "algo.dynamic_sampling=false", "algo.mask_overlong=false", "runtime.backend=ray",
-        "runtime.ray_engine=actor", "runtime.ray_engine_cpus=0", f"run.out_dir={tmp_path}"])
-    summary = train_run(cfg)
-    assert summary["steps"] == 2 and summary["ray_engine"]["engine_restarts"] == 0
-    assert summary["ray_engine"]["version"] == 2 and seen["actor_version"] == 2
-    assert seen["pid"] != os.getpid()
-    stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
-    assert len(stored) == 4 and len({e.episode_id for e in stored}) == 4
-    assert all(e.failure is None for e in stored)
-    # batch b was sampled after b - 1 updates, by the actor (it reports its version per call)
-    assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
-    assert [e.info["batch"] for e in stored] == [1, 1, 2, 2]
-    rows = read_ledger(cfg.run_dir / "consumed.jsonl")
-    assert sorted(p for r in rows for p, _ in r["trained"]) == [0, 1, 2, 3]
-    assert [r["ray_engine_restarts"] for r in metric_rows(cfg.run_dir)] == [0.0, 0.0]
-    # the final evaluation also sampled in the actor, from the last version
-    assert summary["eval_after"]["policy_version"] == 2
+    runs = {}
+    for name, where in (("a", ["runtime.ray_engine=actor", "runtime.ray_engine_cpus=0"]),
+                        ("b", ["runtime.ray_learner=actor", "runtime.ray_learner_cpus=0"])):
+        cfg = bandit_run(tiny_model_dir, tmp_path, name, *where)
+        summary = train_run(cfg)
+        stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+        assert summary["steps"] == 2 and len({e.episode_id for e in stored}) == len(stored) == 4
+        assert all(e.failure is None for e in stored)
+        # batch b was sampled after b - 1 updates (an engine actor reports its version per call)
+        assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
+        assert [e.info["batch"] for e in stored] == [1, 1, 2, 2]
+        rows = read_ledger(cfg.run_dir / "consumed.jsonl")
+        assert sorted(p for r in rows for p, _ in r["trained"]) == [0, 1, 2, 3]
+        assert summary["eval_after"]["policy_version"] == 2
+        runs[name] = (cfg, summary, stored, metric_rows(cfg.run_dir))
+
+    cfg_a, summary_a, stored_a, metrics_a = runs["a"]
+    assert summary_a["ray_engine"]["version"] == 2 and seen["actor_version"] == 2
+    assert summary_a["ray_engine"]["engine_restarts"] == 0 and seen["pid"] != os.getpid()
+    assert [r["ray_engine_restarts"] for r in metrics_a] == [0.0, 0.0]
+    cfg_b, summary_b, stored_b, metrics_b = runs["b"]
+    assert summary_b["ray_learner_pid"] not in (os.getpid(), seen["pid"])
+    assert "ray_engine" not in summary_b and "ray_engine_restarts" not in metrics_b[0]
+    assert [[t.sampled_ids for t in e.turns] for e in stored_b] == \
+        [[t.sampled_ids for t in e.turns] for e in stored_a]
+    for ra, rb in zip(metrics_a, metrics_b, strict=True):
+        assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5)
+        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
+    # the learner actor wrote its checkpoints into the driver's run folder
+    assert (cfg_b.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+
+    resumed = train_run(bandit_run(tiny_model_dir, tmp_path, "b", "runtime.ray_learner=actor",
+                                   "runtime.ray_learner_cpus=0", "train.steps=3"))
+    assert resumed["steps"] == 3 and resumed["ray_learner_pid"] != summary_b["ray_learner_pid"]
+    rows = read_ledger(cfg_b.run_dir / "consumed.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    stored = list(EpisodeStore(cfg_b.run_dir / "episodes.jsonl"))
+    assert [{t.policy_version for t in e.turns} for e in stored[4:]] == [{2}, {2}]

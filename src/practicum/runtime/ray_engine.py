@@ -203,30 +203,3 @@ class RayEngine:
         if self._own_ray:
             ray.shutdown()
 
-
-def load_ray_engine(policy: PolicyConfig, cpus: float = 1.0, gpus: float = 0.0,
-                    timeout: float = 1800.0, address: str | None = None):
-    """(trainable in this process, `RayEngine` whose actor holds the trainable's weights as
-    version 0)."""
-    from practicum.engine.hf_model import (
-        FrozenReference,
-        load_lm,
-        load_tokenizer,
-        pick_device,
-        resolve_dtype,
-    )
-    from practicum.engine.hf_trainable import HFTrainable
-    from practicum.engine.models import resolve_model
-
-    path = resolve_model(policy.model)
-    device = pick_device(policy.device)
-    dtype = resolve_dtype(policy, device)
-    trainable = HFTrainable(policy, load_lm(path, dtype, device), load_tokenizer(path),
-                            FrozenReference(path, dtype, device))
-    engine = RayEngine(policy, cpus=cpus, gpus=gpus, timeout=timeout, address=address)
-    try:
-        engine.load_weights(trainable.export_weights(0))
-    except BaseException:
-        engine.close()
-        raise
-    return trainable, engine

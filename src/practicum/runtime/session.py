@@ -53,8 +53,8 @@ def load_engine(cfg: Config):
         gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
         init=m.init, seed=cfg.run.seed)
     if cfg.engine.kind == "vllm":
-        if cfg.runtime.ray_engine == "actor":
-            raise ConfigError("config error at runtime.ray_engine: actor runs the hf engine "
+        if "actor" in (cfg.runtime.ray_engine, cfg.runtime.ray_learner):
+            raise ConfigError("config error at runtime.ray_engine: Ray actors run the hf engine "
                               "only (engine.kind=vllm needs its own Python environment)")
         from practicum.engine.vllm import load_vllm_engine
         from practicum.engine.vllm_sampler import VLLMOptions
@@ -63,11 +63,10 @@ def load_engine(cfg: Config):
         return load_vllm_engine(policy, VLLMOptions(max_model_len=e.max_model_len,
                                                     kv_cache_gb=e.kv_cache_gb, threads=e.threads))
     rt = cfg.runtime
-    if rt.backend == "ray" and rt.ray_engine == "actor":
-        from practicum.runtime.ray_engine import load_ray_engine
+    if rt.backend == "ray" and "actor" in (rt.ray_engine, rt.ray_learner):
+        from practicum.runtime.ray_learner import load_placed_engine
 
-        return load_ray_engine(policy, rt.ray_engine_cpus, rt.ray_engine_gpus,
-                               rt.ray_call_timeout_s, rt.ray_address)
+        return load_placed_engine(cfg, policy)
     return load_hf_engine(policy)
 
 
@@ -170,6 +169,8 @@ class Session:
             **({"ray": self.env_pool.summary()} if self.env_pool is not None else {}),
             **({"ray_engine": self.server.sampler.summary()}
                if self.cfg.runtime.ray_engine == "actor" else {}),
+            **({"ray_learner_pid": self.trainable.pid}
+               if self.cfg.runtime.ray_learner == "actor" else {}),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -180,9 +181,10 @@ class Session:
         self.metrics.close()
         if self.env_pool is not None:
             self.env_pool.shutdown()
-        close = getattr(self.server.sampler, "close", None)  # e.g. the vLLM engine's files
-        if close is not None:
-            close()
+        for part in (self.server.sampler, self.trainable):  # vLLM's files, Ray actors
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
 
 def open_session(cfg: Config) -> Session:
@@ -217,12 +219,14 @@ def open_session(cfg: Config) -> Session:
                                call_timeout=rt.ray_call_timeout_s)
         except BaseException:
             server.stop()
-            if hasattr(sampler, "close"):  # an engine actor (and the Ray it started)
-                sampler.close()
+            for part in (sampler, trainable):  # Ray actors (and the Ray they started)
+                if hasattr(part, "close"):
+                    part.close()
             raise
     s = Session(cfg=cfg, trainable=trainable, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
-                learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
+                learner=getattr(trainable, "learner", None) or Learner(trainable, cfg),
+                store=EpisodeStore(run_dir / "episodes.jsonl"),
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
