@@ -100,6 +100,30 @@ def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replace
     assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop
 
 
+def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler(
+        tiny_model_dir):
+    """The actor's engine without the merged copy (peft layers, adapter set from the published
+    tensors), used in-process as with a learner actor: the same draws as the sampler sharing
+    the trainable's module, adapter on and off."""
+    from practicum.runtime.ray_learner import HeldEngine
+
+    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8,
+                          merged_sampling=False)
+    trainable, local = load_hf_engine(policy)
+    held = HeldEngine(policy)
+    update = trained_update(trainable, 5)
+    local.load_weights(update)
+    held.load_weights(update)
+    assert held.version == 5
+    prompts, seeds = [[1, 2, 3, 4], [9, 8]], [21, 22]
+    params = SamplingParams(temperature=0.7, max_new_tokens=10)
+    adapted = draws(held, prompts, params, seeds)
+    assert_same(adapted, draws(local, prompts, params, seeds))
+    base = draws(held, prompts, params, seeds, adapter=False)
+    assert base[0] != adapted[0]
+    assert_same(base, draws(local, prompts, params, seeds, adapter=False))
+
+
 def test_ray_placement_options_are_checked():
     for key in ("ray_engine", "ray_learner"):
         with pytest.raises(ConfigError, match=f"runtime.{key}='actor' needs runtime.backend=ray"):

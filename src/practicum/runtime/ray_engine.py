@@ -24,6 +24,8 @@ logged failure (`practicum.runtime.rollout`), the next turn samples from the new
 failed load_weights is complete once the fresh actor has loaded the same update.
 
 Only the HF engine runs in an actor (engine.kind hf): vLLM needs its own Python environment.
+`EngineWorker` also serves in-process as the driver's sampler when the learner runs in an actor
+(`practicum.runtime.ray_learner.HeldEngine`).
 """
 
 from __future__ import annotations
