@@ -163,8 +163,12 @@ def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
     samples in the driver and trains in a learner actor (the whole state dict crosses each
     step). Every turn was sampled at the version the driver published, each episode is stored
     once and trained once, and both runs draw the same tokens and compute the same losses.
-    B then resumes from its checkpoint in a fresh learner actor."""
+    B then resumes from its checkpoint in a fresh learner actor. Before B's learner actor goes,
+    a call to it times out: the actor is killed and nothing retries it (it holds the only
+    optimizer state), the run would stop with a TrainingError naming resume."""
     import practicum.runtime.ray_engine as ray_engine
+    import practicum.runtime.ray_learner as ray_learner
+    from practicum.errors import TrainingError
 
     seen = {}
     real_close = ray_engine.RayEngine.close
@@ -175,7 +179,22 @@ def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
         seen["pid"] = engine.pid
         real_close(engine)
 
+    real_learner_close = ray_learner.RemoteTrainable.close
+
+    def learner_close(remote):
+        if "learner_errors" not in seen:
+            remote.timeout = 1e-4  # far below one round trip to the actor
+            seen["learner_errors"] = []
+            for call in (lambda: remote.export_weights(8), lambda: remote.learner.train_step([])):
+                try:
+                    call()
+                except TrainingError as e:
+                    seen["learner_errors"].append(str(e))
+            seen["learner_pid"] = remote.pid
+        real_learner_close(remote)
+
     monkeypatch.setattr(ray_engine.RayEngine, "close", close)
+    monkeypatch.setattr(ray_learner.RemoteTrainable, "close", learner_close)
     runs = {}
     for name, where in (("a", ["runtime.ray_engine=actor", "runtime.ray_engine_cpus=0"]),
                         ("b", ["runtime.ray_learner=actor", "runtime.ray_learner_cpus=0"])):
@@ -206,6 +225,20 @@ def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
         assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
     # the learner actor wrote its checkpoints into the driver's run folder
     assert (cfg_b.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+    pid = seen["learner_pid"]
+    assert seen["learner_errors"] == [
+        f"learner export timed out after 0.0001 s (pid {pid}); resume from the last checkpoint "
+        "with run.resume=true",
+        "the learner actor is gone (see the error before this one)"]
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the timed-out learner actor (pid {pid}) still runs")
 
     resumed = train_run(bandit_run(tiny_model_dir, tmp_path, "b", "runtime.ray_learner=actor",
                                    "runtime.ray_learner_cpus=0", "train.steps=3"))
@@ -214,3 +247,4 @@ def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
     assert [r["step"] for r in rows] == [1, 2, 3]
     stored = list(EpisodeStore(cfg_b.run_dir / "episodes.jsonl"))
     assert [{t.policy_version for t in e.turns} for e in stored[4:]] == [{2}, {2}]
+
