@@ -84,15 +84,7 @@ def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replace
             engine.generate([[1, 2, 3]] * 4, SamplingParams(max_new_tokens=400), [1, 2, 3, 4])
         engine.timeout = 60
         assert engine.restarts == 1 and engine.pid != old and engine.version == 3
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                os.kill(old, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"the timed-out engine actor (pid {old}) still runs")
+        wait_gone(old)
         assert_same(draws(engine, prompts, params, seeds), adapted)
         assert engine.metrics() == {"ray_engine_restarts": 1.0}
     finally:
@@ -144,8 +136,8 @@ def test_ray_placement_options_are_checked():
 
 
 def bandit_run(model_dir, out, name: str, *extra: str):
-    """Full fine-tuning of the tiny model on the in-process timed bandit (no step time), Ray
-    backend, two groups of two."""
+    """Full fine-tuning of the tiny model on the in-process timed bandit (no step time), two
+    steps of one group of two."""
     arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
     return load_config(None, [
         f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
@@ -154,18 +146,32 @@ def bandit_run(model_dir, out, name: str, *extra: str):
         "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
         "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1", "train.lr=1e-3",
         "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
-        "runtime.backend=ray", f"run.out_dir={out}", f"run.name={name}", *extra])
+        f"run.out_dir={out}", f"run.name={name}", *extra])
 
 
-def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
+def wait_gone(pid: int) -> None:
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the killed actor (pid {pid}) still runs")
+
+
+def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
         tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
-    """Two placements of one run: A samples in an engine actor and trains in the driver, B
-    samples in the driver and trains in a learner actor (the whole state dict crosses each
-    step). Every turn was sampled at the version the driver published, each episode is stored
-    once and trained once, and both runs draw the same tokens and compute the same losses.
-    B then resumes from its checkpoint in a fresh learner actor. Before B's learner actor goes,
-    a call to it times out: the actor is killed and nothing retries it (it holds the only
-    optimizer state), the run would stop with a TrainingError naming resume."""
+    """The same sync run twice: everything in this process (local backend), and environments,
+    engine and learner in Ray actors (the whole state dict crosses from the learner actor to
+    the engine actor each step). Every turn was sampled in the engine actor at the version the
+    driver published, each episode is stored and trained once, both runs draw the same tokens
+    and compute the same losses, and the learner actor wrote the checkpoints. Before the
+    actors go: the learner actor reloads a checkpoint; then a call to it times out, the actor
+    is killed and nothing retries it (it holds the only optimizer state): the run would stop
+    with a TrainingError naming resume."""
+    from safetensors.torch import load_file
+
     import practicum.runtime.ray_engine as ray_engine
     import practicum.runtime.ray_learner as ray_learner
     from practicum.errors import TrainingError
@@ -174,77 +180,69 @@ def test_sync_runs_with_the_engine_or_the_learner_in_an_actor_train_the_same(
     real_close = ray_engine.RayEngine.close
 
     def close(engine):  # ask the actor itself for its version before it goes
-        _, seen["actor_version"] = ray.get(engine.handle.generate.remote(
+        _, seen["engine_version"] = ray.get(engine.handle.generate.remote(
             [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
-        seen["pid"] = engine.pid
+        seen["engine_pid"] = engine.pid
         real_close(engine)
 
     real_learner_close = ray_learner.RemoteTrainable.close
 
     def learner_close(remote):
-        if "learner_errors" not in seen:
-            remote.timeout = 1e-4  # far below one round trip to the actor
-            seen["learner_errors"] = []
-            for call in (lambda: remote.export_weights(8), lambda: remote.learner.train_step([])):
-                try:
-                    call()
-                except TrainingError as e:
-                    seen["learner_errors"].append(str(e))
-            seen["learner_pid"] = remote.pid
+        first = seen["run_dir"] / "checkpoints" / "step_000001"
+        seen["loaded_step"] = (remote.learner.load(first), remote.learner.step)[1]
+        seen["reloaded"] = remote.export_weights(1).tensors
+        seen["saved"] = load_file(first / "policy" / "model.safetensors")
+        remote.timeout = 1e-4  # far below one round trip to the actor
+        seen["learner_errors"] = []
+        for call in (lambda: remote.export_weights(8), lambda: remote.learner.train_step([])):
+            try:
+                call()
+            except TrainingError as e:
+                seen["learner_errors"].append(str(e))
+        seen["learner_pid"] = remote.pid
         real_learner_close(remote)
 
     monkeypatch.setattr(ray_engine.RayEngine, "close", close)
     monkeypatch.setattr(ray_learner.RemoteTrainable, "close", learner_close)
     runs = {}
-    for name, where in (("a", ["runtime.ray_engine=actor", "runtime.ray_engine_cpus=0"]),
-                        ("b", ["runtime.ray_learner=actor", "runtime.ray_learner_cpus=0"])):
+    for name, where in (("driver", []),
+                        ("actors", ["runtime.backend=ray", "runtime.ray_engine=actor",
+                                    "runtime.ray_engine_cpus=0", "runtime.ray_learner=actor",
+                                    "runtime.ray_learner_cpus=0"])):
         cfg = bandit_run(tiny_model_dir, tmp_path, name, *where)
+        seen["run_dir"] = cfg.run_dir
         summary = train_run(cfg)
         stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
         assert summary["steps"] == 2 and len({e.episode_id for e in stored}) == len(stored) == 4
         assert all(e.failure is None for e in stored)
-        # batch b was sampled after b - 1 updates (an engine actor reports its version per call)
+        # batch b was sampled after b - 1 updates (the engine actor reports its version per call)
         assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
         assert [e.info["batch"] for e in stored] == [1, 1, 2, 2]
         rows = read_ledger(cfg.run_dir / "consumed.jsonl")
         assert sorted(p for r in rows for p, _ in r["trained"]) == [0, 1, 2, 3]
         assert summary["eval_after"]["policy_version"] == 2
-        runs[name] = (cfg, summary, stored, metric_rows(cfg.run_dir))
+        assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+        runs[name] = (summary, stored, metric_rows(cfg.run_dir))
 
-    cfg_a, summary_a, stored_a, metrics_a = runs["a"]
-    assert summary_a["ray_engine"]["version"] == 2 and seen["actor_version"] == 2
-    assert summary_a["ray_engine"]["engine_restarts"] == 0 and seen["pid"] != os.getpid()
-    assert [r["ray_engine_restarts"] for r in metrics_a] == [0.0, 0.0]
-    cfg_b, summary_b, stored_b, metrics_b = runs["b"]
-    assert summary_b["ray_learner_pid"] not in (os.getpid(), seen["pid"])
-    assert "ray_engine" not in summary_b and "ray_engine_restarts" not in metrics_b[0]
-    assert [[t.sampled_ids for t in e.turns] for e in stored_b] == \
-        [[t.sampled_ids for t in e.turns] for e in stored_a]
-    for ra, rb in zip(metrics_a, metrics_b, strict=True):
-        assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5)
-        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
-    # the learner actor wrote its checkpoints into the driver's run folder
-    assert (cfg_b.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+    summary, stored, metrics = runs["actors"]
+    assert summary["ray_engine"]["version"] == 2 and seen["engine_version"] == 2
+    assert summary["ray_engine"]["engine_restarts"] == 0
+    assert [r["ray_engine_restarts"] for r in metrics] == [0.0, 0.0]
+    assert len({os.getpid(), seen["engine_pid"], summary["ray_learner_pid"]}) == 3
+    _, stored_d, metrics_d = runs["driver"]
+    assert [[t.sampled_ids for t in e.turns] for e in stored] == \
+        [[t.sampled_ids for t in e.turns] for e in stored_d]
+    for r, rd in zip(metrics, metrics_d, strict=True):
+        assert r["loss"] == pytest.approx(rd["loss"], abs=1e-5)
+        assert r["grad_norm"] == pytest.approx(rd["grad_norm"], rel=1e-4)
+        assert r["grad_norm"] > 0
+
+    assert seen["loaded_step"] == 1
+    assert set(seen["saved"]) <= set(seen["reloaded"])
+    assert all(torch.equal(seen["saved"][k], seen["reloaded"][k]) for k in seen["saved"])
     pid = seen["learner_pid"]
     assert seen["learner_errors"] == [
         f"learner export timed out after 0.0001 s (pid {pid}); resume from the last checkpoint "
         "with run.resume=true",
         "the learner actor is gone (see the error before this one)"]
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the timed-out learner actor (pid {pid}) still runs")
-
-    resumed = train_run(bandit_run(tiny_model_dir, tmp_path, "b", "runtime.ray_learner=actor",
-                                   "runtime.ray_learner_cpus=0", "train.steps=3"))
-    assert resumed["steps"] == 3 and resumed["ray_learner_pid"] != summary_b["ray_learner_pid"]
-    rows = read_ledger(cfg_b.run_dir / "consumed.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    stored = list(EpisodeStore(cfg_b.run_dir / "episodes.jsonl"))
-    assert [{t.policy_version for t in e.turns} for e in stored[4:]] == [{2}, {2}]
-
+    wait_gone(pid)
