@@ -190,7 +190,7 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     def learner_close(remote):
         first = seen["run_dir"] / "checkpoints" / "step_000001"
         seen["loaded_step"] = (remote.learner.load(first), remote.learner.step)[1]
-        seen["reloaded"] = remote.export_weights(1).tensors
+        seen["reloaded"] = remote.export_weights(1).fetch().tensors
         seen["saved"] = load_file(first / "policy" / "model.safetensors")
         remote.timeout = 1e-4  # far below one round trip to the actor
         seen["learner_errors"] = []

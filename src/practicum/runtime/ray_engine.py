@@ -120,15 +120,23 @@ class RayEngine:
                                     f"published {self.version}")
             return samples
 
-    def load_weights(self, update: WeightUpdate) -> None:
-        """Publish `update` to the actor as version `update.version` (tensors copied to CPU
-        first: the trainable's live tensors may change as soon as this returns)."""
+    def load_weights(self, update) -> None:
+        """Publish `update` to the actor as version `update.version`: a `WeightUpdate` is
+        copied to CPU first (the trainable's live tensors may change as soon as this returns)
+        and put into Ray's object store; a `RemoteUpdate` (from a learner actor) is there
+        already and goes from the learner's node to the engine's without the driver."""
         import ray
 
-        cpu = {k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()}
+        from practicum.runtime.ray_learner import RemoteUpdate
+
+        if isinstance(update, RemoteUpdate):
+            ref = update.ref
+        else:
+            ref = ray.put(WeightUpdate(update.version, update.kind, {
+                k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
+                dict(update.adapter_config)))
         with self._lock:
-            self._weights = ray.put(WeightUpdate(update.version, update.kind, cpu,
-                                                 dict(update.adapter_config)))
+            self._weights = ref
             self.version = update.version
             if self.handle is None:
                 self._start()  # loads self._weights

@@ -4,14 +4,16 @@
       loop, store, ledger, GenerationServer                LearnerWorker: HFTrainable + Learner
       RayLearner.train_step(episodes) ------------------>    PPO step, optimizer, scheduler
                           <----------------- metrics, step
-      RemoteTrainable.export_weights(v) ---------------->    the weights to publish (CPU)
+      RemoteTrainable.export_weights(v) ---------------->    the weights to publish, left in
+                      <---- RemoteUpdate(v, ObjectRef)       Ray's object store
       RayLearner.save / load(checkpoint folder) -------->    checkpoint files (same filesystem)
 
 The session gets a `RemoteTrainable` (tokenizer and pad id in the driver, weights in the actor)
 and its `RayLearner`; the loop, the runtimes and resume use them as they use the in-driver
 `Learner` and trainable. The sampler cannot share the learner's weights any more, so it loads
 every published version: an engine actor (`ray_engine: actor`) or an in-driver engine of its
-own (`HeldEngine`). Checkpoints are written by the actor into the run folder's path, so the
+own (`HeldEngine`). An engine actor loads a version straight from the object store, so the
+weights never pass through the driver. Checkpoints are written by the actor into the run folder's path, so the
 actor must see the driver's filesystem (local Ray, or a shared run folder on a cluster).
 
 The learner holds the only copy of the optimizer state: a call that times out
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,21 @@ def load_trainable(policy: PolicyConfig):
                        FrozenReference(path, dtype, device))
 
 
+@dataclass
+class RemoteUpdate:
+    """A `WeightUpdate` still in Ray's object store (what the learner actor exported)."""
+
+    version: int
+    kind: str
+    ref: Any
+    """ObjectRef of the WeightUpdate."""
+
+    def fetch(self) -> WeightUpdate:
+        import ray
+
+        return ray.get(self.ref)
+
+
 class LearnerWorker:
     """A Ray actor holding the trainable and its `Learner` (made remote by `RemoteTrainable`)."""
 
@@ -74,8 +92,9 @@ class LearnerWorker:
     def train_step(self, episodes) -> tuple[dict | None, int]:
         return self.learner.train_step(episodes), self.learner.step
 
-    def export(self, version: int) -> WeightUpdate:
-        return self.trainable.export_weights(version)  # serialised on return: a copy
+    def export(self, version: int) -> tuple[str, WeightUpdate]:
+        update = self.trainable.export_weights(version)  # serialised on return: a copy
+        return update.kind, update
 
     def save_checkpoint(self, ckpt_root: Path, extra: dict, keep: int) -> Path:
         return self.learner.save(ckpt_root, extra, keep)
@@ -114,16 +133,21 @@ class RemoteTrainable:
                 from None
         self.learner = RayLearner(self, cfg)
 
-    def call(self, what: str, *args) -> Any:
+    def call(self, what: str, *args, num_returns: int = 1) -> Any:
         """The actor's method `what`, within the timeout; a timeout or a dead actor stops the
-        run (`TrainingError`; the actor is killed)."""
+        run (`TrainingError`; the actor is killed). num_returns=2: (the first value, an
+        ObjectRef of the second, left in Ray's object store)."""
         import ray
 
         with self._lock:
             if self.handle is None:
                 raise TrainingError("the learner actor is gone (see the error before this one)")
+            method = getattr(self.handle, what)
             try:
-                return ray.get(getattr(self.handle, what).remote(*args), timeout=self.timeout)
+                if num_returns == 1:
+                    return ray.get(method.remote(*args), timeout=self.timeout)
+                first, rest = method.options(num_returns=2).remote(*args)
+                return ray.get(first, timeout=self.timeout), rest
             except ray.exceptions.GetTimeoutError:
                 reason = f"learner {what} timed out after {self.timeout:g} s"
             except ray.exceptions.RayActorError as e:
@@ -133,8 +157,11 @@ class RemoteTrainable:
         raise TrainingError(f"{reason} (pid {self.pid}); resume from the last checkpoint with "
                             "run.resume=true")
 
-    def export_weights(self, version: int) -> WeightUpdate:
-        return self.call("export", version)
+    def export_weights(self, version: int) -> RemoteUpdate:
+        """The weights to publish, left in Ray's object store: an engine actor loads them from
+        there without a copy through the driver (`RemoteUpdate.fetch` brings them here)."""
+        kind, ref = self.call("export", version, num_returns=2)
+        return RemoteUpdate(version, kind, ref)
 
     def save(self, path: Path) -> None:
         self.call("save_policy", Path(path))
@@ -196,7 +223,9 @@ class HeldEngine:
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         return self.worker.generate(prompts, params, seeds, adapter)[0]
 
-    def load_weights(self, update: WeightUpdate) -> None:
+    def load_weights(self, update: WeightUpdate | RemoteUpdate) -> None:
+        if isinstance(update, RemoteUpdate):
+            update = update.fetch()
         self.version = self.worker.load_weights(update)
 
 
