@@ -105,7 +105,12 @@ class RayEngine:
         self.handle = None
         self.pid = 0
         self.started = self.restarts = 0
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            if self._own_ray:
+                ray.shutdown()
+            raise
 
     # -- the Sampler protocol -------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams,

@@ -70,11 +70,13 @@ class RemoteUpdate:
     kind: str
     ref: Any
     """ObjectRef of the WeightUpdate."""
+    timeout: float = 1800.0
+    """Seconds `fetch` may wait for the transfer."""
 
     def fetch(self) -> WeightUpdate:
         import ray
 
-        return ray.get(self.ref)
+        return ray.get(self.ref, timeout=self.timeout)
 
 
 class LearnerWorker:
@@ -161,7 +163,7 @@ class RemoteTrainable:
         """The weights to publish, left in Ray's object store: an engine actor loads them from
         there without a copy through the driver (`RemoteUpdate.fetch` brings them here)."""
         kind, ref = self.call("export", version, num_returns=2)
-        return RemoteUpdate(version, kind, ref)
+        return RemoteUpdate(version, kind, ref, self.timeout)
 
     def save(self, path: Path) -> None:
         self.call("save_policy", Path(path))
