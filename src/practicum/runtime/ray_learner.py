@@ -13,8 +13,9 @@ and its `RayLearner`; the loop, the runtimes and resume use them as they use the
 `Learner` and trainable. The sampler cannot share the learner's weights any more, so it loads
 every published version: an engine actor (`ray_engine: actor`) or an in-driver engine of its
 own (`HeldEngine`). An engine actor loads a version straight from the object store, so the
-weights never pass through the driver. Checkpoints are written by the actor into the run folder's path, so the
-actor must see the driver's filesystem (local Ray, or a shared run folder on a cluster).
+weights never pass through the driver. Checkpoints are written by the actor into the run
+folder's path, so the actor must see the driver's filesystem (local Ray, or a shared run folder
+on a cluster).
 
 The learner holds the only copy of the optimizer state: a call that times out
 (`runtime.ray_call_timeout_s`) or an actor that dies stops the run with `TrainingError`
