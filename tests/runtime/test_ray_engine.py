@@ -1,9 +1,10 @@
-"""The sampler in a Ray actor (`runtime.ray_engine: actor`) on a local Ray: the same tokens and
-log-probs as the in-driver sampler for the same seeds and published weights, a timed-out call
-replaces the actor with one holding the last weights, and a short real training run samples
-every turn in the actor at the version the driver published."""
+"""The sampler and the learner in Ray actors (`runtime.ray_engine` / `ray_learner: actor`) on
+a local Ray: the same tokens and log-probs as the in-driver sampler for the same seeds and
+published weights, a killed or timed-out engine is replaced by one holding the last weights, and
+a short real training run with both in actors trains like one in the driver."""
 
 import os
+import signal
 import time
 from dataclasses import replace
 
@@ -48,7 +49,7 @@ def assert_same(a, b):
         assert x == pytest.approx(y, abs=1e-5)
 
 
-def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replaces_it(
+def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_or_hung(
         tiny_model_dir):
     from practicum.runtime.ray_engine import EngineFailure, RayEngine
 
@@ -75,18 +76,25 @@ def test_the_actor_samples_what_the_driver_sampler_samples_and_a_timeout_replace
         nucleus = replace(params, top_p=0.8, stop_token_ids=(adapted[0][0][3],))
         assert_same(draws(engine, prompts, nucleus, seeds), draws(local, prompts, nucleus, seeds))
 
-        # a call that runs past the timeout: the actor is killed, a fresh one takes over with
-        # the last published weights, and the call fails as a whole (no per-row retry)
+        # a killed actor: a fresh one takes over with the last published weights, and the
+        # call runs there
+        killed = engine.pid
+        os.kill(killed, signal.SIGKILL)
+        assert_same(draws(engine, prompts, params, seeds), adapted)
+        assert engine.restarts == 1 and engine.pid != killed and engine.version == 3
+        # a call that runs past the timeout: the actor is killed, a fresh one takes over, and
+        # the call fails as a whole (no per-row retry)
         old = engine.pid
         engine.timeout = 0.02
         with pytest.raises(EngineFailure, match=rf"engine generate timed out after 0.02 s "
-                                                rf"\(pid {old}\)"):
+                                                rf"\(pid {old}\)") as hung:
             engine.generate([[1, 2, 3]] * 4, SamplingParams(max_new_tokens=400), [1, 2, 3, 4])
+        assert hung.type is EngineFailure  # not retried, unlike a death
         engine.timeout = 60
-        assert engine.restarts == 1 and engine.pid != old and engine.version == 3
+        assert engine.restarts == 2 and engine.pid != old and engine.version == 3
         wait_gone(old)
         assert_same(draws(engine, prompts, params, seeds), adapted)
-        assert engine.metrics() == {"ray_engine_restarts": 1.0}
+        assert engine.metrics() == {"ray_engine_restarts": 2.0}
     finally:
         engine.close()
     assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop

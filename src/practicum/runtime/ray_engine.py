@@ -18,10 +18,12 @@ records the version it came from. Per-request seeds give the same tokens as the 
 sampler: the actor runs the same sampling loop on the same weights.
 
 Faults: a call (generate, load_weights) that runs longer than `timeout` seconds, or an actor
-that dies, kills the actor and starts a fresh one holding the last published weights. The
-generate call that hit it fails with `EngineFailure`: every episode waiting on it ends as a
-logged failure (`practicum.runtime.rollout`), the next turn samples from the new actor. A
-failed load_weights is complete once the fresh actor has loaded the same update.
+that dies, kills the actor and starts a fresh one holding the last published weights. A
+generate call that met a dead actor runs once more on the fresh one (sampling is repeatable:
+same weights, same seeds); one that timed out (or met a second death) fails with
+`EngineFailure`: every episode waiting on it ends as a logged failure
+(`practicum.runtime.rollout`), the next turn samples from the new actor. A failed load_weights
+is complete once the fresh actor has loaded the same update.
 
 Only the HF engine runs in an actor (engine.kind hf): vLLM needs its own Python environment.
 `EngineWorker` also serves in-process as the driver's sampler when the learner runs in an actor
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 
 class EngineFailure(SamplerFailure):
     """The engine actor timed out or died during a call (a fresh actor has replaced it)."""
+
+
+class EngineDied(EngineFailure):
+    """The engine actor died (killed, OOM, crashed) before or during a call."""
 
 
 class EngineWorker:
@@ -116,10 +122,16 @@ class RayEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         with self._lock:
-            if self.handle is None:  # a replacement failed to start last time: try again
-                self._start()
-            samples, version = self._call(
-                "generate", self.handle.generate.remote(prompts, params, seeds, adapter))
+            for attempt in (1, 2):
+                if self.handle is None:  # a replacement failed to start last time: try again
+                    self._start()
+                try:
+                    samples, version = self._call(
+                        "generate", self.handle.generate.remote(prompts, params, seeds, adapter))
+                    break
+                except EngineDied:  # sampling is repeatable: once more on the fresh actor
+                    if attempt == 2:
+                        raise
             if version != self.version:
                 raise EngineFailure(f"engine actor sampled version {version}, the driver "
                                     f"published {self.version}")
@@ -158,16 +170,17 @@ class RayEngine:
         propagates unchanged: the actor is fine."""
         import ray
 
+        error = EngineFailure
         try:
             return ray.get(ref, timeout=self.timeout)
         except ray.exceptions.GetTimeoutError:
             reason = f"engine {what} timed out after {self.timeout:g} s"
         except ray.exceptions.RayActorError as e:
-            reason = f"engine actor died during {what} ({type(e).__name__})"
+            reason, error = f"engine actor died during {what} ({type(e).__name__})", EngineDied
         pid = self.pid
         log.error("%s (pid %d); starting a fresh engine actor", reason, pid)
         self._replace()
-        raise EngineFailure(f"{reason} (pid {pid})")
+        raise error(f"{reason} (pid {pid})")
 
     def _start(self) -> None:
         """A new actor, loaded with the last published weights (raises EngineFailure when it
