@@ -177,19 +177,49 @@ class RuntimeConfig(Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="Where environments run: local = in this process (or its child "
         "processes); ray = in Ray actors, one per environment in flight "
-        "(practicum.runtime.ray_envs). The sampler and learner stay in this process.")
+        "(practicum.runtime.ray_envs); the sampler and the learner stay in this process "
+        "unless ray_engine / ray_learner say actor.")
     ray_address: str | None = Field(
         None, description="backend=ray: the Ray cluster to join (e.g. 'auto' or "
         "'ray://head:10001'); null = start a local Ray on this machine.")
     ray_env_cpus: float = Field(0.0, ge=0, description="backend=ray: CPUs Ray reserves for each "
                                 "environment actor (0 = schedule them anywhere; above 0, Ray "
                                 "must have that many CPUs per environment in flight).")
+    ray_engine: Literal["driver", "actor"] = Field(
+        "driver", description="backend=ray: where the sampler runs: driver = in this process; "
+        "actor = in a Ray actor that receives every published version's weights "
+        "(practicum.runtime.ray_engine; engine.kind hf only).")
+    ray_engine_cpus: float = Field(1.0, ge=0, description="backend=ray, ray_engine=actor: CPUs "
+                                   "Ray reserves for the engine actor.")
+    ray_engine_gpus: float = Field(0.0, ge=0, description="backend=ray, ray_engine=actor: GPUs "
+                                   "Ray reserves for the engine actor (above 0 it samples on "
+                                   "a GPU).")
+    ray_learner: Literal["driver", "actor"] = Field(
+        "driver", description="backend=ray: where the learner (trainable weights, optimizer, "
+        "PPO step, checkpoint writing) runs: driver = in this process; actor = in a Ray actor "
+        "that sees the run folder (practicum.runtime.ray_learner); the sampler then loads every "
+        "published version, in the driver or in the engine actor.")
+    ray_learner_cpus: float = Field(1.0, ge=0, description="backend=ray, ray_learner=actor: "
+                                    "CPUs Ray reserves for the learner actor.")
+    ray_learner_gpus: float = Field(0.0, ge=0, description="backend=ray, ray_learner=actor: "
+                                    "GPUs Ray reserves for the learner actor (above 0 it trains "
+                                    "on a GPU).")
+    ray_call_timeout_s: float = Field(
+        1800.0, gt=0, description="backend=ray: seconds one call to an environment actor "
+        "(reset, step, close), the engine actor (generate, load weights) or the learner actor "
+        "(train step, checkpoint) may take; a call that runs longer is treated like a dead "
+        "actor: it is killed; an env or engine call's episodes end as logged failures and the "
+        "actor is replaced; a learner call stops the run (run.resume=true continues it).")
 
     @model_validator(mode="after")
     def _check_ray(self) -> "RuntimeConfig":
         if self.backend != "ray" and self.ray_address is not None:
             raise ValueError(f"runtime.ray_address={self.ray_address!r} needs "
                              "runtime.backend=ray")
+        for key in ("ray_engine", "ray_learner"):
+            if self.backend != "ray" and getattr(self, key) != "driver":
+                raise ValueError(f"runtime.{key}={getattr(self, key)!r} needs "
+                                 "runtime.backend=ray")
         return self
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.base import Sample, SamplerFailure, SamplingParams, WeightUpdate
 from practicum.engine.server import GenerationServer, WeightsGate
 
 
@@ -74,6 +74,26 @@ def test_one_bad_row_fails_alone():
         server.stop()
     assert [s.token_ids for s, _ in (out[0], out[2])] == [[1], [2]]
     assert isinstance(out[1][0], ValueError) and out[1][1] == -1
+
+
+def test_a_failed_sampler_fails_its_whole_call_without_retrying_rows():
+    """SamplerFailure (e.g. a remote engine that timed out) is the sampler's, not a row's:
+    rerunning each row alone would wait out the failure once per row."""
+
+    class Failing(FakeSampler):
+        def generate(self, prompts, params, seeds=None, adapter=True):
+            self.calls.append(len(prompts))
+            raise SamplerFailure("engine generate timed out after 1 s")
+
+    sampler = Failing()
+    server = GenerationServer(sampler).start()
+    try:
+        out = server.generate_batch([([1], SamplingParams(), 0), ([1, 2], SamplingParams(), 1),
+                                     ([1, 2, 3], SamplingParams(), 2)])
+    finally:
+        server.stop()
+    assert sampler.calls == [3]
+    assert [(str(e), v) for e, v in out] == [("engine generate timed out after 1 s", -1)] * 3
 
 
 def test_a_waiting_update_goes_before_more_sampling():

@@ -245,3 +245,45 @@ def test_a_worker_killed_between_episodes_is_replaced_before_the_next_reset():
         assert len(pool.workers) == 1 and env.worker is None
     finally:
         pool.shutdown()
+
+
+def test_a_step_that_hangs_past_the_call_timeout_ends_its_episode_and_the_worker_is_replaced():
+    """A real env step that sleeps 60 s under a 1 s call timeout: the episode ends as a logged
+    failure at the timeout, the worker process is killed, the next episode gets a fresh one."""
+    from practicum.envs.base import Task
+    from practicum.envs.registry import build_suite
+    from practicum.runtime.ray_envs import use_ray
+
+    opts = {"process": False, "sigma": 0.0, "arms": {"fast": {"reward": 0.3, "seconds": 0.0},
+                                                    "hang": {"reward": 1.0, "seconds": 60.0}}}
+    ctx = SuiteContext(failure_reward=-1.0)
+    suite = build_suite("timed_bandit", opts, ctx)
+    pool = use_ray(suite, "timed_bandit", opts, ctx, warm=1, call_timeout=1.0)
+    try:
+        env = suite.make_env(None)
+        env.reset(Task("bandit/train/0"), 0)
+        pid = env.worker.pid
+        start = time.perf_counter()
+        result = env.step("hang")
+        waited = time.perf_counter() - start
+        env.close()
+        assert (result.done, result.reward) == (True, -1.0)
+        assert result.failure == f"env step timed out after 1 s (pid {pid}, killed)"
+        assert 1.0 <= waited < 30
+        assert pool.summary()["workers_died"] == 1 and pool.workers == []
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the hung worker (pid {pid}) still runs")
+        env = suite.make_env(None)
+        env.reset(Task("bandit/train/1"), 1)
+        result = env.step("fast")
+        env.close()
+        assert result.failure is None and result.reward == 0.3 and pool.started == 2
+    finally:
+        pool.shutdown()

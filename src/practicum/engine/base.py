@@ -62,6 +62,11 @@ class WeightUpdate:
     """lora: r, lora_alpha, target_modules, ... (peft's adapter_config.json)."""
 
 
+class SamplerFailure(RuntimeError):
+    """The sampler itself failed (e.g. its remote engine died), not one request: every request
+    of the call fails with it, none is retried alone."""
+
+
 class Sampler(Protocol):
     """Generates from a policy version; receives new weights from the learner."""
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from practicum.engine.base import Sample, Sampler, SamplingParams, WeightUpdate
+from practicum.engine.base import Sample, Sampler, SamplerFailure, SamplingParams, WeightUpdate
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +204,13 @@ class GenerationServer:
                     adapter=adapter)
                 self.busy_seconds += time.perf_counter() - start
         except Exception as e:  # each caller's episode ends with this failure; the server lives
-            if len(reqs) > 1:  # one bad prompt (e.g. too long) must not fail its batch-mates
-                for r in reqs:
+            if len(reqs) > 1 and not isinstance(e, SamplerFailure):
+                for r in reqs:  # one bad prompt (e.g. too long) must not fail its batch-mates
                     self._run([r])
                 return
             log.warning("generate failed: %s", e)
-            reqs[0].future.set_exception(e)
+            for r in reqs:
+                r.future.set_exception(e)
             return
         self.rounds += 1
         self.prompts += len(reqs)

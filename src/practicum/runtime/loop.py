@@ -109,6 +109,8 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 metrics.update(batch.metrics)
                 if s.env_pool is not None:  # runtime.backend=ray
                     metrics.update(s.env_pool.metrics())
+                if cfg.runtime.ray_engine == "actor":
+                    metrics.update(s.server.sampler.metrics())
                 metrics.update({"batch_episodes": float(len(episodes)),
                                 "groups_filtered": float(len({e.group_id
                                                               for _, e in batch.filtered})),

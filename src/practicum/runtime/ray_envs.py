@@ -6,8 +6,9 @@
         RayEnv (an Env proxy) --reset/step/close--------->  one environment per episode
                               <--model-service calls-----  (the env's own LLM calls)
 
-Only environment execution moves: reset and step, the slow, stateful and crash-prone part. The
-sampler, the learner and the engine stay in the driver, so episodes come back to the same
+Environment execution moves: reset and step, the slow, stateful and crash-prone part. The
+learner stays in the driver, and the sampler too unless `runtime.ray_engine: actor` moves it
+into an actor of its own (`practicum.runtime.ray_engine`), so episodes come back to the same
 episode store and ledger and resume works unchanged; `runtime.mode` sync and async both work,
 since the runtime only sees the `Env` contract. Nothing unpicklable crosses the wire: a worker
 builds its own suite from the task config by name, and calls carry tasks, seeds, action text
@@ -25,6 +26,11 @@ with its reason, so none is lost; the dead worker is discarded and the next epis
 one (one found dead at the start of an episode is replaced and the reset retried). The episode
 is not re-run: its turns were sampled from the policy and may already be stale. Training still
 goes through the store and the ledger, so no episode is trained twice.
+
+Timeouts: a call (reset, step, close) that runs longer than `call_timeout` seconds
+(`runtime.ray_call_timeout_s`) is handled like a dead worker: the worker is killed, the episode
+ends as a logged failure (`WorkerTimedOut`; a reset is not retried, it would likely hang again)
+and the next episode gets a fresh worker. Starting a worker may take `START_SECONDS`.
 
 Model service: the env's own LLM calls (policy, base, other specs) reach the driver's
 `ModelService` through the worker: the driver polls the step in progress and serves requests
@@ -54,9 +60,33 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 """How long one poll of a worker waits for its call to finish or to ask the model service."""
 
+START_SECONDS = 600.0
+"""Starting an actor (importing, building a suite or loading a model) may take at least this
+long, whatever the call timeout (meant for the calls themselves)."""
+
 
 class WorkerDied(EnvFailure):
     """The Ray actor running the environment died (killed, OOM, crashed)."""
+
+
+class WorkerTimedOut(EnvFailure):
+    """A call to the Ray actor running the environment ran past the call timeout (the actor
+    was killed)."""
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Join the running Ray, else start one (local, or the cluster at `address`); True when
+    this call started it (the caller then shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    return True
 
 
 class _Mailbox:
@@ -200,10 +230,22 @@ class RayEnv(Env):
         if w is None or w.handle is None:
             raise EnvFailure(f"env {op}: no worker (call reset first)")
         w.op, w.since = op, time.perf_counter()
+        deadline = w.since + self.pool.call_timeout
         try:
             w.handle.begin.remote(op, arg)
             while True:
-                kind, payload = ray.get(w.handle.poll.remote(POLL_SECONDS))
+                left = deadline - time.perf_counter()
+                try:
+                    if left <= 0:
+                        raise ray.exceptions.GetTimeoutError
+                    # the actor answers a poll within min(POLL_SECONDS, left) unless it hangs
+                    kind, payload = ray.get(w.handle.poll.remote(min(POLL_SECONDS, left)),
+                                            timeout=left + POLL_SECONDS)
+                except ray.exceptions.GetTimeoutError:
+                    self.pool.died(w, f"timed out during {op}")
+                    raise WorkerTimedOut(f"env {op} timed out after "
+                                         f"{self.pool.call_timeout:g} s (pid {w.pid}, killed)"
+                                         ) from None
                 if kind == "wait":
                     continue
                 if kind == "model":  # the env asks the model service; serve it, keep waiting
@@ -240,17 +282,12 @@ class RayEnvPool:
     idle, a dead one replaced. Calling the pool is the suite's `EnvFactory`."""
 
     def __init__(self, task_name: str, task_options: dict | None, ctx: SuiteContext,
-                 address: str | None = None, env_cpus: float = 0.0, num_cpus: int | None = None):
+                 address: str | None = None, env_cpus: float = 0.0, num_cpus: int | None = None,
+                 call_timeout: float = 1800.0):
         import ray
 
-        self._own_ray = not ray.is_initialized()
-        if self._own_ray:
-            if address is None:
-                ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                         log_to_driver=False)
-            else:
-                ray.init(address=address, log_to_driver=False)
-        self.address = address
+        self._own_ray = start_ray(address, num_cpus)
+        self.address, self.call_timeout = address, call_timeout
         self._remote = ray.remote(EnvWorker).options(num_cpus=env_cpus, max_concurrency=4)
         self._args = (task_name, task_options, ctx)
         self.failure_reward = ctx.failure_reward
@@ -271,8 +308,8 @@ class RayEnvPool:
                 return self._idle.pop()
         handle = self._remote.remote(*self._args)
         try:
-            pid = ray.get(handle.pid.remote())
-        except ray.exceptions.RayError as e:  # e.g. the suite failed to build in the worker
+            pid = ray.get(handle.pid.remote(), timeout=max(self.call_timeout, START_SECONDS))
+        except ray.exceptions.RayError as e:  # e.g. the suite failed to build, or a timeout
             ray.kill(handle)
             raise EnvFailure(f"starting an env worker failed: {e}") from None
         w = _Worker(handle, pid)
@@ -288,7 +325,8 @@ class RayEnvPool:
 
         handles = [self._remote.remote(*self._args) for _ in range(n)]
         try:
-            pids = ray.get([h.pid.remote() for h in handles])
+            pids = ray.get([h.pid.remote() for h in handles],
+                           timeout=max(self.call_timeout, START_SECONDS))
         except ray.exceptions.RayError as e:
             for h in handles:
                 ray.kill(h)
@@ -305,8 +343,8 @@ class RayEnvPool:
             if w.handle is not None and w in self.workers:
                 self._idle.append(w)
 
-    def died(self, w: _Worker) -> None:
-        """Forget a dead worker (the next episode starts a new one)."""
+    def died(self, w: _Worker, why: str = "died") -> None:
+        """Forget a dead (or hung) worker and kill it (the next episode starts a new one)."""
         import ray
 
         with self._lock:
@@ -316,7 +354,7 @@ class RayEnvPool:
             self.died_count += 1
             if w in self.workers:
                 self.workers.remove(w)
-        log.error("env worker (pid %d) died; its episode ends as a failure", w.pid)
+        log.error("env worker (pid %d) %s; its episode ends as a failure", w.pid, why)
         ray.kill(handle, no_restart=True)
 
     def count_model_call(self) -> None:
@@ -355,7 +393,8 @@ class RayEnvPool:
 
 
 def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteContext,
-            address: str | None = None, env_cpus: float = 0.0, warm: int = 0) -> RayEnvPool:
+            address: str | None = None, env_cpus: float = 0.0, warm: int = 0,
+            call_timeout: float = 1800.0) -> RayEnvPool:
     """Point `suite.make_env` at a new pool of Ray env workers with `warm` workers started
     (and return the pool)."""
     try:
@@ -367,7 +406,8 @@ def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteC
         raise ConfigError(f"config error at runtime.backend: environment {task_name!r} keeps "
                           "state across episodes (Suite.state), which would live in the Ray "
                           "workers instead of the checkpoint; use runtime.backend=local")
-    pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus)
+    pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus,
+                      call_timeout=call_timeout)
     try:
         pool.start_workers(warm)
     except BaseException:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from practicum.config import Config, dump_config
+from practicum.errors import ConfigError
 from practicum.engine.base import SamplingParams, Trainable
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
@@ -52,12 +53,20 @@ def load_engine(cfg: Config):
         gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
         init=m.init, seed=cfg.run.seed)
     if cfg.engine.kind == "vllm":
+        if "actor" in (cfg.runtime.ray_engine, cfg.runtime.ray_learner):
+            raise ConfigError("config error at runtime.ray_engine: Ray actors run the hf engine "
+                              "only (engine.kind=vllm needs its own Python environment)")
         from practicum.engine.vllm import load_vllm_engine
         from practicum.engine.vllm_sampler import VLLMOptions
 
         e = cfg.engine
         return load_vllm_engine(policy, VLLMOptions(max_model_len=e.max_model_len,
                                                     kv_cache_gb=e.kv_cache_gb, threads=e.threads))
+    rt = cfg.runtime
+    if rt.backend == "ray" and "actor" in (rt.ray_engine, rt.ray_learner):
+        from practicum.runtime.ray_learner import load_placed_engine
+
+        return load_placed_engine(cfg, policy)
     return load_hf_engine(policy)
 
 
@@ -158,6 +167,10 @@ class Session:
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
             "backend": self.cfg.runtime.backend,
             **({"ray": self.env_pool.summary()} if self.env_pool is not None else {}),
+            **({"ray_engine": self.server.sampler.summary()}
+               if self.cfg.runtime.ray_engine == "actor" else {}),
+            **({"ray_learner_pid": self.trainable.pid}
+               if self.cfg.runtime.ray_learner == "actor" else {}),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -166,11 +179,12 @@ class Session:
     def close(self) -> None:
         self.server.stop()
         self.metrics.close()
-        close = getattr(self.server.sampler, "close", None)  # e.g. the vLLM engine's files
-        if close is not None:
-            close()
         if self.env_pool is not None:
             self.env_pool.shutdown()
+        for part in (self.server.sampler, self.trainable):  # vLLM's files, Ray actors
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
 
 def open_session(cfg: Config) -> Session:
@@ -198,12 +212,21 @@ def open_session(cfg: Config) -> Session:
         from practicum.runtime.ray_envs import use_ray
 
         rt = cfg.runtime
-        env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
-                           rt.ray_env_cpus, warm=rt.num_actors if rt.mode == "async"
-                           else r.group_size * r.tasks_per_step)
+        try:
+            env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
+                               rt.ray_env_cpus, warm=rt.num_actors if rt.mode == "async"
+                               else r.group_size * r.tasks_per_step,
+                               call_timeout=rt.ray_call_timeout_s)
+        except BaseException:
+            server.stop()
+            for part in (sampler, trainable):  # Ray actors (and the Ray they started)
+                if hasattr(part, "close"):
+                    part.close()
+            raise
     s = Session(cfg=cfg, trainable=trainable, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
-                learner=Learner(trainable, cfg), store=EpisodeStore(run_dir / "episodes.jsonl"),
+                learner=getattr(trainable, "learner", None) or Learner(trainable, cfg),
+                store=EpisodeStore(run_dir / "episodes.jsonl"),
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),

@@ -1,0 +1,233 @@
+"""The sampler in a Ray actor (`runtime.backend: ray`, `runtime.ray_engine: actor`).
+
+    driver (where `practicum train` runs)                    Ray actor (this machine or a node)
+      learner + HFTrainable (the weights that train)           EngineWorker: an HF engine of
+      GenerationServer -> RayEngine (a Sampler proxy)            the same model and config
+        generate(prompts, params, seeds, adapter) --------->     HFSampler.generate
+                         <--------------- (samples, version)
+        load_weights(update) -- CPU tensors, version ------->    weights into its own copy
+
+`RayEngine` implements `practicum.engine.base.Sampler`, so the generation server, the runtimes
+and the model service (`policy` = adapter on, `base` = adapter off) use it unchanged. After
+every learner update the session publishes `trainable.export_weights(step)`: the proxy copies
+the tensors to CPU (the LoRA adapter, or the full state dict), puts them into Ray's object store
+once and has the actor load them as that version; the actor sets them into its own model (peft
+adapter or state dict) and its sampler (the merged copy is re-merged), then reports the version
+with every generate call, which must match the one the driver published: each sampled turn
+records the version it came from. Per-request seeds give the same tokens as the in-driver
+sampler: the actor runs the same sampling loop on the same weights.
+
+Faults: a call (generate, load_weights) that runs longer than `timeout` seconds, or an actor
+that dies, kills the actor and starts a fresh one holding the last published weights. A
+generate call that met a dead actor runs once more on the fresh one (sampling is repeatable:
+same weights, same seeds); one that timed out (or met a second death) fails with
+`EngineFailure`: every episode waiting on it ends as a logged failure
+(`practicum.runtime.rollout`), the next turn samples from the new actor. A failed load_weights
+is complete once the fresh actor has loaded the same update.
+
+Only the HF engine runs in an actor (engine.kind hf): vLLM needs its own Python environment.
+`EngineWorker` also serves in-process as the driver's sampler when the learner runs in an actor
+(`practicum.runtime.ray_learner.HeldEngine`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import replace
+
+from practicum.engine.base import Sample, SamplerFailure, SamplingParams, WeightUpdate
+from practicum.engine.hf_model import PolicyConfig
+
+log = logging.getLogger(__name__)
+
+
+
+class EngineFailure(SamplerFailure):
+    """The engine actor timed out or died during a call (a fresh actor has replaced it)."""
+
+
+class EngineDied(EngineFailure):
+    """The engine actor died (killed, OOM, crashed) before or during a call."""
+
+
+class EngineWorker:
+    """A Ray actor holding an HF engine of the policy's model; it samples and loads weights
+    (made remote by `RayEngine`)."""
+
+    def __init__(self, policy: PolicyConfig):
+        from practicum.engine.hf import load_hf_engine
+
+        # the driver publishes the starting weights (its own init included) as version 0
+        self.holder, self.sampler = load_hf_engine(replace(policy, init=None,
+                                                           gradient_checkpointing=False))
+        self.holder.model.requires_grad_(False)
+        self.device = self.holder.device
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int | None] | None, adapter: bool) -> tuple[list[Sample], int]:
+        return self.sampler.generate(prompts, params, seeds, adapter), self.sampler.version
+
+    def load_weights(self, update: WeightUpdate) -> int:
+        """Set the published tensors into this engine's model, then into its sampler."""
+        import torch
+
+        tensors = {k: v.to(self.device) for k, v in update.tensors.items()}
+        with torch.no_grad():
+            if update.kind == "lora":
+                from peft import set_peft_model_state_dict
+
+                result = set_peft_model_state_dict(self.holder.model, tensors)
+                if result.unexpected_keys:
+                    raise ValueError(f"unknown adapter tensors {result.unexpected_keys[:5]}")
+            else:
+                self.holder.model.load_state_dict(tensors)
+        self.sampler.load_weights(replace(update, tensors=tensors))
+        return self.sampler.version
+
+
+class RayEngine:
+    """Implements `practicum.engine.base.Sampler` by calling an `EngineWorker` actor (module
+    doc). Starts a local Ray when none is running (and stops it in `close`)."""
+
+    def __init__(self, policy: PolicyConfig, *, cpus: float = 1.0, gpus: float = 0.0,
+                 timeout: float = 1800.0, address: str | None = None):
+        import ray
+
+        from practicum.runtime.ray_envs import start_ray
+
+        self._own_ray = start_ray(address)
+        self.policy, self.timeout = policy, timeout
+        self._remote = ray.remote(EngineWorker).options(num_cpus=cpus, num_gpus=gpus,
+                                                        max_restarts=0)
+        self._lock = threading.RLock()
+        self._weights = None
+        """ObjectRef of the last published update (CPU tensors): a replacement actor loads it."""
+        self.version = 0
+        self.handle = None
+        self.pid = 0
+        self.started = self.restarts = 0
+        try:
+            self._start()
+        except BaseException:
+            if self._own_ray:
+                ray.shutdown()
+            raise
+
+    # -- the Sampler protocol -------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+        with self._lock:
+            for attempt in (1, 2):
+                if self.handle is None:  # a replacement failed to start last time: try again
+                    self._start()
+                try:
+                    samples, version = self._call(
+                        "generate", self.handle.generate.remote(prompts, params, seeds, adapter))
+                    break
+                except EngineDied:  # sampling is repeatable: once more on the fresh actor
+                    if attempt == 2:
+                        raise
+            if version != self.version:
+                raise EngineFailure(f"engine actor sampled version {version}, the driver "
+                                    f"published {self.version}")
+            return samples
+
+    def load_weights(self, update) -> None:
+        """Publish `update` to the actor as version `update.version`: a `WeightUpdate` is
+        copied to CPU first (the trainable's live tensors may change as soon as this returns)
+        and put into Ray's object store; a `RemoteUpdate` (from a learner actor) is there
+        already and goes from the learner's node to the engine's without the driver."""
+        import ray
+
+        from practicum.runtime.ray_learner import RemoteUpdate
+
+        if isinstance(update, RemoteUpdate):
+            ref = update.ref
+        else:
+            ref = ray.put(WeightUpdate(update.version, update.kind, {
+                k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
+                dict(update.adapter_config)))
+        with self._lock:
+            self._weights = ref
+            self.version = update.version
+            if self.handle is None:
+                self._start()  # loads self._weights
+                return
+            try:
+                self._call("load_weights", self.handle.load_weights.remote(self._weights))
+            except EngineFailure:
+                pass  # its replacement loaded this update when it started
+
+    # -- supervision ------------------------------------------------------------------------------
+    def _call(self, what: str, ref):
+        """ray.get(ref) within the timeout; on a timeout or a dead actor, replace the actor and
+        raise `EngineFailure`. An exception raised by the call itself (e.g. a prompt too long)
+        propagates unchanged: the actor is fine."""
+        import ray
+
+        error = EngineFailure
+        try:
+            return ray.get(ref, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError:
+            reason = f"engine {what} timed out after {self.timeout:g} s"
+        except ray.exceptions.RayActorError as e:
+            reason, error = f"engine actor died during {what} ({type(e).__name__})", EngineDied
+        pid = self.pid
+        log.error("%s (pid %d); starting a fresh engine actor", reason, pid)
+        self._replace()
+        raise error(f"{reason} (pid {pid})")
+
+    def _start(self) -> None:
+        """A new actor, loaded with the last published weights (raises EngineFailure when it
+        cannot start within max(timeout, START_SECONDS))."""
+        import ray
+
+        handle = self._remote.remote(self.policy)
+        from practicum.runtime.ray_envs import START_SECONDS
+
+        limit = max(self.timeout, START_SECONDS)
+        try:
+            self.pid = ray.get(handle.pid.remote(), timeout=limit)
+            if self._weights is not None:
+                ray.get(handle.load_weights.remote(self._weights), timeout=limit)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            ray.kill(handle, no_restart=True)
+            raise EngineFailure(f"starting the engine actor failed: {type(e).__name__}: {e}") \
+                from None
+        self.handle = handle
+        self.started += 1
+
+    def _replace(self) -> None:
+        import ray
+
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+        self.restarts += 1
+        self._start()
+
+    # -- reporting and shutdown -------------------------------------------------------------------
+    def summary(self) -> dict:
+        return {"pid": self.pid, "engine_actors_started": self.started,
+                "engine_restarts": self.restarts, "version": self.version}
+
+    def metrics(self) -> dict[str, float]:
+        """Per-step figures for metrics.jsonl (cumulative over the session)."""
+        return {"ray_engine_restarts": float(self.restarts)}
+
+    def close(self) -> None:
+        """Kill the actor; stop Ray if this engine started it."""
+        import ray
+
+        with self._lock:
+            handle, self.handle = self.handle, None
+        if handle is not None:
+            ray.kill(handle, no_restart=True)
+        if self._own_ray:
+            ray.shutdown()
+

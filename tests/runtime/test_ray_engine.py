@@ -1,0 +1,256 @@
+"""The sampler and the learner in Ray actors (`runtime.ray_engine` / `ray_learner: actor`) on
+a local Ray: the same tokens and log-probs as the in-driver sampler for the same seeds and
+published weights, a killed or timed-out engine is replaced by one holding the last weights, and
+a short real training run with both in actors trains like one in the driver."""
+
+import os
+import signal
+import time
+from dataclasses import replace
+
+import pytest
+import ray
+import torch
+
+from practicum.config import load_config
+from practicum.engine.base import SamplingParams
+from practicum.engine.hf import PolicyConfig, load_hf_engine
+from practicum.errors import ConfigError
+from practicum.store import EpisodeStore, read_ledger
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the module (engines join it instead of starting their own)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def trained_update(trainable, version: int):
+    """The trainable's weights after a fake update: every LoRA B set to seeded random values
+    (B starts at zero, which would make the adapter a no-op)."""
+    g = torch.Generator().manual_seed(version)
+    with torch.no_grad():
+        for name, p in trainable.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return trainable.export_weights(version)
+
+
+def draws(sampler, prompts, params, seeds, adapter=True):
+    out = sampler.generate(prompts, params, seeds, adapter=adapter)
+    return [s.token_ids for s in out], [s.logprobs for s in out], [s.finish_reason for s in out]
+
+
+def assert_same(a, b):
+    assert a[0] == b[0] and a[2] == b[2]
+    for x, y in zip(a[1], b[1]):
+        assert x == pytest.approx(y, abs=1e-5)
+
+
+def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_or_hung(
+        tiny_model_dir):
+    from practicum.runtime.ray_engine import EngineFailure, RayEngine
+
+    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
+    trainable, local = load_hf_engine(policy)
+    engine = RayEngine(policy, cpus=1, timeout=60)
+    try:
+        assert engine.pid != os.getpid() and engine.version == 0
+        update = trained_update(trainable, 3)
+        local.load_weights(update)
+        engine.load_weights(update)
+        # the trainable changes on: the actor must hold the published copy, not a live view
+        trained_update(trainable, 4)
+        assert engine.version == 3
+        prompts = [[1, 2, 3, 4], [5, 6, 7], [1, 2, 3, 4]]
+        params = SamplingParams(temperature=1.0, max_new_tokens=12)
+        seeds = [11, 12, 13]
+        adapted = draws(engine, prompts, params, seeds)
+        assert_same(adapted, draws(local, prompts, params, seeds))
+        # the adapter matters, so the comparison above saw the published weights
+        base = draws(engine, prompts, params, seeds, adapter=False)
+        assert base[0] != adapted[0]
+        assert_same(base, draws(local, prompts, params, seeds, adapter=False))
+        nucleus = replace(params, top_p=0.8, stop_token_ids=(adapted[0][0][3],))
+        assert_same(draws(engine, prompts, nucleus, seeds), draws(local, prompts, nucleus, seeds))
+
+        # a killed actor: a fresh one takes over with the last published weights, and the
+        # call runs there
+        killed = engine.pid
+        os.kill(killed, signal.SIGKILL)
+        assert_same(draws(engine, prompts, params, seeds), adapted)
+        assert engine.restarts == 1 and engine.pid != killed and engine.version == 3
+        # a call that runs past the timeout: the actor is killed, a fresh one takes over, and
+        # the call fails as a whole (no per-row retry)
+        old = engine.pid
+        engine.timeout = 0.02
+        with pytest.raises(EngineFailure, match=rf"engine generate timed out after 0.02 s "
+                                                rf"\(pid {old}\)") as hung:
+            engine.generate([[1, 2, 3]] * 4, SamplingParams(max_new_tokens=400), [1, 2, 3, 4])
+        assert hung.type is EngineFailure  # not retried, unlike a death
+        engine.timeout = 60
+        assert engine.restarts == 2 and engine.pid != old and engine.version == 3
+        wait_gone(old)
+        assert_same(draws(engine, prompts, params, seeds), adapted)
+        assert engine.metrics() == {"ray_engine_restarts": 2.0}
+    finally:
+        engine.close()
+    assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop
+
+
+def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler(
+        tiny_model_dir):
+    """The actor's engine without the merged copy (peft layers, adapter set from the published
+    tensors), used in-process as with a learner actor: the same draws as the sampler sharing
+    the trainable's module, adapter on and off."""
+    from practicum.runtime.ray_learner import HeldEngine
+
+    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8,
+                          merged_sampling=False)
+    trainable, local = load_hf_engine(policy)
+    held = HeldEngine(policy)
+    update = trained_update(trainable, 5)
+    local.load_weights(update)
+    held.load_weights(update)
+    assert held.version == 5
+    prompts, seeds = [[1, 2, 3, 4], [9, 8]], [21, 22]
+    params = SamplingParams(temperature=0.7, max_new_tokens=10)
+    adapted = draws(held, prompts, params, seeds)
+    assert_same(adapted, draws(local, prompts, params, seeds))
+    base = draws(held, prompts, params, seeds, adapter=False)
+    assert base[0] != adapted[0]
+    assert_same(base, draws(local, prompts, params, seeds, adapter=False))
+
+
+def test_ray_placement_options_are_checked():
+    for key in ("ray_engine", "ray_learner"):
+        with pytest.raises(ConfigError, match=f"runtime.{key}='actor' needs runtime.backend=ray"):
+            load_config(None, [f"runtime.{key}=actor"])
+    from practicum.runtime.ray_learner import RemoteTrainable
+    from practicum.runtime.session import load_engine
+
+    cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_learner=actor",
+                             "engine.kind=vllm"])
+    with pytest.raises(ConfigError, match="runtime.ray_engine: Ray actors run the hf engine only"):
+        load_engine(cfg)
+    # what only exists in the learner actor is refused by name (e.g. by `practicum rft`)
+    remote = RemoteTrainable.__new__(RemoteTrainable)
+    with pytest.raises(ConfigError, match="runtime.ray_learner: the trainable lives in the "
+                                          "learner actor, so 'token_logprobs' is not available"):
+        remote.token_logprobs
+    assert not hasattr(remote, "frozen_base")
+
+
+def bandit_run(model_dir, out, name: str, *extra: str):
+    """Full fine-tuning of the tiny model on the in-process timed bandit (no step time), two
+    steps of one group of two."""
+    arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
+    return load_config(None, [
+        f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
+        "task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
+        "task.options.fallback_arm=random", "task.options.eval_size=2",
+        "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
+        "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1", "train.lr=1e-3",
+        "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
+        f"run.out_dir={out}", f"run.name={name}", *extra])
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the killed actor (pid {pid}) still runs")
+
+
+def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
+        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
+    """The same sync run twice: everything in this process (local backend), and environments,
+    engine and learner in Ray actors (the whole state dict crosses from the learner actor to
+    the engine actor each step). Every turn was sampled in the engine actor at the version the
+    driver published, each episode is stored and trained once, both runs draw the same tokens
+    and compute the same losses, and the learner actor wrote the checkpoints. Before the
+    actors go: the learner actor reloads a checkpoint; then a call to it times out, the actor
+    is killed and nothing retries it (it holds the only optimizer state): the run would stop
+    with a TrainingError naming resume."""
+    from safetensors.torch import load_file
+
+    import practicum.runtime.ray_engine as ray_engine
+    import practicum.runtime.ray_learner as ray_learner
+    from practicum.errors import TrainingError
+
+    seen = {}
+    real_close = ray_engine.RayEngine.close
+
+    def close(engine):  # ask the actor itself for its version before it goes
+        _, seen["engine_version"] = ray.get(engine.handle.generate.remote(
+            [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
+        seen["engine_pid"] = engine.pid
+        real_close(engine)
+
+    real_learner_close = ray_learner.RemoteTrainable.close
+
+    def learner_close(remote):
+        first = seen["run_dir"] / "checkpoints" / "step_000001"
+        seen["loaded_step"] = (remote.learner.load(first), remote.learner.step)[1]
+        seen["reloaded"] = remote.export_weights(1).fetch().tensors
+        seen["saved"] = load_file(first / "policy" / "model.safetensors")
+        remote.timeout = 1e-4  # far below one round trip to the actor
+        seen["learner_errors"] = []
+        for call in (lambda: remote.export_weights(8), lambda: remote.learner.train_step([])):
+            try:
+                call()
+            except TrainingError as e:
+                seen["learner_errors"].append(str(e))
+        seen["learner_pid"] = remote.pid
+        real_learner_close(remote)
+
+    monkeypatch.setattr(ray_engine.RayEngine, "close", close)
+    monkeypatch.setattr(ray_learner.RemoteTrainable, "close", learner_close)
+    runs = {}
+    for name, where in (("driver", []),
+                        ("actors", ["runtime.backend=ray", "runtime.ray_engine=actor",
+                                    "runtime.ray_engine_cpus=0", "runtime.ray_learner=actor",
+                                    "runtime.ray_learner_cpus=0"])):
+        cfg = bandit_run(tiny_model_dir, tmp_path, name, *where)
+        seen["run_dir"] = cfg.run_dir
+        summary = train_run(cfg)
+        stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+        assert summary["steps"] == 2 and len({e.episode_id for e in stored}) == len(stored) == 4
+        assert all(e.failure is None for e in stored)
+        # batch b was sampled after b - 1 updates (the engine actor reports its version per call)
+        assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
+        assert [e.info["batch"] for e in stored] == [1, 1, 2, 2]
+        rows = read_ledger(cfg.run_dir / "consumed.jsonl")
+        assert sorted(p for r in rows for p, _ in r["trained"]) == [0, 1, 2, 3]
+        assert summary["eval_after"]["policy_version"] == 2
+        assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+        runs[name] = (summary, stored, metric_rows(cfg.run_dir))
+
+    summary, stored, metrics = runs["actors"]
+    assert summary["ray_engine"]["version"] == 2 and seen["engine_version"] == 2
+    assert summary["ray_engine"]["engine_restarts"] == 0
+    assert [r["ray_engine_restarts"] for r in metrics] == [0.0, 0.0]
+    assert len({os.getpid(), seen["engine_pid"], summary["ray_learner_pid"]}) == 3
+    _, stored_d, metrics_d = runs["driver"]
+    assert [[t.sampled_ids for t in e.turns] for e in stored] == \
+        [[t.sampled_ids for t in e.turns] for e in stored_d]
+    for r, rd in zip(metrics, metrics_d, strict=True):
+        assert r["loss"] == pytest.approx(rd["loss"], abs=1e-5)
+        assert r["grad_norm"] == pytest.approx(rd["grad_norm"], rel=1e-4)
+        assert r["grad_norm"] > 0
+
+    assert seen["loaded_step"] == 1
+    assert set(seen["saved"]) <= set(seen["reloaded"])
+    assert all(torch.equal(seen["saved"][k], seen["reloaded"][k]) for k in seen["saved"])
+    pid = seen["learner_pid"]
+    assert seen["learner_errors"] == [
+        f"learner export timed out after 0.0001 s (pid {pid}); resume from the last checkpoint "
+        "with run.resume=true",
+        "the learner actor is gone (see the error before this one)"]
+    wait_gone(pid)
