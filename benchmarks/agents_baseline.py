@@ -4,7 +4,7 @@ competitions) and the identical-scaffold comparison of arXiv 2508.03501 (mini-sw
 held-out SWE tasks), beside practicum's own held-out result for the same runs.
 
     python benchmarks/agents_baseline.py --tasks 3                 # both agents, both policies
-    python benchmarks/agents_baseline.py --agents mini --swe-run /tmp/fresh-swe/runs/swe
+    python benchmarks/agents_baseline.py --agents mini --swe-run runs/swe
     python benchmarks/agents_baseline.py --report                  # table + plot from records
 
 For each agent it starts `practicum serve RUN --name policy` as a subprocess: one server holds
@@ -472,9 +472,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--agents", nargs="+", choices=AGENTS, default=list(AGENTS))
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
-    p.add_argument("--mle-run", default="/work/main/runs/mle",
+    p.add_argument("--mle-run", default=str(ROOT / "runs" / "mle"),
                    help="trained MLE run (folder with checkpoints/), checkpoint or policy")
-    p.add_argument("--swe-run", default="/tmp/fresh-swe/runs/swe",
+    p.add_argument("--swe-run", default=str(ROOT / "runs" / "swe"),
                    help="trained SWE run or stage pipeline, checkpoint, policy, or a plain "
                    "model (then 'trained' is the base model)")
     p.add_argument("--tasks", type=int, default=None, help="first N held-out tasks per agent")
