@@ -169,12 +169,28 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
         print(f"seed {seed}: pipeline {pl['pipeline_minutes']:.1f} min, "
               f"{pl['pipeline_episodes']} episodes, RFT kept {pl['rft_kept']}, "
               f"RL steps {pl['rl_steps']}")
+    gold = gold_grading_seconds()
+    if gold:  # agent episodes without a patch are not graded: the suite check's timing
+        print(f"grading a patch: {gold['gold']:.2f} s per task (gold), {gold['empty']:.2f} s "
+              f"(empty), over {gold['tasks']} tasks (swe_suite.json)")
     RESULTS.mkdir(exist_ok=True)
     out = {"config": config, "overrides": overrides, "seeds": done, "k": k,
-           "summary": summary, "pipelines": pipelines, "rows": rows, "machine": machine_state()}
+           "summary": summary, "pipelines": pipelines, "gold_check_grading_seconds": gold,
+           "rows": rows, "machine": machine_state()}
     (RESULTS / "swe_pipeline.json").write_text(json.dumps(out, indent=1))
     if summary:
         plot(summary, k, RESULTS / "swe_pipeline.png")
+
+
+def gold_grading_seconds() -> dict | None:
+    """Mean seconds to grade the gold and the empty patch per task, from the suite check
+    (benchmarks/swe_suite.py), for when the policies produced no patch to time."""
+    path = RESULTS / "swe_suite.json"
+    if not path.is_file():
+        return None
+    tasks = json.loads(path.read_text())["tasks"]
+    return {"tasks": len(tasks), "gold": statistics.fmean(t["gold_seconds"] for t in tasks),
+            "empty": statistics.fmean(t["empty_seconds"] for t in tasks)}
 
 
 def main() -> None:
