@@ -54,25 +54,15 @@ SUITE = {"aide": "mle", "mini": "swe", "practicum-mle": "mle", "practicum-swe": 
 
 
 def serve_target(run: str | Path) -> Path | str:
-    """What `practicum serve` gets for a run: a run folder with checkpoints/ as is; a stage
-    pipeline (`practicum train` with `stages:`) the policy of its last finished stage (its
-    report.json or stage.json files; paths in them are relative to where training ran);
-    anything else (a checkpoint, a policy folder, a plain model spec) as is."""
+    """What `practicum serve` gets for a run: a stage pipeline's last finished stage's policy
+    (`practicum.stages.pipeline_policy`, which serve also accepts directly; resolved here so the
+    records name it); a run, checkpoint or policy folder as is; a plain model spec as text."""
+    from practicum.stages import pipeline_policy
+
     path = Path(run)
-    if (path / "checkpoints").is_dir() or not path.is_dir():
-        return path if path.exists() else str(run)
-    report = path / "report.json"
-    if report.is_file():
-        stages = json.loads(report.read_text())["stages"]
-    else:
-        stages = [json.loads((p / "stage.json").read_text()) for p in _stage_dirs(path)
-                  if (p / "stage.json").is_file()]
-    policies = [s["policy"] for s in stages if s.get("policy")]
-    if not policies:
-        return path
-    policy = Path(policies[-1])
-    found = [p for i in range(len(policy.parts)) if (p := path.joinpath(*policy.parts[i:])).is_dir()]
-    return policy if policy.is_absolute() or not found else found[0]
+    if not path.exists():
+        return str(run)
+    return path if (path / "checkpoints").is_dir() else pipeline_policy(path) or path
 
 
 def _stage_dirs(run: Path) -> list[Path]:

@@ -4,12 +4,14 @@ an rft -> rl -> refreshed rl run of a tiny model on the toy repository task, res
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from practicum.config import load_config
 from practicum.errors import ConfigError
-from practicum.stages import _drop, run_stages, stage_config
+from practicum.serve.loading import resolve_target
+from practicum.stages import _drop, _resolve, _stored, pipeline_policy, run_stages, stage_config
 from practicum.envs.swe.toy_repo import write_toy_instance
 
 STAGES = [
@@ -75,3 +77,30 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, tiny_model_dir):
     again = run_stages(cfg, progress=False)  # finished stages are not redone
     assert [r["episodes"] for r in again["stages"]] == [r["episodes"] for r in report["stages"]]
     assert sum(1 for _ in (tmp_path / "runs/pipe/1-rl/episodes.jsonl").open()) == n
+
+
+def test_stage_markers_hold_paths_relative_to_the_pipeline(tmp_path):
+    run = tmp_path / "runs" / "swe"
+    (run / "0-rft" / "rft" / "policy").mkdir(parents=True)
+    assert _stored(str(run / "0-rft" / "rft" / "policy"), run) == "0-rft/rft/policy"
+    assert _stored("/elsewhere/policy", run) == "/elsewhere/policy"  # outside: kept as is
+    assert _resolve("0-rft/rft/policy", run) == str(run / "0-rft" / "rft" / "policy")
+    # a marker written before: relative to the working directory of training
+    assert _resolve("runs/swe/0-rft/rft/policy", run) == str(run / "0-rft" / "rft" / "policy")
+    assert _resolve("/abs/policy", run) == "/abs/policy"
+
+
+def test_a_moved_pipeline_still_resumes_and_serves_its_last_policy(tmp_path, tiny_model_dir):
+    cfg = config(tmp_path, tiny_model_dir, STAGES[:2])
+    run_stages(cfg, progress=False)
+    marker = json.loads((tmp_path / "runs/pipe/1-rl/stage.json").read_text())
+    assert marker["policy"] == "0-rft/rft/policy" and marker["run_dir"] == "1-rl"
+    moved = tmp_path / "elsewhere" / "pipe"
+    shutil.move(tmp_path / "runs" / "pipe", moved)
+    assert pipeline_policy(moved) == moved / "0-rft" / "rft" / "policy"
+    target = resolve_target(moved)
+    assert target.policy_dir == moved / "0-rft" / "rft" / "policy" and target.name == "pipe"
+    cfg2 = cfg.model_copy(update={"run": cfg.run.model_copy(
+        update={"out_dir": str(moved.parent)})})
+    again = run_stages(cfg2, progress=False)  # finished stages found, none redone
+    assert [r["policy"] for r in again["stages"]] == [str(moved / "0-rft/rft/policy")] * 2

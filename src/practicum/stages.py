@@ -74,18 +74,62 @@ def run_stages(cfg: Config, progress: bool = True) -> dict:
         sub = stage_config(cfg, i, init)
         marker = sub.run_dir / "stage.json"
         if marker.exists():
-            result = json.loads(marker.read_text())
+            result = _paths(json.loads(marker.read_text()), lambda p: _resolve(p, cfg.run_dir))
         else:
             result = _run_stage(cfg, i, stage, sub, prev, progress)
-            marker.write_text(json.dumps(result, indent=1))
+            marker.write_text(json.dumps(_paths(result, lambda p: _stored(p, cfg.run_dir)),
+                                         indent=1))
         results.append(result)
         init, prev = result["policy"], (sub, result)
     report = {"run_dir": str(cfg.run_dir), "stages": results,
               "wall_seconds_this_call": time.time() - started}
     report["table"] = _table(results)
-    (cfg.run_dir / "report.json").write_text(json.dumps(report, indent=1))
+    on_disk = {**report, "run_dir": ".",
+               "stages": [_paths(r, lambda p: _stored(p, cfg.run_dir)) for r in results]}
+    (cfg.run_dir / "report.json").write_text(json.dumps(on_disk, indent=1))
     (cfg.run_dir / "report.md").write_text(report["table"] + "\n")
     return report
+
+
+def pipeline_policy(run_dir: Path) -> Path | None:
+    """The policy of a pipeline folder's last finished stage that has one (what `practicum
+    serve RUN` serves for a run with `stages:`), or None if no stage has finished."""
+    markers = [m for m in run_dir.glob("*-*/stage.json")
+               if m.parent.name.split("-", 1)[0].isdigit()]
+    for marker in sorted(markers, key=lambda m: int(m.parent.name.split("-", 1)[0]),
+                         reverse=True):
+        policy = json.loads(marker.read_text()).get("policy")
+        if policy:
+            return Path(_resolve(policy, run_dir))
+    return None
+
+
+def _paths(result: dict, convert) -> dict:
+    """`result` with its path fields ("run_dir", "policy") passed through `convert`."""
+    return {**result, **{k: convert(result[k]) for k in ("run_dir", "policy") if result.get(k)}}
+
+
+def _stored(path: str, run_dir: Path) -> str:
+    """A path as stage.json and report.json record it: relative to the pipeline folder when
+    inside it, so the pipeline reads the same from any working directory and when moved."""
+    try:
+        return str(Path(path).resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _resolve(stored: str, run_dir: Path) -> str:
+    """Inverse of `_stored`. Markers written before paths were stored that way hold paths
+    relative to the working directory of training (`runs/swe/0-rft/rft/policy`): the longest
+    tail of such a path that exists inside `run_dir` is taken."""
+    path = Path(stored)
+    if path.is_absolute():
+        return stored
+    for i in range(len(path.parts)):
+        inside = run_dir.joinpath(*path.parts[i:])
+        if inside.exists():
+            return str(inside)
+    return str(run_dir / path)
 
 
 def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,

@@ -41,10 +41,8 @@ def test_a_stage_pipeline_serves_its_last_policy_and_compares_first_to_last_eval
     (run / "0-rft" / "stage.json").write_text(json.dumps({"policy": "runs/swe/0-rft/rft/policy"}))
     (run / "1-rl" / "stage.json").write_text(json.dumps({"policy": "runs/swe/0-rft/rft/policy"}))
     assert bench.serve_target(run) == run / "0-rft" / "rft" / "policy"  # 1-rl took no step
-    (run / "report.json").write_text(json.dumps({"stages": [  # paths relative to training's cwd
-        {"policy": "runs/swe/0-rft/policy"}, {"policy": "runs/swe/1-rl/policy"},
-        {"policy": None}]}))
-    assert bench.serve_target(run) == run / "1-rl" / "policy"  # the last stage made none
+    (run / "2-rl2" / "stage.json").write_text(json.dumps({"policy": "2-rl2/policy"}))
+    assert bench.serve_target(run) == run / "2-rl2" / "policy"  # relative to the pipeline
     assert bench.serve_target("smollm2-135m-instruct") == "smollm2-135m-instruct"
 
     _eval(run / "0-rft" / "rft" / "eval" / "before.json", [("t1", False, 0.0), ("t2", False, 0.0)])

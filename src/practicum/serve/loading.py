@@ -5,7 +5,8 @@
     sample = await served.generate(ids, params, seed, adapter=True)
 
 A target is a run folder (its `checkpoints/latest`), a checkpoint folder (`.../step_N`), a saved
-policy folder (`policy.json` beside the adapter or full weights, e.g. RUN/rft/policy), or a plain
+policy folder (`policy.json` beside the adapter or full weights, e.g. RUN/rft/policy), a stage
+pipeline's folder (the policy of its last finished stage, `practicum.stages`), or a plain
 model spec (built-in name or HF folder: policy and base are then the same weights). Both names
 share one engine: the base is the policy with its adapter off (LoRA) or the untrained copy (full
 fine-tuning), sampled in its own sub-batch of one `GenerationServer`.
@@ -57,6 +58,12 @@ def resolve_target(target: str | Path, name: str | None = None) -> Target:
         policy, default_name = path / "policy", _run_name(path)
     elif (path / POLICY_META).is_file():
         policy, default_name = path, _run_name(path.parent)
+    elif list(path.glob("*-*/stage.json")):  # a pipeline (`stages:`): its last stage's policy
+        from practicum.stages import pipeline_policy
+
+        policy, default_name = pipeline_policy(path), path.resolve().name
+        if policy is None or not (policy / POLICY_META).is_file():
+            raise PracticumError(f"serve: no finished stage of pipeline {path} left a policy")
     if policy is None:
         if path.exists() and not (path / "config.json").is_file():
             raise PracticumError(
