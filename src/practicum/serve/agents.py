@@ -82,11 +82,16 @@ class AgentRun:
 
 def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...]) -> list[str]:
     """`cmd` under bubblewrap: the host read-only, `workdir` the only writable folder, a private
-    /tmp, /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null);
-    the network stays shared, so the agent reaches the endpoint on loopback."""
+    /tmp (the venv `cmd[0]` lives in stays visible, read-only: a checkout may live under /tmp),
+    /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null); the
+    network stays shared, so the agent reaches the endpoint on loopback."""
     args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
             "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
-            "--unshare-ipc", "--die-with-parent", "--bind", str(workdir), str(workdir)]
+            "--unshare-ipc", "--die-with-parent"]
+    venv = Path(cmd[0]).absolute().parent.parent
+    if (venv / "pyvenv.cfg").is_file():  # the agent's own venv stays visible, also under /tmp
+        args += ["--ro-bind", str(venv), str(venv)]
+    args += ["--bind", str(workdir), str(workdir)]
     for path in hidden:
         if path.is_dir():
             args += ["--tmpfs", str(path), "--remount-ro", str(path)]
