@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
+from practicum.engine.kv_cache import reserved_cache
 from practicum.engine.sampling import check_request, left_pad, positions, sample_next
 
 
@@ -113,8 +114,6 @@ class HFSampler:
 
     def _sample_loop(self, lm: nn.Module, prompts: list[list[int]], params: SamplingParams,
                      seeds: list[int] | None) -> tuple[list[list[int]], list[list[float]], list]:
-        from transformers import DynamicCache
-
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
@@ -130,7 +129,7 @@ class HFSampler:
         row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
         ids, mask = left_pad([list(p) for p in unique], self.pad_id, self.device)
         pos = positions(mask)
-        cache = DynamicCache(config=lm.config)
+        cache = reserved_cache(lm.config, ids.shape[1] + params.max_new_tokens)
         head = self._logits.setdefault(id(lm), Logits(lm))  # each model's own output layer
         logits = head(lm, ids, mask, pos, cache, last_only=True)[:, -1]
         if len(unique) < n:
