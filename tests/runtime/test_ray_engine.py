@@ -292,3 +292,59 @@ def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_e
     assert summary["eval_after"]["policy_version"] == 3
     assert len({os.getpid(), seen["engine_pid"], summary["ray_learner_pid"]}) == 3
     assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000003"
+
+
+class Crash(BaseException):
+    """Stands in for SIGKILL: nothing catches it, nothing after it runs."""
+
+
+def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_dir, tmp_path,
+                                                                   monkeypatch, train_run,
+                                                                   metric_rows):
+    """LoRA with dropout, so training draws from the torch RNG of the process that trains (the
+    learner actor): 4 steps uninterrupted, and 4 steps killed right after step 3's ledger row
+    (checkpoint at step 2) then resumed in a fresh learner actor, give the same episodes, the
+    same losses and the same final weights. A resume that restored weights and optimizer but
+    not the actor's RNG would draw other dropout masks for steps 3 and 4."""
+    from safetensors.torch import load_file
+
+    from practicum.store.ledger import ConsumptionLedger
+
+    def config(name):
+        return bandit_run(tiny_model_dir, tmp_path, name, "train.steps=4",
+                          "train.checkpoint_every=2", "model.lora=true", "model.lora_dropout=0.5",
+                          "train.lr=3e-2", "runtime.backend=ray", "runtime.ray_learner=actor",
+                          "runtime.ray_learner_cpus=0")
+
+    def outcome(run_dir):
+        policy = run_dir / "checkpoints" / "step_000004" / "policy"
+        weights = {k: v for f in sorted(policy.glob("*.safetensors"))
+                   for k, v in load_file(f).items()}
+        draws = [(e.group_id, e.info["slot"], [t.sampled_ids for t in e.turns])
+                 for e in EpisodeStore(run_dir / "episodes.jsonl")]
+        return weights, draws, [(r["step"], r["loss"]) for r in metric_rows(run_dir)]
+
+    reference = config("reference")
+    assert train_run(reference)["steps"] == 4
+    cfg = config("killed")
+    real, calls = ConsumptionLedger.record, [0]
+
+    def record(ledger, *args, **kwargs):
+        real(ledger, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] == 3:
+            raise Crash("after step 3's ledger row")
+
+    with monkeypatch.context() as m:
+        m.setattr(ConsumptionLedger, "record", record)
+        with pytest.raises(Crash):
+            train_run(cfg)
+    assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+    summary = train_run(config("killed"))  # run.resume is on by default
+    assert summary["steps"] == 4
+    (wa, da, la), (wb, db, lb) = outcome(reference.run_dir), outcome(cfg.run_dir)
+    assert db == da and [s for s, _ in lb] == [1, 2, 3, 4]
+    assert lb == [(s, pytest.approx(x, abs=1e-6)) for s, x in la]
+    assert wa.keys() == wb.keys() and any("lora_A" in k for k in wa)
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=1e-6)
