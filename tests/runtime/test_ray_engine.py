@@ -259,6 +259,7 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     wait_gone(pid)
 
 
+@pytest.mark.slow
 def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_episode_once(
         tiny_model_dir, tmp_path, monkeypatch, train_run, caplog):
     """runtime.mode=async with the engine and the learner in Ray actors: two actor threads
@@ -298,6 +299,7 @@ class Crash(BaseException):
     """Stands in for SIGKILL: nothing catches it, nothing after it runs."""
 
 
+@pytest.mark.slow
 def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_dir, tmp_path,
                                                                    monkeypatch, train_run,
                                                                    metric_rows):
