@@ -264,7 +264,7 @@ def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_e
         tiny_model_dir, tmp_path, monkeypatch, train_run, caplog):
     """runtime.mode=async with the engine and the learner in Ray actors: two actor threads
     sample from the engine actor while the learner actor trains. Every episode is stored once
-    and trained at most once, only complete groups are trained, every turn's version is one
+    and consumed at most once, only complete groups are trained, every turn's version is one
     the engine actor held (within the staleness bound), the engine actor ends holding the
     learner's last step, and the run shuts down without abandoning an actor thread."""
     seen = ask_engine_actor_at_close(monkeypatch)
@@ -284,9 +284,10 @@ def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_e
     consumed = [p for r in rows for k in ("trained", "filtered", "dropped") for p, _ in r[k]]
     assert len(consumed) == len(set(consumed)) and set(consumed) <= set(range(len(stored)))
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for r in rows:  # one complete group per step, sampled at most one version before
+    for r in rows:  # complete groups (those due at a version may join), at most 1 version old
         trained = [stored[p] for p, _ in r["trained"]]
-        assert len(trained) == 2 and len({e.group_id for e in trained}) == 1
+        groups = [e.group_id for e in trained]
+        assert trained and all(groups.count(g) == 2 for g in groups)
         assert all(0 <= r["step"] - 1 - t.policy_version <= 1 for e in trained for t in e.turns)
     assert summary["ray_engine"]["version"] == 3 and seen["engine_version"] == 3
     assert summary["ray_engine"]["engine_restarts"] == 0
