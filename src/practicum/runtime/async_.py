@@ -27,9 +27,9 @@ pool's supervisor and its episode is stored as a failure; the learner only sees 
 episodes. Shutdown (`stop`) is prompt: environments in flight are killed (a sandboxed run is
 cancelled), an actor waiting for generation stops waiting (its request is withdrawn unless
 already sampling), and the episodes cut short are not stored: their groups stay open, so a
-resume re-runs those slots. Resume: the checkpoint holds the open groups (with their versions); the store and the
-ledger say what was finished and consumed, so every stored, unconsumed episode is trained or
-discarded exactly once.
+resume re-runs those slots. Resume: the checkpoint holds the open groups (with their
+versions); the store and the ledger say what was finished and consumed, so every stored,
+unconsumed episode is trained or discarded exactly once.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ class AsyncBatches:
             builder = s.builder(a.task, a.group_id, a.slot)
             st.env = builder.env
             if self.stop_event.is_set():  # stopped during the reset: the kill may have missed
-                builder.env.close()
+                if not builder.done:  # (a failed reset closed it already)
+                    builder.env.close()
                 return
             episode = run_episode(builder, self._generate)
             st.env = None
