@@ -305,19 +305,21 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
                                                                    monkeypatch, train_run,
                                                                    metric_rows):
     """LoRA with dropout, so training draws from the torch RNG of the process that trains (the
-    learner actor): 4 steps uninterrupted, and 4 steps killed right after step 3's ledger row
-    (checkpoint at step 2) then resumed in a fresh learner actor, give the same episodes, the
-    same losses and the same final weights. A resume that restored weights and optimizer but
-    not the actor's RNG would draw other dropout masks for steps 3 and 4."""
+    learner actor): 4 steps uninterrupted with everything in this process, and 4 steps with
+    the learner in an actor, killed right after step 3's ledger row (checkpoint at step 2) and
+    resumed in a fresh actor, give the same episodes, losses and final weights. A resume that
+    restored weights and optimizer but not the actor's RNG would draw other dropout masks for
+    steps 3 and 4 (and other tokens from step 4 on)."""
     from safetensors.torch import load_file
 
     from practicum.store.ledger import ConsumptionLedger
 
-    def config(name):
+    def config(name, *where):
         return bandit_run(tiny_model_dir, tmp_path, name, "train.steps=4",
                           "train.checkpoint_every=2", "model.lora=true", "model.lora_dropout=0.5",
-                          "train.lr=3e-2", "runtime.backend=ray", "runtime.ray_learner=actor",
-                          "runtime.ray_learner_cpus=0")
+                          "train.lr=3e-2", *where)
+
+    actor = ("runtime.backend=ray", "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0")
 
     def outcome(run_dir):
         policy = run_dir / "checkpoints" / "step_000004" / "policy"
@@ -329,7 +331,7 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
 
     reference = config("reference")
     assert train_run(reference)["steps"] == 4
-    cfg = config("killed")
+    cfg = config("killed", *actor)
     real, calls = ConsumptionLedger.record, [0]
 
     def record(ledger, *args, **kwargs):
@@ -343,7 +345,7 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
         with pytest.raises(Crash):
             train_run(cfg)
     assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
-    summary = train_run(config("killed"))  # run.resume is on by default
+    summary = train_run(config("killed", *actor))  # run.resume is on by default
     assert summary["steps"] == 4
     (wa, da, la), (wb, db, lb) = outcome(reference.run_dir), outcome(cfg.run_dir)
     assert db == da and [s for s, _ in lb] == [1, 2, 3, 4]
