@@ -543,6 +543,23 @@ def test_load_restores_the_random_generators(tmp_path):
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
 
 
+def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(tmp_path, monkeypatch):
+    """Dropout on a GPU draws from CUDA's generators: a checkpoint written where CUDA is
+    available holds them, and loading it there sets them back."""
+    cuda = torch.cuda
+    states, restored = [torch.tensor([1, 2], dtype=torch.uint8)], []
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: states)
+    monkeypatch.setattr(cuda, "set_rng_state_all", restored.append)
+    learner = resumable()
+    ckpt = learner.save(tmp_path, extra={})
+    learner.load(ckpt)
+    assert len(restored) == 1 and torch.equal(restored[0][0], states[0])
+    monkeypatch.setattr(cuda, "is_available", lambda: False)  # a CPU checkpoint has none
+    learner.load(learner.save(tmp_path, extra={}))
+    assert len(restored) == 1
+
+
 @pytest.mark.parametrize("crash_at", [1, 2, 3])
 def test_a_crash_while_re_saving_leaves_a_loadable_checkpoint(tmp_path, monkeypatch, crash_at):
     # A re-save at the same step renames: (1) old step dir aside, (2) new dir into place,

@@ -242,8 +242,7 @@ class Learner:
             "step": self.step, "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "baselines": self.baselines.state_dict(),
             "extra": extra,
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                    "torch": torch.get_rng_state()},
+            "rng": _rng_state(),
         }, tmp / "trainer.pt")
         if final.exists():
             shutil.rmtree(aside, ignore_errors=True)
@@ -266,10 +265,26 @@ class Learner:
         self.step = state["step"]
         if "baselines" in state:
             self.baselines.load_state_dict(state["baselines"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        _set_rng_state(state["rng"])
         return state["extra"]
+
+
+def _rng_state() -> dict[str, Any]:
+    """The random generators of this process (the one that trains: with
+    runtime.ray_learner=actor, the actor), CUDA's too on a GPU (dropout draws from them)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

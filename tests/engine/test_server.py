@@ -76,6 +76,26 @@ def test_one_bad_row_fails_alone():
     assert isinstance(out[1][0], ValueError) and out[1][1] == -1
 
 
+def test_a_request_withdrawn_before_sampling_is_skipped_and_the_server_serves_on():
+    """A caller that stops waiting (an async actor at shutdown) cancels its future: the
+    server drops it from the batch instead of failing on a cancelled future; a request
+    already sampling can no longer be withdrawn, and a bad row's retry still works."""
+    sampler = FakeSampler()
+    server = GenerationServer(sampler, batch_window=0.05).start()
+    try:
+        with server.updating():  # the requests queue behind an update, as during training
+            kept, gone = (server.submit([1] * n, SamplingParams(), seed=n) for n in (1, 2))
+            time.sleep(0.2)  # the server thread holds both, waiting for the gate
+            assert gone.cancel() and not kept.done()
+        assert kept.result(timeout=5)[0].token_ids == [1] and gone.cancelled()
+        assert sampler.calls == [(1, 0, True, [1])]
+        out = server.generate_batch([([666], SamplingParams(), 0), ([1, 2], SamplingParams(), 1)])
+        assert isinstance(out[0][0], ValueError) and out[1][0].token_ids == [2]
+        assert not kept.cancel()  # done: too late to withdraw
+    finally:
+        server.stop()
+
+
 def test_a_failed_sampler_fails_its_whole_call_without_retrying_rows():
     """SamplerFailure (e.g. a remote engine that timed out) is the sampler's, not a row's:
     rerunning each row alone would wait out the failure once per row."""

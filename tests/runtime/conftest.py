@@ -1,5 +1,5 @@
 """Whole-run helpers for the runtime tests, as fixtures: a peaked tiny model, toy overrides,
-one-call training, metric readers."""
+one-call training, metric readers, a local Ray."""
 
 import json
 from pathlib import Path
@@ -59,3 +59,14 @@ def metric_rows():
 @pytest.fixture(scope="session")
 def train_run():
     return _train_run
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module (pools, engines and learners join it instead of starting
+    their own); a module uses it with `pytestmark = pytest.mark.usefixtures("local_ray")`."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -1,19 +1,25 @@
 """Whole asynchronous runs on the tiny model with a timed bandit whose actions really take time:
 every stored episode is consumed once; no trained token is staler than the bound, per sample;
-streaming batches; a SIGKILLed run resumes without training anything twice."""
+streaming batches; a SIGKILLed run resumes without training anything twice; shutdown is prompt
+with actors caught in a long sandboxed step or waiting for generation."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from pydantic import BaseModel
 
 from practicum.config import load_config
+from practicum.engine.base import SamplingParams
+from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.runtime.groups import group_id
 from practicum.store import EpisodeStore, read_ledger
 
@@ -162,3 +168,100 @@ def test_killed_async_run_resumes_without_training_anything_twice(tiny_model_dir
     assert positions == consumed_by(final)
     assert all(stored[p].group_id in open_groups for p in range(len(stored))
                if p not in positions)
+
+
+# -- shutdown ----------------------------------------------------------------------------------
+class SleeperOptions(BaseModel):
+    pass
+
+
+class SandboxSleeper(Env):
+    """Each step runs a sandboxed program that sleeps for a minute; kill() cancels it (the
+    sandbox's cancel event, as the mle environment does)."""
+
+    resets: list = []
+    steps: list = []
+    """The sandbox's RunResult of every step, appended when it returns."""
+    in_step = threading.Semaphore(0)
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.cancel = workdir, threading.Event()
+
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        SandboxSleeper.resets.append(task.task_id)
+        return Start([{"role": "user", "content": "Wait."}])
+
+    def step(self, action: str) -> StepResult:
+        from practicum.envs.sandbox import Limits, run_python
+
+        SandboxSleeper.in_step.release()
+        run = run_python("import time; time.sleep(60)", self.workdir, Limits(wall_seconds=120),
+                         cancel=self.cancel)
+        SandboxSleeper.steps.append(run)
+        return StepResult("", reward=0.0, done=True)
+
+    def kill(self) -> None:
+        self.cancel.set()
+
+
+def sleeper_suite(opts: SleeperOptions, ctx: SuiteContext) -> Suite:
+    """Every step sleeps a minute in the sandbox."""
+    def make(models):
+        workdir = ctx.run_dir / "work" / os.urandom(4).hex()
+        workdir.mkdir(parents=True)
+        return SandboxSleeper(workdir)
+    tasks = [Task(f"sleep/{i}") for i in range(4)]
+    return Suite(make, tasks, tasks[:1])
+
+
+def test_shutdown_is_prompt_with_actors_in_a_long_sandboxed_step_or_waiting_for_generation(
+        tiny_model_dir, tmp_path, caplog):
+    """Two actors stuck in a minute-long sandboxed step, then (a fresh source) two actors
+    waiting for generation while the learner holds the weights gate (as during an update):
+    each time `stop()` returns within a couple of seconds, no actor thread is abandoned, the
+    sandboxed runs were cancelled, and the episodes cut short are not stored: their group
+    stays open, so a resume re-runs its slots (`AsyncBatches._actor`)."""
+    from practicum.runtime.async_ import AsyncBatches
+    from practicum.runtime.session import open_session
+
+    register_env("sandbox_sleeper_test", SleeperOptions, sleeper_suite)
+    cfg = load_config(None, [
+        f"model.model={tiny_model_dir}", "model.dtype=float32", "model.lora=false",
+        "task.name=sandbox_sleeper_test", "rollout.group_size=2", "rollout.tasks_per_step=1",
+        "rollout.max_turns=1", "sampling.max_new_tokens=2", "runtime.mode=async",
+        "runtime.num_actors=2", f"run.out_dir={tmp_path}"])
+    s = open_session(cfg)
+    caplog.set_level("WARNING", logger="practicum.runtime.actors")
+
+    def stop_promptly(source: AsyncBatches, group: int) -> None:
+        t0 = time.perf_counter()
+        source.stop()
+        assert time.perf_counter() - t0 < 3.0
+        assert not any(st.thread.is_alive() for st in source.pool.states)
+        assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+        assert len(s.store) == 0 and source.episodes_stored == 0
+        assert [i for i, *_ in source.board.open_groups()] == [group]
+
+    try:
+        in_step = AsyncBatches(s)
+        in_step.start()
+        for _ in range(2):
+            assert SandboxSleeper.in_step.acquire(timeout=60), "no actor reached its step"
+        stop_promptly(in_step, 0)
+        assert [r.killed_reason for r in SandboxSleeper.steps] == ["cancelled"] * 2
+
+        waiting = AsyncBatches(s)
+        with s.server.updating():  # no sampling meanwhile: actors wait in generate
+            waiting.start()
+            deadline = time.time() + 30
+            while len(SandboxSleeper.resets) < 4:
+                assert time.time() < deadline, "the actors did not start their episodes"
+                time.sleep(0.02)
+            time.sleep(0.2)  # from reset to the generate call
+            stop_promptly(waiting, 1)  # the next task: nothing restored this source
+        assert len(SandboxSleeper.steps) == 2  # no step ran after the stop
+        # the server skipped the withdrawn requests and serves on (the final evaluation)
+        sample, _ = s.server.generate([1, 2, 3], SamplingParams(max_new_tokens=2), seed=1)
+        assert len(sample.token_ids) == 2
+    finally:
+        s.close()

@@ -19,12 +19,7 @@ from practicum.errors import ConfigError
 from practicum.store import EpisodeStore, read_ledger
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray for the module (engines join it instead of starting their own)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def trained_update(trainable, version: int):
@@ -157,6 +152,24 @@ def bandit_run(model_dir, out, name: str, *extra: str):
         f"run.out_dir={out}", f"run.name={name}", *extra])
 
 
+def ask_engine_actor_at_close(monkeypatch) -> dict:
+    """Before an engine actor goes, ask it (not the driver's record) for the version it holds;
+    the returned dict gets `engine_version` and `engine_pid`."""
+    import practicum.runtime.ray_engine as ray_engine
+
+    seen = {}
+    real_close = ray_engine.RayEngine.close
+
+    def close(engine):
+        _, seen["engine_version"] = ray.get(engine.handle.generate.remote(
+            [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
+        seen["engine_pid"] = engine.pid
+        real_close(engine)
+
+    monkeypatch.setattr(ray_engine.RayEngine, "close", close)
+    return seen
+
+
 def wait_gone(pid: int) -> None:
     deadline = time.time() + 20
     while time.time() < deadline:
@@ -180,19 +193,10 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     with a TrainingError naming resume."""
     from safetensors.torch import load_file
 
-    import practicum.runtime.ray_engine as ray_engine
     import practicum.runtime.ray_learner as ray_learner
     from practicum.errors import TrainingError
 
-    seen = {}
-    real_close = ray_engine.RayEngine.close
-
-    def close(engine):  # ask the actor itself for its version before it goes
-        _, seen["engine_version"] = ray.get(engine.handle.generate.remote(
-            [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
-        seen["engine_pid"] = engine.pid
-        real_close(engine)
-
+    seen = ask_engine_actor_at_close(monkeypatch)
     real_learner_close = ray_learner.RemoteTrainable.close
 
     def learner_close(remote):
@@ -210,7 +214,6 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
         seen["learner_pid"] = remote.pid
         real_learner_close(remote)
 
-    monkeypatch.setattr(ray_engine.RayEngine, "close", close)
     monkeypatch.setattr(ray_learner.RemoteTrainable, "close", learner_close)
     runs = {}
     for name, where in (("driver", []),
@@ -254,3 +257,99 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
         "with run.resume=true",
         "the learner actor is gone (see the error before this one)"]
     wait_gone(pid)
+
+
+@pytest.mark.slow
+def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_episode_once(
+        tiny_model_dir, tmp_path, monkeypatch, train_run, caplog):
+    """runtime.mode=async with the engine and the learner in Ray actors: two actor threads
+    sample from the engine actor while the learner actor trains. Every episode is stored once
+    and consumed at most once, only complete groups are trained, every turn's version is one
+    the engine actor held (within the staleness bound), the engine actor ends holding the
+    learner's last step, and the run shuts down without abandoning an actor thread."""
+    seen = ask_engine_actor_at_close(monkeypatch)
+    cfg = bandit_run(tiny_model_dir, tmp_path, "async", "train.steps=3", "runtime.mode=async",
+                     "runtime.num_actors=2", "runtime.max_staleness=1", "runtime.backend=ray",
+                     "runtime.ray_engine=actor", "runtime.ray_engine_cpus=0",
+                     "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0")
+    with caplog.at_level("WARNING", logger="practicum.runtime.actors"):
+        summary = train_run(cfg)
+    assert summary["steps"] == 3 and summary["mode"] == "async"
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+    stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+    assert len({e.episode_id for e in stored}) == len(stored) >= 6
+    assert len({(e.group_id, e.info["slot"]) for e in stored}) == len(stored)
+    assert all(e.failure is None for e in stored)
+    rows = read_ledger(cfg.run_dir / "consumed.jsonl")
+    consumed = [p for r in rows for k in ("trained", "filtered", "dropped") for p, _ in r[k]]
+    assert len(consumed) == len(set(consumed)) and set(consumed) <= set(range(len(stored)))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:  # complete groups (those due at a version may join), at most 1 version old
+        trained = [stored[p] for p, _ in r["trained"]]
+        groups = [e.group_id for e in trained]
+        assert trained and all(groups.count(g) == 2 for g in groups)
+        assert all(0 <= r["step"] - 1 - t.policy_version <= 1 for e in trained for t in e.turns)
+    assert summary["ray_engine"]["version"] == 3 and seen["engine_version"] == 3
+    assert summary["ray_engine"]["engine_restarts"] == 0
+    assert summary["eval_after"]["policy_version"] == 3
+    assert len({os.getpid(), seen["engine_pid"], summary["ray_learner_pid"]}) == 3
+    assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000003"
+
+
+class Crash(BaseException):
+    """Stands in for SIGKILL: nothing catches it, nothing after it runs."""
+
+
+@pytest.mark.slow
+def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_dir, tmp_path,
+                                                                   monkeypatch, train_run,
+                                                                   metric_rows):
+    """LoRA with dropout, so training draws from the torch RNG of the process that trains (the
+    learner actor): 4 steps uninterrupted with everything in this process, and 4 steps with
+    the learner in an actor, killed right after step 3's ledger row (checkpoint at step 2) and
+    resumed in a fresh actor, give the same episodes, losses and final weights. A resume that
+    restored weights and optimizer but not the actor's RNG would draw other dropout masks for
+    steps 3 and 4 (and other tokens from step 4 on)."""
+    from safetensors.torch import load_file
+
+    from practicum.store.ledger import ConsumptionLedger
+
+    def config(name, *where):
+        return bandit_run(tiny_model_dir, tmp_path, name, "train.steps=4",
+                          "train.checkpoint_every=2", "model.lora=true", "model.lora_dropout=0.5",
+                          "train.lr=3e-2", *where)
+
+    actor = ("runtime.backend=ray", "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0")
+
+    def outcome(run_dir):
+        policy = run_dir / "checkpoints" / "step_000004" / "policy"
+        weights = {k: v for f in sorted(policy.glob("*.safetensors"))
+                   for k, v in load_file(f).items()}
+        draws = [(e.group_id, e.info["slot"], [t.sampled_ids for t in e.turns])
+                 for e in EpisodeStore(run_dir / "episodes.jsonl")]
+        return weights, draws, [(r["step"], r["loss"]) for r in metric_rows(run_dir)]
+
+    reference = config("reference")
+    assert train_run(reference)["steps"] == 4
+    cfg = config("killed", *actor)
+    real, calls = ConsumptionLedger.record, [0]
+
+    def record(ledger, *args, **kwargs):
+        real(ledger, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] == 3:
+            raise Crash("after step 3's ledger row")
+
+    with monkeypatch.context() as m:
+        m.setattr(ConsumptionLedger, "record", record)
+        with pytest.raises(Crash):
+            train_run(cfg)
+    assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+    summary = train_run(config("killed", *actor))  # run.resume is on by default
+    assert summary["steps"] == 4
+    (wa, da, la), (wb, db, lb) = outcome(reference.run_dir), outcome(cfg.run_dir)
+    assert db == da and [s for s, _ in lb] == [1, 2, 3, 4]
+    assert lb == [(s, pytest.approx(x, abs=1e-6)) for s, x in la]
+    assert wa.keys() == wb.keys() and any("lora_A" in k for k in wa)
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=1e-6)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
 from practicum.config import load_config
 from practicum.envs.registry import Suite, SuiteContext
@@ -21,12 +20,7 @@ from practicum.store import EpisodeStore, read_ledger
 STEP_SECONDS = 0.3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray for the module (the pools join it instead of starting their own)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:

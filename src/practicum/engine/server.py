@@ -189,13 +189,20 @@ class GenerationServer:
                 groups.setdefault((r.params, r.adapter), []).append(r)
             for reqs in groups.values():
                 for i in range(0, len(reqs), self.max_batch):
-                    self._run(reqs[i:i + self.max_batch])
+                    self._run(reqs[i:i + self.max_batch], fresh=True)
 
-    def _run(self, reqs: list[_Request]) -> None:
+    def _run(self, reqs: list[_Request], fresh: bool = False) -> None:
+        """Sample `reqs` in one call; when `fresh` (not a per-row retry), drop the requests
+        their callers cancelled meanwhile (e.g. an async actor at shutdown); the others can no
+        longer be cancelled."""
         params, adapter = reqs[0].params, reqs[0].adapter
-        seeds = [r.seed for r in reqs]
         try:
             with self.gate.sampling():
+                if fresh:
+                    reqs = [r for r in reqs if r.future.set_running_or_notify_cancel()]
+                    if not reqs:
+                        return
+                seeds = [r.seed for r in reqs]
                 start = time.perf_counter()
                 version = self.sampler.version
                 samples = self.sampler.generate(

@@ -24,9 +24,12 @@ algo.off_policy.
 
 Faults: an environment failure ends one episode; an actor thread that dies is replaced by the
 pool's supervisor and its episode is stored as a failure; the learner only sees stored
-episodes. Resume: the checkpoint holds the open groups (with their versions); the store and the
-ledger say what was finished and consumed, so every stored, unconsumed episode is trained or
-discarded exactly once.
+episodes. Shutdown (`stop`) is prompt: environments in flight are killed (a sandboxed run is
+cancelled), an actor waiting for generation stops waiting (its request is withdrawn unless
+already sampling), and the episodes cut short are not stored: their groups stay open, so a
+resume re-runs those slots. Resume: the checkpoint holds the open groups (with their
+versions); the store and the ledger say what was finished and consumed, so every stored,
+unconsumed episode is trained or discarded exactly once.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 
 import torch
 
@@ -62,6 +66,8 @@ class AsyncBatches:
                                 version=s.learner.step,
                                 max_staleness=rt.max_staleness if admission else None)
         self.stop_event = threading.Event()
+        self._stopped: Future = Future()
+        """Done once stopping: actors waiting for generation wake on it."""
         self.pool = ActorPool(rt.num_actors, self._actor, self._on_actor_death)
         self._lock = threading.Lock()
         self.env_seconds = self.wait_seconds = 0.0
@@ -96,7 +102,11 @@ class AsyncBatches:
             t0, wall0 = time.perf_counter(), time.time()
             builder = s.builder(a.task, a.group_id, a.slot)
             st.env = builder.env
-            episode = run_episode(builder, s.server.generate)
+            if self.stop_event.is_set():  # stopped during the reset: the kill may have missed
+                if not builder.done:  # (a failed reset closed it already)
+                    builder.env.close()
+                return
+            episode = run_episode(builder, self._generate)
             st.env = None
             st.busy_seconds += time.perf_counter() - t0
             if self.stop_event.is_set():
@@ -106,6 +116,16 @@ class AsyncBatches:
             self._store(a, episode)
             st.current = None
             st.episodes += 1
+
+    def _generate(self, ids: list[int], params, seed: int | None):
+        """`GenerationServer.generate` that gives up once the runtime stops: the request is
+        withdrawn (unless already sampling) and CancelledError ends the episode."""
+        future = self.s.server.submit(ids, params, seed)
+        wait([future, self._stopped], return_when=FIRST_COMPLETED)
+        if not future.done() and self.stop_event.is_set():
+            future.cancel()
+            raise CancelledError("the async runtime stopped")
+        return future.result()
 
     def _store(self, a: Assignment, episode: Episode) -> None:
         position = self.s.store.append([episode]) - 1  # durable before the learner can see it
@@ -139,6 +159,7 @@ class AsyncBatches:
             return
         self.pool.stopping.set()  # actors now leave on purpose: not deaths to restart
         self.stop_event.set()
+        self._stopped.set_result(None)
         self.board.close()
         self.pool.stop()
         self.train_seconds = time.perf_counter() - self.started_at

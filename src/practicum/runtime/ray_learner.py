@@ -17,6 +17,11 @@ weights never pass through the driver. Checkpoints are written by the actor into
 folder's path, so the actor must see the driver's filesystem (local Ray, or a shared run folder
 on a cluster).
 
+A checkpoint is `Learner.save` run in the actor: weights, optimizer, schedule, baselines and
+the random generators of the process that trains (dropout draws from them); the driver's
+resume state (cursor, ledger, curriculum, open groups) travels with the call. The driver's own
+generators need no saving: every sampled turn and model-service call has its own seed.
+
 The learner holds the only copy of the optimizer state: a call that times out
 (`runtime.ray_call_timeout_s`) or an actor that dies stops the run with `TrainingError`
 (the actor is killed); `run.resume=true` continues from the last checkpoint, and the ledger
