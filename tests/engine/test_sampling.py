@@ -1,4 +1,4 @@
-"""Token sampling math: the nucleus, inverse-CDF draws, and behaviour log-probs that are
+"""Token sampling math: the nucleus, the exponential race, and behaviour log-probs that are
 those of the distribution actually sampled from."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from practicum.engine.sampling import inverse_cdf_sample, sample_next, top_p_filter
+from practicum.engine.sampling import sample_next, top_p_filter
 
 
 def test_top_p_keeps_smallest_set_reaching_the_mass():
@@ -17,7 +17,7 @@ def test_top_p_keeps_smallest_set_reaching_the_mass():
     assert torch.equal(top_p_filter(p, 0.01), torch.tensor([[0.0, 0.5, 0.0]]))
 
 
-def test_draws_follow_the_softmax_distribution():
+def test_exponential_race_samples_the_softmax_distribution():
     probs = torch.tensor([0.1, 0.2, 0.7])
     logits = probs.log().expand(20000, 3).contiguous()
     g = torch.Generator().manual_seed(0)
@@ -52,32 +52,3 @@ def test_temperature_scales_the_sampled_distribution_and_its_logprobs():
 def test_greedy_is_a_point_mass_with_log_prob_zero():
     tok, lp = sample_next(torch.tensor([[2.0, 1.0, 0.0], [0.0, 5.0, 1.0]]), 0.0, 0.5, None)
     assert tok.tolist() == [0, 1] and lp.tolist() == [0.0, 0.0]
-
-
-def test_inverse_cdf_picks_the_first_token_whose_cumulative_mass_exceeds_u():
-    # cumulative mass (1/8, 1/8, 3/8, 1) (exact in binary); token 1 has no mass, never drawn
-    probs = torch.tensor([[0.125, 0.0, 0.25, 0.625]]).expand(6, 4)
-    u = torch.tensor([0.0, 0.1249, 0.125, 0.3749, 0.375, 1 - 2**-53], dtype=torch.float64)
-    assert inverse_cdf_sample(probs, u).tolist() == [0, 0, 2, 2, 3, 3]
-    # the same across blocks of 2 with padding (5 tokens -> 3 blocks) and unnormalised mass
-    probs = torch.tensor([[0.0, 2.0, 0.0, 0.0, 6.0]]).expand(4, 5)
-    u = torch.tensor([0.0, 0.2499, 0.25, 1 - 2**-53], dtype=torch.float64)
-    assert inverse_cdf_sample(probs, u, block=2).tolist() == [1, 1, 4, 4]
-
-
-def test_inverse_cdf_never_draws_a_zero_mass_token_at_block_edges():
-    probs = torch.zeros(1, 12)
-    probs[0, 3] = probs[0, 8] = 0.5  # blocks of 4: only the last of block 0 and first of block 2
-    u = torch.arange(1000, dtype=torch.float64) / 1000
-    tok = inverse_cdf_sample(probs.expand(1000, 12), u, block=4)
-    assert set(tok.tolist()) == {3, 8}
-    assert (tok == 3).sum().item() == 500  # u = k / 1000 < 0.5
-
-
-def test_inverse_cdf_frequencies_match_across_blocks():
-    g = torch.Generator().manual_seed(0)
-    probs = torch.rand(1, 10, generator=g) ** 3
-    u = torch.rand(100_000, generator=g, dtype=torch.float64)
-    tok = inverse_cdf_sample(probs.expand(100_000, 10), u, block=4)
-    freq = torch.bincount(tok, minlength=10) / 100_000
-    assert torch.allclose(freq, probs[0] / probs.sum(), atol=0.006)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from practicum.engine.base import SamplingParams
@@ -17,8 +16,12 @@ def sample_next(
     The log-prob is that of the distribution actually sampled from, so importance ratios
     against it are right: log_softmax(logits / T)[token], renormalised over the nucleus when
     top_p < 1 (log p - log sum of the kept mass); greedy (T = 0) is a point mass, log-prob 0.
-    The draw is `inverse_cdf_sample` with one uniform per row from the row's own generator
-    when given, so a row's draw does not depend on its batch-mates.
+    Sampling uses the exponential race argmax_v p_v / E_v with E_v ~ Exp(1), which draws v with
+    probability p_v / sum p; noise comes from the row's own generator when given, so a row's
+    draw does not depend on its batch-mates. (Inverse-CDF sampling, one uniform per row, is
+    cheaper but maps last-bit differences in the logits, e.g. between thread counts, to a
+    different token far more often than this race does, which breaks same-seed, same-tokens
+    across placements.)
     """
     if temperature == 0:
         tok = logits.argmax(dim=-1)
@@ -29,45 +32,16 @@ def sample_next(
     if top_p < 1:
         probs = top_p_filter(probs, top_p)
     if generators is None:
-        u = torch.rand(len(probs), dtype=torch.float64, device=probs.device)
+        noise = torch.empty_like(probs).exponential_()
     else:
-        u = torch.stack([torch.rand((), generator=g, dtype=torch.float64, device=probs.device)
-                         for g in generators])
-    tok = inverse_cdf_sample(probs, u)
+        noise = torch.stack(
+            [torch.empty_like(probs[0]).exponential_(generator=g) for g in generators]
+        )
+    tok = (probs / noise.clamp(min=1e-30)).argmax(dim=-1)
     chosen = logp.gather(-1, tok[:, None]).squeeze(-1)
     if top_p < 1:
         chosen = chosen - probs.sum(dim=-1).log()
     return tok, chosen
-
-
-def inverse_cdf_sample(probs: Tensor, u: Tensor, block: int = 256) -> Tensor:
-    """Inverse-transform sampling: per row, the first token whose cumulative mass exceeds
-    u * (total mass), so token v is drawn with probability p_v / sum p and never when p_v = 0.
-    ([b, V] unnormalised probabilities, [b] uniforms in [0, 1) -> [b] token ids.)
-
-    Two levels keep it exact in fp32 without a slow fp64 cumsum over the vocabulary: a running
-    fp32 sum over 50k tokens rounds each token's interval by about 1e-7 (the size of a rare
-    token's whole probability), so the vocabulary is cut into blocks, the block is chosen on the
-    fp64 cumsum of the block sums, and the token inside it on an fp64 cumsum of that block only.
-    """
-    b, vocab = probs.shape
-    nblocks = -(-vocab // block)
-    padded = probs if vocab % block == 0 else F.pad(probs, (0, nblocks * block - vocab))
-    blocks = padded.view(b, nblocks, block)
-    sums = blocks.sum(dim=-1, dtype=torch.float64)  # [b, nblocks]
-    cdf = sums.cumsum(dim=-1)
-    target = _below(u.to(torch.float64) * cdf[:, -1], cdf[:, -1])
-    blk = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)
-    rows = torch.arange(b, device=probs.device)
-    inner = blocks[rows, blk].double().cumsum(dim=-1)  # [b, block]
-    rest = _below(target - (cdf[rows, blk] - sums[rows, blk]), inner[:, -1])
-    return blk * block + torch.searchsorted(inner, rest[:, None], right=True).squeeze(-1)
-
-
-def _below(x: Tensor, top: Tensor) -> Tensor:
-    """x clamped into [0, top): rounding must not push a target onto or past the total mass
-    (where `searchsorted(right=True)` would step past the last positive-mass token)."""
-    return torch.minimum(x.clamp(min=0), torch.nextafter(top, torch.zeros_like(top)))
 
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
