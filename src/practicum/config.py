@@ -7,10 +7,18 @@ Errors surface as `ConfigError("config error at train.lr: ...")`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from practicum.errors import ConfigError
 
@@ -32,8 +40,24 @@ class ModelConfig(Section):
         description="Local HF folder, a hub name already in the local cache, or a built-in name.",
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Weights dtype; auto = bf16 where the CPU supports it, else fp32."
+        "auto", description="Weights dtype; auto = bf16 where the hardware computes it natively "
+        "(a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX) and LoRA is on, else fp32."
     )
+    device: str = Field(
+        "auto", description="Where the learner's model (and an in-process sampler) runs: auto "
+        "(cuda when available, else cpu), cpu, cuda or cuda:N. A device this machine lacks is "
+        "refused before anything loads.")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="transformers attention kernel: sdpa (PyTorch's fused attention, "
+        "handles padded rows), eager, or flash_attention_2 (needs the flash-attn package and "
+        "a CUDA GPU).")
+
+    @field_validator("device")
+    @classmethod
+    def _device_spelling(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError("expected auto, cpu, cuda or cuda:N")
+        return v
     lora: bool = Field(True, description="Train a LoRA adapter (peft); False = full fine-tuning.")
     lora_r: int = Field(16, gt=0, description="LoRA rank.")
     lora_alpha: int = Field(32, gt=0, description="LoRA scaling numerator (scale = alpha / r).")
@@ -52,15 +76,23 @@ class ModelConfig(Section):
         "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
 
 
-class EngineConfig(Section):
-    kind: Literal["hf", "vllm"] = Field(
-        "hf", description="Sampling engine: hf (transformers, in this process) or vllm (vLLM's "
-        "engine in its own venv, scripts/vllm_venv.sh; the learner stays HF + peft).")
+class HFEngineConfig(Section):
+    kind: Literal["hf"] = Field("hf", description="Sampling engine: hf = transformers, with "
+                                "practicum's own KV-cached sampling loop.")
+
+
+class VLLMEngineConfig(Section):
+    kind: Literal["vllm"] = Field(description="Sampling engine: vllm = vLLM's engine in its own "
+                                  "venv (scripts/vllm_venv.sh); the learner stays HF + peft.")
     max_model_len: int = Field(2048, gt=0, description="vllm: context length (prompt + turn) "
                                "the engine reserves KV cache for.")
     kv_cache_gb: int = Field(1, ge=1, description="vllm: CPU KV-cache size in whole GiB.")
     threads: str | None = Field(None, description="vllm: cores its CPU worker binds to, e.g. "
                                 "'0-1' (None = vLLM's default, one core).")
+
+
+EngineConfig = Annotated[Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="kind")]
+"""One variant per sampling engine (`practicum.engine.factory` registers a builder per kind)."""
 
 
 class TaskConfig(Section):
@@ -260,7 +292,8 @@ class StageConfig(Section):
 class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, resume.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Policy model.")
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Sampling engine.")
+    engine: EngineConfig = Field(default_factory=HFEngineConfig,
+                                 description="Sampling engine (kind: hf | vllm).")
     task: TaskConfig = Field(default_factory=TaskConfig, description="Environment and tasks.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episodes.")
@@ -275,6 +308,14 @@ class Config(Section):
     stages: list[StageConfig] = Field(
         default_factory=list, description="A pipeline run by `practicum train` in order "
         "(practicum.stages), each stage from the previous one's policy; empty = one RL run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_kind(cls, tree: Any) -> Any:
+        """An engine section without a kind is the default engine (hf)."""
+        if isinstance(tree, dict) and isinstance(tree.get("engine"), dict):
+            tree = {**tree, "engine": {"kind": "hf", **tree["engine"]}}
+        return tree
 
     @model_validator(mode="after")
     def _resolve(self) -> "Config":
@@ -344,12 +385,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
         cfg = Config.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
+        loc = list(err["loc"])
+        variant = ""
+        if loc[:1] == ["engine"] and len(loc) > 2:  # a union variant's tag sits in the path
+            variant = f" for engine.kind={loc.pop(1)}"
+        where = ".".join(str(x) for x in loc)
         got = err.get("input")
         if not where:  # a cross-field check of Config itself: the message names the keys
             raise ConfigError(f"config error: {err['msg'].removeprefix('Value error, ')}") \
                 from None
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = ("unknown key" if err["type"] == "extra_forbidden"
+               else err["msg"].removeprefix("Value error, ")) + variant
         raise ConfigError(f"config error at {where}: {msg} (got {got!r})") from None
     from practicum.envs.registry import parse_options
 

@@ -36,6 +36,8 @@ class PolicyConfig:
     fp32 under "auto": AdamW on bf16 weights loses updates below 2^-8 relative."""
     device: str = "auto"
     """"cpu", "cuda", "cuda:1", ... or "auto" (cuda when available, else cpu)."""
+    attn_implementation: str = "sdpa"
+    """transformers attention kernel: sdpa, eager or flash_attention_2."""
     lora: bool = True
     """Train a LoRA adapter (peft) on frozen base weights; False trains every parameter."""
     lora_r: int = 16

@@ -48,7 +48,8 @@ def load_engine(cfg: Config):
 
     m = cfg.model
     policy = PolicyConfig(
-        model=m.model, dtype=m.dtype, lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha,
+        model=m.model, dtype=m.dtype, device=m.device,
+        attn_implementation=m.attn_implementation, lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha,
         lora_dropout=m.lora_dropout, lora_target_modules=list(m.lora_target_modules),
         gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
         init=m.init, seed=cfg.run.seed)
