@@ -97,6 +97,26 @@ class Learner:
         """Log-probs are taken at the sampling temperature (greedy rollouts: T = 1)."""
         return self.cfg.sampling.temperature or 1.0
 
+    # -- the runtime's Learner protocol (practicum.runtime.parts) -------------------------------
+    @property
+    def trainable(self) -> Trainable:
+        return self.model
+
+    def export_weights(self, version: int) -> Any:
+        return self.model.export_weights(version)
+
+    def save_policy(self, path: Path) -> None:
+        self.model.save(path)
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
     # -- one training step ----------------------------------------------------------------------
     def train_step(self, episodes: list[Episode]) -> dict[str, Any] | None:
         """Several PPO updates on one batch (module doc). None when no row has a token to train
@@ -259,7 +279,7 @@ class Learner:
 
     def load(self, ckpt: Path) -> dict[str, Any]:
         self.model.load_weights(ckpt / "policy")
-        state = torch.load(ckpt / "trainer.pt", weights_only=False)
+        state = read_trainer_state(ckpt)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
@@ -285,6 +305,11 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    """A checkpoint's trainer.pt, its tensors on the CPU whatever device wrote them."""
+    return torch.load(ckpt / "trainer.pt", weights_only=False, map_location="cpu")
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

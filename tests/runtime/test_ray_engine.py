@@ -13,8 +13,9 @@ import ray
 import torch
 
 from practicum.config import load_config
+from practicum.config import HFEngineConfig
 from practicum.engine.base import SamplingParams
-from practicum.engine.hf import PolicyConfig, load_hf_engine
+from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
 from practicum.errors import ConfigError
 from practicum.store import EpisodeStore, read_ledger
 
@@ -50,7 +51,7 @@ def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_o
 
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
     trainable, local = load_hf_engine(policy)
-    engine = RayEngine(policy, cpus=1, timeout=60)
+    engine = RayEngine(HFEngineConfig(), policy, cpus=1, timeout=60)
     try:
         assert engine.pid != os.getpid() and engine.version == 0
         update = trained_update(trainable, 3)
@@ -100,12 +101,11 @@ def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler
     """The actor's engine without the merged copy (peft layers, adapter set from the published
     tensors), used in-process as with a learner actor: the same draws as the sampler sharing
     the trainable's module, adapter on and off."""
-    from practicum.runtime.ray_learner import HeldEngine
-
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8,
                           merged_sampling=False)
     trainable, local = load_hf_engine(policy)
-    held = HeldEngine(policy)
+    held = HFEngineCopy(policy)
+    assert not held.shares_trainable(True) and not held.shares_trainable(False)
     update = trained_update(trainable, 5)
     local.load_weights(update)
     held.load_weights(update)
@@ -123,19 +123,18 @@ def test_ray_placement_options_are_checked():
     for key in ("ray_engine", "ray_learner"):
         with pytest.raises(ConfigError, match=f"runtime.{key}='actor' needs runtime.backend=ray"):
             load_config(None, [f"runtime.{key}=actor"])
-    from practicum.runtime.ray_learner import RemoteTrainable
-    from practicum.runtime.session import load_engine
+    from practicum.runtime.placement import place
+    from practicum.runtime.ray_learner import RayLearner
 
     cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_learner=actor",
                              "engine.kind=vllm"])
     with pytest.raises(ConfigError, match="runtime.ray_engine: Ray actors run the hf engine only"):
-        load_engine(cfg)
-    # what only exists in the learner actor is refused by name (e.g. by `practicum rft`)
-    remote = RemoteTrainable.__new__(RemoteTrainable)
+        place(cfg)
+    # the trainable only exists in the learner actor: refused by name (e.g. by `practicum rft`)
+    remote = RayLearner.__new__(RayLearner)
     with pytest.raises(ConfigError, match="runtime.ray_learner: the trainable lives in the "
-                                          "learner actor, so 'token_logprobs' is not available"):
-        remote.token_logprobs
-    assert not hasattr(remote, "frozen_base")
+                                          "learner actor"):
+        remote.trainable
 
 
 def bandit_run(model_dir, out, name: str, *extra: str):
@@ -197,16 +196,16 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     from practicum.errors import TrainingError
 
     seen = ask_engine_actor_at_close(monkeypatch)
-    real_learner_close = ray_learner.RemoteTrainable.close
+    real_learner_close = ray_learner.RayLearner.close
 
     def learner_close(remote):
         first = seen["run_dir"] / "checkpoints" / "step_000001"
-        seen["loaded_step"] = (remote.learner.load(first), remote.learner.step)[1]
+        seen["loaded_step"] = (remote.load(first), remote.step)[1]
         seen["reloaded"] = remote.export_weights(1).fetch().tensors
         seen["saved"] = load_file(first / "policy" / "model.safetensors")
         remote.timeout = 1e-4  # far below one round trip to the actor
         seen["learner_errors"] = []
-        for call in (lambda: remote.export_weights(8), lambda: remote.learner.train_step([])):
+        for call in (lambda: remote.export_weights(8), lambda: remote.train_step([])):
             try:
                 call()
             except TrainingError as e:
@@ -214,7 +213,7 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
         seen["learner_pid"] = remote.pid
         real_learner_close(remote)
 
-    monkeypatch.setattr(ray_learner.RemoteTrainable, "close", learner_close)
+    monkeypatch.setattr(ray_learner.RayLearner, "close", learner_close)
     runs = {}
     for name, where in (("driver", []),
                         ("actors", ["runtime.backend=ray", "runtime.ray_engine=actor",

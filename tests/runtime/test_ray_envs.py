@@ -175,7 +175,7 @@ def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tin
         s = open_session(cfg)
         try:
             s.evaluate("held_out")
-            pool = s.env_pool and s.env_pool.summary()
+            pool = s.placement.envs and s.placement.envs.summary()["ray"]
         finally:
             s.close()
         results[backend] = json.loads((cfg.run_dir / "eval" / "held_out.json").read_text())
@@ -210,9 +210,9 @@ def test_env_errors_in_a_worker_end_one_episode_and_the_worker_lives_on():
                     results.setdefault(fault, []).append(str(e))
                 finally:
                     env.close()
-            assert pool.summary()["workers_started"] == 1 and pool.started == 1
+            assert pool.summary()["ray"]["workers_started"] == 1 and pool.started == 1
         finally:
-            pool.shutdown()
+            pool.close()
     assert results["reset_error"] == ["env reset raised InjectedFault: injected fault: reset "
                                       "failed"] * 3
     steps = results["step_error"]
@@ -235,10 +235,10 @@ def test_a_worker_killed_between_episodes_is_replaced_before_the_next_reset():
         result = env.step("fast")
         env.close()
         assert result.done and result.failure is None and result.reward == 0.3
-        assert pool.summary()["workers_died"] == 1 and pool.started == 2
+        assert pool.summary()["ray"]["workers_died"] == 1 and pool.started == 2
         assert len(pool.workers) == 1 and env.worker is None
     finally:
-        pool.shutdown()
+        pool.close()
 
 
 def test_a_step_that_hangs_past_the_call_timeout_ends_its_episode_and_the_worker_is_replaced():
@@ -264,7 +264,7 @@ def test_a_step_that_hangs_past_the_call_timeout_ends_its_episode_and_the_worker
         assert (result.done, result.reward) == (True, -1.0)
         assert result.failure == f"env step timed out after 1 s (pid {pid}, killed)"
         assert 1.0 <= waited < 30
-        assert pool.summary()["workers_died"] == 1 and pool.workers == []
+        assert pool.summary()["ray"]["workers_died"] == 1 and pool.workers == []
         deadline = time.time() + 20
         while time.time() < deadline:
             try:
@@ -280,4 +280,4 @@ def test_a_step_that_hangs_past_the_call_timeout_ends_its_episode_and_the_worker
         env.close()
         assert result.failure is None and result.reward == 0.3 and pool.started == 2
     finally:
-        pool.shutdown()
+        pool.close()

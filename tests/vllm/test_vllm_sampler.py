@@ -138,12 +138,15 @@ def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, mon
     trainable, sampler, _ = engine
 
     def fresh_engine(cfg):
-        """The module's engine as load_vllm_engine hands it to a new run: the trainable's
-        current weights published as version 0 (earlier tests moved it to later versions)."""
-        sampler.load_weights(trainable.export_weights(0))
-        return trainable, sampler
+        """The module's engine placed as `place` would for a new run: the trainable's current
+        weights published as version 0 (earlier tests moved it to later versions)."""
+        from practicum.learner import Learner
+        from practicum.runtime.placement import Placement
 
-    monkeypatch.setattr(session, "load_engine", fresh_engine)  # one engine start-up per module
+        sampler.load_weights(trainable.export_weights(0))
+        return Placement(Learner(trainable, cfg), sampler, trainable.tokenizer)
+
+    monkeypatch.setattr(session, "place", fresh_engine)  # one engine start-up per module
     cfg = load_config(None, [
         f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
         "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",

@@ -1,45 +1,115 @@
-"""Build the Hugging Face engine: a trainable model and the sampler it publishes weights to.
+"""The Hugging Face engine (`engine.kind: hf`): a sampler over the trainable's weights, or over a
+copy of its own.
 
     trainable, sampler = load_hf_engine(PolicyConfig(model="smollm2-135m-instruct"))
+    sampler = build_sampler(engine_cfg, policy, trainable)   # the registry's entry (factory)
+    sampler = build_sampler(engine_cfg, policy)              # `HFEngineCopy`: its own weights
 
-Both halves share one set of base weights in this process; see `hf_trainable` and `hf_sampler`.
+With a trainable in the same process, both halves share one set of base weights (see
+`hf_trainable` and `hf_sampler`). Without one (a Ray engine actor, or the driver's sampler
+when the learner runs in an actor), `HFEngineCopy` holds a frozen copy of the policy and loads
+every published version into it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import torch
+
+from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.device import auto_dtype
+from practicum.engine.factory import load_sampling_copy, load_trainable
 from practicum.engine.hf_model import (
     DTYPES,
-    FrozenReference,
     PolicyConfig,
     load_lm,
     load_tokenizer,
     pick_device,
-    resolve_dtype,
 )
 from practicum.engine.hf_sampler import HFSampler, MergedCopy
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.models import resolve_model
 
-__all__ = ["HFSampler", "HFTrainable", "PolicyConfig", "load_frozen_sampler", "load_hf_engine"]
+__all__ = ["HFEngineCopy", "HFSampler", "HFTrainable", "PolicyConfig", "build_sampler",
+           "load_frozen_sampler", "load_hf_engine"]
+
+
+def trainable_sampler(trainable: HFTrainable) -> HFSampler:
+    """A sampler over `trainable`'s weights, holding them as version 0."""
+    cfg = trainable.cfg
+    merged = None
+    if cfg.lora and cfg.merged_sampling:
+        merged = MergedCopy(trainable.model, resolve_model(cfg.model), trainable.lm.dtype,
+                            trainable.device, cfg.attn_implementation)
+    sampler = HFSampler(trainable.lm, trainable.tokenizer,
+                        peft_model=trainable.model if cfg.lora else None, merged=merged,
+                        reference=None if cfg.lora else trainable.reference)
+    sampler.load_weights(trainable.export_weights(0))
+    return sampler
+
+
+def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | None = None):
+    """The registry's builder for engine.kind hf (`practicum.engine.factory`)."""
+    if trainable is not None:
+        return trainable_sampler(trainable)
+    return HFEngineCopy(policy)
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
     """The trainable model and its sampler, the sampler already holding the trainable's weights
     as version 0."""
-    path = resolve_model(cfg.model)
-    device = pick_device(cfg.device)
-    dtype = resolve_dtype(cfg, device)
-    tokenizer = load_tokenizer(path)
-    reference = FrozenReference(path, dtype, device)
-    trainable = HFTrainable(cfg, load_lm(path, dtype, device), tokenizer, reference)
-    merged = MergedCopy(trainable.model, path, dtype, device) \
-        if cfg.lora and cfg.merged_sampling else None
-    sampler = HFSampler(trainable.lm, tokenizer,
-                        peft_model=trainable.model if cfg.lora else None, merged=merged,
-                        reference=None if cfg.lora else reference)
-    sampler.load_weights(trainable.export_weights(0))
-    return trainable, sampler
+    trainable = load_trainable(cfg)
+    return trainable, trainable_sampler(trainable)
+
+
+class HFEngineCopy:
+    """An HF sampler with weights of its own: every published version is set into a frozen copy
+    of the policy (peft adapter or full state dict), then into its sampler. Implements
+    `practicum.engine.base.Sampler`; never shares a module with a trainable."""
+
+    def __init__(self, policy: PolicyConfig):
+        self.holder = load_sampling_copy(policy)
+        self.sampler = trainable_sampler(self.holder)
+        self.tokenizer = self.holder.tokenizer
+        self.device = self.holder.device
+
+    @property
+    def version(self) -> int:
+        return self.sampler.version
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.sampler.max_positions
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+        return self.sampler.generate(prompts, params, seeds, adapter)
+
+    def load_weights(self, update: WeightUpdate) -> None:
+        tensors = {k: v.to(self.device) for k, v in update.tensors.items()}
+        with torch.no_grad():
+            if update.kind == "lora":
+                from peft import set_peft_model_state_dict
+
+                result = set_peft_model_state_dict(self.holder.model, tensors)
+                if result.unexpected_keys:
+                    raise ValueError(f"unknown adapter tensors {result.unexpected_keys[:5]}")
+            else:
+                self.holder.model.load_state_dict(tensors)
+        self.sampler.load_weights(replace(update, tensors=tensors))
+
+    def shares_trainable(self, adapter: bool) -> bool:
+        return False
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
 
 
 def load_frozen_sampler(model: str, dtype: str = "auto", device: str = "auto") -> HFSampler:

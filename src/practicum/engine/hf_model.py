@@ -72,11 +72,13 @@ def pick_device(spec: str) -> torch.device:
     return torch.device(spec)
 
 
-def load_lm(path, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def load_lm(path, dtype: torch.dtype, device: torch.device,
+            attn_implementation: str = "sdpa") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     configure_threads()
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation=attn_implementation).to(device)
 
 
 def resolve_dtype(cfg: PolicyConfig, device: torch.device) -> torch.dtype:
@@ -168,15 +170,18 @@ class FrozenReference:
     loaded on first use and shared by the trainable's KL reference and the sampler's
     adapter-off path. With LoRA the base is the adapter-disabled model and this is unused."""
 
-    def __init__(self, path, dtype: torch.dtype, device: torch.device):
+    def __init__(self, path, dtype: torch.dtype, device: torch.device,
+                 attn_implementation: str = "sdpa"):
         self.path, self.dtype, self.device = path, dtype, device
+        self.attn_implementation = attn_implementation
         self._lm: nn.Module | None = None
 
     @property
     def lm(self) -> nn.Module:
         if self._lm is None:
             with torch.inference_mode(False):
-                self._lm = load_lm(self.path, self.dtype, self.device).eval().requires_grad_(False)
+                self._lm = load_lm(self.path, self.dtype, self.device,
+                                   self.attn_implementation).eval().requires_grad_(False)
         return self._lm
 
 

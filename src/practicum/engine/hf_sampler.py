@@ -32,8 +32,9 @@ from practicum.engine.sampling import check_request, left_pad, positions, sample
 class MergedCopy:
     """A plain copy of the base model whose adapted linears carry the merged LoRA update."""
 
-    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device):
-        self.lm = load_lm(base_path, dtype, device).eval().requires_grad_(False)
+    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device,
+                 attn_implementation: str = "sdpa"):
+        self.lm = load_lm(base_path, dtype, device, attn_implementation).eval().requires_grad_(False)
         plain = dict(self.lm.named_modules())
         self.layers: dict[str, tuple[Tensor, nn.Linear]] = {}
         """peft module name -> (frozen base weight, the copy's linear to overwrite)."""
@@ -159,6 +160,16 @@ class HFSampler:
             pos = pos[:, -1:] + 1
             logits = head(lm, tok[:, None], mask, pos, cache, last_only=True)[:, -1]
         return out_ids, out_lps, reasons
+
+    # -- a part of the placement -----------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         # Earlier tokens cannot have completed a stop string (we would have stopped), so any

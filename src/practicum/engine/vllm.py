@@ -1,36 +1,44 @@
-"""Build the vLLM engine: the HF trainable the learner updates, and a vLLM sampler it publishes
-weights to (`engine.kind: vllm`).
+"""The vLLM engine (`engine.kind: vllm`): a vLLM sampler the learner publishes weights to; the
+trainable stays HF + peft (`practicum.engine.factory.load_trainable`).
 
+    sampler = build_sampler(engine_cfg, policy, trainable)   # the registry's entry (factory)
     trainable, sampler = load_vllm_engine(PolicyConfig(model="smollm2-135m-instruct"), options)
 """
 
 from __future__ import annotations
 
-from practicum.engine.hf_model import (
-    FrozenReference,
-    PolicyConfig,
-    load_lm,
-    load_tokenizer,
-    pick_device,
-    resolve_dtype,
-)
+from practicum.engine.factory import load_trainable
+from practicum.engine.hf_model import PolicyConfig, load_tokenizer, pick_device, resolve_dtype
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.models import resolve_model
 from practicum.engine.vllm_sampler import VLLMOptions, VLLMSampler
+
+
+def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | None = None
+                  ) -> VLLMSampler:
+    """The registry's builder for engine.kind vllm: a vLLM engine of the policy's model,
+    holding the trainable's weights as version 0 when one is given."""
+    options = VLLMOptions(max_model_len=engine_cfg.max_model_len,
+                          kv_cache_gb=engine_cfg.kv_cache_gb, threads=engine_cfg.threads)
+    path = resolve_model(policy.model)
+    dtype = resolve_dtype(policy, pick_device(policy.device))
+    tokenizer = trainable.tokenizer if trainable is not None else load_tokenizer(path)
+    sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
+                          lora_rank=policy.lora_r if policy.lora else None,
+                          full_weights=not policy.lora, options=options, seed=policy.seed)
+    if trainable is not None:
+        sampler.load_weights(trainable.export_weights(0))
+    return sampler
 
 
 def load_vllm_engine(cfg: PolicyConfig, options: VLLMOptions | None = None
                      ) -> tuple[HFTrainable, VLLMSampler]:
     """The trainable (HF + peft, as with the HF engine) and a vLLM sampler already holding its
     weights as version 0."""
-    path = resolve_model(cfg.model)
-    device = pick_device(cfg.device)
-    dtype = resolve_dtype(cfg, device)
-    tokenizer = load_tokenizer(path)
-    trainable = HFTrainable(cfg, load_lm(path, dtype, device), tokenizer,
-                            FrozenReference(path, dtype, device))
-    sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
-                          lora_rank=cfg.lora_r if cfg.lora else None, full_weights=not cfg.lora,
-                          options=options, seed=cfg.seed)
-    sampler.load_weights(trainable.export_weights(0))
-    return trainable, sampler
+    from practicum.config import VLLMEngineConfig
+
+    o = options or VLLMOptions()
+    trainable = load_trainable(cfg)
+    engine = VLLMEngineConfig(kind="vllm", max_model_len=o.max_model_len,
+                              kv_cache_gb=o.kv_cache_gb, threads=o.threads)
+    return trainable, build_sampler(engine, cfg, trainable)

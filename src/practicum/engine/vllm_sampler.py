@@ -158,6 +158,16 @@ class VLLMSampler:
         self.llm.collective_rpc("reload_from_file", args=(str(path),))
         self.llm.reset_prefix_cache()
 
+    # -- a part of the placement -------------------------------------------------------------
+    def shares_trainable(self, adapter: bool) -> bool:
+        return False  # vLLM holds weights of its own
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict:
+        return {}
+
     def close(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -89,7 +89,7 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                     with s.server.updating():  # no sampling while the weights change
                         metrics = s.learner.train_step(episodes)
                         if metrics is not None:
-                            s.server.publish(s.trainable.export_weights(s.learner.step))
+                            s.server.publish(s.learner.export_weights(s.learner.step))
                 if metrics is None:  # nothing to train on: no step, a warning, a bound
                     s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
                                     dropped=batch.dropped)
@@ -107,10 +107,7 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 seen = episodes + [e for _, e in batch.filtered]
                 metrics.update(episode_metrics(seen, cfg.curriculum.solved_reward))
                 metrics.update(batch.metrics)
-                if s.env_pool is not None:  # runtime.backend=ray
-                    metrics.update(s.env_pool.metrics())
-                if cfg.runtime.ray_engine == "actor":
-                    metrics.update(s.server.sampler.metrics())
+                metrics.update(s.placement.metrics())
                 metrics.update({"batch_episodes": float(len(episodes)),
                                 "groups_filtered": float(len({e.group_id
                                                               for _, e in batch.filtered})),

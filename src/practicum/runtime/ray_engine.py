@@ -26,8 +26,8 @@ same weights, same seeds); one that timed out (or met a second death) fails with
 is complete once the fresh actor has loaded the same update.
 
 Only the HF engine runs in an actor (engine.kind hf): vLLM needs its own Python environment.
-`EngineWorker` also serves in-process as the driver's sampler when the learner runs in an actor
-(`practicum.runtime.ray_learner.HeldEngine`).
+The actor's engine is the one the factory builds for a sampler with weights of its own
+(`practicum.engine.hf.HFEngineCopy`), the same as the driver's when the learner is an actor.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import replace
 
 from practicum.engine.base import Sample, SamplerFailure, SamplingParams, WeightUpdate
 from practicum.engine.hf_model import PolicyConfig
@@ -53,17 +52,13 @@ class EngineDied(EngineFailure):
 
 
 class EngineWorker:
-    """A Ray actor holding an HF engine of the policy's model; it samples and loads weights
-    (made remote by `RayEngine`)."""
+    """A Ray actor holding a sampler with weights of its own (the factory's, for the engine
+    config); it samples and loads weights (driven by `RayEngine`)."""
 
-    def __init__(self, policy: PolicyConfig):
-        from practicum.engine.hf import load_hf_engine
+    def __init__(self, engine_cfg, policy: PolicyConfig):
+        from practicum.engine.factory import build_sampler
 
-        # the driver publishes the starting weights (its own init included) as version 0
-        self.holder, self.sampler = load_hf_engine(replace(policy, init=None,
-                                                           gradient_checkpointing=False))
-        self.holder.model.requires_grad_(False)
-        self.device = self.holder.device
+        self.sampler = build_sampler(engine_cfg, policy)
 
     def pid(self) -> int:
         return os.getpid()
@@ -73,20 +68,7 @@ class EngineWorker:
         return self.sampler.generate(prompts, params, seeds, adapter), self.sampler.version
 
     def load_weights(self, update: WeightUpdate) -> int:
-        """Set the published tensors into this engine's model, then into its sampler."""
-        import torch
-
-        tensors = {k: v.to(self.device) for k, v in update.tensors.items()}
-        with torch.no_grad():
-            if update.kind == "lora":
-                from peft import set_peft_model_state_dict
-
-                result = set_peft_model_state_dict(self.holder.model, tensors)
-                if result.unexpected_keys:
-                    raise ValueError(f"unknown adapter tensors {result.unexpected_keys[:5]}")
-            else:
-                self.holder.model.load_state_dict(tensors)
-        self.sampler.load_weights(replace(update, tensors=tensors))
+        self.sampler.load_weights(update)
         return self.sampler.version
 
 
@@ -94,14 +76,14 @@ class RayEngine:
     """Implements `practicum.engine.base.Sampler` by calling an `EngineWorker` actor (module
     doc). Starts a local Ray when none is running (and stops it in `close`)."""
 
-    def __init__(self, policy: PolicyConfig, *, cpus: float = 1.0, gpus: float = 0.0,
-                 timeout: float = 1800.0, address: str | None = None):
+    def __init__(self, engine_cfg, policy: PolicyConfig, *, cpus: float = 1.0,
+                 gpus: float = 0.0, timeout: float = 1800.0, address: str | None = None):
         import ray
 
         from practicum.runtime.ray_envs import start_ray
 
         self._own_ray = start_ray(address)
-        self.policy, self.timeout = policy, timeout
+        self.engine_cfg, self.policy, self.timeout = engine_cfg, policy, timeout
         self._remote = ray.remote(EngineWorker).options(num_cpus=cpus, num_gpus=gpus,
                                                         max_restarts=0)
         self._lock = threading.RLock()
@@ -187,7 +169,7 @@ class RayEngine:
         cannot start within max(timeout, START_SECONDS))."""
         import ray
 
-        handle = self._remote.remote(self.policy)
+        handle = self._remote.remote(self.engine_cfg, self.policy)
         from practicum.runtime.ray_envs import START_SECONDS
 
         limit = max(self.timeout, START_SECONDS)
@@ -212,9 +194,12 @@ class RayEngine:
         self._start()
 
     # -- reporting and shutdown -------------------------------------------------------------------
+    def shares_trainable(self, adapter: bool) -> bool:
+        return False  # the actor holds weights of its own
+
     def summary(self) -> dict:
-        return {"pid": self.pid, "engine_actors_started": self.started,
-                "engine_restarts": self.restarts, "version": self.version}
+        return {"ray_engine": {"pid": self.pid, "engine_actors_started": self.started,
+                               "engine_restarts": self.restarts, "version": self.version}}
 
     def metrics(self) -> dict[str, float]:
         """Per-step figures for metrics.jsonl (cumulative over the session)."""
@@ -229,5 +214,6 @@ class RayEngine:
         if handle is not None:
             ray.kill(handle, no_restart=True)
         if self._own_ray:
+            self._own_ray = False
             ray.shutdown()
 

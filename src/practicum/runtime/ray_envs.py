@@ -367,9 +367,9 @@ class RayEnvPool:
             return [w for w in self.workers if w.op is not None]
 
     def summary(self) -> dict:
-        return {"address": self.address or "local", "workers_started": self.started,
-                "workers_died": self.died_count, "workers_live": len(self.workers),
-                "model_calls": self.model_calls}
+        return {"ray": {"address": self.address or "local", "workers_started": self.started,
+                        "workers_died": self.died_count, "workers_live": len(self.workers),
+                        "model_calls": self.model_calls}}
 
     def metrics(self) -> dict[str, float]:
         """Per-step figures for metrics.jsonl (cumulative over the session)."""
@@ -378,7 +378,7 @@ class RayEnvPool:
                     "ray_workers_died": float(self.died_count),
                     "ray_model_calls": float(self.model_calls)}
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Kill every worker; stop Ray if this pool started it."""
         import ray
 
@@ -389,6 +389,7 @@ class RayEnvPool:
                 ray.kill(w.handle, no_restart=True)
                 w.handle = None
         if self._own_ray:
+            self._own_ray = False
             ray.shutdown()
 
 
@@ -411,7 +412,7 @@ def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteC
     try:
         pool.start_workers(warm)
     except BaseException:
-        pool.shutdown()
+        pool.close()
         raise
     suite.make_env = pool
     return pool

@@ -1,9 +1,10 @@
-"""A training session: everything a run needs, built once, resumed from the run folder.
+"""A training session: the run's state and the handles on its placed parts, resumed from the
+run folder.
 
-    trainable + sampler (engine) -> GenerationServer (batches every generate call)
-    ModelService (environments' own LLM calls, through the same server)
+    Placement (learner + sampler + envs, `runtime.placement`) -> GenerationServer (batches
+        every generate call), ModelService (environments' own LLM calls, through the server)
     Suite (registered environment: env factory, train/held-out tasks)
-    Learner, EpisodeStore + ConsumptionLedger, MetricsLogger, TaskCursor (+ curriculum)
+    run state: EpisodeStore + ConsumptionLedger, MetricsLogger, TaskCursor (+ curriculum)
 
 Both runtimes (sync, async) use it through `runtime.loop.train`; so do `practicum eval` and
 `practicum rft`.
@@ -17,12 +18,9 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import torch
 
 from practicum.config import Config, dump_config
-from practicum.errors import ConfigError
 from practicum.engine.base import SamplingParams, Trainable
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
@@ -30,9 +28,11 @@ from practicum.engine.service import ModelService
 from practicum.envs.base import Task
 from practicum.envs.registry import Suite, SuiteContext, build_suite
 from practicum.episode import Episode
-from practicum.learner import Learner, latest_checkpoint
+from practicum.learner import latest_checkpoint, read_trainer_state
 from practicum.report import MetricsLogger, episode_metrics, plot_rewards
 from practicum.runtime.cursor import Curriculum, TaskCursor
+from practicum.runtime.parts import Learner
+from practicum.runtime.placement import Placement, place, place_envs
 from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, rollout_batch
 from practicum.store import ConsumptionLedger, EpisodeStore
 
@@ -42,44 +42,14 @@ RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json"
 RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
 
-def load_engine(cfg: Config):
-    """(trainable, sampler) for the config's model and engine (engine.kind)."""
-    from practicum.engine.hf import PolicyConfig, load_hf_engine
-
-    m = cfg.model
-    policy = PolicyConfig(
-        model=m.model, dtype=m.dtype, device=m.device,
-        attn_implementation=m.attn_implementation, lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha,
-        lora_dropout=m.lora_dropout, lora_target_modules=list(m.lora_target_modules),
-        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed)
-    if cfg.engine.kind == "vllm":
-        if "actor" in (cfg.runtime.ray_engine, cfg.runtime.ray_learner):
-            raise ConfigError("config error at runtime.ray_engine: Ray actors run the hf engine "
-                              "only (engine.kind=vllm needs its own Python environment)")
-        from practicum.engine.vllm import load_vllm_engine
-        from practicum.engine.vllm_sampler import VLLMOptions
-
-        e = cfg.engine
-        return load_vllm_engine(policy, VLLMOptions(max_model_len=e.max_model_len,
-                                                    kv_cache_gb=e.kv_cache_gb, threads=e.threads))
-    rt = cfg.runtime
-    if rt.backend == "ray" and "actor" in (rt.ray_engine, rt.ray_learner):
-        from practicum.runtime.ray_learner import load_placed_engine
-
-        return load_placed_engine(cfg, policy)
-    return load_hf_engine(policy)
-
-
 @dataclass
 class Session:
     cfg: Config
-    trainable: Trainable
+    placement: Placement
     server: GenerationServer
     models: ModelService
     chat: ChatFormat
     suite: Suite
-    learner: Learner
     store: EpisodeStore
     ledger: ConsumptionLedger
     metrics: MetricsLogger
@@ -89,8 +59,15 @@ class Session:
     """The batch source's state from the checkpoint (e.g. the async runtime's open groups)."""
     skipped_batches: int = 0
     """Batches with nothing to train on, over the whole run (kept in checkpoints)."""
-    env_pool: Any = None
-    """runtime.backend=ray: the Ray env workers behind `suite.make_env` (`RayEnvPool`)."""
+
+    @property
+    def learner(self) -> Learner:
+        return self.placement.learner
+
+    @property
+    def trainable(self) -> Trainable:
+        """The in-process trainable (RFT); a learner placed elsewhere refuses with one line."""
+        return self.placement.learner.trainable
 
     @property
     def run_dir(self) -> Path:
@@ -122,7 +99,7 @@ class Session:
     def publish(self) -> None:
         """Give the sampler the learner's weights as version `learner.step`."""
         with self.server.updating():
-            self.server.publish(self.trainable.export_weights(self.learner.step))
+            self.server.publish(self.learner.export_weights(self.learner.step))
 
     def evaluate(self, label: str) -> dict:
         """Held-out evaluation (greedy by default): one episode per held-out task, seeded by
@@ -166,12 +143,7 @@ class Session:
             "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
-            "backend": self.cfg.runtime.backend,
-            **({"ray": self.env_pool.summary()} if self.env_pool is not None else {}),
-            **({"ray_engine": self.server.sampler.summary()}
-               if self.cfg.runtime.ray_engine == "actor" else {}),
-            **({"ray_learner_pid": self.trainable.pid}
-               if self.cfg.runtime.ray_learner == "actor" else {}),
+            "backend": self.cfg.runtime.backend, **self.placement.summary(),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -180,12 +152,7 @@ class Session:
     def close(self) -> None:
         self.server.stop()
         self.metrics.close()
-        if self.env_pool is not None:
-            self.env_pool.shutdown()
-        for part in (self.server.sampler, self.trainable):  # vLLM's files, Ray actors
-            close = getattr(part, "close", None)
-            if close is not None:
-                close()
+        self.placement.close()  # Ray actors, vLLM's files
 
 
 def open_session(cfg: Config) -> Session:
@@ -200,38 +167,27 @@ def open_session(cfg: Config) -> Session:
     dump_config(cfg, run_dir / "config.yaml")
     ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir, cfg.rollout.max_turns)
     suite = build_suite(cfg.task.name, cfg.task.options, ctx)
-    trainable, sampler = load_engine(cfg)
+    placement = place(cfg)
     r = cfg.rollout
-    server = GenerationServer(sampler, max_batch=max(64, r.group_size * r.tasks_per_step,
-                                                     cfg.runtime.num_actors)).start()
-    chat = ChatFormat(trainable.tokenizer)
+    server = GenerationServer(placement.sampler, max_batch=max(
+        64, r.group_size * r.tasks_per_step, cfg.runtime.num_actors)).start()
+    try:
+        place_envs(placement, cfg, suite, ctx)
+    except BaseException:
+        server.stop()
+        placement.close()
+        raise
+    chat = ChatFormat(placement.tokenizer)
     curriculum = Curriculum(cfg.curriculum)
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
-    state = torch.load(ckpt / "trainer.pt", weights_only=False)["extra"] if ckpt else {}
-    env_pool = None
-    if cfg.runtime.backend == "ray":
-        from practicum.runtime.ray_envs import use_ray
-
-        rt = cfg.runtime
-        try:
-            env_pool = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
-                               rt.ray_env_cpus, warm=rt.num_actors if rt.mode == "async"
-                               else r.group_size * r.tasks_per_step,
-                               call_timeout=rt.ray_call_timeout_s)
-        except BaseException:
-            server.stop()
-            for part in (sampler, trainable):  # Ray actors (and the Ray they started)
-                if hasattr(part, "close"):
-                    part.close()
-            raise
-    s = Session(cfg=cfg, trainable=trainable, server=server,
+    state = read_trainer_state(ckpt)["extra"] if ckpt else {}
+    s = Session(cfg=cfg, placement=placement, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
-                learner=getattr(trainable, "learner", None) or Learner(trainable, cfg),
                 store=EpisodeStore(run_dir / "episodes.jsonl"),
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
-                curriculum=curriculum, env_pool=env_pool)
+                curriculum=curriculum)
     if ckpt is not None:
         s.learner.load(ckpt)
         s.cursor.position = state["cursor"]

@@ -137,12 +137,15 @@ class Served:
 def load_served(target: str | Path, name: str | None = None, dtype: str = "auto",
                 batch_window: float = 0.02, max_batch: int = 32) -> Served:
     """Load `target`'s weights into a started generation server (module doc)."""
-    from practicum.engine.hf import load_frozen_sampler, load_hf_engine
+    from practicum.config import HFEngineConfig
+    from practicum.engine.factory import build_sampler, load_trainable
+    from practicum.engine.hf import load_frozen_sampler
 
     t = resolve_target(target, name)
     if t.policy_dir is None:
         sampler = load_frozen_sampler(t.model, dtype)
     else:
-        _trainable, sampler = load_hf_engine(_policy_config(t, dtype))
+        sampler = build_sampler(HFEngineConfig(), policy := _policy_config(t, dtype),
+                                load_trainable(policy))
     server = GenerationServer(sampler, batch_window=batch_window, max_batch=max_batch).start()
     return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions)

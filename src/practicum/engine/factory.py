@@ -1,0 +1,95 @@
+"""Where the policy's two faces are built: the trainable once, the sampler by engine kind.
+
+    policy = policy_config(cfg)                      # the model section, as the engines read it
+    trainable = load_trainable(policy)               # the one place an HF trainable is built
+    sampler = build_sampler(cfg.engine, policy, trainable)   # shares its weights where it can
+    sampler = build_sampler(cfg.engine, policy)              # weights of its own (an actor)
+
+Engine kinds form a registry: `engine.kind` names a module whose `build_sampler(engine_cfg,
+policy, trainable)` returns a `Sampler`. Adding an engine is one module, one entry in
+`ENGINES` and one config variant (`practicum.config.EngineConfig`); the modules are imported
+only when their kind is used, so vLLM's own environment is needed only for `engine.kind: vllm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib import import_module
+from typing import TYPE_CHECKING, Protocol
+
+from practicum.engine.hf_model import (
+    FrozenReference,
+    PolicyConfig,
+    load_lm,
+    load_tokenizer,
+    pick_device,
+    resolve_dtype,
+)
+from practicum.engine.models import resolve_model
+
+if TYPE_CHECKING:
+    from practicum.config import Config
+    from practicum.engine.base import Sampler
+    from practicum.engine.hf_trainable import HFTrainable
+
+ENGINES: dict[str, str] = {
+    "hf": "practicum.engine.hf",
+    "vllm": "practicum.engine.vllm",
+}
+"""engine.kind -> the module holding that engine's `build_sampler`."""
+
+
+class SamplerBuilder(Protocol):
+    def __call__(self, engine_cfg, policy: PolicyConfig,
+                 trainable: HFTrainable | None = None) -> Sampler: ...
+
+
+def policy_config(cfg: Config) -> PolicyConfig:
+    """The model section of a run config, as the engines and the trainable read it."""
+    m = cfg.model
+    return PolicyConfig(
+        model=m.model, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
+        lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+        lora_target_modules=list(m.lora_target_modules),
+        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
+        init=m.init, seed=cfg.run.seed)
+
+
+def load_trainable(policy: PolicyConfig) -> HFTrainable:
+    """The model the learner trains (HF + peft), on `policy.device` (refused with one line
+    before anything loads when this machine lacks it)."""
+    from practicum.engine.hf_trainable import HFTrainable
+
+    device = pick_device(policy.device)
+    path = resolve_model(policy.model)
+    dtype = resolve_dtype(policy, device)
+    return HFTrainable(policy, load_lm(path, dtype, device, policy.attn_implementation),
+                       load_tokenizer(path),
+                       FrozenReference(path, dtype, device, policy.attn_implementation))
+
+
+def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
+    """A frozen trainable-shaped copy of the policy for a sampler with weights of its own: the
+    published versions are loaded into it (the driver publishes its starting weights, `init`
+    included, as version 0)."""
+    holder = load_trainable(replace(policy, init=None, gradient_checkpointing=False))
+    holder.model.requires_grad_(False)
+    return holder
+
+
+def sampler_builder(kind: str) -> SamplerBuilder:
+    """The registered `build_sampler` of engine kind `kind`."""
+    if kind not in ENGINES:
+        from practicum.errors import ConfigError
+
+        raise ConfigError(f"config error at engine.kind: unknown engine {kind!r} "
+                          f"(known: {', '.join(ENGINES)})")
+    return import_module(ENGINES[kind]).build_sampler
+
+
+def build_sampler(engine_cfg, policy: PolicyConfig,
+                  trainable: HFTrainable | None = None) -> Sampler:
+    """A sampler of kind `engine_cfg.kind` holding the policy's starting weights as version 0
+    when `trainable` is given (it may share them), else the untrained policy until the first
+    `load_weights`."""
+    return sampler_builder(engine_cfg.kind)(engine_cfg, policy, trainable)

@@ -1,0 +1,146 @@
+"""Where each part of a run runs, decided once from the config.
+
+    placement = place(cfg)                  # learner + sampler (+ tokenizer), weights at version 0
+    place_envs(placement, cfg, suite, ctx)  # runtime.backend=ray: environments in Ray actors
+    placement.metrics() / .summary() / .close()
+
+This is the only module that reads the placement settings (`runtime.ray_learner`,
+`runtime.ray_engine`, `runtime.backend`) and the engine kind; everything after it holds the
+`Learner` and `Part` protocols (`practicum.runtime.parts`) and a `Sampler`:
+
+    learner   in this process (`practicum.learner.Learner` over the factory's trainable)
+              or a Ray actor (`RayLearner`)
+    sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
+              trainable's weights, or with weights of its own in a Ray actor (`RayEngine`) or
+              here when the learner is an actor
+    envs      in this process (and its children), or Ray actors (`RayEnvPool`)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from practicum.config import Config
+from practicum.engine.base import Sampler
+from practicum.engine.factory import build_sampler, load_trainable, policy_config
+from practicum.engine.hf_model import load_tokenizer, pick_device
+from practicum.engine.models import resolve_model
+from practicum.envs.registry import Suite, SuiteContext
+from practicum.errors import ConfigError
+from practicum.runtime.parts import Learner, Part
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Placement:
+    """The placed parts of a run (module doc)."""
+
+    learner: Learner
+    sampler: Sampler
+    tokenizer: Any
+    envs: Part | None = None
+    """runtime.backend=ray: the Ray env workers behind `suite.make_env`."""
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def parts(self) -> list[Part]:
+        """Every part, in the order they are closed (the reverse of their start)."""
+        return [p for p in (self.envs, self.sampler, self.learner) if p is not None]
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for part in self.parts:
+            out.update(part.metrics())
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for part in self.parts:
+            out.update(part.summary())
+        return out
+
+    def close(self) -> None:
+        """Close every part, even when one fails (the first failure is raised afterwards)."""
+        if self._closed:
+            return
+        self._closed = True
+        error: BaseException | None = None
+        for part in self.parts:
+            try:
+                part.close()
+            except BaseException as e:  # noqa: BLE001 - close the rest, then report
+                log.error("closing %s failed: %s", type(part).__name__, e)
+                error = error or e
+        if error is not None:
+            raise error
+
+
+def place(cfg: Config) -> Placement:
+    """The learner and the sampler placed as the config says, the sampler holding the learner's
+    weights as version 0. A device this machine lacks is refused before anything loads."""
+    policy = policy_config(cfg)
+    pick_device(policy.device)
+    rt = cfg.runtime
+    if cfg.engine.kind != "hf" and "actor" in (rt.ray_engine, rt.ray_learner):
+        raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
+                          f"only (engine.kind={cfg.engine.kind} needs its own Python "
+                          "environment)")
+    learner = _place_learner(cfg, policy)
+    try:
+        sampler = _place_sampler(cfg, policy, learner)
+    except BaseException:
+        learner.close()
+        raise
+    tokenizer = (learner.trainable.tokenizer if rt.ray_learner == "driver"
+                 else load_tokenizer(resolve_model(policy.model)))
+    return Placement(learner, sampler, tokenizer)
+
+
+def _place_learner(cfg: Config, policy) -> Learner:
+    rt = cfg.runtime
+    if rt.ray_learner == "actor":
+        from practicum.runtime.ray_learner import RayLearner
+
+        return RayLearner(cfg, policy, cpus=rt.ray_learner_cpus, gpus=rt.ray_learner_gpus,
+                          timeout=rt.ray_call_timeout_s, address=rt.ray_address,
+                          export_refs=rt.ray_engine == "actor")
+    from practicum.learner import Learner as LocalLearner
+
+    return LocalLearner(load_trainable(policy), cfg)
+
+
+def _place_sampler(cfg: Config, policy, learner: Learner) -> Sampler:
+    rt = cfg.runtime
+    if rt.ray_engine == "actor":
+        from practicum.runtime.ray_engine import RayEngine
+
+        sampler: Any = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
+                                 gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
+                                 address=rt.ray_address)
+    elif rt.ray_learner == "driver":  # may share the trainable's weights: holds version 0
+        return build_sampler(cfg.engine, policy, learner.trainable)
+    else:
+        sampler = build_sampler(cfg.engine, policy)
+    try:
+        sampler.load_weights(learner.export_weights(0))
+    except BaseException:
+        sampler.close()
+        raise
+    return sampler
+
+
+def place_envs(placement: Placement, cfg: Config, suite: Suite, ctx: SuiteContext) -> None:
+    """runtime.backend=ray: point `suite.make_env` at Ray env workers, warmed for the runtime's
+    number of environments in flight; local: nothing to do (environments run here)."""
+    rt = cfg.runtime
+    if rt.backend != "ray":
+        return
+    from practicum.runtime.ray_envs import use_ray
+
+    warm = rt.num_actors if rt.mode == "async" else \
+        cfg.rollout.group_size * cfg.rollout.tasks_per_step
+    placement.envs = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
+                             rt.ray_env_cpus, warm=warm, call_timeout=rt.ray_call_timeout_s)
