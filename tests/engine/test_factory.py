@@ -1,0 +1,60 @@
+"""The engine factory: one trainable builder, samplers from a registry of engine kinds."""
+
+import pytest
+
+from practicum.config import HFEngineConfig, ModelConfig, load_config
+from practicum.engine import factory
+from practicum.engine.factory import build_sampler, load_trainable, policy_config
+from practicum.engine.hf import HFEngineCopy, PolicyConfig
+from practicum.engine.hf_sampler import HFSampler
+from practicum.errors import ConfigError
+
+
+def test_every_model_setting_reaches_the_policy_config():
+    """A model.* key the factory forgot would silently fall back to PolicyConfig's default."""
+    overrides = {"dtype": "float32", "device": "cpu", "attn_implementation": "eager",
+                 "lora": False, "lora_r": 3, "lora_alpha": 5, "lora_dropout": 0.25,
+                 "lora_target_modules": ["q_proj"], "gradient_checkpointing": True,
+                 "merged_sampling": False, "init": "/some/where", "model": "/a/model"}
+    assert set(overrides) == set(ModelConfig.model_fields)
+    cfg = load_config(None, [f"model.{k}={v}" for k, v in overrides.items()] + ["run.seed=7"])
+    policy = policy_config(cfg)
+    for key, value in overrides.items():
+        assert getattr(policy, key) == value, key
+    assert policy.seed == 7
+
+
+def test_an_unknown_engine_kind_is_refused_by_name():
+    with pytest.raises(ConfigError, match="engine.kind: unknown engine 'sglang' "
+                                          r"\(known: hf, vllm\)"):
+        factory.sampler_builder("sglang")
+
+
+def test_a_registered_kind_is_built_through_its_module(monkeypatch, tiny_model_dir):
+    """A new engine is one module with `build_sampler` and one registry entry."""
+    import sys
+    import types
+
+    module = types.ModuleType("fake_engine")
+    module.build_sampler = lambda engine_cfg, policy, trainable=None: ("built", engine_cfg,
+                                                                      policy, trainable)
+    monkeypatch.setitem(sys.modules, "fake_engine", module)
+    monkeypatch.setitem(factory.ENGINES, "fake", "fake_engine")
+
+    class Cfg:
+        kind = "fake"
+
+    policy = PolicyConfig(model=str(tiny_model_dir))
+    assert build_sampler(Cfg, policy) == ("built", Cfg, policy, None)
+
+
+def test_hf_samplers_share_the_trainables_weights_or_hold_their_own(tiny_model_dir):
+    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", device="cpu",
+                          merged_sampling=False)
+    trainable = load_trainable(policy)
+    shared = build_sampler(HFEngineConfig(), policy, trainable)
+    assert isinstance(shared, HFSampler) and shared.lm is trainable.lm and shared.version == 0
+    own = build_sampler(HFEngineConfig(), policy)
+    assert isinstance(own, HFEngineCopy)
+    assert own.sampler.lm is not trainable.lm and own.holder is not trainable
+    assert not any(p.requires_grad for p in own.holder.model.parameters())
