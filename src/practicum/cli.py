@@ -72,6 +72,34 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_mle_evaluate(args) -> int:
+    """`practicum mle evaluate`: the mle package decides which episodes to run and which to
+    keep (`scratch_then_improve`); the session runs them. Composed here because an
+    environment never drives the runtime."""
+    from practicum.envs.mle.cli.evaluate import (
+        default_label,
+        require_mle,
+        scratch_then_improve,
+        write_evaluation,
+    )
+    from practicum.runtime.session import open_session
+
+    cfg = _config(args)
+    require_mle(cfg.task.name)
+    s = open_session(cfg)  # the run's latest checkpoint, if any
+    try:
+        def run_episodes(tasks, ids):
+            return s.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)], cfg.eval.temperature)
+
+        result = scratch_then_improve(run_episodes, s.suite.eval_tasks)
+        result["policy_version"] = s.server.version
+    finally:
+        s.close()
+    label = args.label or default_label(s.learner.step)
+    write_evaluation(result, s.run_dir / "eval" / f"{label}.json")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from practicum.report import plot_rewards
 
@@ -139,9 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     sh.set_defaults(func=cmd_show)
 
     from practicum.envs.mle import add_mle_commands
+    from practicum.envs.mle.cli.evaluate import add_evaluate_command
 
     m = sub.add_parser("mle", help="ML-engineering competitions")
-    add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
+    mle_commands = add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
+    add_evaluate_command(mle_commands, cmd_mle_evaluate)
 
     from practicum.envs.swe.cli import add_swe_commands
 

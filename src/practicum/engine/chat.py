@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+Message = dict[str, str]
+"""A chat message: {"role": "system" | "user" | "assistant", "content": text}. Environments
+write them (`practicum.envs.base` re-exports the name) and engines render them."""
+
 _REPLY = "PRACTICUM_REPLY_MARK"
 _OBS = "PRACTICUM_OBS_MARK"
 _CONTENT = "PRACTICUM_CONTENT_MARK"
@@ -34,7 +38,7 @@ class ChatFormat:
         self.obs_prefix, self.obs_suffix = full[len(base):].split(_OBS)
         self.eos_token_id = tokenizer.eos_token_id
 
-    def render(self, messages: list[dict[str, str]]) -> list[int]:
+    def render(self, messages: list[Message]) -> list[int]:
         """A prompt from chat messages (system, few-shot turns as real chat messages so a small
         model sees the protocol as a conversation, then the user turn), ready for the reply.
 

@@ -28,9 +28,8 @@ from practicum.engine.base import Sample, SamplingParams
 from practicum.errors import ConfigError
 
 if TYPE_CHECKING:
-    from practicum.engine.chat import ChatFormat
+    from practicum.engine.chat import ChatFormat, Message
     from practicum.engine.server import GenerationServer
-    from practicum.envs.base import Message
 
 DEFAULT_PARAMS = SamplingParams(temperature=0.0, max_new_tokens=512)
 """Model-service calls are greedy unless the caller asks otherwise."""

@@ -16,11 +16,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from practicum.engine.chat import Message  # re-exported: environments write chat messages
+
 if TYPE_CHECKING:
     from practicum.engine.service import ModelService
 
-Message = dict[str, str]
-"""A chat message: {"role": "system" | "user" | "assistant", "content": text}."""
+__all__ = ["Env", "EnvFactory", "Message", "Start", "StepResult", "Task"]
 
 
 @dataclass

@@ -5,7 +5,8 @@
     actions/        prompts, reply parsing, templates, self-improvement
     episode_data    a prepared competition as episodes share it
     env             MleEnv: one episode (reset -> Start, step -> StepResult)
-    suite           MleOptions (`task.options`) and `mle_suite`, registered here as "mle"
+    options         MleOptions: `task.options`, every key with its default
+    suite           `mle_suite`, registered here as "mle" with MleOptions
     cli/            `practicum mle list | prepare | grade | run | evaluate`
 
 Importing the package registers the environment and stays cheap; the names below are
@@ -17,7 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from practicum.envs.mle.suite import MleOptions, mle_suite
+from practicum.envs.mle.options import MleOptions
+from practicum.envs.mle.suite import mle_suite
 from practicum.envs.registry import register_env
 
 register_env("mle", MleOptions, mle_suite)
@@ -32,7 +34,7 @@ _EXPORTS = {
     "InvalidSubmissionError": "competitions.submission_checks",
     "GradeReport": "competitions.grading",
     "grade_submission": "competitions.grading",
-    "medal_thresholds": "competitions.grading",
+    "medal_thresholds": "competitions.medals",
     "RunOutcome": "credit.outcome",
     "MleEnv": "env",
     "add_mle_commands": "cli.commands",

@@ -70,7 +70,7 @@ from practicum.envs.sandbox import Limits, SandboxError, run_python
 
 if TYPE_CHECKING:
     from practicum.engine.service import ModelService
-    from practicum.envs.mle.suite import MleOptions
+    from practicum.envs.mle.options import MleOptions
 
 log = logging.getLogger(__name__)
 

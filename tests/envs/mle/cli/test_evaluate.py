@@ -1,11 +1,15 @@
-"""`mle evaluate`'s logic: a scratch episode, then one improving it, keep the better."""
+"""`mle evaluate`: a scratch episode, then one improving it, keep the better; the main CLI
+runs it in a runtime session."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 
+from practicum.cli import main
 from practicum.engine.service import ModelService
 from practicum.envs.base import Task
 from practicum.envs.mle.cli.evaluate import previous_solution, scratch_then_improve
@@ -72,3 +76,53 @@ def test_previous_solution_falls_back_to_the_reply():
     assert previous_solution(episode) == {"code": "model = Ridge(", "output": "", "score": None,
                                           "reward": -10.0, "valid": False}
     assert previous_solution(Episode(-10.0))["code"] == ""
+
+
+class FakeSession:
+    """What `practicum mle evaluate` uses of a runtime session; episodes reward the improving
+    attempt of every task but the first."""
+
+    def __init__(self, run_dir, step=7):
+        self.run_dir, self.closed, self.calls = run_dir, False, []
+        self.learner = SimpleNamespace(step=step)
+        self.server = SimpleNamespace(version=3)
+        self.suite = SimpleNamespace(eval_tasks=[IRIS, Task("wine", {"competition": "wine"})])
+
+    def rollout(self, items, temperature=None):
+        self.calls.append(([gid for _, gid, _ in items], temperature))
+        return [Episode(1.0 if "previous" in t.data and k else 0.0, [Turn("x", {"valid": True})])
+                for k, (t, _, _) in enumerate(items)]
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def session(monkeypatch, tmp_path):
+    import practicum.runtime.session as runtime_session
+
+    fake = FakeSession(tmp_path / "run")
+    monkeypatch.setattr(runtime_session, "open_session", lambda cfg: fake)
+    return fake
+
+
+def test_the_cli_runs_scratch_then_improve_in_a_session_and_writes_the_result(session, capsys):
+    assert main(["mle", "evaluate", "task.name=mle", "eval.temperature=0.5"]) == 0
+    assert session.closed
+    assert session.calls == [(["eval-scratch/iris-species", "eval-scratch/wine"], 0.5),
+                             (["eval-improve/iris-species", "eval-improve/wine"], 0.5)]
+    result = json.loads((session.run_dir / "eval" / "improve_step_000007.json").read_text())
+    assert result["policy_version"] == 3
+    assert [r["kept"] for r in result["tasks"]] == ["scratch", "improve"]
+    assert result["best"]["reward_mean"] == 0.5
+    out = capsys.readouterr().out
+    assert '"best"' in out and "improve_step_000007.json" in out
+
+
+def test_the_cli_labels_the_result_and_refuses_another_task(session, capsys):
+    assert main(["mle", "evaluate", "task.name=mle", "--label", "mine"]) == 0
+    assert (session.run_dir / "eval" / "mine.json").exists()
+    session.closed = False
+    assert main(["mle", "evaluate", "task.name=toy"]) == 2
+    assert "mle evaluate needs task.name=mle, got 'toy'" in capsys.readouterr().err
+    assert not session.closed  # no session was opened

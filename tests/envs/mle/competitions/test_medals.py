@@ -2,7 +2,7 @@
 
 import pytest
 
-from practicum.envs.mle.competitions.grading import (
+from practicum.envs.mle.competitions.medals import (
     above_median,
     medal_for,
     medal_positions,

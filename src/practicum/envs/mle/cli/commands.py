@@ -3,7 +3,8 @@
 The main CLI creates the `mle` parser and its subparsers and calls `add_mle_commands(sub)`;
 every command sets `func`, so the CLI dispatches with `args.func(args)` (an exit code: 0 ok,
 1 an invalid submission or a broken folder listed). Bad input raises a `PracticumError`.
-`mle run` and `mle evaluate` live in their own modules; `add_mle_commands` registers them.
+`mle run` lives in its own module and `add_mle_commands` registers it; `mle evaluate` runs
+episodes, so the main CLI composes it (`practicum.cli`) from what `evaluate` offers.
 """
 
 from __future__ import annotations
@@ -16,40 +17,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-
-RAW_HELP = (
-    "folder with the competition's raw files (default: <data>/<id>/raw). Only competitions "
-    "prepared from downloaded files (e.g. copied from MLE-bench) need it; the bundled ones "
-    "build their data from installed packages and ignore it."
+from practicum.envs.mle.cli.arguments import (
+    DATA_HELP,
+    RAW_HELP,
+    competitions_option,
+    mle_data_root,
 )
-
-
-DATA_HELP = ("data folder, as $PRACTICUM_DATA: files go to DIR/mle/<id>/prepared/ (default: "
-             "$PRACTICUM_DATA/mle or ~/.cache/practicum/mle)")
-
-
-def mle_data_root(data: Path | None) -> Path | None:
-    """`--data DIR` means what PRACTICUM_DATA=DIR means: the MLE data root is DIR/mle."""
-    return Path(data) / "mle" if data is not None else None
-
-
-def competitions_option() -> argparse.ArgumentParser:
-    """A parent parser holding the repeatable `--competitions DIR` option."""
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--competitions",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="DIR",
-        help="a folder of competition folders (or one competition folder) searched before "
-        "$PRACTICUM_COMPETITIONS and the bundled suite; repeatable",
-    )
-    return parent
+from practicum.envs.mle.cli.run import add_run_command
 
 
 def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentParser):
-    """Add `list`, `prepare` and `grade` to the `mle` subparsers; return the subparsers action.
+    """Add `list`, `prepare`, `grade` and `run` to the `mle` subparsers; return the subparsers
+    action (the main CLI adds `evaluate`: it needs the runtime).
 
     Accepts the `mle` ArgumentParser itself too (its subparsers are then created here).
     """
@@ -83,11 +62,7 @@ def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentP
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.set_defaults(func=cmd_grade)
 
-    from practicum.envs.mle.cli.evaluate import add_evaluate_command
-    from practicum.envs.mle.cli.run import add_run_command
-
     add_run_command(sub, [common])
-    add_evaluate_command(sub)
     return sub
 
 

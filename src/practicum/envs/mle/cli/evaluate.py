@@ -5,8 +5,10 @@ the prompt), and the better of the two is kept.
     practicum mle evaluate configs/mle.yaml [overrides] [--label NAME]
 
 loads the run's latest checkpoint (or the untrained policy when there is none), evaluates the
-suite's held-out tasks and writes RUN/eval/<label>.json. `scratch_then_improve` is the logic;
-the runtime only runs the episodes it asks for.
+suite's held-out tasks and writes RUN/eval/<label>.json. This module is what the environment
+knows: the command's arguments, `scratch_then_improve` (which episodes to run, which to keep)
+and the result file. The command itself is composed by the main CLI (`practicum.cli`), which
+opens the runtime session that runs the episodes: an environment never drives the loop.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from practicum.envs.base import Task
@@ -82,36 +85,31 @@ def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task]) -> dict[s
     }
 
 
-def add_evaluate_command(sub: argparse._SubParsersAction) -> None:
+def add_evaluate_command(sub: argparse._SubParsersAction,
+                         handler: Callable[[argparse.Namespace], int]) -> None:
+    """Register `evaluate` on the `mle` subparsers; `handler` runs it (the main CLI's)."""
     ev = sub.add_parser("evaluate", help="held-out evaluation: scratch, then one improvement, "
                         "keep the better (uses the run's latest checkpoint)")
     ev.add_argument("config", help="YAML config of the run (task.name must be mle)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.temperature=0")
     ev.add_argument("--label", default=None, help="name of RUN/eval/<label>.json")
-    ev.set_defaults(func=cmd_evaluate)
+    ev.set_defaults(func=handler)
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    from practicum.config import load_config
-    from practicum.runtime.session import open_session
-
-    cfg = load_config(args.config, args.overrides)
-    if cfg.task.name != "mle":
+def require_mle(task_name: str) -> None:
+    """ConfigError unless the run's task is this environment."""
+    if task_name != "mle":
         raise ConfigError(f"config error at task.name: mle evaluate needs task.name=mle, "
-                          f"got {cfg.task.name!r}")
-    s = open_session(cfg)  # the run's latest checkpoint, if any
-    try:
-        def run_episodes(tasks: list[Task], ids: list[str]):
-            return s.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)], cfg.eval.temperature)
+                          f"got {task_name!r}")
 
-        result = scratch_then_improve(run_episodes, s.suite.eval_tasks)
-        result["policy_version"] = s.server.version
-    finally:
-        s.close()
-    label = args.label or f"improve_step_{s.learner.step:06d}"
-    out = s.run_dir / "eval" / f"{label}.json"
+
+def default_label(step: int) -> str:
+    return f"improve_step_{step:06d}"
+
+
+def write_evaluation(result: dict[str, Any], out: Path) -> None:
+    """Write the whole result to `out` (JSON); print the three summaries and where it went."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("scratch", "improve", "best")}, indent=1))
     print(f"written to {out}")
-    return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from practicum.envs.mle.cli.commands import DATA_HELP, RAW_HELP, mle_data_root
+from practicum.envs.mle.cli.arguments import DATA_HELP, RAW_HELP, mle_data_root
 from practicum.errors import PracticumError
 
 NO_POLICY = ("--instrumenter {spec}: `mle run` has no live policy to take a frozen base from; "

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from practicum.envs.mle.competitions import grading, mlebench_compat, secret_transform
+from practicum.envs.mle.competitions import medals, mlebench_compat, secret_transform
 from practicum.envs.mle.competitions.config import (
     CompetitionError,
     PracticumSection,
@@ -201,15 +201,15 @@ class Competition:
         return score
 
     def medal_thresholds(self) -> dict | None:
-        """`grading.medal_thresholds` of leaderboard.csv; None without a leaderboard."""
-        return grading.medal_thresholds(self.leaderboard) if self.leaderboard else None
+        """`medals.medal_thresholds` of leaderboard.csv; None without a leaderboard."""
+        return medals.medal_thresholds(self.leaderboard) if self.leaderboard else None
 
     def medal(self, score: float) -> str | None:
         """ "gold", "silver", "bronze" or None, by MLE-bench's rule over leaderboard.csv."""
         thresholds = self.medal_thresholds()
         if thresholds is None or score is None or math.isnan(score):
             return None
-        return grading.medal_for(score, thresholds, self.lower_is_better)
+        return medals.medal_for(score, thresholds, self.lower_is_better)
 
     def _callable(self, key: str, default: str) -> Callable:
         reference = config_value(self.config, key) or default
