@@ -19,10 +19,6 @@ import practicum
 
 ROOT = Path(practicum.__file__).parent
 
-LEAD_CYCLES_PENDING = {frozenset({"practicum.runtime.ray_engine", "practicum.runtime.ray_learner"})}
-"""Cycles the lead's placement refactor (issue 21, Build 1) removes. Empty it then: the test
-below fails on an entry that is no longer a cycle."""
-
 LAYERS = {
     "practicum.engine": ("practicum.envs", "practicum.runtime"),
     "practicum.envs": ("practicum.runtime",),
@@ -177,14 +173,8 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
 @pytest.mark.parametrize("type_checking", [False, True], ids=["run-time", "with-annotations"])
 def test_the_package_has_no_import_cycles(type_checking):
     graph = import_graph(type_checking=type_checking)
-    new = [c for c in cycles(graph) if c not in LEAD_CYCLES_PENDING]
-    assert not new, "import cycles:\n" + describe(graph, new)
-
-
-def test_pending_cycles_still_exist():
-    """An entry of LEAD_CYCLES_PENDING that is no longer a cycle must be removed from it."""
-    gone = LEAD_CYCLES_PENDING - set(cycles(import_graph(type_checking=True)))
-    assert not gone, f"no longer cycles, remove from LEAD_CYCLES_PENDING: {gone}"
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + describe(graph, found)
 
 
 def test_layers_import_downwards_only():

@@ -4,10 +4,11 @@ import pytest
 
 from practicum.config import HFEngineConfig, ModelConfig, load_config
 from practicum.engine import factory
-from practicum.engine.factory import build_sampler, load_trainable, policy_config
+from practicum.engine.factory import build_sampler, load_trainable
 from practicum.engine.hf import HFEngineCopy, PolicyConfig
 from practicum.engine.hf_sampler import HFSampler
 from practicum.errors import ConfigError
+from practicum.runtime.placement import policy_config
 
 
 def test_every_model_setting_reaches_the_policy_config():

@@ -1,6 +1,5 @@
 """Where the policy's two faces are built: the trainable once, the sampler by engine kind.
 
-    policy = policy_config(cfg)                      # the model section, as the engines read it
     trainable = load_trainable(policy)               # the one place an HF trainable is built
     sampler = build_sampler(cfg.engine, policy, trainable)   # shares its weights where it can
     sampler = build_sampler(cfg.engine, policy)              # weights of its own (an actor)
@@ -28,7 +27,6 @@ from practicum.engine.hf_model import (
 from practicum.engine.models import resolve_model
 
 if TYPE_CHECKING:
-    from practicum.config import Config
     from practicum.engine.base import Sampler
     from practicum.engine.hf_trainable import HFTrainable
 
@@ -42,17 +40,6 @@ ENGINES: dict[str, str] = {
 class SamplerBuilder(Protocol):
     def __call__(self, engine_cfg, policy: PolicyConfig,
                  trainable: HFTrainable | None = None) -> Sampler: ...
-
-
-def policy_config(cfg: Config) -> PolicyConfig:
-    """The model section of a run config, as the engines and the trainable read it."""
-    m = cfg.model
-    return PolicyConfig(
-        model=m.model, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
-        lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-        lora_target_modules=list(m.lora_target_modules),
-        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed)
 
 
 def load_trainable(policy: PolicyConfig) -> HFTrainable:

@@ -18,8 +18,13 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
                   ) -> VLLMSampler:
     """The registry's builder for engine.kind vllm: a vLLM engine of the policy's model,
     holding the trainable's weights as version 0 when one is given."""
-    options = VLLMOptions(max_model_len=engine_cfg.max_model_len,
-                          kv_cache_gb=engine_cfg.kv_cache_gb, threads=engine_cfg.threads)
+    return _vllm_sampler(policy, VLLMOptions(max_model_len=engine_cfg.max_model_len,
+                                             kv_cache_gb=engine_cfg.kv_cache_gb,
+                                             threads=engine_cfg.threads), trainable)
+
+
+def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
+                  trainable: HFTrainable | None) -> VLLMSampler:
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, pick_device(policy.device))
     tokenizer = trainable.tokenizer if trainable is not None else load_tokenizer(path)
@@ -35,10 +40,5 @@ def load_vllm_engine(cfg: PolicyConfig, options: VLLMOptions | None = None
                      ) -> tuple[HFTrainable, VLLMSampler]:
     """The trainable (HF + peft, as with the HF engine) and a vLLM sampler already holding its
     weights as version 0."""
-    from practicum.config import VLLMEngineConfig
-
-    o = options or VLLMOptions()
     trainable = load_trainable(cfg)
-    engine = VLLMEngineConfig(kind="vllm", max_model_len=o.max_model_len,
-                              kv_cache_gb=o.kv_cache_gb, threads=o.threads)
-    return trainable, build_sampler(engine, cfg, trainable)
+    return trainable, _vllm_sampler(cfg, options or VLLMOptions(), trainable)

@@ -24,8 +24,8 @@ from typing import Any
 
 from practicum.config import Config
 from practicum.engine.base import Sampler
-from practicum.engine.factory import build_sampler, load_trainable, policy_config
-from practicum.engine.hf_model import load_tokenizer, pick_device
+from practicum.engine.factory import build_sampler, load_trainable
+from practicum.engine.hf_model import PolicyConfig, load_tokenizer, pick_device
 from practicum.engine.models import resolve_model
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
@@ -76,6 +76,17 @@ class Placement:
                 error = error or e
         if error is not None:
             raise error
+
+
+def policy_config(cfg: Config) -> PolicyConfig:
+    """The model section of a run config, as the engines and the trainable read it."""
+    m = cfg.model
+    return PolicyConfig(
+        model=m.model, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
+        lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+        lora_target_modules=list(m.lora_target_modules),
+        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
+        init=m.init, seed=cfg.run.seed)
 
 
 def place(cfg: Config) -> Placement:
