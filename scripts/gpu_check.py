@@ -1,0 +1,365 @@
+"""The GPU check (issue 21): practicum's real training entry on one device, in bf16, sync and
+async, LoRA and full fine-tuning, on a randomly initialised Llama (no weights to download).
+
+    scripts/gpu_check.sh [--device cuda] [--quick] [--out FILE] [--set KEY=VALUE ...]
+
+Builds the model into a temporary folder, trains the `toy` task (it needs nothing beyond
+practicum's core: the calculator imports reasoning-gym, whose generators cannot travel to the
+lent GPU machine) with `load_config` + `run_training`, four runs:
+
+    sync-lora  sync-full  async-lora  async-full
+
+and reads back what each run wrote (metrics.jsonl, summary.json, episodes.jsonl):
+
+- steps completed (summary.json) against the steps asked for;
+- trainer/sampler log-prob gap: the learner's `logprob_gap` (mean |log pi_learner - log
+  pi_sampler| per trained token, before each step's update) and `logprob_gap_max`;
+- peak GPU memory of the run (torch.cuda.max_memory_allocated, reset before each run);
+- learner tokens/s: sum(train_tokens * updates) / sum(learner_seconds) over the steps;
+- sampling tokens/s: tokens sampled into training episodes / seconds spent sampling them
+  (sync: the steps' rollout_seconds, in which the learner waits; async: the generation
+  server's busy seconds from summary.json, else the run's wall time).
+
+If a reference chat model resolves offline (default: SmolLM2-135M-Instruct) it also trains it
+a few sync LoRA steps and records the held-out reward before and after. Everything goes into
+one JSON, rewritten after every run so a killed check still leaves what it had; the exit
+status is 1 when any run crashed, stopped short, logged a non-finite value or a gap above
+--max-gap. Only public entry points are used, so the check survives refactors of the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import json
+import math
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CARRIED_TOKENIZER = ROOT / ".whl" / "tokenizer"
+"""Where scripts/gpu_wheels.sh saves the SmolLM2 tokenizer, so the GPU machine needs no GGUF."""
+
+FINITE_KEYS = ("loss", "grad_norm", "entropy", "approx_kl", "logprob_gap", "logprob_gap_max")
+"""Per-step metrics that must be finite in every logged step."""
+
+RUNS = (("sync-lora", "sync", True), ("sync-full", "sync", False),
+        ("async-lora", "async", True), ("async-full", "async", False))
+
+
+@dataclass(frozen=True)
+class Size:
+    """Model and batch sizes of one check."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    steps: int
+    group_size: int
+    tasks_per_step: int
+    max_new_tokens: int
+    eval_size: int
+    micro_batch_size: int
+
+
+FULL = Size(hidden=768, intermediate=2048, layers=8, heads=12, kv_heads=4, steps=6,
+            group_size=8, tasks_per_step=4, max_new_tokens=64, eval_size=16,
+            micro_batch_size=16)
+QUICK = Size(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, steps=2,
+             group_size=4, tasks_per_step=2, max_new_tokens=8, eval_size=2,
+             micro_batch_size=4)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", help="model.device of every run (cuda, cpu, ...)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    p.add_argument("--quick", action="store_true", help="tiny model and batches (CPU tests)")
+    p.add_argument("--out", type=Path, required=True, help="the JSON to write")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="a folder holding a tokenizer (default: .whl/tokenizer if present, "
+                   "else practicum's built-in SmolLM2 tokenizer)")
+    p.add_argument("--reference-model", default="smollm2-135m-instruct",
+                   help="a real model to train a few steps if it resolves offline; 'none' skips")
+    p.add_argument("--reference-steps", type=int, default=None,
+                   help="its training steps (default: the runs' steps)")
+    p.add_argument("--max-gap", type=float, default=0.2,
+                   help="largest acceptable mean trainer/sampler log-prob gap of a run")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra config override for every run (repeatable)")
+    p.add_argument("--runs", default=",".join(name for name, _, _ in RUNS),
+                   help="comma-separated subset of " + ", ".join(n for n, _, _ in RUNS))
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="dump every thread's stack and exit 1 after this many seconds (a hang)")
+    args = p.parse_args(argv)
+    unknown = set(args.runs.split(",")) - {name for name, _, _ in RUNS}
+    if unknown:
+        p.error(f"unknown --runs {', '.join(sorted(unknown))}")
+    return args
+
+
+# -- the model ----------------------------------------------------------------------------------
+def load_tokenizer(folder: Path | None):
+    """The tokenizer to build the model around: a given folder, the carried one, or the
+    built-in SmolLM2 tokenizer (which reads the GGUF package)."""
+    from transformers import AutoTokenizer
+
+    folder = folder or (CARRIED_TOKENIZER if (CARRIED_TOKENIZER / "tokenizer.json").is_file()
+                        else None)
+    if folder is not None:
+        return AutoTokenizer.from_pretrained(folder)
+    from practicum.engine.models import load_builtin_tokenizer
+
+    return load_builtin_tokenizer()
+
+
+def build_model(folder: Path, tokenizer, size: Size, seed: int = 0) -> dict:
+    """Save a randomly initialised Llama (fp32 on disk) and the tokenizer into `folder`;
+    returns its shape and parameter count."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        hidden_size=size.hidden, intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers, num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads, max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.1,  # spread-out logits: samples are not uniform noise
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return {"hidden": size.hidden, "layers": size.layers, "vocab": len(tokenizer),
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+# -- one run ------------------------------------------------------------------------------------
+def overrides(args, size: Size, model: str, out_dir: Path, name: str, mode: str, lora: bool,
+              steps: int) -> list[str]:
+    """Dotted config overrides of one run. A random model rarely ends a reply, so every reply
+    is cut by max_new_tokens: overlong masking is off, and so is dynamic sampling (every batch
+    trains, so `steps` steps take `steps` batches). Async runs keep a whole batch in flight,
+    so the sampler batches as many rows as sync does."""
+    return [f"model.model={model}", f"model.device={args.device}", f"model.dtype={args.dtype}",
+            f"model.lora={str(lora).lower()}", f"runtime.mode={mode}",
+            "task.name=toy", "task.options.train_size=64",
+            f"task.options.eval_size={size.eval_size}", f"eval.size={size.eval_size}",
+            "eval.every=0", "rollout.max_turns=1", f"rollout.group_size={size.group_size}",
+            f"rollout.tasks_per_step={size.tasks_per_step}",
+            f"runtime.num_actors={size.group_size * size.tasks_per_step}",
+            f"sampling.max_new_tokens={size.max_new_tokens}",
+            f"train.micro_batch_size={size.micro_batch_size}", "train.warmup_steps=0",
+            f"train.steps={steps}", "algo.mask_overlong=false", "algo.dynamic_sampling=false",
+            f"run.out_dir={out_dir}", f"run.name={name}", "run.resume=false", *args.set]
+
+
+def train_run(over: list[str]) -> dict:
+    """practicum's own training entry on these overrides; returns summary.json's content."""
+    from practicum.config import load_config
+    from practicum.runtime.train import run_training
+
+    return run_training(load_config(None, over), progress=False)
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    """The training steps' rows of metrics.jsonl (evaluation rows hold no loss)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "loss" in r]
+
+
+def sampled_tokens(run_dir: Path) -> int:
+    """Tokens sampled into the run's stored training episodes."""
+    path = run_dir / "episodes.jsonl"
+    if not path.exists():
+        return 0
+    return sum(len(turn["sampled_ids"]) for line in path.read_text().splitlines()
+               if line.strip() for turn in json.loads(line)["turns"])
+
+
+def run_figures(run_dir: Path, summary: dict, mode: str) -> dict:
+    """What one finished run measured (module docstring)."""
+    rows = read_rows(run_dir)
+    gaps = [r["logprob_gap"] for r in rows if "logprob_gap" in r]
+    learner_s = sum(r.get("learner_seconds", 0.0) for r in rows)
+    learned = sum(r.get("train_tokens", 0.0) * r.get("updates", 1.0) for r in rows)
+    tokens = sampled_tokens(run_dir)
+    if mode == "sync":
+        sampling_s = sum(r.get("rollout_seconds", 0.0) for r in rows)
+    else:
+        sampling_s = (summary.get("async") or {}).get("generation_seconds") \
+            or summary.get("wall_seconds", 0.0)
+    reward = lambda ev: ev.get("reward_mean") if ev else None  # noqa: E731
+    return {
+        "steps": summary.get("steps", len(rows)),
+        "logprob_gap": sum(gaps) / len(gaps) if gaps else None,
+        "logprob_gap_max": max((r["logprob_gap_max"] for r in rows if "logprob_gap_max" in r),
+                               default=None),
+        "sampled_tokens": tokens, "sampling_seconds": sampling_s,
+        "sampling_tokens_per_s": tokens / sampling_s if sampling_s else None,
+        "learner_tokens_per_s": learned / learner_s if learner_s else None,
+        "reward_before": reward(summary.get("eval_before")),
+        "reward_after": reward(summary.get("eval_after")),
+        "nonfinite": sorted({k for r in rows for k in FINITE_KEYS
+                             if isinstance(r.get(k), float) and not math.isfinite(r[k])}),
+    }
+
+
+def problems(record: dict, max_gap: float) -> list[str]:
+    """Why a run's record fails the check (empty: it passes)."""
+    if record.get("error"):
+        return [f"{record['name']}: crashed: {record['error']}"]
+    out = []
+    if record["steps"] < record["steps_wanted"]:
+        out.append(f"{record['name']}: completed {record['steps']} of "
+                   f"{record['steps_wanted']} steps")
+    if record["nonfinite"]:
+        out.append(f"{record['name']}: non-finite {', '.join(record['nonfinite'])}")
+    gap = record["logprob_gap"]
+    if gap is None or not math.isfinite(gap) or gap > max_gap:
+        out.append(f"{record['name']}: log-prob gap {gap} (bound {max_gap})")
+    return out
+
+
+def memory_reset(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def memory_figures(device: str) -> dict:
+    """Peak memory of the run just finished, and what stays allocated once it is dropped."""
+    if not device.startswith("cuda"):
+        return {"peak_gpu_memory_gb": None, "gpu_memory_left_gb": None}
+    import torch
+
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"peak_gpu_memory_gb": peak, "gpu_memory_left_gb": torch.cuda.memory_allocated() / 2**30}
+
+
+def run_one(args, size: Size, model: str, work: Path, name: str, mode: str, lora: bool,
+            steps: int) -> dict:
+    """Train one run and return its record; an exception is recorded, not raised."""
+    record = {"name": name, "model": model, "mode": mode, "lora": lora, "steps_wanted": steps,
+              "error": None}
+    memory_reset(args.device)
+    started = time.perf_counter()
+    try:
+        summary = train_run(overrides(args, size, model, work, name, mode, lora, steps))
+        record.update(run_figures(work / name, summary, mode))
+    except Exception as err:  # the check reports every run, then fails
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    record["wall_seconds"] = time.perf_counter() - started
+    record.update(memory_figures(args.device))
+    return record
+
+
+def reference_model(spec: str) -> tuple[str | None, str | None]:
+    """(local folder, None) when `spec` resolves without the network, else (None, why)."""
+    if spec.lower() == "none":
+        return None, "skipped (--reference-model none)"
+    try:
+        from practicum.engine.models import resolve_model
+
+        return str(resolve_model(spec)), None
+    except Exception as err:  # not installed here, or no weights: the check goes on
+        return None, f"{type(err).__name__}: {err}".splitlines()[0][:300]
+
+
+# -- the whole check ----------------------------------------------------------------------------
+def environment(device: str) -> dict:
+    import torch
+    import transformers
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "cuda": torch.version.cuda,
+            "device": device, "device_name": platform.processor() or platform.machine()}
+    try:
+        import peft
+
+        info["peft"] = peft.__version__
+    except ImportError:
+        info["peft"] = None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["device_name"] = torch.cuda.get_device_name()
+        info["bf16_supported"] = torch.cuda.is_bf16_supported()
+    return info
+
+
+def write(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(out)
+
+
+def check(args) -> dict:
+    """Every run in a temporary folder; returns (and keeps writing) the result."""
+    size = QUICK if args.quick else FULL
+    wanted = [r for r in RUNS if r[0] in args.runs.split(",")]
+    result = {"ok": False, "finished": False, "started_unix": time.time(),
+              "environment": environment(args.device),
+              "settings": {**asdict(size), "device": args.device, "dtype": args.dtype,
+                           "quick": args.quick, "max_gap": args.max_gap, "extra": args.set},
+              "model": None, "runs": [], "reference": None, "problems": []}
+    write(args.out, result)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = Path(tmp)
+        result["model"] = build_model(work / "model", load_tokenizer(args.tokenizer), size)
+        for name, mode, lora in wanted:
+            print(f"gpu_check: {name}", flush=True)
+            record = run_one(args, size, str(work / "model"), work, name, mode, lora, size.steps)
+            result["runs"].append(record)
+            result["problems"] += problems(record, args.max_gap)
+            write(args.out, result)
+        folder, why = reference_model(args.reference_model)
+        if folder is None:
+            result["reference"] = {"model": args.reference_model, "skipped": why}
+        else:
+            print(f"gpu_check: reference {args.reference_model}", flush=True)
+            record = run_one(args, size, folder, work, "reference", "sync", True,
+                             args.reference_steps or size.steps)
+            result["reference"] = record
+            result["problems"] += problems(record, args.max_gap)
+    result.update(ok=not result["problems"] and len(result["runs"]) == len(wanted),
+                  finished=True, wall_seconds=time.perf_counter() - started)
+    write(args.out, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    faulthandler.dump_traceback_later(args.budget_s, exit=True)  # a hang ends with its stacks
+    try:
+        result = check(args)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    for line in result["problems"]:
+        print(f"gpu_check: FAIL {line}", file=sys.stderr)
+    print(f"gpu_check: {'ok' if result['ok'] else 'FAILED'}; {args.out}", flush=True)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

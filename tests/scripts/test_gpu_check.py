@@ -1,0 +1,122 @@
+"""The GPU check (scripts/gpu_check.sh + gpu_check.py) run whole on the CPU with the tiny model,
+its failure path, and the figures it reads back from a run folder."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+RUN_FIELDS = ("name", "mode", "lora", "steps", "steps_wanted", "error", "logprob_gap",
+              "logprob_gap_max", "peak_gpu_memory_gb", "sampled_tokens", "sampling_seconds",
+              "sampling_tokens_per_s", "learner_tokens_per_s", "reward_before", "reward_after",
+              "nonfinite", "wall_seconds")
+
+
+def _load_driver():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """scripts/gpu_check.sh on the CPU, its temporary files under tmp_path/tmp."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "check.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "PYTHONPATH")}
+    env.update(PYTHON=sys.executable, TMPDIR=str(tmp))
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu",
+                           "--quick", "--out", str(out), *args],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert not list(tmp.glob("gpu_check_*")), "the check left its temporary folder behind"
+    return proc, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
+    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
+                               "--reference-model", str(tiny_model_dir),
+                               "--reference-steps", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert result["ok"] and result["finished"] and result["problems"] == []
+    assert result["environment"]["torch"] and result["environment"]["transformers"]
+    assert [(r["name"], r["mode"], r["lora"]) for r in result["runs"]] == [
+        ("sync-lora", "sync", True), ("sync-full", "sync", False),
+        ("async-lora", "async", True), ("async-full", "async", False)]
+    for run in [*result["runs"], result["reference"]]:
+        assert set(RUN_FIELDS) <= set(run), run["name"]
+        assert run["error"] is None and run["steps"] == run["steps_wanted"] > 0
+        assert math.isfinite(run["logprob_gap"]) and 0 <= run["logprob_gap"] < 0.2
+        assert run["sampled_tokens"] > 0 and run["sampling_tokens_per_s"] > 0
+        assert run["learner_tokens_per_s"] > 0 and run["nonfinite"] == []
+        assert run["peak_gpu_memory_gb"] is None  # on the CPU
+    assert result["reference"]["steps"] == 1
+    assert result["reference"]["reward_before"] is not None
+    assert result["reference"]["reward_after"] is not None
+
+
+@pytest.mark.slow
+def test_gpu_check_exits_nonzero_when_a_run_fails(tmp_path, tiny_model_dir):
+    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
+                               "--reference-model", "none", "--runs", "sync-lora",
+                               "--set", "model.lora_r=0")
+    assert proc.returncode == 1
+    assert not result["ok"] and result["finished"]
+    assert "lora_r" in result["runs"][0]["error"]
+    assert result["problems"] == [f"sync-lora: crashed: {result['runs'][0]['error']}"]
+    assert result["reference"]["skipped"]
+
+
+def _record(**changes) -> dict:
+    record = {"name": "sync-lora", "error": None, "steps": 3, "steps_wanted": 3,
+              "nonfinite": [], "logprob_gap": 0.01}
+    return {**record, **changes}
+
+
+def test_problems_name_every_failure():
+    problems = _load_driver().problems
+    assert problems(_record(), max_gap=0.2) == []
+    assert problems(_record(steps=2), 0.2) == ["sync-lora: completed 2 of 3 steps"]
+    assert problems(_record(nonfinite=["loss"]), 0.2) == ["sync-lora: non-finite loss"]
+    assert problems(_record(logprob_gap=0.3), 0.2) == [
+        "sync-lora: log-prob gap 0.3 (bound 0.2)"]
+    assert problems(_record(logprob_gap=float("nan")), 0.2) == [
+        "sync-lora: log-prob gap nan (bound 0.2)"]
+    assert problems(_record(logprob_gap=None), 0.2) == [
+        "sync-lora: log-prob gap None (bound 0.2)"]
+
+
+def test_run_figures_read_the_run_folder(tmp_path):
+    rows = [{"step": 0, "eval/reward_mean": 0.5},  # an evaluation row: no loss
+            {"step": 1, "loss": 0.1, "logprob_gap": 0.02, "logprob_gap_max": 0.5,
+             "train_tokens": 10.0, "updates": 2.0, "learner_seconds": 1.0,
+             "rollout_seconds": 2.0},
+            {"step": 2, "loss": float("nan"), "logprob_gap": 0.04, "logprob_gap_max": 0.3,
+             "train_tokens": 20.0, "updates": 2.0, "learner_seconds": 3.0,
+             "rollout_seconds": 4.0}]
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows))  # json writes NaN, as MetricsLogger does
+    episodes = [{"turns": [{"sampled_ids": [1, 2, 3]}, {"sampled_ids": [4]}]},
+                {"turns": [{"sampled_ids": [5, 6]}]}]
+    (tmp_path / "episodes.jsonl").write_text("\n".join(json.dumps(e) for e in episodes))
+    summary = {"steps": 2, "eval_before": {"reward_mean": 0.5}, "eval_after": None,
+               "async": {"generation_seconds": 3.0}}
+    fig = _load_driver().run_figures(tmp_path, summary, "sync")
+    assert fig["steps"] == 2
+    assert fig["logprob_gap"] == pytest.approx(0.03) and fig["logprob_gap_max"] == 0.5
+    assert fig["sampled_tokens"] == 6
+    assert fig["sampling_tokens_per_s"] == pytest.approx(6 / 6.0)  # rollout seconds 2 + 4
+    assert fig["learner_tokens_per_s"] == pytest.approx((10 * 2 + 20 * 2) / 4.0)
+    assert fig["reward_before"] == 0.5 and fig["reward_after"] is None
+    assert fig["nonfinite"] == ["loss"]
+    # async: the generation server's busy seconds
+    assert _load_driver().run_figures(tmp_path, summary, "async")[
+        "sampling_tokens_per_s"] == pytest.approx(6 / 3.0)
