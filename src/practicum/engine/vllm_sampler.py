@@ -79,6 +79,10 @@ class VLLMSampler:
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
 
     # -- sampling --------------------------------------------------------------------------------
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Never: the engine holds its own copy of the weights."""
+        return False
+
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         from vllm import SamplingParams as VP

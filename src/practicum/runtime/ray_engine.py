@@ -137,6 +137,10 @@ class RayEngine:
                                     f"published {self.version}")
             return samples
 
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Never: the engine actor holds its own copy of the weights."""
+        return False
+
     def load_weights(self, update) -> None:
         """Publish `update` to the actor as version `update.version`: a `WeightUpdate` is
         copied to CPU first (the trainable's live tensors may change as soon as this returns)

@@ -231,6 +231,10 @@ class HeldEngine:
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         return self.worker.generate(prompts, params, seeds, adapter)[0]
 
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Never: its own copy of the weights, not the learner actor's."""
+        return False
+
     def load_weights(self, update: WeightUpdate | RemoteUpdate) -> None:
         if isinstance(update, RemoteUpdate):
             update = update.fetch()
