@@ -131,7 +131,7 @@ def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
                                              "model.merged_sampling=true",
                                              f"runtime.staleness_policy={policy}",
                                              "runtime.max_staleness=1"))
-    assert train_run(cfg)["steps"] == 4 and len(steps) == 4
+    assert train_run(cfg)["steps"] == 4 and len(steps) >= 4
     during = [c for c in calls if any(a < c[0] and c[1] < b for a, b in steps)]
     assert len(during) >= 2, (steps, calls)
     audit(cfg.run_dir, 1)
