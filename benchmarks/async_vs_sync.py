@@ -18,8 +18,21 @@ async_vs_sync_ray.json / async_vs_sync_both.json). The Ray worker is the isolate
 there, so the bandit runs in it directly (task.options.process=false) instead of in a child
 process per episode as under the local backend.
 
+With --overlap, instead: an async run (local backend) whose learner step is as long as the
+actions of a step (each `Learner.train_step` padded with a sleep to --learner-seconds, default
+a step's 8 episodes x the mean action / actors: a learner on a device of its own), to show that
+sampling and actions go on while the learner trains; then, as the contrast, the same run with
+the server's gate held through each train step (the behaviour before sampling overlapped
+training). Written to async_vs_sync_overlap.json:
+  overlap bound  max(sum of action durations / actors, learner seconds): no run can be faster
+  serial         sum of action durations / actors + learner seconds: nothing overlapped
+  during train   generate calls that started and ended inside a train step (and their tokens)
+
     python benchmarks/async_vs_sync.py [--steps 10] [--actors 8] [--time-scale 1.0]
-                                       [--backend local|ray|both]
+                                       [--backend local|ray|both] [--overlap]
+    python benchmarks/async_vs_sync.py --overlap --steps 8 --time-scale 2 --sigma 0.3
+                                       (the committed overlap row: light tails, so the wait for
+                                       a group's slowest member does not hide the overlap)
 """
 
 from __future__ import annotations
@@ -27,8 +40,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
@@ -103,6 +118,113 @@ def measure(args, model: str, out_dir: Path, mode: str, backend: str = "local") 
             "ideal_seconds": ideal, "ideal_over_wall": ideal / wall, **extra}
 
 
+ARMS_MEAN_SECONDS = (0.5 + 2.0) / 2
+"""Mean action before time_scale: the random model's replies run a random arm."""
+
+
+@contextmanager
+def timed_learner_and_sampler(learner_seconds: float):
+    """Pad every learner step to `learner_seconds` (inside the step, so inside the server's
+    training block); record (start, end) of train steps and (start, end, tokens) of generate
+    calls."""
+    from practicum.engine.hf_sampler import HFSampler
+    from practicum.learner import Learner
+
+    steps, calls = [], []
+    train_step, generate = Learner.train_step, HFSampler.generate
+
+    def padded_train_step(self, episodes):
+        t0 = time.perf_counter()
+        metrics = train_step(self, episodes)
+        time.sleep(max(0.0, learner_seconds - (time.perf_counter() - t0)))
+        steps.append((t0, time.perf_counter()))
+        if metrics is not None:
+            metrics["learner_seconds"] = steps[-1][1] - t0
+        return metrics
+
+    def timed_generate(self, prompts, *args, **kwargs):
+        t0 = time.perf_counter()
+        samples = generate(self, prompts, *args, **kwargs)
+        calls.append((t0, time.perf_counter(), sum(len(x.token_ids) for x in samples)))
+        return samples
+
+    Learner.train_step, HFSampler.generate = padded_train_step, timed_generate
+    try:
+        yield steps, calls
+    finally:
+        Learner.train_step, HFSampler.generate = train_step, generate
+
+
+@contextmanager
+def gate_held_while_training():
+    """The behaviour before sampling overlapped training: no generate call during a train
+    step (the server's training block excludes all sampling, as its update block does)."""
+    from practicum.engine.server import GenerationServer
+
+    training = GenerationServer.training
+    GenerationServer.training = GenerationServer.updating
+    try:
+        yield
+    finally:
+        GenerationServer.training = training
+
+
+def measure_overlap(args, model: str, out_dir: Path, hold_gate: bool = False) -> dict:
+    """The async run with a learner step as long as the actions of a step (module doc)."""
+    from practicum.store import EpisodeStore
+
+    per_step = args.learner_seconds
+    if per_step is None:
+        per_step = 8 * ARMS_MEAN_SECONDS * args.time_scale / args.actors  # 4 x 2 episodes
+    with timed_learner_and_sampler(per_step) as (steps, calls), \
+            (gate_held_while_training() if hold_gate else nullcontext()):
+        r = measure(args, model, out_dir, "async")
+    stored = list(EpisodeStore(out_dir / "async-local" / "episodes.jsonl"))
+    during = [c for c in calls if any(a < c[0] and c[1] < b for a, b in steps)]
+    per_actor = r["action_seconds"] / args.actors
+    bound = max(per_actor, r["learner_seconds"])
+    serial = per_actor + r["learner_seconds"]
+    return {**r, "mode": "async/overlap" + (" gate held" if hold_gate else ""),
+            "learner_step_padded_to": per_step,
+            "overlap_bound_seconds": bound, "serial_seconds": serial,
+            "overlap_bound_over_wall": bound / r["wall_seconds"],
+            "serial_over_wall": serial / r["wall_seconds"],
+            "generate_calls": len(calls), "generate_calls_during_training": len(during),
+            "tokens_sampled": sum(n for *_, n in calls),
+            "tokens_sampled_during_training": sum(n for *_, n in during),
+            "episodes_stored": len(stored),
+            "actor_seconds_in_stored_episodes": sum(e.info.get("seconds", 0.0) for e in stored),
+            "action_seconds_of_stored_episodes": sum(e.env_duration for e in stored)}
+
+
+def overlap_main(args, state: dict) -> None:
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or str(build_tiny_model(Path(tmp) / "tiny"))
+        for held in (False, True):
+            r = measure_overlap(args, model, Path(tmp) / f"runs-{held}", hold_gate=held)
+            rows["gate_held" if held else "overlap"] = r
+    print(f"\n{'mode':24} {'episodes':>8} {'wall s':>7} {'actions/actors s':>17} "
+          f"{'learner s':>10} {'bound s':>8} {'serial s':>9} {'bound/wall':>11} "
+          f"{'gen during train':>17}")
+    for r in rows.values():
+        print(f"{r['mode']:24} {r['episodes']:8d} {r['wall_seconds']:7.1f} "
+              f"{r['action_seconds'] / args.actors:17.1f} {r['learner_seconds']:10.1f} "
+              f"{r['overlap_bound_seconds']:8.1f} {r['serial_seconds']:9.1f} "
+              f"{r['overlap_bound_over_wall']:11.2f} "
+              f"{r['generate_calls_during_training']:>8d} / {r['generate_calls']:<6d}")
+    r = rows["overlap"]
+    print(f"\noverlap: {r['tokens_sampled_during_training']} of {r['tokens_sampled']} tokens "
+          f"sampled inside train steps; wall {r['wall_seconds']:.1f} s against the overlap bound "
+          f"{r['overlap_bound_seconds']:.1f} s and the serial sum {r['serial_seconds']:.1f} s; "
+          f"with the gate held through each train step (as before): "
+          f"{rows['gate_held']['wall_seconds']:.1f} s")
+    out = RESULTS / "async_vs_sync_overlap.json"
+    state["load_avg_1min_after"] = os.getloadavg()[0]
+    out.write_text(json.dumps({"args": vars(args), "machine": state, **rows}, indent=1))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=10)
@@ -113,9 +235,16 @@ def main() -> None:
     p.add_argument("--backend", choices=("local", "ray", "both"), default="local",
                    help="where the environments run (runtime.backend)")
     p.add_argument("--model", default=None, help="model spec (default: a random tiny Llama)")
+    p.add_argument("--overlap", action="store_true",
+                   help="only the async run with a learner step as long as a step's actions")
+    p.add_argument("--learner-seconds", type=float, default=None,
+                   help="--overlap: pad each learner step to this (default: a step's actions "
+                        "per actor)")
     args = p.parse_args()
     state = machine_state()
     logging.basicConfig(level=logging.WARNING)
+    if args.overlap:
+        return overlap_main(args, state)
     backends = ("local", "ray") if args.backend == "both" else (args.backend,)
     if "ray" in backends:  # one local Ray for every run (a pool joins it)
         import ray

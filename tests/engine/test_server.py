@@ -1,4 +1,5 @@
-"""The generation server: batching, versions, the weights gate, adapter sub-batches, errors."""
+"""The generation server: batching, versions, the weights gate, sampling during training,
+adapter sub-batches, errors."""
 
 import threading
 import time
@@ -10,10 +11,14 @@ from practicum.engine.server import GenerationServer, WeightsGate
 
 
 class FakeSampler:
-    """Records each generate call; sleeps a little so overlaps would show."""
+    """Records each generate call; sleeps a little so overlaps would show. Like LoRA with a
+    merged copy: only adapter=False runs the trainable's module."""
 
     def __init__(self):
         self.version, self.calls, self.active = 0, [], 0
+
+    def shares_trainable(self, adapter: bool) -> bool:
+        return not adapter
 
     def generate(self, prompts, params, seeds=None, adapter=True):
         self.active += 1
@@ -132,3 +137,83 @@ def test_a_waiting_update_goes_before_more_sampling():
         order.append("update")
     t.join()
     assert order == ["update", "sampler done"]
+
+
+def test_while_training_only_requests_that_run_the_trained_module_wait():
+    """Inside `training()` a request on the sampler's own weights is served at once; one that
+    would run the trainable's module (adapter off here) waits for the step to end and then
+    samples the weights published after it."""
+    sampler = FakeSampler()
+    server = GenerationServer(sampler, batch_window=0.01).start()
+    try:
+        with server.training():
+            shared = server.submit([1], SamplingParams(), adapter=False)
+            free = server.submit([2], SamplingParams())
+            assert free.result(timeout=5)[0].token_ids == [1]
+            time.sleep(0.1)
+            assert not shared.done()
+            again = server.submit([3], SamplingParams())  # deferred rows do not block others
+            assert again.result(timeout=5)[1] == 0
+            assert not shared.done()
+        with server.updating():
+            server.publish(WeightUpdate(1, "lora", {}))
+        assert shared.result(timeout=5)[1] == 1
+    finally:
+        server.stop()
+    assert [(n, v, a) for n, v, a, _ in sampler.calls] == [(1, 0, True), (1, 0, True),
+                                                           (1, 1, False)]
+
+
+def test_a_request_deferred_by_training_is_cancelled_when_the_server_stops():
+    server = GenerationServer(FakeSampler()).start()
+    with server.training():
+        shared = server.submit([1], SamplingParams(), adapter=False)
+        time.sleep(0.1)
+        server.stop()
+    assert shared.cancelled()
+
+
+def test_training_waits_for_a_running_call_on_its_module_but_not_for_others():
+    gate, order = WeightsGate(), []
+    sampling, release = threading.Event(), threading.Event()
+
+    def sample(shares: bool) -> None:
+        with gate.sampling(shares) as allowed:
+            assert allowed
+            sampling.set()
+            release.wait(5)
+            order.append(f"sampled shares={shares}")
+
+    for shares in (False, True):
+        sampling.clear()
+        release.clear()
+        t = threading.Thread(target=sample, args=(shares,))
+        t.start()
+        assert sampling.wait(5)
+        threading.Timer(0.1, release.set).start()
+        with gate.training():
+            order.append("training")
+            with gate.sampling(True) as allowed:
+                assert not allowed  # the caller defers it
+            with gate.sampling(False) as allowed:
+                assert allowed
+        t.join()
+    assert order == ["training", "sampled shares=False", "sampled shares=True", "training"]
+
+
+def test_hf_sampler_shares_the_trainable_exactly_when_it_runs_the_trainables_module(
+        tiny_model_dir):
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
+
+    seen = []
+    for lora, merged in [(True, True), (True, False), (False, False)]:
+        trainable, sampler = load_hf_engine(PolicyConfig(
+            model=str(tiny_model_dir), dtype="float32", lora=lora, merged_sampling=merged))
+        trained = {id(p) for p in trainable.lm.parameters()}
+        for adapter in (True, False):
+            lm, _ = sampler._model(adapter)
+            runs_it = lm is trainable.lm
+            assert runs_it or not trained & {id(p) for p in lm.parameters()}
+            assert sampler.shares_trainable(adapter) == runs_it, (lora, merged, adapter)
+            seen.append(runs_it)
+    assert seen == [False, True, True, True, True, False]

@@ -99,6 +99,45 @@ def test_streaming_trains_the_first_episodes_to_finish(tiny_model_dir, tmp_path,
     assert first and any(n < 4 for n in sizes)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["admission", "drop"])
+def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
+        tiny_model_dir, tmp_path, train_run, metric_rows, monkeypatch, policy):
+    """LoRA with a merged copy: the sampler runs weights of its own, so actors keep sampling
+    while the learner trains (each train step made 0.4 s longer): generate calls start and end
+    inside train steps, and still no trained token is staler than max_staleness."""
+    from practicum.engine.hf_sampler import HFSampler
+    from practicum.learner import Learner
+
+    steps, calls = [], []
+    train_step, generate = Learner.train_step, HFSampler.generate
+
+    def slow_train_step(self, episodes):
+        t0 = time.perf_counter()
+        out = train_step(self, episodes)
+        time.sleep(0.4)
+        steps.append((t0, time.perf_counter()))
+        return out
+
+    def timed_generate(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = generate(self, *args, **kwargs)
+        calls.append((t0, time.perf_counter()))
+        return out
+
+    monkeypatch.setattr(Learner, "train_step", slow_train_step)
+    monkeypatch.setattr(HFSampler, "generate", timed_generate)
+    cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "model.lora=true",
+                                             "model.merged_sampling=true",
+                                             f"runtime.staleness_policy={policy}",
+                                             "runtime.max_staleness=1"))
+    assert train_run(cfg)["steps"] == 4 and len(steps) >= 4
+    during = [c for c in calls if any(a < c[0] and c[1] < b for a, b in steps)]
+    assert len(during) >= 2, (steps, calls)
+    audit(cfg.run_dir, 1)
+    assert all(r["staleness_max"] <= 1 for r in metric_rows(cfg.run_dir))
+
+
 def test_sync_mode_runs_the_same_config(tiny_model_dir, tmp_path, train_run):
     cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "runtime.mode=sync",
                                              "train.steps=1"))

@@ -84,6 +84,12 @@ class Sampler(Protocol):
         """Sample from `update`'s weights from now on, as policy version `update.version`."""
         ...
 
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Whether generate(adapter=adapter) runs a module the learner trains or switches
+        between train and eval mode: such a call must not run during a train step (the
+        generation server defers it); any other call may overlap training."""
+        ...
+
 
 class Trainable(Protocol):
     """The model the learner differentiates through."""

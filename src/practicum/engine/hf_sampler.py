@@ -12,8 +12,9 @@ own module, whose weights the learner already changed in place, and `load_weight
 the new version.
 
 adapter=False samples the frozen base: the trainable's module with the adapter disabled (LoRA)
-or the untrained copy (full fine-tuning). Calls must not overlap training: the generation
-server's weights gate serialises them (`practicum.engine.server`).
+or the untrained copy (full fine-tuning). Calls that run the trainable's module
+(`shares_trainable`) must not overlap training: the generation server defers them while the
+learner trains (`practicum.engine.server`); the others may.
 """
 
 from __future__ import annotations
@@ -83,6 +84,14 @@ class HFSampler:
                 raise ValueError(f"a merged LoRA sampler cannot load {update.kind!r} weights")
             self.merged.merge(update)
         self.version = update.version
+
+    def shares_trainable(self, adapter: bool) -> bool:
+        """True when `generate` runs the trainable's own module: without a merged copy, or
+        adapter=False with LoRA (the trainable with its adapter disabled); the merged copy and
+        the frozen reference of full fine-tuning are never trained."""
+        if adapter:
+            return self.merged is None
+        return self.peft_model is not None or self.reference is None
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], params: SamplingParams,

@@ -4,8 +4,10 @@ rollout, evaluation and the model service into single `Sampler.generate` calls.
     server = GenerationServer(sampler).start()
     sample, version = server.generate(ids, params, seed=s)              # one request, blocking
     pairs = server.generate_batch([(ids, params, seed), ...])           # submitted together
-    with server.updating():                                             # no sampling meanwhile
-        ...train...; server.publish(trainable.export_weights(step))
+    with server.training():                       # sampling goes on, unless it runs the
+        ...train...                                # module being trained
+    with server.updating():                       # no sampling meanwhile
+        server.publish(update)
 
 Requests that arrive within `batch_window` seconds of each other go into one call; requests
 with different sampling params or adapter flag are never mixed (the frozen base, adapter off,
@@ -13,6 +15,11 @@ runs in its own sub-batch). Every sample comes back with the policy version that
 
 `WeightsGate` makes "one turn, one version" hold: generation and weight updates exclude each
 other, and a pending update goes first, so the learner is never starved by a busy sampler.
+Training excludes only the calls that would run a module the learner trains
+(`Sampler.shares_trainable`): those are deferred until the step ends while the others are
+served, so a sampler with weights of its own keeps sampling through the update (as in
+asynchronous RL systems such as AReaL, arXiv 2505.24298); the staleness bound of the async
+runtime then decides which of those samples are trained.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -32,24 +39,47 @@ log = logging.getLogger(__name__)
 
 
 class WeightsGate:
-    """Generation and weight updates exclude each other; updates have priority."""
+    """Generation, training and weight updates (module doc). Updates exclude all generation;
+    training excludes the generation that shares the trainable; a waiting update or training
+    step goes before more of the generation it excludes. Training and updates come from the
+    one learner thread, one after the other."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._sampling = False
+        self._sampling = 0
+        self._sampling_shared = 0
+        """Generate calls running, and those of them that run the trainable's module."""
         self._updating = False
         self._waiting_updates = 0
+        self._training = False
+        self._waiting_training = 0
+
+    def _trains(self, shares_trainable: bool) -> bool:
+        return shares_trainable and (self._training or self._waiting_training > 0)
 
     @contextmanager
-    def sampling(self) -> Iterator[None]:
+    def sampling(self, shares_trainable: bool = True) -> Iterator[bool]:
+        """Hold for one generate call: yields True once no update runs or waits. A call that
+        shares the trainable while the learner trains (or waits to) yields False at once and
+        holds nothing: its caller defers it."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._updating and not self._waiting_updates)
-            self._sampling = True
+            self._cond.wait_for(lambda: self._trains(shares_trainable)
+                                or not (self._updating or self._waiting_updates))
+            if self._trains(shares_trainable):
+                allowed = False
+            else:
+                allowed = True
+                self._sampling += 1
+                self._sampling_shared += shares_trainable
+        if not allowed:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._cond:
-                self._sampling = False
+                self._sampling -= 1
+                self._sampling_shared -= shares_trainable
                 self._cond.notify_all()
 
     @contextmanager
@@ -64,6 +94,20 @@ class WeightsGate:
         finally:
             with self._cond:
                 self._updating = False
+                self._cond.notify_all()
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting_training += 1
+            self._cond.wait_for(lambda: not self._sampling_shared)
+            self._waiting_training -= 1
+            self._training = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._training = False
                 self._cond.notify_all()
 
 
@@ -85,6 +129,8 @@ class GenerationServer:
         self._queue: queue.Queue[list[_Request] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._deferred: list[_Request] = []
+        """Requests put off while the learner trains their module (server thread only)."""
         self.rounds = 0
         self.prompts = 0
         self.busy_seconds = 0.0
@@ -116,6 +162,10 @@ class GenerationServer:
                 break
             for req in item or []:
                 req.future.cancel()
+        for req in self._deferred:  # a retried row is running already: fail it instead
+            if not req.future.cancel():
+                req.future.set_exception(CancelledError("the generation server stopped"))
+        self._deferred = []
 
     # -- callers ---------------------------------------------------------------------------------
     def submit(self, ids: list[int], params: SamplingParams, seed: int | None = None,
@@ -145,6 +195,16 @@ class GenerationServer:
         """No generate call runs inside the block (train, then `publish`)."""
         with self.gate.updating():
             yield
+
+    @contextmanager
+    def training(self) -> Iterator[None]:
+        """The learner trains inside the block: requests whose sampler would run the module
+        being trained (`Sampler.shares_trainable`) wait until it ends; the others are served."""
+        try:
+            with self.gate.training():
+                yield
+        finally:
+            self._queue.put([])  # wake the server thread for the requests it deferred
 
     def publish(self, update: WeightUpdate) -> None:
         """Hand new weights to the sampler (call inside `updating()`)."""
@@ -184,24 +244,28 @@ class GenerationServer:
             first = self._queue.get()
             if first is None:
                 break
+            pending, self._deferred = self._deferred + self._collect(first), []
             groups: dict[tuple[SamplingParams, bool], list[_Request]] = {}
-            for r in self._collect(first):
+            for r in pending:
                 groups.setdefault((r.params, r.adapter), []).append(r)
             for reqs in groups.values():
                 for i in range(0, len(reqs), self.max_batch):
-                    self._run(reqs[i:i + self.max_batch], fresh=True)
+                    self._run(reqs[i:i + self.max_batch])
 
-    def _run(self, reqs: list[_Request], fresh: bool = False) -> None:
-        """Sample `reqs` in one call; when `fresh` (not a per-row retry), drop the requests
-        their callers cancelled meanwhile (e.g. an async actor at shutdown); the others can no
-        longer be cancelled."""
+    def _run(self, reqs: list[_Request]) -> None:
+        """Sample `reqs` in one call, or defer them while the learner trains the module they
+        would run. Drops the requests their callers cancelled meanwhile (e.g. an async actor
+        at shutdown); the others can no longer be cancelled."""
         params, adapter = reqs[0].params, reqs[0].adapter
         try:
-            with self.gate.sampling():
-                if fresh:
-                    reqs = [r for r in reqs if r.future.set_running_or_notify_cancel()]
-                    if not reqs:
-                        return
+            with self.gate.sampling(self.sampler.shares_trainable(adapter)) as allowed:
+                if not allowed:
+                    self._deferred += reqs
+                    return
+                reqs = [r for r in reqs
+                        if r.future.running() or r.future.set_running_or_notify_cancel()]
+                if not reqs:
+                    return
                 seeds = [r.seed for r in reqs]
                 start = time.perf_counter()
                 version = self.sampler.version

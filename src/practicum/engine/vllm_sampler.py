@@ -79,6 +79,10 @@ class VLLMSampler:
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
 
     # -- sampling --------------------------------------------------------------------------------
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Never: the engine holds its own copy of the weights."""
+        return False
+
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         from vllm import SamplingParams as VP
@@ -159,9 +163,6 @@ class VLLMSampler:
         self.llm.reset_prefix_cache()
 
     # -- a part of the placement -------------------------------------------------------------
-    def shares_trainable(self, adapter: bool) -> bool:
-        return False  # vLLM holds weights of its own
-
     def metrics(self) -> dict[str, float]:
         return {}
 

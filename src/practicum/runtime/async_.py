@@ -7,7 +7,8 @@
         --> next_batch (learner thread): complete groups or the first episodes to finish,
             the staleness bound, dynamic sampling
         --> learner update, new weights; actors pick them up at their next turn (each turn
-            records its version)
+            records its version). Actors keep sampling the old version during the update,
+            unless the sampler runs the module being trained (`GenerationServer.training`)
 
 Batching (`rollout.batching`): `groups` trains on complete groups in completion order (GRPO
 advantages; no duration bias, since a group's make-up does not depend on completion order);
@@ -19,8 +20,10 @@ tasks_per_step, makes the batch at version V wait for every group opened at vers
 V - max_staleness, and lets no group open whose deadline batch is already complete, so no
 token is trained more than max_staleness versions after it was sampled (`runtime.groups`);
 `drop` lets actors run freely and discards, at training time, groups (or episodes) holding an
-older turn. The learner corrects the remaining behaviour/learner mismatch with
-algo.off_policy.
+older turn. Turns sampled during an update carry the version before it, and the board
+learns a new version only after the sampler holds it (`after_update`), so a group's version
+stays a lower bound on its turns' and both policies bound them too. The learner corrects the
+remaining behaviour/learner mismatch with algo.off_policy.
 
 Faults: an environment failure ends one episode; an actor thread that dies is replaced by the
 pool's supervisor and its episode is stored as a failure; the learner only sees stored

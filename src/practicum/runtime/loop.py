@@ -86,10 +86,12 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 episodes = [e for _, e in batch.trained]
                 metrics = None
                 if episodes:
-                    with s.server.updating():  # no sampling while the weights change
+                    with s.server.training():  # sampling goes on unless it runs this module
                         metrics = s.learner.train_step(episodes)
-                        if metrics is not None:
-                            s.server.publish(s.learner.export_weights(s.learner.step))
+                    if metrics is not None:
+                        update = s.learner.export_weights(s.learner.step)
+                        with s.server.updating():  # no sampling while the weights change
+                            s.server.publish(update)
                 if metrics is None:  # nothing to train on: no step, a warning, a bound
                     s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
                                     dropped=batch.dropped)

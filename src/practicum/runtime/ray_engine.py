@@ -119,6 +119,10 @@ class RayEngine:
                                     f"published {self.version}")
             return samples
 
+    def shares_trainable(self, adapter: bool) -> bool:
+        """Never: the engine actor holds its own copy of the weights."""
+        return False
+
     def load_weights(self, update) -> None:
         """Publish `update` to the actor as version `update.version`: a `WeightUpdate` is
         copied to CPU first (the trainable's live tensors may change as soon as this returns)
@@ -194,9 +198,6 @@ class RayEngine:
         self._start()
 
     # -- reporting and shutdown -------------------------------------------------------------------
-    def shares_trainable(self, adapter: bool) -> bool:
-        return False  # the actor holds weights of its own
-
     def summary(self) -> dict:
         return {"ray_engine": {"pid": self.pid, "engine_actors_started": self.started,
                                "engine_restarts": self.restarts, "version": self.version}}
