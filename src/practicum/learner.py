@@ -84,6 +84,8 @@ class Learner:
         self.model, self.cfg = model, cfg
         t = cfg.train
         self.params = [p for p in model.trainable_parameters() if p.requires_grad]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        """The model's device: every batch tensor goes there before it meets the log-probs."""
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -158,10 +160,10 @@ class Learner:
         (keyed by id(row)), computed once (eval mode, no grad)."""
         out = {}
         for micro in self._micro_batches(rows):
-            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
                                              score_mask=tb.loss_mask)
-            for r, lp in zip(micro, logp.cpu()):
+            for r, lp in zip(micro, logp):
                 out[id(r)] = lp[:len(r.segment.input_ids)]
         return out
 
@@ -175,12 +177,12 @@ class Learner:
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
         for micro in self._micro_batches(mini):
-            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   self.temperature, return_entropy=True,
                                                   score_mask=tb.loss_mask)
             old = (logp.detach() if prox is None else
-                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]).to(logp.device))
+                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
             token_loss, clipped = self._objective(logp, old, tb)
             token_loss = token_loss * tb.weights
             mask = tb.loss_mask
