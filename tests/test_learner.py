@@ -22,7 +22,7 @@ from torch import nn
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
-from practicum.learner import Learner, latest_checkpoint, split_even
+from practicum.learner import Learner, latest_checkpoint, read_trainer_state, split_even
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
 
 V = 8
@@ -83,7 +83,7 @@ class BigramPolicy(nn.Module):
 
     def load_weights(self, path: Path) -> None:
         with torch.no_grad():
-            self.table.copy_(torch.load(path / "table.pt"))
+            self.table.copy_(torch.load(path / "table.pt", map_location="cpu"))
 
 
 class FakeDeviceBigram(BigramPolicy):
@@ -604,21 +604,95 @@ def test_load_restores_the_random_generators(tmp_path):
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
 
 
+def fake_cuda(monkeypatch, devices: int, states: list[torch.Tensor]) -> list[tuple]:
+    """CUDA with `devices` GPUs whose generators hold `states`; returns the restores made, as
+    (state, index), and raises like CUDA on an index this machine lacks."""
+    cuda, restored = torch.cuda, []
+
+    def set_rng_state(state, device="cuda"):
+        if not isinstance(device, int) or device >= devices:
+            raise IndexError(f"no CUDA device {device}")
+        restored.append((state, device))
+
+    monkeypatch.setattr(cuda, "is_available", lambda: devices > 0)
+    monkeypatch.setattr(cuda, "device_count", lambda: devices)
+    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: states)
+    monkeypatch.setattr(cuda, "set_rng_state", set_rng_state)
+    monkeypatch.setattr(cuda.random, "set_rng_state", set_rng_state)  # set_rng_state_all's
+    return restored
+
+
 def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(tmp_path, monkeypatch):
     """Dropout on a GPU draws from CUDA's generators: a checkpoint written where CUDA is
     available holds them, and loading it there sets them back."""
-    cuda = torch.cuda
-    states, restored = [torch.tensor([1, 2], dtype=torch.uint8)], []
-    monkeypatch.setattr(cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: states)
-    monkeypatch.setattr(cuda, "set_rng_state_all", restored.append)
+    states = [torch.tensor([1, 2], dtype=torch.uint8)]
+    restored = fake_cuda(monkeypatch, 1, states)
     learner = resumable()
     ckpt = learner.save(tmp_path, extra={})
     learner.load(ckpt)
     assert len(restored) == 1 and torch.equal(restored[0][0], states[0])
-    monkeypatch.setattr(cuda, "is_available", lambda: False)  # a CPU checkpoint has none
+    fake_cuda(monkeypatch, 0, [])  # a CPU checkpoint has none
     learner.load(learner.save(tmp_path, extra={}))
     assert len(restored) == 1
+
+
+@pytest.mark.parametrize("present, restored_on", [(2, [0, 1]), (4, [0, 1, 2]), (0, [])])
+def test_cuda_generators_restore_on_the_devices_both_machines_have(tmp_path, monkeypatch,
+                                                                   present, restored_on):
+    # written with 3 GPUs; read back with 2, 4 or none (a CPU driver)
+    states = [torch.tensor([k], dtype=torch.uint8) for k in range(3)]
+    fake_cuda(monkeypatch, 3, states)
+    ckpt = resumable().save(tmp_path, extra={})
+    restored = fake_cuda(monkeypatch, present, [])
+    resumable().load(ckpt)
+    assert [(int(s[0]), i) for s, i in restored] == [(i, i) for i in restored_on]
+
+
+MISSING = "fakegpu"
+"""A storage location this machine has no device for (as `cuda` on a CPU-only one)."""
+_tag_missing = False
+
+
+def _tag(storage):
+    return MISSING if _tag_missing else None
+
+
+def _restore(storage, location):
+    if location.startswith(MISSING):
+        raise RuntimeError(f"Attempting to deserialize object on a {MISSING} device, which "
+                           f"this machine lacks")
+
+
+torch.serialization.register_package(1, _tag, _restore)
+
+
+@contextmanager
+def saved_on_a_missing_device():
+    """Within the block torch.save records every tensor as on the `MISSING` device, as a GPU
+    learner's checkpoint records `cuda:0`."""
+    global _tag_missing
+    _tag_missing = True
+    try:
+        yield
+    finally:
+        _tag_missing = False
+
+
+def test_a_checkpoint_from_a_device_this_machine_lacks_loads_onto_the_cpu(tmp_path):
+    a = resumable()
+    a.train_step(two_tasks({"a": 1.0, "b": 0.0}))
+    with saved_on_a_missing_device():
+        ckpt = a.save(tmp_path, extra={"note": "x"})
+    with pytest.raises(RuntimeError, match=MISSING):  # the tensors do claim the missing device
+        torch.load(ckpt / "trainer.pt", weights_only=False)
+    state = read_trainer_state(ckpt)
+    assert state["step"] == 1 and state["extra"] == {"note": "x"}
+    assert state["optimizer"]["state"][0]["exp_avg"].device.type == "cpu"
+    b = resumable(random_table())
+    assert b.load(ckpt) == {"note": "x"}
+    assert torch.equal(b.model.table, a.model.table)
+    assert torch.equal(b.optimizer.state_dict()["state"][0]["exp_avg"],
+                       a.optimizer.state_dict()["state"][0]["exp_avg"])
 
 
 @pytest.mark.parametrize("crash_at", [1, 2, 3])

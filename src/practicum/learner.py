@@ -261,7 +261,7 @@ class Learner:
 
     def load(self, ckpt: Path) -> dict[str, Any]:
         self.model.load_weights(ckpt / "policy")
-        state = torch.load(ckpt / "trainer.pt", weights_only=False)
+        state = read_trainer_state(ckpt)  # the optimizer moves its state to the params' device
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
@@ -269,6 +269,12 @@ class Learner:
             self.baselines.load_state_dict(state["baselines"])
         _set_rng_state(state["rng"])
         return state["extra"]
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    """A checkpoint's trainer.pt (step, optimizer, scheduler, baselines, extra, RNG states), read
+    onto the CPU wherever it was written: a GPU learner's checkpoint opens on a CPU driver."""
+    return torch.load(Path(ckpt) / "trainer.pt", map_location="cpu", weights_only=False)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -285,8 +291,10 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("cuda", [])
+    if saved and torch.cuda.is_available():  # the devices both machines have
+        for i in range(min(len(saved), torch.cuda.device_count())):
+            torch.cuda.set_rng_state(saved[i], i)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
