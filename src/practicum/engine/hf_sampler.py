@@ -32,8 +32,10 @@ from practicum.engine.sampling import check_request, left_pad, positions, sample
 class MergedCopy:
     """A plain copy of the base model whose adapted linears carry the merged LoRA update."""
 
-    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device):
-        self.lm = load_lm(base_path, dtype, device).eval().requires_grad_(False)
+    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device,
+                 attn_implementation: str = "sdpa"):
+        self.lm = load_lm(base_path, dtype, device,
+                          attn_implementation).eval().requires_grad_(False)
         plain = dict(self.lm.named_modules())
         self.layers: dict[str, tuple[Tensor, nn.Linear]] = {}
         """peft module name -> (frozen base weight, the copy's linear to overwrite)."""
