@@ -3,6 +3,8 @@ trainable (differentiable log-probs, frozen base, save/load), on the tiny model;
 real SmolLM2."""
 
 import math
+import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ import torch
 from practicum.engine.base import SamplingParams
 from practicum.engine.device import auto_dtype
 from practicum.engine.hf import PolicyConfig, load_frozen_sampler, load_hf_engine
+from practicum.engine.hf_sampler import HFSampler
 from practicum.errors import ConfigError, PracticumError
 
 
@@ -151,6 +154,74 @@ def test_stop_string_ends_after_the_completing_token(sampler, prompts):
     out = sampler.generate(prompts[:1], greedy(12, stop_strings=[stop]))[0]
     assert out.token_ids == ref[: k + 1]
     assert out.text.endswith(stop) and out.finish_reason == "stop"
+
+
+def whole_text_hit(tok, ids: list[int], stops: tuple[str, ...]) -> bool:
+    """The stop-string check on the whole decoded text (what the tail check must equal)."""
+    return any(s in tok.decode(ids, skip_special_tokens=True) for s in stops)
+
+
+def first_hits(tok, ids: list[int], stops: tuple[str, ...]) -> tuple[int | None, int | None]:
+    """The first prefix length at which the tail check and the whole-text check hit."""
+    tail = next((k for k in range(1, len(ids) + 1)
+                 if HFSampler._hit_stop_string(SimpleNamespace(tokenizer=tok), ids[:k], stops)),
+                None)
+    whole = next((k for k in range(1, len(ids) + 1) if whole_text_hit(tok, ids[:k], stops)),
+                 None)
+    return tail, whole
+
+
+def test_a_stop_string_completed_across_tokens_is_found_in_the_tail(sampler):
+    tok = sampler.tokenizer
+    filler = tok(" the quick brown fox" * 8).input_ids
+    answer = tok(" </answer>").input_ids  # ' </', 'answer', '>'
+    glyph = tok("x\U00013000y").input_ids  # x, four byte tokens of one character, y
+    assert len(answer) == 3 and len(glyph) == 6
+    ids = filler + answer + filler
+    assert first_hits(tok, ids, ("</answer>",)) == (len(filler) + 3,) * 2
+    assert first_hits(tok, ids, ("</ans", "fox the")) == (5, 5)  # " the quick brown fox the"
+    ids = filler + glyph
+    assert first_hits(tok, ids, ("\U00013000",)) == (len(filler) + 5,) * 2
+    special = [tok.eos_token_id] * 40  # decode to nothing: the window widens past them
+    ids = filler + answer[:2] + special + answer[2:]
+    assert first_hits(tok, ids, ("</answer>",)) == (len(ids),) * 2
+
+
+def test_stop_strings_in_the_tail_match_the_whole_text_check(sampler):
+    # random token sequences mixing words, byte tokens of split characters and special tokens;
+    # stop strings cut from the final text (spanning token boundaries): both checks first hit
+    # at the same token
+    tok = sampler.tokenizer
+    rng = random.Random(0)
+    partial = [i for i in range(300) if "\ufffd" in tok.decode([i])]
+    pool = (tok("Hi 🙂 café </answer> x\U00013000y done.\n\nAnswer: 42").input_ids + partial
+            + [tok.eos_token_id, tok.bos_token_id])
+    hits = 0
+    for _ in range(150):
+        ids = [rng.choice(pool) if rng.random() < 0.7 else rng.randrange(len(tok))
+               for _ in range(rng.randint(1, 60))]
+        text = tok.decode(ids, skip_special_tokens=True)
+        stops = tuple(s for s in (text[a:a + rng.randint(1, 12)]
+                                  for a in rng.sample(range(len(text)), min(3, len(text))))
+                      if "\ufffd" not in s)
+        tail, whole = first_hits(tok, ids, stops)
+        assert tail == whole, (ids, stops)
+        hits += whole is not None
+    assert hits > 100
+
+
+def test_the_stop_string_check_decodes_only_the_tail(sampler):
+    decoded = []
+
+    class Counting:
+        def decode(self, ids, **kw):
+            decoded.append(len(ids))
+            return sampler.tokenizer.decode(ids, **kw)
+
+    ids = sampler.tokenizer(" the quick brown fox" * 500).input_ids
+    assert not HFSampler._hit_stop_string(SimpleNamespace(tokenizer=Counting()), ids,
+                                          ("</answer>",))
+    assert len(ids) == 2000 and sum(decoded) < 64
 
 
 def test_finished_rows_leave_the_batch_without_disturbing_others(sampler, prompts):

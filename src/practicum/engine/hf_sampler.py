@@ -142,8 +142,10 @@ class HFSampler:
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None
             tok, lp = sample_next(logits, params.temperature, params.top_p, row_gens)
+            # one device-to-host transfer per step; float64 holds both ids and fp32 log-probs
+            host_tok, host_lp = torch.stack([tok.double(), lp.double()]).tolist()
             keep = []
-            for j, (i, t, lq) in enumerate(zip(rows, tok.tolist(), lp.tolist())):
+            for j, (i, t, lq) in enumerate(zip(rows, map(int, host_tok), host_lp)):
                 out_ids[i].append(t)
                 out_lps[i].append(lq)
                 if t in stop_ids or self._hit_stop_string(out_ids[i], params.stop_strings):
@@ -164,11 +166,32 @@ class HFSampler:
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         # Earlier tokens cannot have completed a stop string (we would have stopped), so any
-        # match now was completed by the latest token.
+        # match now was completed by the latest token: it lies in the text's tail.
         if not stops:
             return False
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return any(s in text for s in stops)
+        tail = tail_text(self.tokenizer, ids, max(map(len, stops)))
+        return any(s in tail for s in stops)
+
+
+TAIL_SLACK = 4
+"""Characters a window's decoded text may get wrong at its start: a window that starts inside a
+UTF-8 character decodes its leading bytes to up to 3 replacement characters, and a SentencePiece
+window drops its first token's leading space."""
+
+
+def tail_text(tokenizer, ids: list[int], chars: int) -> str:
+    """The decoded text of the last tokens of `ids`: every string of up to `chars` characters
+    that ends in the last token's text (or in a character it completes) is in it exactly as in
+    the whole text, because the window holds at least chars + TAIL_SLACK characters before the
+    last token. Tokens that decode to nothing (special tokens, partial characters) only widen
+    the window; at worst it is the whole text."""
+    n = chars + TAIL_SLACK + 1
+    while n < len(ids):
+        before = tokenizer.decode(ids[-n:-1], skip_special_tokens=True)
+        if len(before) >= chars + TAIL_SLACK:
+            break
+        n *= 2
+    return tokenizer.decode(ids[-n:], skip_special_tokens=True)
 
 
 @contextmanager
