@@ -12,8 +12,11 @@ import torch
 from practicum.engine.base import SamplingParams
 from practicum.engine.device import auto_dtype
 from practicum.engine.hf import PolicyConfig, load_frozen_sampler, load_hf_engine
+from practicum.engine.hf_model import FrozenReference, load_lm, load_tokenizer
 from practicum.engine.hf_sampler import HFSampler
+from practicum.engine.hf_trainable import HFTrainable
 from practicum.errors import ConfigError, PracticumError
+from tests.fake_device import DEVICE, on_fake_device
 
 
 def build(tiny_model_dir, **kw):
@@ -398,6 +401,102 @@ def test_merged_sampler_follows_published_weights_only(tiny_model_dir, prompts):
     # adapter off samples the frozen base, exactly as before any training
     assert tokens(merged_s.generate(prompts, greedy(), adapter=False)) == base_before
     assert tokens(plain_s.generate(prompts, greedy(), adapter=False)) == base_before
+
+
+def small_update(trainable, rms: float, seed: int = 0):
+    """The trainable's adapter set so that every adapted linear's delta scale * B A has entries
+    of RMS `rms` (A ~ N(0, 1/r), B ~ N(0, (rms / scale)^2)), published as version 1."""
+    g = torch.Generator().manual_seed(seed)
+    scale = trainable.cfg.lora_alpha / trainable.cfg.lora_r
+    with torch.no_grad():
+        for name, p in trainable.model.named_parameters():
+            if "lora_A" in name:
+                p.copy_(torch.randn(p.shape, generator=g) / trainable.cfg.lora_r ** 0.5)
+            elif "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * rms / scale)
+    return trainable.export_weights(1)
+
+
+def merged_deltas(sampler, update):
+    """Per adapted linear: (base weight W, the fp32 delta scale * B A, the copy's linear)."""
+    scale = update.adapter_config["lora_alpha"] / update.adapter_config["r"]
+    return [(base, scale * update.tensors[f"{name}.lora_B.weight"].float()
+             @ update.tensors[f"{name}.lora_A.weight"].float(), target)
+            for name, (base, target) in sampler.merged.layers.items()]
+
+
+def test_a_bf16_merged_sampler_holds_a_tiny_update_exactly(tiny_model_dir):
+    # Hand-checkable: for |W| >= 2^-6, W + 1e-5 is W in bf16 (8 significant bits: neighbours
+    # 2^-13 or more apart), so bf16(W + delta) would drop the update; the merged copy holds
+    # W + delta in fp32.
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
+                                                     dtype="bfloat16"))
+    base, _, target = merged_deltas(sampler, trainable.export_weights(0))[0]
+    assert base.dtype == torch.bfloat16 and target.weight.dtype == torch.float32
+    big = base.float().abs() >= 2 ** -6
+    assert big.float().mean() > 0.5
+    assert torch.equal((base.float()[big] + 1e-5).bfloat16(), base[big])
+    update = small_update(trainable, 1e-5)
+    sampler.load_weights(update)
+    err = norm = 0.0
+    for base, delta, target in merged_deltas(sampler, update):
+        err += (target.weight - (base.float() + delta)).norm() ** 2
+        norm += delta.norm() ** 2
+    assert (err / norm) ** 0.5 < 1e-3  # the fp32 merge's own rounding: ~1e-4
+
+
+@pytest.mark.parametrize("rms", [1e-5, 1e-4])
+def test_a_tiny_update_reaches_a_bf16_merged_samplers_layer_outputs(tiny_model_dir, rms):
+    # Each adapted linear's bf16 output moves by x (scale B A)^T on average (share ~1); with
+    # bf16(W + delta) weights a delta of RMS 1e-5 mostly vanishes (share ~0.2 here).
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
+                                                     dtype="bfloat16"))
+    g = torch.Generator().manual_seed(1)
+    layers = merged_deltas(sampler, trainable.export_weights(0))
+    inputs = {id(t): torch.randn(512, t.weight.shape[1], generator=g).bfloat16()
+              for _, _, t in layers}
+    with torch.no_grad():
+        before = {id(t): t(inputs[id(t)]).float() for _, _, t in layers}
+    update = small_update(trainable, rms)
+    sampler.load_weights(update)
+    dot = norm = 0.0
+    with torch.no_grad():
+        for _, delta, target in merged_deltas(sampler, update):
+            x = inputs[id(target)]
+            moved, expected = target(x).float() - before[id(target)], x.float() @ delta.T
+            dot += (moved * expected).sum().item()
+            norm += expected.pow(2).sum().item()
+    assert dot / norm == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tiny_model_dir,
+                                                                           prompts):
+    # the model on the fake accelerator (tests/fake_device.py: CPU tensors meeting it raise, as
+    # on CUDA), inputs on the CPU as callers pass them; KL reference through the frozen base
+    ids, mask = padded(prompts, "left")
+    path, cfg = tiny_model_dir, PolicyConfig(model=str(tiny_model_dir), dtype="float32")
+
+    def run(device):
+        lm = load_lm(path, torch.float32, torch.device("cpu")).to(device)
+        t = HFTrainable(cfg, lm, load_tokenizer(path), FrozenReference(path, torch.float32,
+                                                                        device))
+        with torch.no_grad():
+            for name, p in t.model.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.01)
+        logp, ent = t.token_logprobs(ids, mask, return_entropy=True, score_mask=mask)
+        logp.sum().backward()
+        with torch.no_grad(), t.frozen_base():
+            ref = t.token_logprobs(ids, mask)
+        return [x.detach().cpu() for x in (logp, ent, ref, *(p.grad for p in
+                                                                 t.trainable_parameters()))]
+
+    expected = run(torch.device("cpu"))
+    with on_fake_device():
+        got = run(DEVICE)
+    assert len(got) == len(expected) > 3
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_lm_head_is_not_a_lora_target():

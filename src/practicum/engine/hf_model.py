@@ -52,7 +52,8 @@ class PolicyConfig:
     """Recompute activations in the backward pass: less memory, more learner time."""
     merged_sampling: bool = True
     """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
-    (`hf_sampler.MergedCopy`): faster sampling on CPU for one more copy of those layers."""
+    (`hf_sampler.MergedCopy`, those linears in fp32 when dtype is bf16, so small updates are not
+    rounded away): faster sampling on CPU for one more copy of those layers."""
     init: str | None = None
     """A saved policy folder (e.g. an RFT adapter) whose weights the trainable starts from."""
     seed: int = 0
