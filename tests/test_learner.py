@@ -22,7 +22,8 @@ from torch import nn
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
-from practicum.learner import Learner, latest_checkpoint, split_even
+from practicum.learner import Learner, latest_checkpoint, read_trainer_state, split_even
+from tests.fake_device import DEVICE, on_fake_device, to_fake_device
 
 V = 8
 U = -math.log(V)
@@ -82,7 +83,25 @@ class BigramPolicy(nn.Module):
 
     def load_weights(self, path: Path) -> None:
         with torch.no_grad():
-            self.table.copy_(torch.load(path / "table.pt"))
+            self.table.copy_(torch.load(path / "table.pt", map_location="cpu"))
+
+
+class FakeDeviceBigram(BigramPolicy):
+    """BigramPolicy on the fake accelerator (tests/fake_device.py): like HFTrainable, it moves
+    its inputs to its own device, and its log-probs live there."""
+
+    def __init__(self, table: torch.Tensor | None = None):
+        super().__init__(table)
+        self.table = nn.Parameter(to_fake_device(self.table.detach()))
+        self.base = to_fake_device(self.base)
+
+    def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
+                       score_mask=None):
+        def there(t):
+            return None if t is None else t.to(DEVICE)
+
+        return super().token_logprobs(there(input_ids), there(attention_mask), temperature,
+                                      return_entropy, there(score_mask))
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -376,14 +395,43 @@ def test_micro_batches_give_the_same_weights_after_several_updates(loss_agg):
     assert torch.allclose(tables[2], tables[5], atol=1e-5)
 
 
+# -- the model on another device ------------------------------------------------------------------
+def test_the_fake_accelerator_refuses_a_cpu_tensor_as_cuda_does():
+    with on_fake_device():
+        there = torch.ones(2, 3, device=DEVICE)
+        assert (there * torch.tensor(2.0)).sum().item() == 12.0  # a CPU scalar may mix
+        with pytest.raises(RuntimeError, match="same device"):
+            there + torch.ones(2, 3)
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+@pytest.mark.parametrize("off_policy", ["none", "tis", "decoupled"])
+def test_a_model_on_another_device_trains_as_on_the_cpu(off_policy, loss_agg):
+    # KL on, 5 rows in micro-batches of 2, 2 mini-batches x 2 epochs (proximal log-probs):
+    # every tensor the step combines with the model's log-probs must be on the model's device
+    # (the fake accelerator raises on a CPU one, as CUDA does), and the result is the CPU's.
+    sections = mixed_config(loss_agg, micro_batch_size=2, mini_batches=2, epochs=2)
+    sections["algo"]["off_policy"] = off_policy
+    cpu = make_learner(random_table(), **sections)
+    with on_fake_device():
+        fake = Learner(FakeDeviceBigram(random_table()), config(**sections))
+        stats = fake.train_step(mixed_batch())
+    expected = cpu.train_step(mixed_batch())
+    assert fake.model.table.device == DEVICE
+    for key in ("loss", "clip_frac", "approx_kl", "grad_norm", "entropy", "kl_ref",
+                "logprob_gap"):
+        assert stats[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+    assert torch.allclose(fake.model.table.inner, cpu.model.table.detach(), atol=1e-6)
+
+
 # -- mini-batches, epochs and the proximal policy -------------------------------------------------
-def four_updates(clip_high=0.28):
+def four_updates(clip_high=0.28, clip_low=0.2):
     """Two winners sample 2 and two losers 3 after context 1; mini-batches [win, lose] twice,
     two epochs, lr .5. AdamW's first step moves table[1, 2] by +.5 and table[1, 3] by -.5
     (the rest of row 1 has zero gradient), so the second update sees
     pi(2 | 1) = e^.5 / (6 + e^.5 + e^-.5) = .19972 (ratio 1.598) and pi(3 | 1) = .07347
     (ratio .588) against the proximal 1/8."""
-    learner = make_learner(algo={"clip_high": clip_high},
+    learner = make_learner(algo={"clip_high": clip_high, "clip_low": clip_low},
                            train={"mini_batches": 2, "epochs": 2, "lr": 0.5})
     return learner, winner_and_loser() * 2
 
@@ -411,6 +459,19 @@ def test_clip_high_changes_a_multi_update_step():
         learner, batch = four_updates(clip_high)
         learner.train_step(batch)
         tables.append(learner.model.table.detach().clone())
+    assert (tables[0] - tables[1]).abs().max() > 1e-3
+
+
+def test_clip_low_alone_moves_the_floor_in_the_default_tis_path():
+    # update 2: the loser's ratio .588 (A < 0) is under the floor .8 with clip_low .2 (clipped,
+    # no gradient) and above the floor .5 with clip_low .5; the winner is clipped either way
+    assert config().algo.off_policy == "tis"
+    fracs, tables = [], []
+    for clip_low in (0.2, 0.5):
+        learner, batch = four_updates(clip_low=clip_low)
+        fracs.append(learner.train_step(batch)["clip_frac_per_update"][1])
+        tables.append(learner.model.table.detach().clone())
+    assert fracs == [1.0, 0.5]
     assert (tables[0] - tables[1]).abs().max() > 1e-3
 
 
@@ -543,21 +604,95 @@ def test_load_restores_the_random_generators(tmp_path):
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
 
 
+def fake_cuda(monkeypatch, devices: int, states: list[torch.Tensor]) -> list[tuple]:
+    """CUDA with `devices` GPUs whose generators hold `states`; returns the restores made, as
+    (state, index), and raises like CUDA on an index this machine lacks."""
+    cuda, restored = torch.cuda, []
+
+    def set_rng_state(state, device="cuda"):
+        if not isinstance(device, int) or device >= devices:
+            raise IndexError(f"no CUDA device {device}")
+        restored.append((state, device))
+
+    monkeypatch.setattr(cuda, "is_available", lambda: devices > 0)
+    monkeypatch.setattr(cuda, "device_count", lambda: devices)
+    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: states)
+    monkeypatch.setattr(cuda, "set_rng_state", set_rng_state)
+    monkeypatch.setattr(cuda.random, "set_rng_state", set_rng_state)  # set_rng_state_all's
+    return restored
+
+
 def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(tmp_path, monkeypatch):
     """Dropout on a GPU draws from CUDA's generators: a checkpoint written where CUDA is
     available holds them, and loading it there sets them back."""
-    cuda = torch.cuda
-    states, restored = [torch.tensor([1, 2], dtype=torch.uint8)], []
-    monkeypatch.setattr(cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: states)
-    monkeypatch.setattr(cuda, "set_rng_state_all", restored.append)
+    states = [torch.tensor([1, 2], dtype=torch.uint8)]
+    restored = fake_cuda(monkeypatch, 1, states)
     learner = resumable()
     ckpt = learner.save(tmp_path, extra={})
     learner.load(ckpt)
     assert len(restored) == 1 and torch.equal(restored[0][0], states[0])
-    monkeypatch.setattr(cuda, "is_available", lambda: False)  # a CPU checkpoint has none
+    fake_cuda(monkeypatch, 0, [])  # a CPU checkpoint has none
     learner.load(learner.save(tmp_path, extra={}))
     assert len(restored) == 1
+
+
+@pytest.mark.parametrize("present, restored_on", [(2, [0, 1]), (4, [0, 1, 2]), (0, [])])
+def test_cuda_generators_restore_on_the_devices_both_machines_have(tmp_path, monkeypatch,
+                                                                   present, restored_on):
+    # written with 3 GPUs; read back with 2, 4 or none (a CPU driver)
+    states = [torch.tensor([k], dtype=torch.uint8) for k in range(3)]
+    fake_cuda(monkeypatch, 3, states)
+    ckpt = resumable().save(tmp_path, extra={})
+    restored = fake_cuda(monkeypatch, present, [])
+    resumable().load(ckpt)
+    assert [(int(s[0]), i) for s, i in restored] == [(i, i) for i in restored_on]
+
+
+MISSING = "fakegpu"
+"""A storage location this machine has no device for (as `cuda` on a CPU-only one)."""
+_tag_missing = False
+
+
+def _tag(storage):
+    return MISSING if _tag_missing else None
+
+
+def _restore(storage, location):
+    if location.startswith(MISSING):
+        raise RuntimeError(f"Attempting to deserialize object on a {MISSING} device, which "
+                           f"this machine lacks")
+
+
+torch.serialization.register_package(1, _tag, _restore)
+
+
+@contextmanager
+def saved_on_a_missing_device():
+    """Within the block torch.save records every tensor as on the `MISSING` device, as a GPU
+    learner's checkpoint records `cuda:0`."""
+    global _tag_missing
+    _tag_missing = True
+    try:
+        yield
+    finally:
+        _tag_missing = False
+
+
+def test_a_checkpoint_from_a_device_this_machine_lacks_loads_onto_the_cpu(tmp_path):
+    a = resumable()
+    a.train_step(two_tasks({"a": 1.0, "b": 0.0}))
+    with saved_on_a_missing_device():
+        ckpt = a.save(tmp_path, extra={"note": "x"})
+    with pytest.raises(RuntimeError, match=MISSING):  # the tensors do claim the missing device
+        torch.load(ckpt / "trainer.pt", weights_only=False)
+    state = read_trainer_state(ckpt)
+    assert state["step"] == 1 and state["extra"] == {"note": "x"}
+    assert state["optimizer"]["state"][0]["exp_avg"].device.type == "cpu"
+    b = resumable(random_table())
+    assert b.load(ckpt) == {"note": "x"}
+    assert torch.equal(b.model.table, a.model.table)
+    assert torch.equal(b.optimizer.state_dict()["state"][0]["exp_avg"],
+                       a.optimizer.state_dict()["state"][0]["exp_avg"])
 
 
 @pytest.mark.parametrize("crash_at", [1, 2, 3])

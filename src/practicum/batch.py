@@ -7,7 +7,7 @@ functions in `practicum.algo`; it holds no formula.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -111,10 +111,15 @@ class TokenBatch:
     advantages: Tensor
     weights: Tensor
 
+    def to(self, device: torch.device | str) -> TokenBatch:
+        """The same batch on `device` (the model's: the loss mixes these with its log-probs)."""
+        return TokenBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+
 
 def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
-                pad_id: int) -> TokenBatch:
-    """The rows' tensors; per-turn advantages/weights land on each turn's sampled tokens."""
+                pad_id: int, device: torch.device | str = "cpu") -> TokenBatch:
+    """The rows' tensors on `device`; per-turn advantages/weights land on each turn's sampled
+    tokens. Built on the CPU (row by row) and moved once."""
     T = max(len(r.segment.input_ids) for r in rows)
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -135,12 +140,13 @@ def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
     flat_adv = torch.cat([turn_adv[r.episode].float() for r in rows])
     flat_w = torch.cat([turn_w[r.episode].float() for r in rows])
     return TokenBatch(ids, attn, mask, blp, broadcast_turn_weights(flat_adv, turn),
-                      broadcast_turn_weights(flat_w, turn))
+                      broadcast_turn_weights(flat_w, turn)).to(device)
 
 
 def pad_rows(values: list[Tensor], width: int) -> Tensor:
-    """Stack per-row 1-D tensors into [B, width], zero-padded on the right."""
-    out = torch.zeros(len(values), width)
+    """Stack per-row 1-D tensors into [B, width], zero-padded on the right, on their device."""
+    device = values[0].device if values else "cpu"
+    out = torch.zeros(len(values), width, device=device)
     for b, v in enumerate(values):
         out[b, :len(v)] = v
     return out

@@ -84,6 +84,8 @@ class Learner:
         self.model, self.cfg = model, cfg
         t = cfg.train
         self.params = [p for p in model.trainable_parameters() if p.requires_grad]
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        """The model's device: every batch tensor goes there before it meets the log-probs."""
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -178,10 +180,10 @@ class Learner:
         (keyed by id(row)), computed once (eval mode, no grad)."""
         out = {}
         for micro in self._micro_batches(rows):
-            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
                                              score_mask=tb.loss_mask)
-            for r, lp in zip(micro, logp.cpu()):
+            for r, lp in zip(micro, logp):
                 out[id(r)] = lp[:len(r.segment.input_ids)]
         return out
 
@@ -195,12 +197,12 @@ class Learner:
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
         for micro in self._micro_batches(mini):
-            tb = token_batch(micro, adv, wts, self.model.pad_id)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   self.temperature, return_entropy=True,
                                                   score_mask=tb.loss_mask)
             old = (logp.detach() if prox is None else
-                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]).to(logp.device))
+                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
             token_loss, clipped = self._objective(logp, old, tb)
             token_loss = token_loss * tb.weights
             mask = tb.loss_mask
@@ -279,7 +281,7 @@ class Learner:
 
     def load(self, ckpt: Path) -> dict[str, Any]:
         self.model.load_weights(ckpt / "policy")
-        state = read_trainer_state(ckpt)
+        state = read_trainer_state(ckpt)  # the optimizer moves its state to the params' device
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
@@ -287,6 +289,12 @@ class Learner:
             self.baselines.load_state_dict(state["baselines"])
         _set_rng_state(state["rng"])
         return state["extra"]
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    """A checkpoint's trainer.pt (step, optimizer, scheduler, baselines, extra, RNG states), read
+    onto the CPU wherever it was written: a GPU learner's checkpoint opens on a CPU driver."""
+    return torch.load(Path(ckpt) / "trainer.pt", map_location="cpu", weights_only=False)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -303,13 +311,10 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def read_trainer_state(ckpt: Path) -> dict[str, Any]:
-    """A checkpoint's trainer.pt, its tensors on the CPU whatever device wrote them."""
-    return torch.load(ckpt / "trainer.pt", weights_only=False, map_location="cpu")
+    saved = state.get("cuda", [])
+    if saved and torch.cuda.is_available():  # the devices both machines have
+        for i in range(min(len(saved), torch.cuda.device_count())):
+            torch.cuda.set_rng_state(saved[i], i)
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

@@ -136,6 +136,7 @@ def finetune(s: Session, kept: list[Episode], progress: bool) -> list[float]:
 def _sft_update(s: Session, batch: list[Row], masks: dict, optimizer, params) -> float:
     """One AdamW update on `batch`, token-mean over all its rows (micro-batches summed)."""
     model, m = s.trainable, s.cfg.train.micro_batch_size
+    device = params[0].device
     total = sum(sum(masks[id(row)]) for row in batch)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
@@ -149,8 +150,9 @@ def _sft_update(s: Session, batch: list[Row], masks: dict, optimizer, params) ->
             attn[b, :len(row.segment.input_ids)] = 1
         mask = pad_rows([torch.tensor(masks[id(row)], dtype=torch.float32) for row in micro],
                         width)
+        ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
         logp = model.token_logprobs(ids, attn, score_mask=mask)
-        loss = rft_loss(logp, mask.to(logp.device)) * (mask.sum().item() / total)
+        loss = rft_loss(logp, mask) * (sum(sum(masks[id(row)]) for row in micro) / total)
         loss.backward()
         loss_sum += loss.item()
     torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip)

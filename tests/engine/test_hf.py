@@ -3,6 +3,8 @@ trainable (differentiable log-probs, frozen base, save/load), on the tiny model;
 real SmolLM2."""
 
 import math
+import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +12,11 @@ import torch
 from practicum.engine.base import SamplingParams
 from practicum.engine.device import auto_dtype
 from practicum.engine.hf import PolicyConfig, load_frozen_sampler, load_hf_engine
+from practicum.engine.hf_model import FrozenReference, load_lm, load_tokenizer
+from practicum.engine.hf_sampler import HFSampler
+from practicum.engine.hf_trainable import HFTrainable
 from practicum.errors import ConfigError, PracticumError
+from tests.fake_device import DEVICE, on_fake_device
 
 
 def build(tiny_model_dir, **kw):
@@ -151,6 +157,74 @@ def test_stop_string_ends_after_the_completing_token(sampler, prompts):
     out = sampler.generate(prompts[:1], greedy(12, stop_strings=[stop]))[0]
     assert out.token_ids == ref[: k + 1]
     assert out.text.endswith(stop) and out.finish_reason == "stop"
+
+
+def whole_text_hit(tok, ids: list[int], stops: tuple[str, ...]) -> bool:
+    """The stop-string check on the whole decoded text (what the tail check must equal)."""
+    return any(s in tok.decode(ids, skip_special_tokens=True) for s in stops)
+
+
+def first_hits(tok, ids: list[int], stops: tuple[str, ...]) -> tuple[int | None, int | None]:
+    """The first prefix length at which the tail check and the whole-text check hit."""
+    tail = next((k for k in range(1, len(ids) + 1)
+                 if HFSampler._hit_stop_string(SimpleNamespace(tokenizer=tok), ids[:k], stops)),
+                None)
+    whole = next((k for k in range(1, len(ids) + 1) if whole_text_hit(tok, ids[:k], stops)),
+                 None)
+    return tail, whole
+
+
+def test_a_stop_string_completed_across_tokens_is_found_in_the_tail(sampler):
+    tok = sampler.tokenizer
+    filler = tok(" the quick brown fox" * 8).input_ids
+    answer = tok(" </answer>").input_ids  # ' </', 'answer', '>'
+    glyph = tok("x\U00013000y").input_ids  # x, four byte tokens of one character, y
+    assert len(answer) == 3 and len(glyph) == 6
+    ids = filler + answer + filler
+    assert first_hits(tok, ids, ("</answer>",)) == (len(filler) + 3,) * 2
+    assert first_hits(tok, ids, ("</ans", "fox the")) == (5, 5)  # " the quick brown fox the"
+    ids = filler + glyph
+    assert first_hits(tok, ids, ("\U00013000",)) == (len(filler) + 5,) * 2
+    special = [tok.eos_token_id] * 40  # decode to nothing: the window widens past them
+    ids = filler + answer[:2] + special + answer[2:]
+    assert first_hits(tok, ids, ("</answer>",)) == (len(ids),) * 2
+
+
+def test_stop_strings_in_the_tail_match_the_whole_text_check(sampler):
+    # random token sequences mixing words, byte tokens of split characters and special tokens;
+    # stop strings cut from the final text (spanning token boundaries): both checks first hit
+    # at the same token
+    tok = sampler.tokenizer
+    rng = random.Random(0)
+    partial = [i for i in range(300) if "\ufffd" in tok.decode([i])]
+    pool = (tok("Hi 🙂 café </answer> x\U00013000y done.\n\nAnswer: 42").input_ids + partial
+            + [tok.eos_token_id, tok.bos_token_id])
+    hits = 0
+    for _ in range(150):
+        ids = [rng.choice(pool) if rng.random() < 0.7 else rng.randrange(len(tok))
+               for _ in range(rng.randint(1, 60))]
+        text = tok.decode(ids, skip_special_tokens=True)
+        stops = tuple(s for s in (text[a:a + rng.randint(1, 12)]
+                                  for a in rng.sample(range(len(text)), min(3, len(text))))
+                      if "\ufffd" not in s)
+        tail, whole = first_hits(tok, ids, stops)
+        assert tail == whole, (ids, stops)
+        hits += whole is not None
+    assert hits > 100
+
+
+def test_the_stop_string_check_decodes_only_the_tail(sampler):
+    decoded = []
+
+    class Counting:
+        def decode(self, ids, **kw):
+            decoded.append(len(ids))
+            return sampler.tokenizer.decode(ids, **kw)
+
+    ids = sampler.tokenizer(" the quick brown fox" * 500).input_ids
+    assert not HFSampler._hit_stop_string(SimpleNamespace(tokenizer=Counting()), ids,
+                                          ("</answer>",))
+    assert len(ids) == 2000 and sum(decoded) < 64
 
 
 def test_finished_rows_leave_the_batch_without_disturbing_others(sampler, prompts):
@@ -327,6 +401,102 @@ def test_merged_sampler_follows_published_weights_only(tiny_model_dir, prompts):
     # adapter off samples the frozen base, exactly as before any training
     assert tokens(merged_s.generate(prompts, greedy(), adapter=False)) == base_before
     assert tokens(plain_s.generate(prompts, greedy(), adapter=False)) == base_before
+
+
+def small_update(trainable, rms: float, seed: int = 0):
+    """The trainable's adapter set so that every adapted linear's delta scale * B A has entries
+    of RMS `rms` (A ~ N(0, 1/r), B ~ N(0, (rms / scale)^2)), published as version 1."""
+    g = torch.Generator().manual_seed(seed)
+    scale = trainable.cfg.lora_alpha / trainable.cfg.lora_r
+    with torch.no_grad():
+        for name, p in trainable.model.named_parameters():
+            if "lora_A" in name:
+                p.copy_(torch.randn(p.shape, generator=g) / trainable.cfg.lora_r ** 0.5)
+            elif "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * rms / scale)
+    return trainable.export_weights(1)
+
+
+def merged_deltas(sampler, update):
+    """Per adapted linear: (base weight W, the fp32 delta scale * B A, the copy's linear)."""
+    scale = update.adapter_config["lora_alpha"] / update.adapter_config["r"]
+    return [(base, scale * update.tensors[f"{name}.lora_B.weight"].float()
+             @ update.tensors[f"{name}.lora_A.weight"].float(), target)
+            for name, (base, target) in sampler.merged.layers.items()]
+
+
+def test_a_bf16_merged_sampler_holds_a_tiny_update_exactly(tiny_model_dir):
+    # Hand-checkable: for |W| >= 2^-6, W + 1e-5 is W in bf16 (8 significant bits: neighbours
+    # 2^-13 or more apart), so bf16(W + delta) would drop the update; the merged copy holds
+    # W + delta in fp32.
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
+                                                     dtype="bfloat16"))
+    base, _, target = merged_deltas(sampler, trainable.export_weights(0))[0]
+    assert base.dtype == torch.bfloat16 and target.weight.dtype == torch.float32
+    big = base.float().abs() >= 2 ** -6
+    assert big.float().mean() > 0.5
+    assert torch.equal((base.float()[big] + 1e-5).bfloat16(), base[big])
+    update = small_update(trainable, 1e-5)
+    sampler.load_weights(update)
+    err = norm = 0.0
+    for base, delta, target in merged_deltas(sampler, update):
+        err += (target.weight - (base.float() + delta)).norm() ** 2
+        norm += delta.norm() ** 2
+    assert (err / norm) ** 0.5 < 1e-3  # the fp32 merge's own rounding: ~1e-4
+
+
+@pytest.mark.parametrize("rms", [1e-5, 1e-4])
+def test_a_tiny_update_reaches_a_bf16_merged_samplers_layer_outputs(tiny_model_dir, rms):
+    # Each adapted linear's bf16 output moves by x (scale B A)^T on average (share ~1); with
+    # bf16(W + delta) weights a delta of RMS 1e-5 mostly vanishes (share ~0.2 here).
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
+                                                     dtype="bfloat16"))
+    g = torch.Generator().manual_seed(1)
+    layers = merged_deltas(sampler, trainable.export_weights(0))
+    inputs = {id(t): torch.randn(512, t.weight.shape[1], generator=g).bfloat16()
+              for _, _, t in layers}
+    with torch.no_grad():
+        before = {id(t): t(inputs[id(t)]).float() for _, _, t in layers}
+    update = small_update(trainable, rms)
+    sampler.load_weights(update)
+    dot = norm = 0.0
+    with torch.no_grad():
+        for _, delta, target in merged_deltas(sampler, update):
+            x = inputs[id(target)]
+            moved, expected = target(x).float() - before[id(target)], x.float() @ delta.T
+            dot += (moved * expected).sum().item()
+            norm += expected.pow(2).sum().item()
+    assert dot / norm == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tiny_model_dir,
+                                                                           prompts):
+    # the model on the fake accelerator (tests/fake_device.py: CPU tensors meeting it raise, as
+    # on CUDA), inputs on the CPU as callers pass them; KL reference through the frozen base
+    ids, mask = padded(prompts, "left")
+    path, cfg = tiny_model_dir, PolicyConfig(model=str(tiny_model_dir), dtype="float32")
+
+    def run(device):
+        lm = load_lm(path, torch.float32, torch.device("cpu")).to(device)
+        t = HFTrainable(cfg, lm, load_tokenizer(path), FrozenReference(path, torch.float32,
+                                                                        device))
+        with torch.no_grad():
+            for name, p in t.model.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.01)
+        logp, ent = t.token_logprobs(ids, mask, return_entropy=True, score_mask=mask)
+        logp.sum().backward()
+        with torch.no_grad(), t.frozen_base():
+            ref = t.token_logprobs(ids, mask)
+        return [x.detach().cpu() for x in (logp, ent, ref, *(p.grad for p in
+                                                                 t.trainable_parameters()))]
+
+    expected = run(torch.device("cpu"))
+    with on_fake_device():
+        got = run(DEVICE)
+    assert len(got) == len(expected) > 3
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_lm_head_is_not_a_lora_target():

@@ -8,6 +8,7 @@ sampler/learner log-prob gap), so behaviour and learner log-probs agree closely.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +21,7 @@ from practicum.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 SKINNY_ROWS = 64
 """Up to this many rows the output projection runs as weight @ hidden.T on CPU (`Logits.head`)."""
 
@@ -50,7 +52,8 @@ class PolicyConfig:
     """Recompute activations in the backward pass: less memory, more learner time."""
     merged_sampling: bool = True
     """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
-    (`hf_sampler.MergedCopy`): faster sampling on CPU for one more copy of those layers."""
+    (`hf_sampler.MergedCopy`, those linears in fp32 when dtype is bf16, so small updates are not
+    rounded away): faster sampling on CPU for one more copy of those layers."""
     init: str | None = None
     """A saved policy folder (e.g. an RFT adapter) whose weights the trainable starts from."""
     seed: int = 0
@@ -67,15 +70,47 @@ class PolicyConfig:
 
 
 def pick_device(spec: str) -> torch.device:
+    """The device for model.device (auto: cuda when available, else cpu). A device this machine
+    lacks is refused here, in one line, before anything loads."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(spec)
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
+        raise ConfigError(f"config error at model.device: expected auto, cpu, cuda or cuda:N; "
+                          f"got {spec!r}")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"config error at model.device: {spec!r}, but this machine has no "
+                              f"CUDA device (use cpu or auto)")
+        if (device.index or 0) >= count:
+            raise ConfigError(f"config error at model.device: {spec!r}, but this machine has "
+                              f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
+def check_attn_implementation(name: str, device: torch.device) -> None:
+    """Refuse an attention kernel that cannot run here, in one line naming the setting."""
+    if name not in ATTN_IMPLEMENTATIONS:
+        raise ConfigError(f"config error at model.attn_implementation: expected "
+                          f"{', '.join(ATTN_IMPLEMENTATIONS)}; got {name!r}")
+    if name != "flash_attention_2":
+        return
+    from transformers.utils import is_flash_attn_2_available
+
+    if torch.device(device).type != "cuda":
+        raise ConfigError(f"config error at model.attn_implementation: flash_attention_2 runs on "
+                          f"a CUDA GPU, not on {device} (use sdpa)")
+    if not is_flash_attn_2_available():
+        raise ConfigError("config error at model.attn_implementation: flash_attention_2 needs "
+                          "the flash-attn package, which is not installed here (use sdpa)")
 
 
 def load_lm(path, dtype: torch.dtype, device: torch.device,
             attn_implementation: str = "sdpa") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
+    check_attn_implementation(attn_implementation, device)
     configure_threads()
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, attn_implementation=attn_implementation).to(device)

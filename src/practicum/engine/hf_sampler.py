@@ -7,9 +7,10 @@ With LoRA and `merged_sampling`, sampling runs on a plain copy of the model whos
 linears hold W + scale * B A (`MergedCopy`): peft's LoRA layers add two small matmuls and
 Python dispatch to each of ~200 adapted linears on every decode step, so the merged copy samples
 faster (benchmarks/engine_throughput.py) and is never trained. `load_weights` recomputes the
-merged linears from the published adapter tensors. Otherwise the sampler runs the trainable's
-own module, whose weights the learner already changed in place, and `load_weights` only takes
-the new version.
+merged linears from the published adapter tensors; in a bf16 model they are fp32
+(`MasterLinear`), since bf16(W + scale * B A) rounds a small update back to W
+(benchmarks/merged_bf16.py). Otherwise the sampler runs the trainable's own module, whose
+weights the learner already changed in place, and `load_weights` only takes the new version.
 
 adapter=False samples the frozen base: the trainable's module with the adapter disabled (LoRA)
 or the untrained copy (full fine-tuning). Calls that run the trainable's module
@@ -22,6 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
@@ -30,19 +32,44 @@ from practicum.engine.kv_cache import reserved_cache
 from practicum.engine.sampling import check_request, left_pad, positions, sample_next
 
 
+class MasterLinear(nn.Module):
+    """A linear whose weight is held and applied in fp32 between activations of the model's
+    dtype: a merged W + scale B A keeps an update far below bf16's resolution of W, which
+    bf16(W + scale B A) rounds back to W (bf16 has 8 significant bits)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach().float(), requires_grad=False)
+        self.bias = None if linear.bias is None else \
+            nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x.float(), self.weight, self.bias).to(x.dtype)
+
+
 class MergedCopy:
-    """A plain copy of the base model whose adapted linears carry the merged LoRA update."""
+    """A plain copy of the base model whose adapted linears carry the merged LoRA update, in
+    fp32 (`MasterLinear`) when the model is not: their weights are the fp32 merge's however
+    small the update, and their outputs, rounded to the model's dtype, move by the update's
+    effect on average (bf16(W + scale B A) would drop most of an update far below W's
+    resolution). The copy is its own module: sampling from it never touches the trainable's."""
 
     def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device,
-                 attn_implementation: str = "sdpa"):
-        self.lm = load_lm(base_path, dtype, device, attn_implementation).eval().requires_grad_(False)
+                 attn_implementation: str = "sdpa", fp32_master: bool = True):
+        self.lm = load_lm(base_path, dtype, device,
+                          attn_implementation).eval().requires_grad_(False)
         plain = dict(self.lm.named_modules())
-        self.layers: dict[str, tuple[Tensor, nn.Linear]] = {}
+        self.layers: dict[str, tuple[Tensor, nn.Module]] = {}
         """peft module name -> (frozen base weight, the copy's linear to overwrite)."""
         for name, module in peft_model.named_modules():
             if hasattr(module, "lora_A") and hasattr(module, "base_layer"):
                 # peft names it base_model.model.<name in the plain model>
-                target = plain[name.removeprefix("base_model.model.")]
+                path = name.removeprefix("base_model.model.")
+                target = plain[path]
+                if fp32_master and target.weight.dtype != torch.float32:
+                    parent, _, child = path.rpartition(".")
+                    target = MasterLinear(target)
+                    setattr(self.lm.get_submodule(parent), child, target)
                 self.layers[name] = (module.base_layer.weight, target)
         if not self.layers:
             raise ValueError("MergedCopy: the model has no LoRA layers to merge")
@@ -50,15 +77,15 @@ class MergedCopy:
     @torch.no_grad()
     def merge(self, update: WeightUpdate) -> None:
         """W_merged = W_base + scale * B @ A for every adapted linear (LoRA, Hu et al. 2021,
-        arXiv 2106.09685), scale = alpha / r (alpha / sqrt(r) with rsLoRA)."""
+        arXiv 2106.09685), scale = alpha / r (alpha / sqrt(r) with rsLoRA), computed in fp32."""
         cfg = update.adapter_config
         r, alpha = cfg["r"], cfg["lora_alpha"]
         scale = alpha / (r ** 0.5 if cfg.get("use_rslora") else r)
         for name, (base, target) in self.layers.items():
             a = update.tensors[f"{name}.lora_A.weight"].float()
             b = update.tensors[f"{name}.lora_B.weight"].float()
-            if base.dtype == target.weight.dtype == torch.float32:  # one fused op, no temporaries
-                torch.addmm(base, b, a, alpha=scale, out=target.weight)
+            if target.weight.dtype == torch.float32:  # one fused op
+                torch.addmm(base.float(), b, a, alpha=scale, out=target.weight)
             else:
                 target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
 
@@ -150,8 +177,10 @@ class HFSampler:
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None
             tok, lp = sample_next(logits, params.temperature, params.top_p, row_gens)
+            # one device-to-host transfer per step; float64 holds both ids and fp32 log-probs
+            host_tok, host_lp = torch.stack([tok.double(), lp.double()]).tolist()
             keep = []
-            for j, (i, t, lq) in enumerate(zip(rows, tok.tolist(), lp.tolist())):
+            for j, (i, t, lq) in enumerate(zip(rows, map(int, host_tok), host_lp)):
                 out_ids[i].append(t)
                 out_lps[i].append(lq)
                 if t in stop_ids or self._hit_stop_string(out_ids[i], params.stop_strings):
@@ -182,11 +211,32 @@ class HFSampler:
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         # Earlier tokens cannot have completed a stop string (we would have stopped), so any
-        # match now was completed by the latest token.
+        # match now was completed by the latest token: it lies in the text's tail.
         if not stops:
             return False
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return any(s in text for s in stops)
+        tail = tail_text(self.tokenizer, ids, max(map(len, stops)))
+        return any(s in tail for s in stops)
+
+
+TAIL_SLACK = 4
+"""Characters a window's decoded text may get wrong at its start: a window that starts inside a
+UTF-8 character decodes its leading bytes to up to 3 replacement characters, and a SentencePiece
+window drops its first token's leading space."""
+
+
+def tail_text(tokenizer, ids: list[int], chars: int) -> str:
+    """The decoded text of the last tokens of `ids`: every string of up to `chars` characters
+    that ends in the last token's text (or in a character it completes) is in it exactly as in
+    the whole text, because the window holds at least chars + TAIL_SLACK characters before the
+    last token. Tokens that decode to nothing (special tokens, partial characters) only widen
+    the window; at worst it is the whole text."""
+    n = chars + TAIL_SLACK + 1
+    while n < len(ids):
+        before = tokenizer.decode(ids[-n:-1], skip_special_tokens=True)
+        if len(before) >= chars + TAIL_SLACK:
+            break
+        n *= 2
+    return tokenizer.decode(ids[-n:], skip_special_tokens=True)
 
 
 @contextmanager

@@ -25,7 +25,12 @@ from typing import Any
 from practicum.config import Config
 from practicum.engine.base import Sampler
 from practicum.engine.factory import build_sampler, load_trainable
-from practicum.engine.hf_model import PolicyConfig, load_tokenizer, pick_device
+from practicum.engine.hf_model import (
+    PolicyConfig,
+    check_attn_implementation,
+    load_tokenizer,
+    pick_device,
+)
 from practicum.engine.models import resolve_model
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
@@ -91,9 +96,10 @@ def policy_config(cfg: Config) -> PolicyConfig:
 
 def place(cfg: Config) -> Placement:
     """The learner and the sampler placed as the config says, the sampler holding the learner's
-    weights as version 0. A device this machine lacks is refused before anything loads."""
+    weights as version 0. A device this machine lacks, or an attention kernel it cannot run, is
+    refused before anything loads."""
     policy = policy_config(cfg)
-    pick_device(policy.device)
+    check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
     rt = cfg.runtime
     if cfg.engine.kind != "hf" and "actor" in (rt.ray_engine, rt.ray_learner):
         raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
