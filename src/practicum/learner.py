@@ -52,7 +52,7 @@ from practicum.batch import (
     turn_duration_weights,
 )
 from practicum.config import Config
-from practicum.engine.base import Trainable
+from practicum.engine.base import QuietPart, Trainable
 from practicum.episode import Episode
 
 
@@ -79,7 +79,7 @@ def split_even(items: list, parts: int) -> list[list]:
     return out
 
 
-class Learner:
+class Learner(QuietPart):
     def __init__(self, model: Trainable, cfg: Config):
         self.model, self.cfg = model, cfg
         t = cfg.train
@@ -110,14 +110,6 @@ class Learner:
     def save_policy(self, path: Path) -> None:
         self.model.save(path)
 
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def summary(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     # -- one training step ----------------------------------------------------------------------
     def train_step(self, episodes: list[Episode]) -> dict[str, Any] | None:

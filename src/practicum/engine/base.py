@@ -62,6 +62,20 @@ class WeightUpdate:
     """lora: r, lora_alpha, target_modules, ... (peft's adapter_config.json)."""
 
 
+class QuietPart:
+    """The `Part` methods (`practicum.runtime.parts`) of a part with no figures of its own and
+    nothing to release when it closes."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 class SamplerFailure(RuntimeError):
     """The sampler itself failed (e.g. its remote engine died), not one request: every request
     of the call fails with it, none is retried alone."""

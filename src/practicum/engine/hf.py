@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.base import QuietPart, Sample, SamplingParams, WeightUpdate
 from practicum.engine.device import auto_dtype
 from practicum.engine.factory import load_sampling_copy, load_trainable
 from practicum.engine.hf_model import (
@@ -63,7 +63,7 @@ def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
     return trainable, trainable_sampler(trainable)
 
 
-class HFEngineCopy:
+class HFEngineCopy(QuietPart):
     """An HF sampler with weights of its own: every published version is set into a frozen copy
     of the policy (peft adapter or full state dict), then into its sampler. Implements
     `practicum.engine.base.Sampler`; never shares a module with a trainable."""
@@ -101,15 +101,6 @@ class HFEngineCopy:
 
     def shares_trainable(self, adapter: bool) -> bool:
         return False
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def summary(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def load_frozen_sampler(model: str, dtype: str = "auto", device: str = "auto") -> HFSampler:

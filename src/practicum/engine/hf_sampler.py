@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.base import QuietPart, Sample, SamplingParams, WeightUpdate
 from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
 from practicum.engine.kv_cache import reserved_cache
 from practicum.engine.sampling import check_request, left_pad, positions, sample_next
@@ -90,7 +90,7 @@ class MergedCopy:
                 target.weight.copy_((base.float() + scale * (b @ a)).to(target.weight.dtype))
 
 
-class HFSampler:
+class HFSampler(QuietPart):
     """Implements `practicum.engine.base.Sampler` for a transformers causal LM (module doc)."""
 
     def __init__(self, lm: nn.Module, tokenizer, *, peft_model: nn.Module | None = None,
@@ -198,16 +198,6 @@ class HFSampler:
             pos = pos[:, -1:] + 1
             logits = head(lm, tok[:, None], mask, pos, cache, last_only=True)[:, -1]
         return out_ids, out_lps, reasons
-
-    # -- a part of the placement -----------------------------------------------------------------
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def summary(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         # Earlier tokens cannot have completed a stop string (we would have stopped), so any
