@@ -48,7 +48,7 @@ import torch
 from practicum.algo.filters import staleness_mask
 from practicum.episode import Episode
 from practicum.runtime.actors import ActorPool, ActorState
-from practicum.runtime.groups import Assignment, Group, GroupBoard
+from practicum.runtime.groups import Assignment, GroupBoard
 from practicum.runtime.loop import Batch, Stored
 from practicum.runtime.rollout import run_episode
 from practicum.runtime.session import Session

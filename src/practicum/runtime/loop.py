@@ -89,9 +89,7 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                     with s.server.training():  # sampling goes on unless it runs this module
                         metrics = s.learner.train_step(episodes)
                     if metrics is not None:
-                        update = s.learner.export_weights(s.learner.step)
-                        with s.server.updating():  # no sampling while the weights change
-                            s.server.publish(update)
+                        s.publish()
                 if metrics is None:  # nothing to train on: no step, a warning, a bound
                     s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
                                     dropped=batch.dropped)

@@ -98,8 +98,9 @@ class Session:
 
     def publish(self) -> None:
         """Give the sampler the learner's weights as version `learner.step`."""
-        with self.server.updating():
-            self.server.publish(self.learner.export_weights(self.learner.step))
+        update = self.learner.export_weights(self.learner.step)
+        with self.server.updating():  # no sampling while the sampler's weights change
+            self.server.publish(update)
 
     def evaluate(self, label: str) -> dict:
         """Held-out evaluation (greedy by default): one episode per held-out task, seeded by
