@@ -29,9 +29,10 @@ SMALL = ["task.name=flow", "task.options.families={arithmetic: 1}",
 def alternating_reward(monkeypatch):
     """The tiny random model never writes a plan, so every answer would be wrong: grade by a
     counter instead (1, 0, 1, ...) so groups hold both outcomes and advantages are non-zero."""
-    counter = itertools.count()
-    monkeypatch.setattr("practicum.envs.flow.env.check_answer",
-                        lambda task, answer: next(counter) % 2 == 0)
+    counters: dict[str, itertools.count] = {}  # per task: a group's members always differ,
+    monkeypatch.setattr(                        # whatever order async episodes finish in
+        "practicum.envs.flow.env.check_answer",
+        lambda task, answer: next(counters.setdefault(task.task_id, itertools.count())) % 2 == 0)
 
 
 @pytest.mark.slow
