@@ -38,3 +38,23 @@ def test_envs_lists_the_registered_environments_and_their_options(capsys):
     for name in ("calculator", "mle", "timed_bandit", "toy"):
         assert f"\n{name} " in "\n" + out
     assert "numeric_answers = True" in out
+
+
+def test_envs_options_name_required_fields_and_factory_defaults(capsys):
+    assert main(["envs", "--options"]) == 0
+    out = capsys.readouterr().out
+    assert "PydanticUndefined" not in out
+    assert "exclude = []" in out  # a default_factory field shows its value
+
+
+def test_plot_of_a_missing_folder_is_one_line(capsys, tmp_path):
+    assert main(["plot", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere does not exist" in err
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_plot_of_a_folder_that_is_no_run(capsys, tmp_path):
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "is not a run folder (no metrics.jsonl)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -103,7 +103,12 @@ def cmd_mle_evaluate(args) -> int:
 def cmd_plot(args) -> int:
     from practicum.report import plot_rewards
 
-    print(plot_rewards(Path(args.run_dir)))
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise PracticumError(f"run folder {run_dir} does not exist")
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise PracticumError(f"{run_dir} is not a run folder (no metrics.jsonl)")
+    print(plot_rewards(run_dir))
     return 0
 
 
@@ -115,7 +120,9 @@ def cmd_envs(args) -> int:
         print(f"{name:14s} {entry.doc.splitlines()[0] if entry.doc else ''}")
         if args.options:
             for key, field in entry.options.model_fields.items():
-                print(f"    {key} = {field.default!r}: {field.description or ''}")
+                default = ("(required)" if field.is_required()
+                           else repr(field.get_default(call_default_factory=True)))
+                print(f"    {key} = {default}: {field.description or ''}")
     return 0
 
 

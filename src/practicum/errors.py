@@ -17,3 +17,22 @@ class ConfigError(PracticumError, ValueError):
 
 class TrainingError(PracticumError):
     """A run that cannot make progress (e.g. every batch filtered out); the message says why."""
+
+
+def read_text_file(path, what: str = "file") -> str:
+    """The UTF-8 text of a file the user named; a missing, unreadable or non-UTF-8 file is a
+    PracticumError naming it (`what` says what the file was for, e.g. "patch file")."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        raise PracticumError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise PracticumError(f"{what} {path} is not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PracticumError(f"{what} {path} is not UTF-8 text (byte {err.start}: "
+                             f"{err.object[err.start:err.start + 1]!r})") from None
+    except OSError as err:
+        raise PracticumError(f"cannot read {what} {path}: {err.strerror}") from None

@@ -24,6 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from practicum.envs.swe.instance import InstanceError, SweInstance, load_instances
+from practicum.console import table_console
+from practicum.errors import PracticumError, read_text_file
 
 
 def _instances(args) -> list[SweInstance]:
@@ -59,7 +61,7 @@ def cmd_list(args) -> int:
     for inst in instances:
         table.add_row(inst.instance_id, package_of(inst), str(inst.tier),
                       str(len(inst.FAIL_TO_PASS)), str(len(inst.PASS_TO_PASS)))
-    Console().print(table)
+    table_console().print(table)
     counts = Counter((package_of(i), i.tier) for i in instances)
     for pkg in sorted({p for p, _ in counts}):
         tiers = ", ".join(f"tier {t}: {counts[(pkg, t)]}" for t in sorted(
@@ -83,8 +85,9 @@ def cmd_show(args) -> int:
 def cmd_run(args) -> int:
     from practicum.envs.swe.grading import grade
 
+    patch = read_patch(Path(args.patch))
     inst = _find(_instances(args), args.task)
-    verdict = grade(inst, Path(args.patch).read_text())
+    verdict = grade(inst, patch)
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=1))
     else:
@@ -98,6 +101,19 @@ def cmd_run(args) -> int:
         if not verdict.resolved:
             print("--- log tail ---\n" + verdict.log_tail[-1500:])
     return 0 if verdict.resolved else 1
+
+
+def read_patch(path: Path) -> str:
+    """The unified diff in `path` (an empty file: no change); a missing or non-UTF-8 file, or
+    text with no diff header, is a PracticumError (grading text that is no diff would grade the
+    unchanged code)."""
+    from practicum.envs.swe.diffs import split_diff
+
+    text = read_text_file(path, "patch file")
+    if text.strip() and not split_diff(text):
+        raise PracticumError(f"patch file {path} is not a patch: it has no 'diff --git' or "
+                             "'--- a/FILE' / '+++ b/FILE' header")
+    return text
 
 
 def spread(instances: list[SweInstance], n: int | None) -> list[SweInstance]:

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import warnings
 
 import pandas as pd
 import pytest
@@ -79,3 +80,36 @@ def test_non_numeric_regression_value_is_invalid_with_a_reason(cli, tmp_path, ca
     frame.to_csv(bad, index=False)
     assert cli(["mle", "grade", "diabetes-progression", str(bad), "--data", str(data)]) == 1
     assert "must be numeric; got 'lots'" in capsys.readouterr().out
+
+
+def test_grade_names_the_line_of_the_file_not_the_sorted_row(cli, tmp_path, capsys):
+    data = tmp_path / "data"
+    assert cli(["mle", "prepare", "breast-cancer-diagnosis", "--data", str(data)]) == 0
+    capsys.readouterr()
+    public = data / "mle" / "breast-cancer-diagnosis" / "prepared" / "public"
+    frame = pd.read_csv(public / "sample_submission.csv")
+    # the file's order is not id order: the line of the bad value differs from its sorted row
+    frame = frame.sort_values("id", key=lambda ids: ids.astype(str), ascending=False)
+    frame.iloc[1, frame.columns.get_loc("malignant")] = 1.5  # the file's line 3
+    bad = tmp_path / "bad.csv"
+    frame.to_csv(bad, index=False)
+    assert cli(["mle", "grade", "breast-cancer-diagnosis", str(bad), "--data", str(data),
+                "--json"]) == 1
+    reason = json.loads(capsys.readouterr().out)["reason"]
+    assert reason.endswith("found 1.5 in line 3 of the submission file")
+
+
+def test_grade_of_a_huge_prediction_is_invalid_without_a_numpy_warning(cli, tmp_path, capsys):
+    data = tmp_path / "data"
+    assert cli(["mle", "prepare", "diabetes-progression", "--data", str(data)]) == 0
+    capsys.readouterr()
+    sample = data / "mle" / "diabetes-progression" / "prepared" / "public" / "sample_submission.csv"
+    frame = pd.read_csv(sample)
+    frame.loc[1, "progression"] = 1e308
+    bad = tmp_path / "big.csv"
+    frame.to_csv(bad, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow warning would fail the test here
+        assert cli(["mle", "grade", "diabetes-progression", str(bad), "--data", str(data),
+                    "--json"]) == 1
+    assert "not a finite score" in json.loads(capsys.readouterr().out)["reason"]

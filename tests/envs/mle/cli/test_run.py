@@ -110,3 +110,10 @@ def test_bad_instrumenter_spec_names_the_flag(cli, tmp_path, data):
     with pytest.raises(ConfigError, match="--instrumenter: expected"):
         cli(["mle", "run", "iris-species", write(tmp_path, COPY_SAMPLE), "--data", str(data),
              "--instrumenter", "gpt"])
+
+
+def test_non_utf8_solution_file_is_a_user_error(cli, tmp_path, data):
+    path = tmp_path / "solution.py"
+    path.write_bytes("# caf\xe9\nmodel = Ridge()\n".encode("latin-1"))
+    with pytest.raises(PracticumError, match="solution file .*solution.py is not UTF-8 text"):
+        cli(["mle", "run", "iris-species", str(path), "--data", str(data)])

@@ -161,8 +161,17 @@ def test_numeric_values_rejects_text_and_infinity():
 
 
 def test_probabilities_outside_unit_interval():
-    with pytest.raises(InvalidSubmissionError, match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2"):
+    with pytest.raises(InvalidSubmissionError, match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2 of the submission"):
         check_probabilities(np.array([[0.1, 0.2], [0.3, 1.5]]), ["p", "q"])
     with pytest.raises(InvalidSubmissionError, match="row 1 .* all probabilities 0"):
         check_probabilities(np.array([[0.0, 0.0]]), ["p", "q"])
     check_probabilities(np.array([0.0, 1.0]), ["p"])  # a single column of edge values is fine
+
+
+def test_probability_errors_name_the_line_of_the_file():
+    # file order: ids 3, 1, 2 (lines 2, 3, 4); sorted by id, the bad id 1 is row 1
+    sub = pd.DataFrame({"id": [3, 1, 2], "p": [0.5, 1.5, 0.2]})
+    aligned, _ = align_submission(sub, pd.DataFrame({"id": [1, 2, 3], "p": [0, 1, 0]}), "id", ["p"])
+    assert aligned.attrs["lines"] == [3, 4, 2]
+    with pytest.raises(InvalidSubmissionError, match="found 1.5 in line 3 of the submission file"):
+        check_probabilities(numeric_values(aligned, ["p"]), ["p"], lines=aligned.attrs["lines"])

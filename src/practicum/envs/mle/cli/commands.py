@@ -23,6 +23,7 @@ from practicum.envs.mle.cli.arguments import (
     competitions_option,
     mle_data_root,
 )
+from practicum.console import table_console
 from practicum.envs.mle.cli.run import add_run_command
 
 
@@ -97,7 +98,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(len(comp.leaderboard or [])),
             source,
         )
-    Console().print(table)
+    table_console().print(table)
     return 1 if broken else 0
 
 

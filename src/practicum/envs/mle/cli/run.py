@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from practicum.envs.mle.cli.arguments import DATA_HELP, RAW_HELP, mle_data_root
-from practicum.errors import PracticumError
+from practicum.errors import PracticumError, read_text_file
 
 NO_POLICY = ("--instrumenter {spec}: `mle run` has no live policy to take a frozen base from; "
              "use --instrumenter local:smollm2-135m-instruct (the same base model, loaded here), "
@@ -78,9 +78,7 @@ def run_solution(args: argparse.Namespace):
     if spec in ("base", "policy"):
         raise PracticumError(NO_POLICY.format(spec=spec))
     check_instrumenter(spec, "--instrumenter")
-    if not args.solution.is_file():
-        raise PracticumError(f"solution file {args.solution} does not exist")
-    code = args.solution.read_text()
+    code = read_text_file(args.solution, "solution file")
     comp = load_competition(args.competition, args.competitions)
     opts = MleOptions(mode=args.mode, instrumenter=spec, wall_seconds=args.wall,
                       memory_mb=args.memory, backend=args.backend,

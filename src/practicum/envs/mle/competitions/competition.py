@@ -180,7 +180,10 @@ class Competition:
                     f"submission column '{column}' holds infinite values: predictions must be "
                     f"finite numbers")
         try:
-            score = grade_fn(frame, answers)
+            # a far-out prediction (1e308) overflows inside the metric: the non-finite score
+            # is reported below, so numpy's warning would only repeat it as noise
+            with np.errstate(over="ignore", invalid="ignore"):
+                score = grade_fn(frame, answers)
         except InvalidSubmissionError:
             raise
         except mlebench_compat.invalid_submission_errors() as err:  # the real mlebench's class

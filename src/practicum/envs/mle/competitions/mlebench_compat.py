@@ -57,7 +57,7 @@ def prepare_for_auroc_metric(
     """Inputs for sklearn's roc_auc_score: {"y_true", "y_score"}; scores must be probabilities."""
     sub, ans = align_submission(submission, answers, id_col, [target_col])
     score = numeric_values(sub, [target_col], id_col)
-    check_probabilities(score, [target_col])
+    check_probabilities(score, [target_col], lines=sub.attrs["lines"])
     return {"y_true": ans[target_col].to_numpy(), "y_score": score[:, 0]}
 
 

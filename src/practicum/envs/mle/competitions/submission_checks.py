@@ -57,7 +57,9 @@ def align_submission(
     Checks, in order: the id column and every column in `columns` exist; the row count equals
     the answers'; ids are unique, not missing, and exactly the answers' ids; `columns` hold no
     missing values. Returns (submission[[id, *columns]], answers[[id, *answer_columns]]) in the
-    same row order, index 0..N-1. `answer_columns` defaults to `columns`.
+    same row order, index 0..N-1. `answer_columns` defaults to `columns`. The submission's
+    `attrs["lines"]` holds each returned row's line in the CSV file (line 1 the header), for
+    messages that must point into the file (`check_probabilities(..., lines=...)`).
     """
     if not isinstance(submission, pd.DataFrame):
         raise InvalidSubmissionError(f"expected a table, got {type(submission).__name__}")
@@ -88,10 +90,13 @@ def align_submission(
             f"submission {id_column}s do not match the test set: {len(unknown)} unknown "
             f"(e.g. {_examples(unknown)}), {len(absent)} missing (e.g. {_examples(absent)})"
         )
-    sub = submission[wanted].assign(**{id_column: sub_ids}).sort_values(id_column, kind="stable")
+    sub = submission[wanted].assign(**{id_column: sub_ids}, _line=range(2, len(submission) + 2))
+    sub = sub.sort_values(id_column, kind="stable")
     ans = answers[[id_column, *answer_columns]].assign(**{id_column: ans_ids})
     ans = ans.sort_values(id_column, kind="stable")
     sub, ans = sub.reset_index(drop=True), ans.reset_index(drop=True)
+    lines = sub.pop("_line").tolist()
+    sub.attrs["lines"] = lines
     for column in columns:
         empty = sub[column].isna()
         if empty.any():
@@ -123,19 +128,27 @@ def numeric_values(
     return np.stack(out, axis=1)
 
 
-def check_probabilities(values: np.ndarray, columns: Sequence[str]) -> None:
-    """Every value in [0, 1]; for several columns, every row's sum positive (it is renormalised)."""
+def check_probabilities(values: np.ndarray, columns: Sequence[str],
+                        lines: Sequence[int] | None = None) -> None:
+    """Every value in [0, 1]; for several columns, every row's sum positive (it is renormalised).
+
+    lines: each row's line in the submission file (`align_submission`'s `attrs["lines"]`), so
+    the message names the line a person can find; without it, the row of `values`."""
+    def where(row: int) -> str:
+        return (f"line {lines[row]} of the submission file" if lines is not None
+                else f"row {row + 1} of the submission")
+
     values = np.atleast_2d(np.asarray(values, dtype=float).T).T
     outside = (values < 0) | (values > 1)
     if outside.any():
         row, col = np.argwhere(outside)[0]
         raise InvalidSubmissionError(
             f"submission column '{columns[col]}' must hold probabilities in [0, 1]; "
-            f"found {values[row, col]:g} in row {row + 1}"
+            f"found {values[row, col]:g} in {where(row)}"
         )
     if values.shape[1] > 1 and (values.sum(axis=1) <= 0).any():
         row = int(np.argmax(values.sum(axis=1) <= 0))
-        raise InvalidSubmissionError(f"row {row + 1} of the submission has all probabilities 0")
+        raise InvalidSubmissionError(f"{where(row)} has all probabilities 0")
 
 
 def one_hot(labels: Sequence, classes: Sequence[str]) -> np.ndarray:

@@ -9,5 +9,5 @@ from practicum.envs.mle.competitions.submission_checks import align_submission, 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     sub, ans = align_submission(submission, answers, "id", ["malignant"])
     proba = numeric_values(sub, ["malignant"])
-    check_probabilities(proba, ["malignant"])
+    check_probabilities(proba, ["malignant"], lines=sub.attrs["lines"])
     return roc_auc(ans["malignant"].to_numpy(), proba[:, 0])

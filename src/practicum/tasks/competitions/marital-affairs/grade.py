@@ -11,5 +11,5 @@ from practicum.envs.mle.competitions.submission_checks import (
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     sub, ans = align_submission(submission, answers, "id", ["affair"])
     proba = numeric_values(sub, ["affair"])
-    check_probabilities(proba, ["affair"])
+    check_probabilities(proba, ["affair"], lines=sub.attrs["lines"])
     return binary_log_loss(ans["affair"].to_numpy(dtype=float), proba[:, 0])

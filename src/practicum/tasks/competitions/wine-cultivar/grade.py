@@ -13,5 +13,5 @@ CLASSES = ["class_0", "class_1", "class_2"]
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     sub, ans = align_submission(submission, answers, "id", CLASSES, answer_columns=["cultivar"])
     proba = numeric_values(sub, CLASSES)
-    check_probabilities(proba, CLASSES)
+    check_probabilities(proba, CLASSES, lines=sub.attrs["lines"])
     return log_loss(one_hot(ans["cultivar"], CLASSES), proba)
