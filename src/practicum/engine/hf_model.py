@@ -8,6 +8,8 @@ sampler/learner log-prob gap), so behaviour and learner log-probs agree closely.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -154,7 +156,7 @@ class Logits:
                  position_ids: Tensor, cache=None, last_only: bool = False) -> Tensor:
         """fp32 logits [B, T or 1, V] from `lm`'s backbone (`lm` = the head owner or a copy)."""
         if not self.fp32_head:  # model-specific logit post-processing: use the model's own head
-            return lm(**model_inputs(input_ids, attention_mask, position_ids, cache),
+            return lm(**model_inputs(lm, input_ids, attention_mask, position_ids, cache),
                       logits_to_keep=1 if last_only else 0).logits.float()
         hidden = self.hidden(lm, input_ids, attention_mask, position_ids, cache)
         return self.head(hidden[:, -1:] if last_only else hidden)
@@ -163,8 +165,9 @@ class Logits:
     def hidden(lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
                cache=None) -> Tensor:
         """The backbone's last hidden states [B, T, H] (model dtype)."""
-        inputs = model_inputs(input_ids, attention_mask, position_ids, cache)
-        return lm.base_model(**inputs).last_hidden_state
+        backbone = lm.base_model
+        inputs = model_inputs(backbone, input_ids, attention_mask, position_ids, cache)
+        return backbone(**inputs).last_hidden_state
 
     def head(self, hidden: Tensor) -> Tensor:
         """The output projection in fp32: hidden [..., H] -> logits [..., V]."""
@@ -190,14 +193,24 @@ class Logits:
         return self._head32[1]
 
 
-def model_inputs(input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, cache) -> dict:
+def model_inputs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                 position_ids: Tensor, cache) -> dict:
+    """Keyword arguments of `model`'s forward, the KV cache under the name it takes."""
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "position_ids": position_ids,
-        "past_key_values": cache,
+        cache_argument(type(model).forward): cache,
         "use_cache": cache is not None,
     }
+
+
+@functools.cache
+def cache_argument(forward) -> str:
+    """The KV-cache argument's name: transformers 5.2x calls it `cache` (the old
+    `past_key_values` still works but warns on every call); earlier versions know only
+    `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 class FrozenReference:

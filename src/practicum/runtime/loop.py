@@ -74,12 +74,13 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
     """Train to cfg.train.steps; returns the run summary (also written to summary.json)."""
     cfg = s.cfg
     started = time.time()
+    bar = TrainProgress(cfg.train.steps, s.learner.step, enabled=progress, log_dir=s.run_dir)
     if s.learner.step == 0 and not (s.run_dir / "eval" / "step_000000.json").exists():
-        _log_eval(s, s.evaluate("step_000000"), 0)
+        _log_eval(s, _evaluate(s, bar, "before training"), 0)
     skipped_in_row = 0
     source.start()
     try:
-        with TrainProgress(cfg.train.steps, s.learner.step, enabled=progress) as bar:
+        with bar:
             while s.learner.step < cfg.train.steps:
                 t0 = time.perf_counter()
                 batch = source.next_batch()
@@ -117,17 +118,26 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                                 "step_seconds": time.perf_counter() - t0})
                 step = s.learner.step
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
-                    ev = s.evaluate(f"step_{step:06d}")
+                    ev = _evaluate(s, bar)
                     metrics.update({f"eval/{k}": v for k, v in ev.items()
                                     if isinstance(v, (int, float))})
                 s.metrics.log(step, metrics)
                 if step % cfg.train.checkpoint_every == 0:
                     with source.frozen():
                         s.checkpoint(source.state())
-                bar.update(step, metrics)
+                bar.update(step, metrics, episodes=len(s.store))
     finally:
         source.stop()
-    return s.finish(started, extra_summary=source.summary())
+    final = _evaluate(s, bar, "after training")
+    return s.finish(started, extra_summary=source.summary(), final=final)
+
+
+def _evaluate(s: Session, bar: TrainProgress, when: str = "") -> dict:
+    """Held-out evaluation at the current step, reported as a progress line."""
+    t0 = time.perf_counter()
+    result = s.evaluate(f"step_{s.learner.step:06d}")
+    bar.evaluation(s.learner.step, result, time.perf_counter() - t0, when)
+    return result
 
 
 def _log_eval(s: Session, result: dict, step: int) -> None:

@@ -1,17 +1,80 @@
-"""A rich progress bar for training that shows the latest reward and loss."""
+"""A run's progress as people watch it: a rich bar on a terminal, plain lines elsewhere.
+
+When stdout is a terminal the bar shows the latest reward and loss; when it is not (a file, as
+under nohup, CI or a cluster scheduler) a bar would print nothing readable, so every step and
+every evaluation prints one plain line instead:
+
+    step 3/10  reward -4.210  solved 0.188  episodes 64  step 41.2 s  elapsed 3m05s  ETA 4m48s
+    eval step 0 (before training)  reward -8.917  solved 0.083  valid 0.083  24 episodes  95.3 s
+
+The same lines go to RUN/progress.log either way (appended: a resumed run continues it).
+"""
 
 from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
 
+LOG_FILE = "progress.log"
+
+
+def duration(seconds: float) -> str:
+    """1m05s, 2h03m, 42s."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def step_line(step: int, total: int, metrics: dict, episodes: int, elapsed: float,
+              eta: float | None) -> str:
+    """One training step: reward, solved rate, loss, episodes so far, seconds, ETA."""
+    parts = [f"step {step}/{total}",
+             f"reward {metrics.get('reward_mean', float('nan')):.3f}",
+             f"solved {metrics.get('solved_rate', float('nan')):.3f}"]
+    if "loss" in metrics:
+        parts.append(f"loss {metrics['loss']:+.4f}")
+    parts += [f"episodes {episodes}", f"step {metrics.get('step_seconds', 0.0):.1f} s",
+              f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
+    return "  ".join(parts)
+
+
+def eval_line(step: int, result: dict, seconds: float, when: str = "") -> str:
+    """One held-out evaluation: reward, solved and valid rate, episodes, seconds."""
+    parts = [f"eval step {step}" + (f" ({when})" if when else ""),
+             f"reward {result.get('reward_mean', float('nan')):.3f}",
+             f"solved {result.get('solved_rate', float('nan')):.3f}"]
+    if "env/valid" in result:  # environments that report a valid-output rate (mle)
+        parts.append(f"valid {result['env/valid']:.3f}")
+    parts += [f"{result.get('tasks', 0)} episodes", f"{seconds:.1f} s"]
+    return "  ".join(parts)
+
 
 class TrainProgress:
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, label: str = "train"):
-        self.enabled = enabled
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, label: str = "train",
+                 log_dir: Path | None = None, stream: IO[str] | None = None):
+        """enabled=False (--quiet): neither bar nor lines on stdout (the log file still gets
+        them). `stream` (default stdout) decides bar or lines by whether it is a terminal."""
+        self.total, self.start = total, start
+        self.stream = stream or sys.stdout
+        tty = self.stream.isatty()
+        self.enabled = enabled and tty
+        """The bar is on."""
+        self.plain = enabled and not tty
+        """Plain lines on the stream instead of the bar."""
+        self.log_path = Path(log_dir) / LOG_FILE if log_dir is not None else None
+        self.started = time.monotonic()
+        self._step_seconds: list[float] = []
         self._progress = Progress(
             TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=not enabled)
+            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=not self.enabled)
         self._task = self._progress.add_task("train", total=total, completed=start, info="")
 
     def __enter__(self) -> "TrainProgress":
@@ -21,15 +84,35 @@ class TrainProgress:
     def __exit__(self, *exc) -> None:
         self._progress.__exit__(*exc)
 
-    def note(self, message: str) -> None:
-        """A line above the bar (or on stderr when the bar is off)."""
-        if self.enabled:
-            self._progress.console.print(f"[yellow]{message}")
+    def _emit(self, line: str, style: str = "", above_bar: bool = True) -> None:
+        if self.log_path is not None:
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {line}\n")
+        if self.plain:
+            print(line, file=self.stream, flush=True)
+        elif self.enabled and above_bar:
+            self._progress.console.print(f"[{style}]{line}" if style else line,
+                                         highlight=False)
 
-    def update(self, step: int, metrics: dict) -> None:
-        info = f"reward {metrics.get('reward_mean', float('nan')):.3f}"
-        if "loss" in metrics:
-            info += f"  loss {metrics['loss']:+.4f}"
-        if "eval/reward_mean" in metrics:
-            info += f"  eval {metrics['eval/reward_mean']:.3f}"
-        self._progress.update(self._task, completed=step, info=info)
+    def note(self, message: str) -> None:
+        """A warning: a line above the bar, or a plain line."""
+        self._emit(message, "yellow")
+
+    def evaluation(self, step: int, result: dict, seconds: float, when: str = "") -> None:
+        """A held-out evaluation finished (`when`: e.g. "before training")."""
+        self._emit(eval_line(step, result, seconds, when), "cyan")
+
+    def update(self, step: int, metrics: dict, episodes: int = 0) -> None:
+        """Training step `step` finished; `episodes`: sampled so far in the run."""
+        self._step_seconds.append(metrics.get("step_seconds", 0.0))
+        recent = self._step_seconds[-5:]  # the first steps include warm-up and refills
+        eta = sum(recent) / len(recent) * max(0, self.total - step)
+        self._emit(step_line(step, self.total, metrics, episodes,
+                             time.monotonic() - self.started, eta), above_bar=False)
+        if self.enabled:
+            info = f"reward {metrics.get('reward_mean', float('nan')):.3f}"
+            if "loss" in metrics:
+                info += f"  loss {metrics['loss']:+.4f}"
+            if "eval/reward_mean" in metrics:
+                info += f"  eval {metrics['eval/reward_mean']:.3f}"
+            self._progress.update(self._task, completed=step, info=info)

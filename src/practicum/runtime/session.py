@@ -38,7 +38,8 @@ from practicum.store import ConsumptionLedger, EpisodeStore
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json")
+RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json",
+             "progress.log")
 RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
 
@@ -129,9 +130,11 @@ class Session:
             state["suite"] = self.suite.state()
         return self.learner.save(self.run_dir / "checkpoints", state)
 
-    def finish(self, started: float, extra_summary: dict | None = None) -> dict:
-        """Final evaluation, checkpoint, plot and summary.json (plus `extra_summary` entries)."""
-        final = self.evaluate(f"step_{self.learner.step:06d}")
+    def finish(self, started: float, extra_summary: dict | None = None,
+               final: dict | None = None) -> dict:
+        """Final evaluation (unless the caller ran it: `final`), checkpoint, plot and
+        summary.json (plus `extra_summary` entries)."""
+        final = final or self.evaluate(f"step_{self.learner.step:06d}")
         self.metrics.log(self.learner.step, {f"eval/{k}": v for k, v in final.items()
                                              if isinstance(v, (int, float))})
         self.checkpoint()
