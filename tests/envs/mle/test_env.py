@@ -159,12 +159,21 @@ def test_template_mode_runs_the_filled_script(data_root):
     system, *examples, user = start.messages
     assert system == {"role": "system", "content": prompts.LINE_SYSTEM_PROMPT}
     assert examples == list(prompts.LINE_EXAMPLE_MESSAGES) and user["role"] == "user"
-    assert start.stop_strings == []
+    assert start.stop_strings == ["\n"]  # the reply is one line: its turn ends at the break
     result = env.step("Sure: `model = LogisticRegression(max_iter=500)` works well.")
     env.close()
     assert result.info["valid"] and len(result.info["milestones"]) == 7
     assert result.reward == pytest.approx(result.info["score"] + 0.7)
     assert result.info["solution"]["code"] == "model = LogisticRegression(max_iter=500)"
+
+
+def test_template_mode_line_stop_can_be_turned_off_and_other_modes_have_none(data_root, suite):
+    env = make_suite(data_root, mode="template", line_stop=False).make_env(SERVICE)
+    assert env.reset(IRIS, seed=0).stop_strings == []
+    env.close()
+    env = suite.make_env(SERVICE)  # script mode: a plan and a whole script, many lines
+    assert env.reset(IRIS, seed=0).stop_strings == []
+    env.close()
 
 
 def test_script_mode_starts_with_system_and_user_only(suite):

@@ -176,8 +176,10 @@ class MleEnv(Env):
             system, examples = prompts.SECTION_SYSTEM_PROMPT, prompts.section_examples()
         else:
             system, examples = prompts.SYSTEM_PROMPT, []
+        # the one-line reply ends at its line break, not at the token budget
+        stops = ["\n"] if mode == "template" and self.options.line_stop else []
         return Start([{"role": "system", "content": system}, *examples,
-                      {"role": "user", "content": prompt}])
+                      {"role": "user", "content": prompt}], stop_strings=stops)
 
     def _region(self) -> Template | None:
         """The fixed script whose region the reply fills (None in script mode)."""

@@ -80,6 +80,9 @@ class MleOptions(BaseModel):
     salvage: bool = Field(True, description="Template mode: accept a lone `model = ...` line "
                           "found inside an otherwise malformed reply. Section mode: run the "
                           "longest parsing prefix of a code block cut off by the token budget.")
+    line_stop: bool = Field(True, description="Template mode: the reply's turn ends at its first "
+                            "line break (the reply format is one line), instead of sampling on "
+                            "to the token budget.")
     output_chars: int = Field(600, gt=0, description="Run output shown to the agent.")
     workdir_root: str | None = Field(None, description="Where work folders are created.")
 
