@@ -35,3 +35,16 @@ def test_piped_listing_keeps_whole_ids(argv, ids):
         ids = [i.instance_id for i in load_instances(bundled_instances_path())]
     for task_id in ids:
         assert task_id in out
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)  # gone before a line is written
+    reader.wait(timeout=30)
+    done = subprocess.run([sys.executable, "-m", "practicum.cli", "envs", "--options"],
+                          stdout=reader.stdin, stderr=subprocess.PIPE, text=True, env=env,
+                          timeout=120)
+    reader.stdin.close()
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("practicum: interrupted; run again with the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `practicum envs | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
 
 
 if __name__ == "__main__":
