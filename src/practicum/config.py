@@ -181,7 +181,10 @@ class TrainConfig(Section):
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="LR schedule after warm-up (one value per training step)."
     )
-    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward pass.")
+    micro_batch_size: int = Field(
+        8, ge=1, description="Rows per forward/backward pass (gradients summed, so only speed "
+        "and memory change). The default matches the default group_size: a micro-batch then "
+        "holds one GRPO group, whose shared prompt the learner runs once.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm per update.")
     checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
     max_skipped_batches: int = Field(
