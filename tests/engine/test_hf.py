@@ -622,3 +622,50 @@ def test_smollm2_answers_a_chat_prompt(smollm2_dir):
         lp = trainable.token_logprobs(x, torch.ones_like(x))[0, len(prompt):]
     # greedy records a point mass; the learner's log-probs of the argmax tokens are high
     assert out.logprobs == [0.0] * len(out.token_ids) and lp.mean() > -1.0
+
+
+def test_prompt_runs_split_a_micro_batch_by_group_only_when_it_saves_work():
+    from practicum.engine.hf_trainable import prompt_runs
+
+    system = [1, 2, 3]
+    group_a, group_b = system + [10] * 12, system + [20] * 12  # prompts of two groups
+    rows = [group_a + [5, 6], group_a + [7, 8], group_b + [5, 6], group_b + [9, 9]]
+    ids, mask = torch.tensor(rows), torch.ones(4, 17, dtype=torch.long)
+    # shared: the 3-token system prompt across groups, 15 tokens within each
+    assert prompt_runs(ids, mask, min_shared=2) == [(0, 2), (2, 4)]
+    # an improvement prompt within a group (shares 15 of 17 with its neighbour) stays in
+    rows[1] = group_a + [4, 4]
+    assert prompt_runs(torch.tensor(rows), mask, min_shared=2) == [(0, 2), (2, 4)]
+    # nothing shared (e.g. left padding): one batch, not one row at a time
+    left = torch.tensor([[0, 0, 7, 8], [0, 5, 6, 7], [1, 2, 3, 4]])
+    left_mask = (torch.arange(4) >= torch.tensor([[2], [1], [0]])).long()
+    assert prompt_runs(left, left_mask, min_shared=2) == [(0, 3)]
+    assert prompt_runs(ids[:1], mask[:1], min_shared=2) == [(0, 1)]
+
+
+def test_two_groups_in_one_micro_batch_give_the_logprobs_and_gradients_of_running_them_apart(
+        tiny_model_dir, prompts):
+    """Rows of two groups: each group's prompt runs once, with the same log-probs and gradients
+    as running every row in full."""
+    rows = [prompts[0] + prompts[2], prompts[0] + prompts[1],
+            prompts[2] + prompts[0], prompts[2] + prompts[1]]
+    ids, mask = padded(rows, "right")
+    outs = []
+    for shared in (10**9, 2):
+        trainable, _ = build(tiny_model_dir, seed=3)
+        for p in trainable.trainable_parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        trainable.min_shared_prefix = shared
+        calls = []
+        hook = trainable.lm.base_model.register_forward_pre_hook(
+            lambda m, a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        lp = trainable.token_logprobs(ids, mask, temperature=0.9)
+        hook.remove()
+        (lp * torch.arange(lp.shape[1])).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
+        outs.append((lp.detach(), grads, calls))
+    (lp_full, g_full, calls_full), (lp, g, calls) = outs
+    assert calls_full == [tuple(ids.shape)]
+    assert [c[0] for c in calls] == [1, 2, 1, 2]  # per group: its prompt once, then its rows
+    assert torch.allclose(lp, lp_full, atol=1e-5)
+    assert (g - g_full).norm() <= 1e-5 * g_full.norm() and g_full.abs().sum() > 0

@@ -116,7 +116,11 @@ class HFTrainable:
         `min_shared_prefix` or more real tokens (a GRPO group's prompt), that prefix runs once,
         as one row, and the rest of each row attends to its keys and values repeated across the
         batch (gradients flow back through them): the prompt's activations are identical in
-        every row, so this computes the same states with the prompt's work done once."""
+        every row, so this computes the same states with the prompt's work done once. Rows of
+        several groups (`prompt_runs`) go group by group, each prompt once."""
+        runs = prompt_runs(input_ids, mask, self.min_shared_prefix)
+        if len(runs) > 1:  # rows of several groups: each group's prompt once
+            return torch.cat([self._hidden(lm, input_ids[a:b], mask[a:b]) for a, b in runs])
         n = _shared_prefix(input_ids, mask)
         pos = positions(mask)
         if (input_ids.shape[0] < 2 or n < self.min_shared_prefix or self.cfg.lora_dropout > 0
@@ -245,6 +249,35 @@ def _enable_checkpointing(lm) -> None:
         lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def prompt_runs(input_ids: Tensor, mask: Tensor, min_shared: int) -> list[tuple[int, int]]:
+    """Contiguous row ranges [a, b) that share a prompt, when a micro-batch holds rows of
+    several groups (rows come group by group); [(0, B)] unless running the ranges one by one,
+    each shared prefix once, processes fewer positions than the whole batch does.
+
+    Rows i and i + 1 fall in different ranges when their common prefix is under half of a
+    neighbouring pair's (i - 1, i or i + 1, i + 2): at a boundary between groups the rows share
+    only the system prompt, far less than a group's rows share, while rows of one group with
+    different self-improvement prompts still share most of theirs."""
+    rows, width = input_ids.shape
+    if rows < 2:
+        return [(0, rows)]
+    same = (input_ids[1:] == input_ids[:-1]) & (mask[1:] * mask[:-1]).bool()
+    common = same.long().cumprod(dim=1).sum(dim=1).tolist()  # row i vs row i + 1
+    cuts = [i + 1 for i, c in enumerate(common)
+            if 2 * c < max(common[max(0, i - 1):i + 2])]
+    bounds = [0, *cuts, rows]
+    runs = list(zip(bounds[:-1], bounds[1:]))
+
+    def positions_run(a: int, b: int) -> int:  # the prefix once, then every row's rest
+        n = _shared_prefix(input_ids[a:b], mask[a:b]) if b - a > 1 else 0
+        n = n if n >= min_shared else 0
+        return n + (b - a) * (width - n)
+
+    if len(runs) > 1 and sum(positions_run(a, b) for a, b in runs) < positions_run(0, rows):
+        return runs
+    return [(0, rows)]
 
 
 def _shared_prefix(input_ids: Tensor, mask: Tensor) -> int:
