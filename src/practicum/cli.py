@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _split_config_arg(args)
+    if not sys.stderr.isatty():  # a log file: no carriage-return bars (weight loading)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return args.func(args)
     except PracticumError as e:  # the user's input: one clear line; bugs keep tracebacks

@@ -69,5 +69,6 @@ def test_a_training_run_piped_to_a_file_prints_a_line_per_step_and_evaluation(
     assert re.fullmatch(r"step 1/2  reward -?\d+\.\d{3}  solved \d\.\d{3}  loss [+-]\d\.\d{4}  "
                         r"episodes 32  step \d+\.\d s  elapsed \S+  ETA \S+", progress[1])
     assert "FutureWarning" not in done.stderr and "past_key_values" not in done.stderr
+    assert "Loading weights" not in done.stderr  # no progress bars written into a log file
     logged = (tmp_path / "toy" / "progress.log").read_text().splitlines()
     assert [line.split("  ", 1)[1] for line in logged] == progress
