@@ -264,7 +264,7 @@ def prompt_runs(input_ids: Tensor, mask: Tensor, min_shared: int) -> list[tuple[
     if rows < 2:
         return [(0, rows)]
     same = (input_ids[1:] == input_ids[:-1]) & (mask[1:] * mask[:-1]).bool()
-    common = same.long().cumprod(dim=1).sum(dim=1).tolist()  # row i vs row i + 1
+    common = same.long().cumprod(dim=1).sum(dim=1).cpu().tolist()  # row i vs row i + 1
     cuts = [i + 1 for i, c in enumerate(common)
             if 2 * c < max(common[max(0, i - 1):i + 2])]
     bounds = [0, *cuts, rows]
