@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from practicum.envs.swe.instance import InstanceError, SweInstance, load_instances
 from practicum.console import table_console
+from practicum.envs.swe.instance import InstanceError, SweInstance, load_instances
 from practicum.errors import PracticumError, read_text_file
 
 
