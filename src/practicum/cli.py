@@ -145,13 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a policy with RL")
     with_config(t)
-    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or lines (RUN/progress.log still gets them)")
+    t.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar or lines (RUN/progress.log still gets them)")
     t.set_defaults(func=cmd_train)
 
     r = sub.add_parser("rft", help="rejection fine-tuning: sample, keep solved episodes, SFT; "
                        "then train RL from it with model.init=RUN/rft/policy")
     with_config(r)
-    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar or lines (RUN/progress.log still gets them)")
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar or lines (RUN/progress.log still gets them)")
     r.set_defaults(func=cmd_rft)
 
     e = sub.add_parser("eval", help="evaluate on held-out tasks")

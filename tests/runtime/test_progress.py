@@ -72,3 +72,12 @@ def test_a_training_run_piped_to_a_file_prints_a_line_per_step_and_evaluation(
     assert "Loading weights" not in done.stderr  # no progress bars written into a log file
     logged = (tmp_path / "toy" / "progress.log").read_text().splitlines()
     assert [line.split("  ", 1)[1] for line in logged] == progress
+
+
+def test_other_progress_labels_name_their_lines_and_skip_missing_fields():
+    stream = io.StringIO()
+    bar = TrainProgress(64, enabled=True, label="rft sample", stream=stream)
+    bar.update(16, {"reward_mean": 0.25})
+    line = stream.getvalue().strip()
+    assert line.startswith("rft sample 16/64  reward 0.250  elapsed ")
+    assert "solved" not in line and "nan" not in line

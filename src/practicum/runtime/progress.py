@@ -34,15 +34,19 @@ def duration(seconds: float) -> str:
 
 
 def step_line(step: int, total: int, metrics: dict, episodes: int, elapsed: float,
-              eta: float | None) -> str:
-    """One training step: reward, solved rate, loss, episodes so far, seconds, ETA."""
-    parts = [f"step {step}/{total}",
-             f"reward {metrics.get('reward_mean', float('nan')):.3f}",
-             f"solved {metrics.get('solved_rate', float('nan')):.3f}"]
-    if "loss" in metrics:
-        parts.append(f"loss {metrics['loss']:+.4f}")
-    parts += [f"episodes {episodes}", f"step {metrics.get('step_seconds', 0.0):.1f} s",
-              f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
+              eta: float | None, label: str = "step") -> str:
+    """One training step: reward, solved rate, loss, episodes so far, seconds, ETA (the fields
+    `metrics` has)."""
+    parts = [f"{label} {step}/{total}"]
+    for key, name, fmt in (("reward_mean", "reward", ".3f"), ("solved_rate", "solved", ".3f"),
+                           ("loss", "loss", "+.4f")):
+        if key in metrics:
+            parts.append(f"{name} {metrics[key]:{fmt}}")
+    if episodes:
+        parts.append(f"episodes {episodes}")
+    if "step_seconds" in metrics:
+        parts.append(f"step {metrics['step_seconds']:.1f} s")
+    parts += [f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
     return "  ".join(parts)
 
 
@@ -70,7 +74,8 @@ class TrainProgress:
         self.plain = enabled and not tty
         """Plain lines on the stream instead of the bar."""
         self.log_path = Path(log_dir) / LOG_FILE if log_dir is not None else None
-        self.started = time.monotonic()
+        self.label = "step" if label == "train" else label
+        self.started = self._last = time.monotonic()
         self._step_seconds: list[float] = []
         self._progress = Progress(
             TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -104,11 +109,13 @@ class TrainProgress:
 
     def update(self, step: int, metrics: dict, episodes: int = 0) -> None:
         """Training step `step` finished; `episodes`: sampled so far in the run."""
-        self._step_seconds.append(metrics.get("step_seconds", 0.0))
+        now = time.monotonic()
+        self._step_seconds.append(metrics.get("step_seconds", now - self._last))
+        self._last = now
         recent = self._step_seconds[-5:]  # the first steps include warm-up and refills
         eta = sum(recent) / len(recent) * max(0, self.total - step)
-        self._emit(step_line(step, self.total, metrics, episodes,
-                             time.monotonic() - self.started, eta), above_bar=False)
+        self._emit(step_line(step, self.total, metrics, episodes, now - self.started, eta,
+                             self.label), above_bar=False)
         if self.enabled:
             info = f"reward {metrics.get('reward_mean', float('nan')):.3f}"
             if "loss" in metrics:

@@ -161,7 +161,8 @@ def test_numeric_values_rejects_text_and_infinity():
 
 
 def test_probabilities_outside_unit_interval():
-    with pytest.raises(InvalidSubmissionError, match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2 of the submission"):
+    with pytest.raises(InvalidSubmissionError,
+                       match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2 of"):
         check_probabilities(np.array([[0.1, 0.2], [0.3, 1.5]]), ["p", "q"])
     with pytest.raises(InvalidSubmissionError, match="row 1 .* all probabilities 0"):
         check_probabilities(np.array([[0.0, 0.0]]), ["p", "q"])
