@@ -10,7 +10,9 @@ The rules are small and transparent, for tests and cheap runs:
              name: a planner that copies the query looks up hop 1 again, it does not skip
              ahead to the hop memory makes next.
   verifier   STOP after a successful step that answers the query's outermost relation (a
-             lookup of it), or, for a query without one, a successful numeric result.
+             lookup of it) once memory holds as many distinct successful lookups as the
+             query has hops ("the capital of the region of the capital of X" asks three),
+             or, for a query without one, a successful numeric result.
   generator  the value of the last successful step.
   analyst    no analysis.
 """
@@ -64,6 +66,12 @@ def asked_relation(query: str) -> str | None:
         if m.group(1).lower() in words or m.group(1).lower() == rel:
             return rel
     return None
+
+
+def query_hops(query: str) -> int:
+    """How many 'the X of' links a corpus question chains (at least 1)."""
+    body = re.sub(r"^\s*what is ", "", query, flags=re.I)
+    return max(1, len(re.findall(r"\bthe .+? of ", body, re.I)))
 
 
 class Roles:
@@ -174,4 +182,7 @@ class Roles:
         if asked is None:
             return "STOP" if re.fullmatch(r"-?[\d.,/]+", last.value) else "CONTINUE"
         m = _LOOKUP_RESULT.match(last.result)
-        return "STOP" if m and m.group(1) == asked else "CONTINUE"
+        looked_up = {s.result for s in memory.steps
+                     if not s.error and _LOOKUP_RESULT.match(s.result)}
+        done = m and m.group(1) == asked and len(looked_up) >= query_hops(memory.query)
+        return "STOP" if done else "CONTINUE"
