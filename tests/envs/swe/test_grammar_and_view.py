@@ -15,7 +15,7 @@ from practicum.envs.swe.toy_repo import write_toy_instance
 from tests.envs.grammar_match import compile_error, matches
 
 G = tool_grammar(GrammarCaps(path_chars=80, search_chars=60, command_chars=200,
-                             edit_tokens=64))
+                             edit_tokens=96))
 
 
 def test_the_grammar_compiles():

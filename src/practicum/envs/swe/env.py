@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
+from practicum.envs.swe.demo import Demonstrator
 from practicum.envs.swe.grammar import GrammarCaps, tool_grammar
 from practicum.envs.swe.instance import SweInstance, load_instances
 from practicum.envs.swe.prompts import first_messages
@@ -79,7 +80,7 @@ class SweOptions(BaseModel):
                                       "in characters.")
     grammar_command_chars: int = Field(200, ge=8, description="Grammar cap on a shell "
                                        "command, in characters.")
-    grammar_edit_tokens: int = Field(64, ge=4, description="Grammar cap on each of an "
+    grammar_edit_tokens: int = Field(96, ge=4, description="Grammar cap on each of an "
                                      "edit's <old> and <new> blocks, in tokens.")
 
 
@@ -244,7 +245,8 @@ def swe_suite(opts: SweOptions, ctx: SuiteContext) -> Suite:
     by_id = {i.instance_id: i for i in train + held_out}
     max_turns = getattr(ctx, "max_turns", None) or 8
     make = partial(_make_env, by_id, opts, max_turns, hidden)
-    return Suite(make, [_task(i) for i in train], [_task(i) for i in held_out])
+    return Suite(make, [_task(i) for i in train], [_task(i) for i in held_out],
+                 demonstrator=Demonstrator(train))  # gold patches of training tasks only
 
 
 def _task(i: SweInstance) -> Task:

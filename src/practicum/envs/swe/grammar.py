@@ -19,7 +19,7 @@ class GrammarCaps:
     """A path, or a pytest node id's file and test parts, each at most this long."""
     search_chars: int = 60
     command_chars: int = 200
-    edit_tokens: int = 64
+    edit_tokens: int = 96
     """Tokens of each of an edit's <old> and <new> blocks."""
 
 
