@@ -73,13 +73,17 @@ def minimal_edit(hunk: Hunk, text: str) -> tuple[str, str]:
                 "\n".join(x for t, x in part if t != "-"))
 
     old, new = blocks(lo, hi)
+    up = True  # widen above and below in turn, above first
     while not (old.strip() and new.strip() and text.count(old) == 1):
-        if lo > 0 and (hi == len(tags) - 1 or (hi - lo) % 2 == 0):
+        if up and lo > 0:
             lo -= 1
         elif hi < len(tags) - 1:
             hi += 1
+        elif lo > 0:
+            lo -= 1
         else:
             break  # the whole hunk: as unique as the patch itself
+        up = not up
         old, new = blocks(lo, hi)
     return old, new
 
