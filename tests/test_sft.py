@@ -137,3 +137,11 @@ def test_a_pipeline_starts_rft_from_the_sft_policy(tmp_path, tiny_model_dir):
     init = yaml.safe_load((tmp_path / "runs/pipe/1-rft/rft/config.yaml").read_text())
     assert init["model"]["init"] == sft["policy"]
     assert "| 0-sft | sft |" in (tmp_path / "runs/pipe/report.md").read_text()
+
+
+def test_the_cli_command_reports_a_bad_config_on_one_line(capsys):
+    from practicum.cli import main
+
+    assert main(["sft", "sft.source=teacher"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("practicum: ") and "sft.teacher" in err and "\n" not in err
