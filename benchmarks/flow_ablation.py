@@ -13,16 +13,16 @@ Arms (per seed; every arm is graded by the same exact checks on the same held-ou
                         the untrained planner (`practicum rft`), as many rollouts as RL sampled
 Besides accuracy: planner turns per task (flow steps), the tool-call error rate and the
 multihop hop credit (`multihop_hops`: the fraction of chain hops looked up, the per-hop reward
-term), before and after RL.
+term), before and after RL. Prints a table (mean +- std over seeds) and writes
+benchmarks/results/flow_ablation.json with the machine block. Run it under the CPU lock; the
+default budget is a pipeline check, far too small to separate arms reliably.
 
     .venv/bin/python benchmarks/flow_ablation.py --scripted 12
 
 runs no model: scripted planners (honest hops, the hop's entity only in Context, repeating hop
 1, copying the query, listing every entity) through the real flow env with rules roles on N
 multihop tasks per seed, and writes benchmarks/results/flow_scripted_planners.json: solve rate
-and hop credit per planner (what the reward can and cannot be gamed into). Prints a table (mean +- std over seeds) and writes benchmarks/results/flow_ablation.json
-with the machine block. Run it under the CPU lock; the default budget is a pipeline check, far
-too small to separate arms reliably.
+and hop credit per planner (what the reward can and cannot be gamed into).
 """
 
 from __future__ import annotations
