@@ -36,6 +36,7 @@ def test_honest_plans_match_and_parse(text):
     "Context: none\nSub-Goal: Find it.\nTool Name: look",           # incomplete
     "Tool: lookup\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | founder",
     "Context: none\nSub-Goal: " + "x" * 101 + "\nTool Name: lookup",  # over the cap
+    "Context: " + "a b " * 20 + "\nSub-Goal: Find it.\nTool Name: lookup",  # over 24 tokens
     "Context: none\nSub-Goal: \nTool Name: lookup",                   # empty field
     "Context: none\nSub-Goal: a\nb\nTool Name: lookup",               # two-line field
     "Context: none\nSub-Goal: Find it.\nTool Name: lookup\nCommand: x",  # runs on

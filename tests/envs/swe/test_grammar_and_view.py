@@ -15,7 +15,8 @@ from practicum.envs.swe.toy_repo import write_toy_instance
 from tests.envs.grammar_match import compile_error, matches
 
 G = tool_grammar(GrammarCaps(path_chars=80, search_chars=60, command_chars=200,
-                             edit_tokens=96))
+                             edit_tokens=80, path_tokens=24, search_tokens=24,
+                             command_tokens=64))
 
 
 def test_the_grammar_compiles():
@@ -41,6 +42,7 @@ def test_honest_calls_match_and_parse(call):
 @pytest.mark.parametrize("call", [
     "Sure! Let me look. <search>add</search>",                    # prose first
     "<search>" + "x" * 61 + "</search>",                          # search over the cap
+    "<search>" + "a." * 25 + "</search>",                         # 50 chars, over 24 tokens
     "<view>" + "pkg/" * 25 + "mod.py</view>",                     # path over the cap
     "<view>calc/ops.py is the file to view</view>",               # a sentence, not a path
     "<search>two\nlines</search>",

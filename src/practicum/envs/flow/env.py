@@ -51,11 +51,11 @@ class FlowEnv(Env):
     def __init__(self, roles: Roles, world: World, tool_names: list[str], limits: Limits,
                  max_steps: tuple[int, int] = (3, 10), max_seconds: tuple[float, float] =
                  (120.0, 300.0), search: Search | None = None, hop_credit: float = 0.0,
-                 grammar_chars: int | None = 100):
+                 grammar_chars: int | None = 100, grammar_tokens: int = 24):
         self.roles, self.world, self.tool_names, self.limits = roles, world, tool_names, limits
         self.hop_credit = hop_credit
-        self.grammar = None if grammar_chars is None else planner_grammar(tool_names,
-                                                                         grammar_chars)
+        self.grammar = None if grammar_chars is None else planner_grammar(
+            tool_names, grammar_chars, grammar_tokens)
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
         self._workdir: Path | None = None

@@ -18,12 +18,15 @@ def lark_literal(text: str) -> str:
     return json.dumps(text)
 
 
-def planner_grammar(tools: list[str], field_chars: int = 100) -> str:
-    """Three lines: Context, Sub-Goal (each 1..field_chars characters, no newline), Tool Name
-    (one of `tools`)."""
+def planner_grammar(tools: list[str], field_chars: int = 100, field_tokens: int = 24) -> str:
+    """Three lines: Context, Sub-Goal (each 1..field_chars characters and at most field_tokens
+    tokens, no newline), Tool Name (one of `tools`). Two capped fields and the fixed text fit
+    a 64-token turn."""
     if not tools:
         raise ValueError("the planner grammar needs at least one tool")
     names = " | ".join(lark_literal(t) for t in tools)
-    return (f'start: "Context: " FIELD "\\nSub-Goal: " FIELD "\\nTool Name: " TOOL\n'
+    return (f'start: "Context: " context "\\nSub-Goal: " sub_goal "\\nTool Name: " TOOL\n'
+            f"context[max_tokens={field_tokens}]: FIELD\n"
+            f"sub_goal[max_tokens={field_tokens}]: FIELD\n"
             f"FIELD: /[^\\n]{{1,{field_chars}}}/\n"
             f"TOOL: {names}\n")

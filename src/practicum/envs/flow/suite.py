@@ -71,6 +71,9 @@ class FlowOptions(BaseModel):
                                               "at most this many characters / Tool Name from "
                                               "the tools), for samplers that honour "
                                               "`grammar`; null = free text.")
+    planner_grammar_tokens: int = Field(24, ge=4, description="The plan grammar's cap on "
+                                        "Context and on Sub-Goal, in tokens (two fields and "
+                                        "the fixed text fit a 64-token turn).")
     questions: str | None = Field(None, description="JSONL of your own search questions "
                                   "({question, answer, chain?: [document titles in hop "
                                   "order], id?, split?: train|eval}); they replace the "
@@ -162,4 +165,4 @@ def make_flow_env(opts: FlowOptions, world, search, service=None):
     return FlowEnv(roles, world, list(opts.tools), limits,
                    (opts.max_steps_train, opts.max_steps_eval),
                    (opts.max_seconds_train, opts.max_seconds_eval), search,
-                   opts.hop_credit, opts.planner_grammar_chars)
+                   opts.hop_credit, opts.planner_grammar_chars, opts.planner_grammar_tokens)

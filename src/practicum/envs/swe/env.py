@@ -80,8 +80,9 @@ class SweOptions(BaseModel):
                                       "in characters.")
     grammar_command_chars: int = Field(200, ge=8, description="Grammar cap on a shell "
                                        "command, in characters.")
-    grammar_edit_tokens: int = Field(96, ge=4, description="Grammar cap on each of an "
-                                     "edit's <old> and <new> blocks, in tokens.")
+    grammar_edit_tokens: int = Field(80, ge=4, description="Grammar cap on each of an "
+                                     "edit's <old> and <new> blocks, in tokens (with the path's "
+                                     "24 and the tags, an edit stays under 200 tokens).")
 
 
 class SweEnv(Env):

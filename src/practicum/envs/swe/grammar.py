@@ -19,8 +19,13 @@ class GrammarCaps:
     """A path, or a pytest node id's file and test parts, each at most this long."""
     search_chars: int = 60
     command_chars: int = 200
-    edit_tokens: int = 96
+    edit_tokens: int = 80
     """Tokens of each of an edit's <old> and <new> blocks."""
+    path_tokens: int = 24
+    """Tokens of a path (with search and command below: character caps bound the text, token
+    caps the turn: tags, a path and two edit blocks stay under 200 tokens)."""
+    search_tokens: int = 24
+    command_tokens: int = 64
 
 
 def tool_grammar(caps: GrammarCaps = GrammarCaps()) -> str:
@@ -29,11 +34,14 @@ def tool_grammar(caps: GrammarCaps = GrammarCaps()) -> str:
     p, s, c, e = caps.path_chars, caps.search_chars, caps.command_chars, caps.edit_tokens
     return "\n".join([
         "start: bash | view | search | edit | submit",
-        'bash: "<bash>" COMMAND "</bash>"',
-        'view: "<view>" PATH RANGE? "</view>"',
-        'search: "<search>" SEARCH "</search>"',
-        'edit: "<edit>" PATH "\\n<old>\\n" old "\\n<new>\\n" new "\\n</edit>"',
+        'bash: "<bash>" command "</bash>"',
+        'view: "<view>" path RANGE? "</view>"',
+        'search: "<search>" search_text "</search>"',
+        'edit: "<edit>" path "\\n<old>\\n" old "\\n<new>\\n" new "\\n</edit>"',
         'submit: "<submit></submit>"',
+        f"path[max_tokens={caps.path_tokens}]: PATH",
+        f"search_text[max_tokens={caps.search_tokens}]: SEARCH",
+        f"command[max_tokens={caps.command_tokens}]: COMMAND",
         # a block ends at its closing tag, which the stop string consumes into the reply
         f'old[stop="\\n</old>", max_tokens={e}]: /(.|\\n)+/',
         f'new[stop="\\n</new>", max_tokens={e}]: /(.|\\n)*/',
