@@ -61,4 +61,6 @@ def test_every_planner_turn_carries_the_grammar_of_its_tools():
                                "generator": "rules", "families": {"multihop": 1},
                                "train_size": 2, "eval_per_family": 1,
                                "planner_grammar_chars": None}, SuiteContext(0))
-    assert off.make_env(None).reset(off.train_tasks[0]).grammar is None
+    env = off.make_env(None)
+    assert env.reset(off.train_tasks[0]).grammar is None
+    env.close()
