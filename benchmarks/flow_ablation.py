@@ -11,10 +11,18 @@ Arms (per seed; every arm is graded by the same exact checks on the same held-ou
   tool-integrated       the same policy calling the tools itself in one sequence
   flow + offline SFT    the planner fine-tuned on the planner turns of solved flow rollouts of
                         the untrained planner (`practicum rft`), as many rollouts as RL sampled
-Besides accuracy: planner turns per task (flow steps) and the tool-call error rate, before and
-after RL. Prints a table (mean +- std over seeds) and writes benchmarks/results/flow_ablation.json
-with the machine block. Run it under the CPU lock; the default budget is a pipeline check, far
-too small to separate arms reliably.
+Besides accuracy: planner turns per task (flow steps), the tool-call error rate and the
+multihop hop credit (`multihop_hops`: the fraction of chain hops looked up, the per-hop reward
+term), before and after RL. Prints a table (mean +- std over seeds) and writes
+benchmarks/results/flow_ablation.json with the machine block. Run it under the CPU lock; the
+default budget is a pipeline check, far too small to separate arms reliably.
+
+    .venv/bin/python benchmarks/flow_ablation.py --scripted 12
+
+runs no model: scripted planners (honest hops, the hop's entity only in Context, repeating hop
+1, copying the query, listing every entity) through the real flow env with rules roles on N
+multihop tasks per seed, and writes benchmarks/results/flow_scripted_planners.json: solve rate
+and hop credit per planner (what the reward can and cannot be gamed into).
 """
 
 from __future__ import annotations
@@ -49,6 +57,60 @@ def family_scores(ev: dict) -> dict[str, float]:
     out["all"] = ev["solved_rate"]
     out["steps"] = ev.get("env/steps", 0.0)
     out["tool_error_rate"] = ev.get("env/tool_error_rate", 0.0)
+    if "env/hops/multihop" in ev:
+        out["multihop_hops"] = ev["env/hops/multihop"]
+    return out
+
+
+def scripted_planners(n: int, seeds: list[int]) -> dict:
+    """Solve rate, hop credit and reward of scripted planners through the real env (module
+    doc), per seed: no model, seconds."""
+    from practicum.envs.registry import SuiteContext, build_suite
+
+    words = {"founded": "founding year", "born": "birth year"}
+
+    def hop(i, task):
+        rels, chain = task.data["relations"], task.data["chain"]
+        i = min(i, len(rels) - 1)
+        return words.get(rels[i], rels[i]), chain[i]
+
+    def plan(sub, ctx="none"):
+        return f"Context: {ctx}\nSub-Goal: {sub}\nTool Name: lookup"
+
+    planners = {
+        "honest hops": lambda i, m, t, titles: plan("Find the {} of {}.".format(*hop(i, t))),
+        "entity only in Context": lambda i, m, t, titles: plan(
+            f"Find the {hop(i, t)[0]}.", m.steps[-1].result if m.steps else t.data["question"]),
+        "repeat hop 1": lambda i, m, t, titles: plan("Find the {} of {}.".format(*hop(0, t))),
+        "copy the query": lambda i, m, t, titles: plan(t.data["question"]),
+        "list every entity": lambda i, m, t, titles: plan(
+            f"Find the {hop(i, t)[0]} of {titles}."),
+    }
+    rules = {"analyst": "rules", "executor": "rules", "verifier": "rules",
+             "generator": "rules"}
+    out: dict = {name: {"solved": [], "hops": [], "reward": []} for name in planners}
+    for seed in seeds:
+        suite = build_suite("flow", {**rules, "families": {"multihop": 1}, "train_size": n,
+                                     "eval_per_family": 1, "tools": ["search", "lookup"]},
+                            SuiteContext(seed))
+        titles = ", ".join(suite.make_env(None).world.titles)
+        for name, planner in planners.items():
+            solved = hops = reward = 0.0
+            for task in suite.train_tasks:
+                env = suite.make_env(None)
+                env.reset(task)
+                for i in range(env.max_steps):
+                    r = env.step(planner(i, env.memory, task, titles))
+                    if r.done:
+                        break
+                env.close()
+                solved += float(r.solved)
+                hops += r.metrics["hops/multihop"]
+                reward += r.reward
+            k = len(suite.train_tasks)
+            out[name]["solved"].append(solved / k)
+            out[name]["hops"].append(hops / k)
+            out[name]["reward"].append(reward / k)
     return out
 
 
@@ -176,9 +238,23 @@ def main() -> None:
                    "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)")
     p.add_argument("--out", default=None, help="run folders and finished seeds (default: a "
                    "temporary folder); re-run with the same --out to resume")
+    p.add_argument("--scripted", type=int, default=0, metavar="N",
+                   help="only the scripted planners on N multihop tasks per seed (no model)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     started = time.time()
+    if args.scripted:
+        res = scripted_planners(args.scripted, args.seeds)
+        print(f"{'planner':<24}{'solved':>18}{'hop credit':>18}{'reward':>18}")
+        for name, r in res.items():
+            print(f"{name:<24}" + "".join(f"{mean_std(r[c]):>18}"
+                                          for c in ("solved", "hops", "reward")))
+        dest = ROOT / "benchmarks" / "results" / "flow_scripted_planners.json"
+        dest.write_text(json.dumps({"args": vars(args), "planners": res,
+                                    "wall_seconds": time.time() - started,
+                                    "machine": machine_state()}, indent=1))
+        print(f"wrote {dest}")
+        return
     out = args.out or tempfile.mkdtemp(prefix="flow-ablation-")
     per_seed = {seed: finished_seed(args, seed, out) for seed in args.seeds}
     columns = sorted({k for r in per_seed.values() for a in r.values() for k in a

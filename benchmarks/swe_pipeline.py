@@ -1,15 +1,19 @@
-"""The SWE pipeline of arXiv 2508.03501 at toy scale: held-out resolve rate of the base model,
-after RFT and after RFT+RL, over seeds; environment throughput.
+"""The SWE pipeline of arXiv 2508.03501 at toy scale: resolve rates of the base model and after
+every kind of stage (SFT warm start, RFT, RL), over seeds; environment throughput.
 
-For each seed, runs (or resumes) the config's stages (configs/swe.yaml: rft -> rl -> refreshed
-rl) with run.seed = seed in runs/swe_pipeline/seed<N>, then samples k episodes (temperature 1)
-per held-out task from each policy: base (no adapter), after RFT (stage 0) and after the last
-RL stage, all under the config's base rollout settings. pass@1 = mean solve rate of the k
+For each seed, runs (or resumes) the config's stages (configs/swe.yaml: sft -> rft -> rl ->
+refreshed rl) with run.seed = seed in runs/swe_pipeline/seed<N>, then samples k episodes
+(temperature 1) per held-out task (and, with --train-tasks, per training task) from each
+policy: base (no adapter), after the first SFT stage, after the first RFT stage and after the
+last RL stage, all under the config's base rollout settings. Per stage it also records what the
+stage itself did: episodes kept by SFT / RFT and the share of their training episodes that
+resolved, RL steps taken. pass@1 = mean solve rate of the k
 samples, pass@k = share of tasks solved at least once (the unbiased estimator of Chen et al.
 2021 with n = k). Throughput: episodes per minute of those evaluations and the grading seconds
 per graded episode (env metric grade_seconds).
 
-Every (seed, policy) result is stored in benchmarks/results/swe_pipeline_runs/ as it finishes,
+Every (seed, policy) result is stored in benchmarks/results/swe_pipeline_runs/<stage kinds>/
+(e.g. sft-rft-rl-rl) as it finishes,
 so a killed benchmark resumes where it stopped and seeds can run as separate processes;
 `--use-run SEED=PATH` takes a finished pipeline run (e.g. the main job's runs/swe, seed 0) for
 that seed instead of training it again. Prints a table, writes
@@ -34,13 +38,15 @@ from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 
 RESULTS = Path(__file__).parent / "results"
 RECORDS = RESULTS / "swe_pipeline_runs"
-POLICIES = ("base", "after RFT", "after RFT+RL")
+POLICIES = ("base", "after SFT", "after RFT", "after RL")
+STAGE_POLICY = {"sft": "after SFT", "rft": "after RFT", "rl": "after RL"}
 RESULT_KEYS = {"tasks", "episodes", "episodes_with_patch", "malformed_turn_rate",
                "episodes_per_minute", "grading_seconds_mean"}
 
 
-def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
-    """pass@1 and pass@k of policy `init` on the held-out tasks, k samples each."""
+def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval") -> dict:
+    """pass@1 and pass@k of policy `init` on the held-out (split=eval) or training tasks, k
+    samples each."""
     from practicum.report import solved
     from practicum.runtime.session import open_session
 
@@ -51,7 +57,7 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path) -> dict:
     s = open_session(sub)
     t0 = time.time()
     try:
-        tasks = s.suite.eval_tasks
+        tasks = s.suite.eval_tasks if split == "eval" else s.suite.train_tasks
         eps = s.rollout([(t, f"pass/{t.task_id}", j) for t in tasks for j in range(k)], 1.0)
     finally:
         s.close()
@@ -86,8 +92,16 @@ def weights_key(init: str | None) -> str | None:
     return str(Path(init).resolve())
 
 
-def record_path(seed: int, label: str) -> Path:
-    return RECORDS / f"s{seed}_{label.replace(' ', '_').replace('+', '')}.json"
+def record_path(seed: int, label: str, kinds: str) -> Path:
+    """`kinds`: the config's stage kinds joined by '-' (records of different pipelines never
+    mix)."""
+    return RECORDS / kinds / f"s{seed}_{label.replace(' ', '_').replace('+', '')}.json"
+
+
+def stage_kinds(config: str, overrides: list[str]) -> str:
+    from practicum.config import load_config
+
+    return "-".join(s.kind for s in load_config(config, overrides).stages)
 
 
 def run_seed(args, seed: int, run_dir: Path) -> None:
@@ -102,16 +116,22 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
     stages = report["stages"]
     pipeline = {"run_dir": str(run_dir), "pipeline_minutes": sum(s["minutes"] for s in stages),
                 "pipeline_episodes": sum(s["episodes"] for s in stages),
-                "rft_kept": stages[0].get("kept"), "rl_steps": [s.get("steps") for s in stages[1:]],
-                "stages": [{k: s.get(k) for k in ("name", "held_out_before", "held_out_after",
-                                                  "minutes", "episodes", "stopped")}
+                "kept": {s["name"]: s.get("kept") for s in stages if "kept" in s},
+                "rl_steps": [s.get("steps") for s in stages if s["kind"] == "rl"],
+                "stages": [{k: s.get(k) for k in ("name", "kind", "held_out_before",
+                                                  "held_out_after", "minutes", "episodes",
+                                                  "kept", "steps", "stopped")}
                            for s in stages]}
     print(f"seed {seed}: pipeline ready in {time.time() - t0:.0f} s")
-    policies = {"base": cfg.model.init, "after RFT": stages[0]["policy"],
-                "after RFT+RL": stages[-1]["policy"]}
+    policies = {"base": cfg.model.init}
+    for stage in stages:  # the first sft, the first rft, the last rl
+        label = STAGE_POLICY[stage["kind"]]
+        if label not in policies or stage["kind"] == "rl":
+            policies[label] = stage["policy"]
+    kinds = "-".join(s["kind"] for s in stages)
     done: dict[str | None, dict] = {}
     for label, init in policies.items():
-        path = record_path(seed, label)
+        path = record_path(seed, label, kinds)
         key = weights_key(init)
         if path.exists():
             done.setdefault(key, json.loads(path.read_text()))
@@ -121,6 +141,10 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
             res["same_weights_as"] = done[key]["policy"]
         else:
             res = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" / path.stem)
+            if args.train_tasks:
+                train = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" /
+                                      f"{path.stem}_train", split="train")
+                res.update({f"train_{m}": v for m, v in train.items() if m.startswith("pass@")})
         rec = {"seed": seed, "policy": label, "init": init, "k": args.k, **res, **pipeline,
                "machine": machine_state()}
         done.setdefault(key, rec)
@@ -134,12 +158,13 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 
 
 def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
-    rows = [json.loads(record_path(s, lab).read_text()) for s in seeds for lab in POLICIES
-            if record_path(s, lab).exists()]
+    kinds = stage_kinds(config, overrides)
+    rows = [json.loads(record_path(s, lab, kinds).read_text()) for s in seeds
+            for lab in POLICIES if record_path(s, lab, kinds).exists()]
     done = sorted({r["seed"] for r in rows})
     table = Table(title=f"SWE pipeline, held-out resolve rate (seeds {done}, k={k})")
-    for col in ("policy", "pass@1", f"pass@{k}", "patch rate", "malformed turns",
-                "episodes/min", "grading s/episode"):
+    for col in ("policy", "pass@1", f"pass@{k}", "train pass@1", f"train pass@{k}",
+                "patch rate", "malformed turns", "episodes/min", "grading s/episode"):
         table.add_column(col)
     summary = {}
     for label in POLICIES:
@@ -156,19 +181,29 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
             "episodes_per_minute": statistics.fmean(r["episodes_per_minute"] for r in rs),
             "grading_seconds": statistics.fmean(g) if g else None,
             "seeds_with_base_weights": sum(r.get("same_weights_as") == "base" for r in rs)}
+        for m in ("pass@1", f"pass@{k}"):
+            got = [r[f"train_{m}"] for r in rs if f"train_{m}" in r]
+            sm[f"train_{m}"] = statistics.fmean(got) if got else None
         same = sm["seeds_with_base_weights"]
-        table.add_row(label + (f" (= base in {same}/{len(rs)} seeds)" if same else ""), f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}",
+        train = ["-" if sm[f"train_{m}"] is None else f"{sm[f'train_{m}']:.3f}"
+                 for m in ("pass@1", f"pass@{k}")]
+        table.add_row(label + (f" (= base in {same}/{len(rs)} seeds)" if same else ""),
+                      f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}", *train,
                       f"{sm['patch_rate']:.2f}", f"{sm['malformed_turn_rate']:.2f}",
                       f"{sm['episodes_per_minute']:.1f}",
                       "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}")
     Console().print(table)
-    pipelines = {r["seed"]: {k2: r[k2] for k2 in ("pipeline_minutes", "pipeline_episodes",
-                                                  "rft_kept", "rl_steps", "stages")}
+    pipelines = {r["seed"]: {k2: r.get(k2) for k2 in ("pipeline_minutes", "pipeline_episodes",
+                                                      "kept", "rl_steps", "stages")}
                  for r in rows}
     for seed, pl in sorted(pipelines.items()):
         print(f"seed {seed}: pipeline {pl['pipeline_minutes']:.1f} min, "
-              f"{pl['pipeline_episodes']} episodes, RFT kept {pl['rft_kept']}, "
+              f"{pl['pipeline_episodes']} episodes, kept {pl['kept']}, "
               f"RL steps {pl['rl_steps']}")
+        for st in pl["stages"] or []:
+            print(f"  {st['name']:>5} ({st.get('kind')}): held-out {st['held_out_before']} -> "
+                  f"{st['held_out_after']}, episodes {st['episodes']}, kept {st.get('kept')}, "
+                  f"steps {st.get('steps')}")
     gold = gold_grading_seconds()
     if gold:  # agent episodes without a patch are not graded: the suite check's timing
         print(f"grading a patch: {gold['gold']:.2f} s per task (gold), {gold['empty']:.2f} s "
@@ -203,6 +238,8 @@ def main() -> None:
     p.add_argument("--use-run", action="append", default=[], metavar="SEED=PATH",
                    help="a finished pipeline run of this config to use for SEED")
     p.add_argument("--report", action="store_true", help="only rebuild table, JSON and plot")
+    p.add_argument("--train-tasks", action="store_true", help="also pass@1/pass@k on the "
+                   "training tasks")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args()
     reuse = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.use_run}

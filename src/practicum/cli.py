@@ -1,4 +1,4 @@
-"""`practicum` command line: train, rft, eval, plot, show, envs, mle, swe, serve."""
+"""`practicum` command line: train, sft, rft, eval, plot, show, envs, mle, swe, serve."""
 
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ def cmd_rft(args) -> int:
     from practicum.rft import run_rft
 
     summary = run_rft(_config(args), progress=not args.quiet)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from practicum.sft import run_sft
+
+    summary = run_sft(_config(args), progress=not args.quiet)
     print(json.dumps(summary, indent=1))
     return 0
 
@@ -155,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar or lines (RUN/progress.log still gets them)")
     r.set_defaults(func=cmd_rft)
+
+    sf = sub.add_parser("sft", help="warm start: SFT on solved episodes of training tasks "
+                        "acted by the env's demonstrator (sft.source=demo) or a teacher model "
+                        "(sft.source=teacher, sft.teacher=openai:<url>|<model>)")
+    with_config(sf)
+    sf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sf.set_defaults(func=cmd_sft)
 
     e = sub.add_parser("eval", help="evaluate on held-out tasks")
     with_config(e)

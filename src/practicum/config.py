@@ -279,10 +279,42 @@ class RftConfig(Section):
     batch_size: int = Field(8, ge=1, description="Rows per SFT optimizer update.")
 
 
+class SftConfig(Section):
+    source: Literal["demo", "teacher"] = Field(
+        "demo", description="Where the training tasks' trajectories come from: demo = the "
+        "environment's scripted demonstrator (SWE: written from the gold patches of training "
+        "tasks only), teacher = the model `sft.teacher` acting in the environment.")
+    teacher: str | None = Field(None, description="Model-service spec of the teacher for "
+                                "source=teacher: openai:<base_url>|<model> (any "
+                                "OpenAI-compatible server), local:<model> or base.")
+    samples_per_task: int = Field(1, ge=1, description="Episodes per training task (a "
+                                  "scripted demonstrator repeats itself: use 1).")
+    tasks: int | None = Field(None, ge=1, description="Training tasks used (None = all).")
+    temperature: float = Field(0.0, ge=0, description="Teacher sampling temperature.")
+    max_new_tokens: int = Field(512, ge=1, description="Teacher reply budget per turn (the "
+                                "reply is cut after its first stop string, as the policy's "
+                                "would be).")
+    epochs: int = Field(3, ge=1, description="SFT passes over the kept episodes.")
+    lr: float = Field(1e-4, gt=0, description="SFT learning rate (AdamW, constant).")
+    batch_size: int = Field(4, ge=1, description="Rows per SFT optimizer update.")
+
+    @model_validator(mode="after")
+    def _teacher(self) -> "SftConfig":
+        if self.source == "teacher" and not self.teacher:
+            raise ValueError("sft.source=teacher needs sft.teacher (e.g. "
+                             "openai:http://127.0.0.1:8000/v1|my-model)")
+        if self.teacher:
+            from practicum.engine.service import check_spec
+
+            check_spec(self.teacher, "sft.teacher")
+        return self
+
+
 class StageConfig(Section):
     name: str = Field(description="Stage name; its run folder is RUN/<index>-<name>.")
-    kind: Literal["rft", "rl"] = Field(description="rft = `practicum rft`, rl = `practicum "
-                                       "train`, started from the previous stage's policy.")
+    kind: Literal["sft", "rft", "rl"] = Field(
+        description="sft = `practicum sft` (demonstrations or a teacher's trajectories), rft = "
+        "`practicum rft`, rl = `practicum train`, each from the previous stage's policy.")
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Dotted config keys changed for this stage, e.g. "
         "{rollout.max_turns: 8}; validated like command-line overrides.")
@@ -308,6 +340,8 @@ class Config(Section):
                                          description="Task filtering by solve rate.")
     rft: RftConfig = Field(default_factory=RftConfig,
                            description="`practicum rft`: rejection fine-tuning.")
+    sft: SftConfig = Field(default_factory=SftConfig, description="`practicum sft`: the "
+                           "warm start on demonstrations or a teacher's trajectories.")
     stages: list[StageConfig] = Field(
         default_factory=list, description="A pipeline run by `practicum train` in order "
         "(practicum.stages), each stage from the previous one's policy; empty = one RL run.")

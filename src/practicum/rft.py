@@ -107,9 +107,10 @@ def sample(s: Session, progress: bool) -> list[Episode]:
     return episodes[: len(items)]
 
 
-def finetune(s: Session, kept: list[Episode], progress: bool) -> list[float]:
-    """SFT on the kept episodes' clean policy tokens; returns the loss of every update."""
-    r = s.cfg.rft
+def finetune(s: Session, kept: list[Episode], progress: bool, opts=None) -> list[float]:
+    """SFT on the kept episodes' clean policy tokens; returns the loss of every update.
+    `opts` (epochs, lr, batch_size): s.cfg.rft unless given (`practicum sft` passes cfg.sft)."""
+    r = opts or s.cfg.rft
     model = s.trainable
     rows = training_rows(kept, [True] * len(kept))
     masks = {id(row): rft_mask(row.segment.loss_mask, row.segment.turn_index,

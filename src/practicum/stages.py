@@ -4,7 +4,9 @@ arXiv 2508.03501 trains its SWE agent in stages: rejection fine-tuning on the ba
 successes, RL (DAPO) from that policy, a curriculum refresh that drops tasks the policy always
 or never solves, then RL again with more turns and a longer context. Here each stage is
 
-    {name, kind: rft | rl, overrides: {dotted.key: value}, curriculum_refresh: bool}
+    {name, kind: sft | rft | rl, overrides: {dotted.key: value}, curriculum_refresh: bool}
+
+(sft: a warm start on demonstrations or a teacher's trajectories, `practicum.sft`)
 
 run in RUN/<index>-<name>/ with the run's config plus its overrides, starting from the
 previous stage's policy (`model.init`). A finished stage leaves RUN/<i>-<name>/stage.json and
@@ -136,10 +138,13 @@ def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
                prev: tuple[Config, dict] | None, progress: bool) -> dict:
     t0 = time.time()
     keep = refresh(cfg, index, sub) if stage.curriculum_refresh else None
-    if stage.kind == "rft":
-        from practicum.rft import run_rft
+    if stage.kind in ("rft", "sft"):
+        if stage.kind == "rft":
+            from practicum.rft import run_rft as run
+        else:
+            from practicum.sft import run_sft as run
 
-        summary = run_rft(sub, progress)
+        summary = run(sub, progress)
         policy = Path(summary["policy"])
         episodes = summary["sampled"]
         extra = {"kept": summary["kept"], "tasks_with_a_kept_episode":
@@ -181,6 +186,7 @@ def refresh(cfg: Config, index: int, sub: Config) -> list[str] | None:
     for j in range(index):
         folder = cfg.run_dir / f"{j}-{cfg.stages[j].name}"
         for path in (folder / "episodes.jsonl", folder / "rft" / "episodes.jsonl"):
+            # (sft episodes are acted by a demonstrator or teacher: not the policy's record)
             if path.exists():
                 for e in EpisodeStore(path).read():
                     c = counts.setdefault(e.task_id, [0, 0])
@@ -225,8 +231,10 @@ def _same_eval(a: Config, b: Config) -> bool:
 def _reuse_eval(prev: dict, run_dir: Path) -> None:
     """Copy the previous stage's final held-out evaluation as this stage's step-0 one."""
     prev_dir = Path(prev["run_dir"])
-    evals = sorted((prev_dir / "rft" / "eval").glob("after.json")) if prev["kind"] == "rft" \
-        else sorted((prev_dir / "eval").glob("step_*.json"))
+    if prev["kind"] in ("rft", "sft"):
+        evals = sorted((prev_dir / prev["kind"] / "eval").glob("after.json"))
+    else:
+        evals = sorted((prev_dir / "eval").glob("step_*.json"))
     target = run_dir / "eval" / "step_000000.json"
     if evals and not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)

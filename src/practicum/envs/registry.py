@@ -39,6 +39,9 @@ class Suite:
     JSON-able dict; checkpoints keep it so a resumed run continues with it."""
     load_state: Callable[[dict], None] | None = None
     """Restore what `state` returned."""
+    demonstrator: Callable[[str], Callable[[list], str]] | None = None
+    """For `practicum sft` (sft.source=demo): task id of a TRAINING task -> an actor writing
+    that episode's replies from the chat so far. None: the environment has no demonstrations."""
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,9 @@ def test_multihop_solved_hop_by_hop_with_a_new_planner_prompt_each_turn(suite):
             assert f"Result: The {rel} of {chain[i]} is {chain[i + 1]}." in \
                 r.context[-1]["content"]  # memory rendered verbatim into the next prompt
             assert f"Step {i + 2} (at most 3)" in r.context[-1]["content"]
-    assert r.done and r.reward == 1.0 and r.solved
+    assert r.done and r.reward == 1.5 and r.solved  # solved + hop_credit 0.5 x all hops
     assert r.metrics["acc/multihop"] == 1.0 and r.metrics["steps"] == len(rels)
+    assert r.metrics["hops/multihop"] == 1.0
     assert r.info["flow"]["stopped_by"] == "verifier"
     env.close()
 
@@ -98,7 +99,7 @@ def test_every_planner_turn_is_its_own_token_exact_row(suite):
         if r.context is not None:
             expected.append(chat.render(r.context))
     ep = b.episode
-    assert b.done and ep.reward == 1.0 and len(ep.turns) == len(rels)
+    assert b.done and ep.reward == 1.5 and len(ep.turns) == len(rels)  # solved + all hops
     segs = ep.segments()
     assert len(segs) == len(rels)
     for seg, prompt, turn in zip(segs, expected, ep.turns):

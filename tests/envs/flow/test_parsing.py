@@ -66,3 +66,24 @@ def test_answers():
     assert extract_answer("so \\boxed{7}") == "7"
     assert extract_answer("Torlo Works") == "Torlo Works"
     assert extract_answer("Answer: 3 or 4") == "3 or 4"  # graded as written: not a number
+
+
+@pytest.mark.parametrize("text", [
+    # the memory's own step format: a line-initial Tool: stands for Tool Name:
+    "Tool: lookup\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | founder",
+    # a Command: line before the tool name no longer ends the reply (it is not a stop string)
+    "Context: none\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | "
+    "founder\nTool Name: lookup",
+])
+def test_plans_in_the_memory_format_parse(text):
+    from practicum.envs.flow.prompts import PLANNER_STOPS
+
+    assert not any(stop in text for stop in PLANNER_STOPS)
+    p = parse_plan(text, ["lookup", "search"])
+    assert not p.malformed and p.tool == "lookup"
+    assert p.sub_goal == "Find the founder of Velor Works."  # the Command line is not in it
+
+
+def test_a_tool_word_inside_a_field_is_not_a_tool_field():
+    p = parse_plan("Context: use the search tool: it helps\nSub-Goal: find X", ["search"])
+    assert p.malformed and p.reason == "no 'Tool Name:' field"

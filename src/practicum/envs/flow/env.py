@@ -9,6 +9,17 @@
         verifier (frozen): STOP -> generator; CONTINUE -> next planner prompt (`context`)
     generator (frozen) writes the final answer; the exact check gives the reward (0/1).
 
+Reward = solved + hop_credit * (fraction of the task's chain hops some successful tool result
+shows; `tasks.hop_fraction`). Flow-GRPO's outcome reward is the final 0/1 answer check,
+broadcast to every planner turn (arXiv 2510.05592); the hop term is an addition for tasks where
+a small planner never reaches a solved episode, so a group of rollouts still differs. With
+`hop_credit < 1` every solved episode outranks every unsolved one, and exact-match accuracy
+(`acc/<family>`) stays the reported metric. The hop term reads only tool results, so
+repeating a hop, stuffing names or copying the query earns at most the hops actually looked up.
+
+Each planner turn carries `grammar` (`flow.grammar.planner_grammar`): the three plan fields,
+bounded, the tool one of the episode's tools.
+
 The time limit counts the flow's own work (analysis, tools, frozen roles), not the time the
 planner's turns wait in batched generation, so a busy machine does not shorten episodes.
 
@@ -29,7 +40,8 @@ from practicum.envs.flow import prompts
 from practicum.envs.flow.memory import Memory, Step
 from practicum.envs.flow.parsing import parse_plan
 from practicum.envs.flow.roles import Roles
-from practicum.envs.flow.tasks import check_answer
+from practicum.envs.flow.grammar import planner_grammar
+from practicum.envs.flow.tasks import check_answer, hop_fraction
 from practicum.envs.flow.tools import Search, Tool, ToolOutput, build_tools
 from practicum.envs.flow.corpus import World
 from practicum.envs.sandbox import Limits
@@ -38,8 +50,12 @@ from practicum.envs.sandbox import Limits
 class FlowEnv(Env):
     def __init__(self, roles: Roles, world: World, tool_names: list[str], limits: Limits,
                  max_steps: tuple[int, int] = (3, 10), max_seconds: tuple[float, float] =
-                 (120.0, 300.0), search: Search | None = None):
+                 (120.0, 300.0), search: Search | None = None, hop_credit: float = 0.0,
+                 grammar_chars: int | None = 100, grammar_tokens: int = 24):
         self.roles, self.world, self.tool_names, self.limits = roles, world, tool_names, limits
+        self.hop_credit = hop_credit
+        self.grammar = None if grammar_chars is None else planner_grammar(
+            tool_names, grammar_chars, grammar_tokens)
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
         self._workdir: Path | None = None
@@ -62,7 +78,7 @@ class FlowEnv(Env):
         self.analysis = self.roles.analyse(self.memory.query, self.metas)
         self.malformed = self.tool_errors = 0
         self.elapsed += time.monotonic() - start
-        return Start(self.planner_messages(), list(prompts.PLANNER_STOPS))
+        return Start(self.planner_messages(), list(prompts.PLANNER_STOPS), self.grammar)
 
     @property
     def metas(self):
@@ -93,7 +109,7 @@ class FlowEnv(Env):
                 "Tool Name:", True), "", ""
         else:
             tool = self.tools[plan.tool]
-            command, raw = self.roles.command(self.memory.query, plan, tool.meta)
+            command, raw = self.roles.command(self.memory.query, plan, tool.meta, self.memory)
             try:
                 out = tool.run(command)
             except Exception as e:  # a tool bug is an error result, never a crash
@@ -112,7 +128,7 @@ class FlowEnv(Env):
         if verdict == "STOP":
             return self._finish(info, plan.malformed, "verifier")
         return StepResult(context=self.planner_messages(), malformed=plan.malformed,
-                          metrics=self._metrics(), info=info)
+                          metrics=self._metrics(), info=info, grammar=self.grammar)
 
     def _finish(self, info: dict, malformed: bool, reason: str) -> StepResult:
         answer, raw = self.roles.answer(self.memory)
@@ -121,12 +137,17 @@ class FlowEnv(Env):
         if not correct and self.roles.specs.judge is not None:
             judged = self.roles.judge(self.memory.query, answer, self.task.data["answer"])
         solved = correct or judged
+        hops = self.task.data.get("hops") or []
+        found = hop_fraction(hops, [s.result for s in self.memory.steps if not s.error])
         info["flow"].update(generator=raw, answer=answer, gold=self.task.data["answer"],
                             correct=correct, judged=judged, stopped_by=reason,
-                            memory=self.memory.render())
+                            memory=self.memory.render(), hops=found)
         metrics = self._metrics() | {f"acc/{self.task.data['family']}": float(solved),
                                      "verifier_stop": float(reason == "verifier")}
-        return StepResult(reward=float(solved), done=True, solved=solved, malformed=malformed,
+        if hops:
+            metrics[f"hops/{self.task.data['family']}"] = found
+        reward = float(solved) + (self.hop_credit * found if hops else 0.0)
+        return StepResult(reward=reward, done=True, solved=solved, malformed=malformed,
                           metrics=metrics, info=info)
 
     def _metrics(self) -> dict[str, float]:

@@ -4,6 +4,9 @@ The planner must end its reply with `Context:`, `Sub-Goal:` and `Tool Name:` (Ag
 `extract_context_subgoal_and_tool`); field names match case-insensitively, with or without
 markdown bold, '-' or '_' in "Sub-Goal", and the tool name is normalised (case, spaces,
 "_tool"/"Tool" suffixes, backticks). A reply without a Sub-Goal and a known tool is malformed.
+A small planner often imitates the memory's own step format (`Tool:`, `Sub-Goal:`,
+`Command:`): a line-initial `Tool:` stands for `Tool Name:` when that is missing, and a
+`Command:` or `Result:` line ends a field instead of being read into it.
 The verifier's verdict defaults to CONTINUE, as the paper's parser does.
 """
 
@@ -16,6 +19,8 @@ _FIELD = r"(?:\*\*|__)?\s*{name}\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?"
 _CONTEXT = re.compile(_FIELD.format(name="context"), re.I)
 _SUBGOAL = re.compile(_FIELD.format(name=r"sub[\s_-]*goal"), re.I)
 _TOOL = re.compile(_FIELD.format(name=r"tool[\s_-]*name"), re.I)
+_TOOL_ALIAS = re.compile(r"^[ \t]*" + _FIELD.format(name="tool"), re.I | re.M)
+_MEMORY_LINE = re.compile(r"^[ \t]*(?:command|result)\s*:", re.I | re.M)
 
 
 @dataclass
@@ -59,9 +64,11 @@ def _field(text: str, start: re.Pattern, ends: list[re.Pattern]) -> tuple[str, i
 
 def parse_plan(text: str, known_tools: list[str]) -> Plan:
     """The plan in a planner reply (module doc); `malformed` with a reason when unusable."""
-    tool = _field(text, _TOOL, [_CONTEXT, _SUBGOAL])
-    sub = _field(text, _SUBGOAL, [_TOOL, _CONTEXT])
-    ctx = _field(text, _CONTEXT, [_SUBGOAL, _TOOL])
+    tool = _field(text, _TOOL, [_CONTEXT, _SUBGOAL, _MEMORY_LINE])
+    if tool is None:
+        tool = _field(text, _TOOL_ALIAS, [_CONTEXT, _SUBGOAL, _MEMORY_LINE])
+    sub = _field(text, _SUBGOAL, [_TOOL, _CONTEXT, _MEMORY_LINE, _TOOL_ALIAS])
+    ctx = _field(text, _CONTEXT, [_SUBGOAL, _TOOL, _MEMORY_LINE, _TOOL_ALIAS])
     raw_tool = tool[0].splitlines()[0] if tool and tool[0] else ""
     name = normalise_tool(raw_tool, known_tools) if raw_tool else ""
     plan = Plan(ctx[0] if ctx else "", sub[0] if sub else "", name, raw_tool)

@@ -104,5 +104,7 @@ def judge_messages(query: str, answer: str, gold: str) -> list[Message]:
                                         f"Answer: {answer}"}]
 
 
-PLANNER_STOPS = ["\nCommand:", "\n\n", "\nQuery:", "\nAction Step", "\nResult:"]
-"""The planner's reply ends after its three fields; these catch a model running on."""
+PLANNER_STOPS = ["\n\n", "\nQuery:", "\nAction Step", "\nResult:"]
+"""The planner's reply ends after its three fields; these catch a model running on. Not
+`Command:`: a planner imitating the memory's step format writes one before its tool name, and
+stopping there cut every such plan short of `Tool Name:` (malformed)."""

@@ -3,11 +3,16 @@ the backend its config names through the model service (`policy`, `base` = the p
 weights with the adapter off, `local:<m>`, `openai:<url>|<m>`) or on `rules` (no model).
 
 The rules are small and transparent, for tests and cheap runs:
-  executor   lookup: the longest entity name and the relation named in the sub-goal (else the
-             context); calculator/python_coder: the longest arithmetic expression; search: the
-             sub-goal as keywords.
+  executor   lookup: an entity named in the sub-goal (else the context), preferring the one a
+             step produced most recently (then the longest name), and the relation named in
+             the sub-goal; calculator/python_coder: the longest arithmetic expression;
+             search: the sub-goal as keywords. It never resolves an entity the plan does not
+             name: a planner that copies the query looks up hop 1 again, it does not skip
+             ahead to the hop memory makes next.
   verifier   STOP after a successful step that answers the query's outermost relation (a
-             lookup of it), or, for a query without one, a successful numeric result.
+             lookup of it) once memory holds as many distinct successful lookups as the
+             query has hops ("the capital of the region of the capital of X" asks three),
+             or, for a query without one, a successful numeric result.
   generator  the value of the last successful step.
   analyst    no analysis.
 """
@@ -22,7 +27,7 @@ from practicum.engine.service import ModelClient, ModelService
 from practicum.envs.flow import prompts
 from practicum.envs.flow.memory import Memory
 from practicum.envs.flow.parsing import Plan, extract_answer, parse_command, parse_verdict
-from practicum.envs.flow.tools import RELATION_WORDS, ToolMeta, find_entity, find_relation
+from practicum.envs.flow.tools import RELATION_WORDS, ToolMeta, find_relation, mentioned_titles
 
 _EXPR = re.compile(r"-?[\d(][\d\s+\-*/().^%]*[\d)]")
 _LOOKUP_RESULT = re.compile(r"^The (\w+) of .+ is .+\.$")
@@ -63,12 +68,20 @@ def asked_relation(query: str) -> str | None:
     return None
 
 
+def query_hops(query: str) -> int:
+    """How many 'the X of' links a corpus question chains (at least 1)."""
+    body = re.sub(r"^\s*what is ", "", query, flags=re.I)
+    return max(1, len(re.findall(r"\bthe .+? of ", body, re.I)))
+
+
 class Roles:
     """Calls for every frozen role; `last_calls` records each role's raw output (for show)."""
 
     def __init__(self, service: ModelService | None, specs: RoleSpecs, titles: list[str],
-                 tokens: RoleTokens | None = None):
+                 tokens: RoleTokens | None = None, relational: bool = True):
         self.specs, self.titles, self.tokens = specs, titles, tokens or RoleTokens()
+        self.relational = relational
+        """False for a user's document corpus: a lookup names a title, no attribute."""
         self._clients: dict[str, ModelClient | None] = {}
         self.service = service
 
@@ -94,10 +107,11 @@ class Roles:
         return self._call("analyst", prompts.analyst_messages(query, tools),
                           self.tokens.analyst).strip()
 
-    def command(self, query: str, plan: Plan, tool: ToolMeta) -> tuple[str, str]:
+    def command(self, query: str, plan: Plan, tool: ToolMeta,
+                memory: Memory | None = None) -> tuple[str, str]:
         """(tool input, the executor's raw reply)."""
         if self._client("executor") is None:
-            cmd = self.rules_command(plan)
+            cmd = self.rules_command(plan, memory)
             return cmd, f"Command: {cmd}"
         raw = self._call("executor", prompts.executor_messages(query, plan, tool),
                          self.tokens.executor)
@@ -129,10 +143,25 @@ class Roles:
         return raw.strip().upper().startswith("YES")
 
     # -- rules ------------------------------------------------------------------------------------
-    def rules_command(self, plan: Plan) -> str:
+    def resolve_entity(self, text: str, memory: Memory | None) -> str | None:
+        """The title named in `text` that a step of `memory` produced most recently, else the
+        longest named title, else None."""
+        named = mentioned_titles(text, self.titles)
+        if not named:
+            return None
+        produced = [s.value for s in (memory.steps if memory else []) if not s.error and s.value]
+        for value in reversed(produced):
+            if value in named:
+                return value
+        return max(named, key=len)
+
+    def rules_command(self, plan: Plan, memory: Memory | None = None) -> str:
         text = plan.sub_goal
         if plan.tool == "lookup":
-            entity = find_entity(text, self.titles) or find_entity(plan.context, self.titles)
+            entity = (self.resolve_entity(text, memory)
+                      or self.resolve_entity(plan.context, memory))
+            if entity and not self.relational:  # a user's corpus: documents by title
+                return entity
             relation = find_relation(text, entity)
             return f"{entity} | {relation}" if entity and relation else text
         if plan.tool in ("calculator", "python_coder"):
@@ -153,4 +182,7 @@ class Roles:
         if asked is None:
             return "STOP" if re.fullmatch(r"-?[\d.,/]+", last.value) else "CONTINUE"
         m = _LOOKUP_RESULT.match(last.result)
-        return "STOP" if m and m.group(1) == asked else "CONTINUE"
+        looked_up = {s.result for s in memory.steps
+                     if not s.error and _LOOKUP_RESULT.match(s.result)}
+        done = m and m.group(1) == asked and len(looked_up) >= query_hops(memory.query)
+        return "STOP" if done else "CONTINUE"

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from functools import partial
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from practicum.envs.flow.corpus import build_world
 from practicum.envs.flow.env import FlowEnv
 from practicum.envs.flow.roles import Roles, RoleSpecs, RoleTokens
 from practicum.envs.flow.tasks import FAMILIES, split_tasks
 from practicum.envs.flow.tools import TOOL_NAMES, Search
+from practicum.envs.flow.user_data import DocCorpus, load_corpus, load_questions
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.envs.sandbox import Limits
 
@@ -59,6 +61,27 @@ class FlowOptions(BaseModel):
     world_seed: int | None = Field(None, description="Seed of the generated corpus (None = the "
                                    "run seed).")
     wall_seconds: float = Field(5.0, gt=0, description="Time limit of one sandboxed run.")
+    hop_credit: float = Field(0.5, ge=0, lt=1, description="Reward per episode for the "
+                              "fraction of a multihop task's chain hops that some successful "
+                              "tool result shows (added to the 0/1 exact-match reward; below "
+                              "1 so any solved episode outranks any unsolved one); 0 = the "
+                              "paper's outcome reward only.")
+    planner_grammar_chars: int | None = Field(100, ge=8, description="Each planner turn must "
+                                              "match the plan grammar (Context / Sub-Goal of "
+                                              "at most this many characters / Tool Name from "
+                                              "the tools), for samplers that honour "
+                                              "`grammar`; null = free text.")
+    planner_grammar_tokens: int = Field(24, ge=4, description="The plan grammar's cap on "
+                                        "Context and on Sub-Goal, in tokens (two fields and "
+                                        "the fixed text fit a 64-token turn).")
+    questions: str | None = Field(None, description="JSONL of your own search questions "
+                                  "({question, answer, chain?: [document titles in hop "
+                                  "order], id?, split?: train|eval}); they replace the "
+                                  "generated multihop questions. Needs `corpus`.")
+    corpus: str | None = Field(None, description="Your own documents for search and lookup: "
+                               "a folder of .txt/.md files (title = file name) or a JSONL of "
+                               "{title, text}; replaces the generated world. Needs "
+                               "`questions`.")
 
     @field_validator("families")
     @classmethod
@@ -69,6 +92,16 @@ class FlowOptions(BaseModel):
         if not any(w > 0 for w in v.values()):
             raise ValueError("give at least one family a positive weight")
         return v
+
+    @model_validator(mode="after")
+    def _user_data_together(self) -> "FlowOptions":
+        if (self.questions is None) != (self.corpus is None):
+            raise ValueError("questions and corpus go together (a question needs the "
+                             "documents that answer it)")
+        if self.questions is not None and self.families.get("multihop", 0) <= 0:
+            raise ValueError("questions replace the multihop family: give multihop a "
+                             "positive weight")
+        return self
 
     @field_validator("analyst", "executor", "verifier", "generator", "judge")
     @classmethod
@@ -83,12 +116,35 @@ class FlowOptions(BaseModel):
 def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
     """AgentFlow: trainable planner, frozen executor/verifier/generator, shared memory, offline
     tools (python, calculator, BM25 search, lookup) on generated multi-hop and reasoning-gym
-    math tasks."""
-    world = build_world(ctx.seed if opts.world_seed is None else opts.world_seed)
-    train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
-                                  ctx.seed, world)
+    math tasks; or the user's own questions and documents in place of the generated world."""
+    if opts.corpus is not None:
+        world = load_corpus(opts.corpus)
+        train, held_out = user_split(opts, world, ctx.seed)
+    else:
+        world = build_world(ctx.seed if opts.world_seed is None else opts.world_seed)
+        train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
+                                      ctx.seed, world)
     search = Search(world) if "search" in opts.tools else None  # one index, shared
     return Suite(partial(make_flow_env, opts, world, search), train, held_out)
+
+
+def user_split(opts: FlowOptions, corpus, seed: int):
+    """The user's questions as the multihop family (their share of `train_size` at most, all
+    of them when fewer), the other families generated as usual."""
+    mine, held = load_questions(opts.questions, corpus, opts.eval_per_family, seed)
+    total = sum(opts.families.values())
+    mine = mine[:max(1, round(opts.train_size * opts.families["multihop"] / total))]
+    others = {f: w for f, w in opts.families.items() if f != "multihop" and w > 0}
+    if not others:
+        return mine, held
+    n_other = max(1, opts.train_size - len(mine))
+    train, other_held = split_tasks(others, n_other, opts.eval_per_family, seed, None)
+    train = mine + train
+    random.Random(seed).shuffle(train)
+    groups = [held] + [[t for t in other_held if t.data["family"] == f] for f in sorted(others)]
+    width = max(len(g) for g in groups)
+    mixed = [g[i] for i in range(width) for g in groups if i < len(g)]
+    return train, mixed
 
 
 def make_flow_env(opts: FlowOptions, world, search, service=None):
@@ -104,6 +160,9 @@ def make_flow_env(opts: FlowOptions, world, search, service=None):
     if opts.mode == "tool_integrated":
         return ToolIntegratedEnv(world, list(opts.tools), limits,
                                  (opts.max_steps_train, opts.max_steps_eval), search)
-    return FlowEnv(Roles(service, specs, world.titles, tokens), world, list(opts.tools), limits,
+    roles = Roles(service, specs, world.titles, tokens,
+                  relational=not isinstance(world, DocCorpus))
+    return FlowEnv(roles, world, list(opts.tools), limits,
                    (opts.max_steps_train, opts.max_steps_eval),
-                   (opts.max_seconds_train, opts.max_seconds_eval), search)
+                   (opts.max_seconds_train, opts.max_seconds_eval), search,
+                   opts.hop_credit, opts.planner_grammar_chars, opts.planner_grammar_tokens)

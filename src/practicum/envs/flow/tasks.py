@@ -5,6 +5,9 @@
     gsm         reasoning-gym gsm_symbolic (grade-school word problems)
     countdown   reasoning-gym countdown (reach a target with given numbers)
 
+Multihop tasks carry `hops`: per hop of the chain, the strings one tool result must hold
+together to show that hop was looked up (`hop_fraction`, the per-hop partial credit).
+
 Checks: multihop = normalised exact match; arithmetic and gsm = a single number (a list of
 candidates scores 0) equal to the gold under math-verify; countdown = reasoning-gym's scorer
 at full marks (the expression must use the given numbers and reach the target).
@@ -36,7 +39,8 @@ def family_tasks(family: str, n: int, seed: int, split: str, world: World) -> li
         return [Task(f"{split}/multihop/{i}", {"family": "multihop", "split": split,
                                                 "question": q.question, "answer": q.answer,
                                                 "chain": list(q.chain),
-                                                "relations": list(q.relations)})
+                                                "relations": list(q.relations),
+                                                "hops": chain_hops(q.chain)})
                 for i, q in enumerate(qs)]
     entries = _entries(GYM_NAMES[family], n, split_seed * 101 + FAMILIES.index(family))
     return [Task(f"{split}/{family}/{i}", {"family": family, "split": split,
@@ -111,3 +115,21 @@ def check_answer(task: Task, answer: str) -> bool:
         return float(fn(answer, entry)) >= 1.0
     except Exception:  # the scorer rejects unparsable answers by raising
         return False
+
+
+def chain_hops(chain: list[str] | tuple[str, ...]) -> list[list[str]]:
+    """Hop i of a generated chain is shown by one result naming both its entity and its value
+    (the lookup sentence, or the entity's document: every document states its own facts)."""
+    return [[chain[i], chain[i + 1]] for i in range(len(chain) - 1)]
+
+
+def hop_fraction(hops: list[list[str]], results: list[str]) -> float:
+    """The fraction of `hops` shown by some successful tool result. A result is split into its
+    documents (search joins them with ' | '), so two documents returned together never make
+    one hop's evidence; each hop counts once, however often it is looked up."""
+    if not hops:
+        return 0.0
+    pieces = [f" {normalise_text(p)} " for r in results for p in r.split(" | ")]
+    shown = sum(any(all(f" {normalise_text(e)} " in p for e in hop) for p in pieces)
+                for hop in hops)
+    return shown / len(hops)

@@ -20,6 +20,7 @@ import bm25s
 
 from practicum.envs.calculator import calculator_program
 from practicum.envs.flow.corpus import RELATIONS, World
+from practicum.envs.flow.user_data import DocCorpus
 from practicum.envs.sandbox import Limits, run_python
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -111,9 +112,13 @@ class Search(Tool):
         "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
         "regions).", "keywords", "returns the top 2 documents.", "search: founder of Velor Works")
 
-    def __init__(self, world: World, k: int = 2):
+    def __init__(self, world: World | DocCorpus, k: int = 2):
         self.world, self.k = world, k
         self.docs = world.documents()
+        if isinstance(world, DocCorpus):
+            self.meta = ToolMeta("search", "BM25 keyword search over the documents.",
+                                 "keywords", "returns the top 2 documents, each led by its "
+                                 "title.", "search: who directed the film")
         self.retriever = bm25s.BM25()
         self.retriever.index(bm25s.tokenize(self.docs, stopwords="en", show_progress=False),
                              show_progress=False)
@@ -151,6 +156,25 @@ def find_entity(text: str, titles: list[str]) -> str | None:
     low = text.lower()
     found = [t for t in titles if t.lower() in low]
     return max(found, key=len) if found else None
+
+
+def mentioned_titles(text: str, titles: list[str]) -> list[str]:
+    """Titles named in `text` (case-insensitive, whole words), without those only seen inside
+    a longer named title ("Velor" inside "Velor Works")."""
+    low = text.lower()
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for t in titles:
+        found = [(m.start(), m.end()) for m in
+                 re.finditer(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)]
+        if found:
+            spans[t] = found
+    longer = sorted(spans, key=len, reverse=True)
+    keep = []
+    for t in spans:
+        covered = [(a, b) for u in longer if len(u) > len(t) for a, b in spans[u]]
+        if any(not any(a <= s and e <= b for a, b in covered) for s, e in spans[t]):
+            keep.append(t)
+    return keep
 
 
 def find_relation(text: str, entity: str | None = None) -> str | None:
@@ -207,12 +231,34 @@ class Lookup(Tool):
                           time.perf_counter() - start)
 
 
-def build_tools(names: list[str], world: World, workdir: Path, limits: Limits,
+class TitleLookup(Tool):
+    """`lookup` over a user's document corpus: the document of one named title."""
+
+    meta = ToolMeta("lookup", "gives the document of one title.", "'TITLE'",
+                    "exact title; one document per call.", "lookup: Velor Works")
+
+    def __init__(self, corpus: DocCorpus):
+        self.corpus = corpus
+
+    def run(self, command: str) -> ToolOutput:
+        start = time.perf_counter()
+        title = find_entity(command.partition("|")[0], self.corpus.titles) or find_entity(
+            command, self.corpus.titles)
+        if title is None:
+            return ToolOutput("Error: no document of that title", True,
+                              duration=time.perf_counter() - start)
+        text = f"{title}: {self.corpus.texts[title]}"[:MAX_RESULT_CHARS]
+        return ToolOutput(text, False, "", time.perf_counter() - start)
+
+
+def build_tools(names: list[str], world: World | DocCorpus, workdir: Path, limits: Limits,
                 search: Search | None = None) -> dict[str, Tool]:
     """The named tools (an unknown name is a config error caught by the options model)."""
+    lookup = (lambda: TitleLookup(world)) if isinstance(world, DocCorpus) else (
+        lambda: Lookup(world))
     make = {"python_coder": lambda: PythonCoder(workdir, limits),
             "calculator": lambda: Calculator(workdir, limits),
-            "search": lambda: search or Search(world), "lookup": lambda: Lookup(world)}
+            "search": lambda: search or Search(world), "lookup": lookup}
     return {n: make[n]() for n in names}
 
 

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
+from practicum.envs.swe.demo import Demonstrator
+from practicum.envs.swe.grammar import GrammarCaps, tool_grammar
 from practicum.envs.swe.instance import SweInstance, load_instances
 from practicum.envs.swe.prompts import first_messages
 from practicum.envs.swe.tools import STOP_STRINGS, ParseError, Tools, parse_action, truncate
@@ -69,6 +71,18 @@ class SweOptions(BaseModel):
     hidden_paths: list[str] = Field(
         [], description="More host paths made unreadable to the agent (the instance file's "
         "folder and every source archive always are).")
+    tool_grammar: bool = Field(True, description="Every turn carries the tool-call grammar "
+                               "(`swe.grammar`) for samplers that honour `grammar`: one call, "
+                               "its free-text parts length-capped.")
+    grammar_path_chars: int = Field(80, ge=8, description="Grammar cap on a path (or each "
+                                    "part of a pytest node id), in characters.")
+    grammar_search_chars: int = Field(60, ge=4, description="Grammar cap on a search string, "
+                                      "in characters.")
+    grammar_command_chars: int = Field(200, ge=8, description="Grammar cap on a shell "
+                                       "command, in characters.")
+    grammar_edit_tokens: int = Field(80, ge=4, description="Grammar cap on each of an "
+                                     "edit's <old> and <new> blocks, in tokens (with the path's "
+                                     "24 and the tags, an edit stays under 200 tokens).")
 
 
 class SweEnv(Env):
@@ -90,6 +104,10 @@ class SweEnv(Env):
         self._done = False
         self._turns = self._errors = self._malformed = 0
         self._obs_left = self.opts.episode_obs_chars
+        o = self.opts
+        self.grammar = tool_grammar(GrammarCaps(
+            o.grammar_path_chars, o.grammar_search_chars, o.grammar_command_chars,
+            o.grammar_edit_tokens)) if o.tool_grammar else None
 
     def reset(self, task: Task, seed: int = 0) -> Start:
         self.close()
@@ -102,7 +120,7 @@ class SweEnv(Env):
         self._tools = Tools(self._ws, self.opts.command_seconds, self.opts.view_lines,
                             memory_mb=self.opts.memory_mb)
         return Start(first_messages(self._instance, self.opts.few_shot, self.opts.issue_chars),
-                     list(self.stop_strings))
+                     list(self.stop_strings), self.grammar)
 
     def step(self, action: str) -> StepResult:
         assert self._ws is not None and not self._done, "reset() before step(), once per turn"
@@ -115,7 +133,7 @@ class SweEnv(Env):
             if last:
                 return self._finish(0.0, submitted=False, malformed=True)
             return StepResult(str(err), malformed=True, metrics=self._metrics(),
-                              info={"tool": None})
+                              info={"tool": None}, grammar=self.grammar)
         if act.tool == "submit":
             return self._finish(0.0, submitted=True)
         t0 = time.perf_counter()
@@ -125,7 +143,8 @@ class SweEnv(Env):
             return self._finish(time.perf_counter() - t0, submitted=False)
         return StepResult(self._observe(result.output), duration=time.perf_counter() - t0,
                           metrics=self._metrics(), info={"tool": act.tool,
-                                                         "error": result.error})
+                                                         "error": result.error},
+                          grammar=self.grammar)
 
     def _observe(self, text: str) -> str:
         """Truncated to obs_chars, and to what is left of the episode's observation budget."""
@@ -227,7 +246,8 @@ def swe_suite(opts: SweOptions, ctx: SuiteContext) -> Suite:
     by_id = {i.instance_id: i for i in train + held_out}
     max_turns = getattr(ctx, "max_turns", None) or 8
     make = partial(_make_env, by_id, opts, max_turns, hidden)
-    return Suite(make, [_task(i) for i in train], [_task(i) for i in held_out])
+    return Suite(make, [_task(i) for i in train], [_task(i) for i in held_out],
+                 demonstrator=Demonstrator(train))  # gold patches of training tasks only
 
 
 def _task(i: SweInstance) -> Task:

@@ -1,7 +1,10 @@
 """The agent's tools: one per turn, written as a tag the environment parses.
 
     <bash>pytest -q tests/test_x.py</bash>            run a shell command in the repository
-    <view>pkg/mod.py 10-40</view>                     show numbered lines (range optional)
+    <view>pkg/mod.py 10-40</view>                     show numbered lines (range optional);
+                                                      a pytest node id shows its file from
+                                                      the test's definition, a bare file name
+                                                      the one file of that name (with a note)
     <search>def camelize</search>                     grep the repository for a fixed string
     <edit>pkg/mod.py
     <old>
@@ -93,9 +96,33 @@ class ToolResult:
 # Small scripts run by the sandbox's interpreter in isolated mode (-I: the repository's own
 # modules cannot shadow json or sys); their input comes on stdin as JSON.
 _VIEW_SCRIPT = r"""
-import json, os, sys
+import json, os, re, sys
 a = json.load(sys.stdin)
-p = a["path"]
+p, note = a["path"], ""
+if "::" in p:  # a pytest node id: its file, from its test function's definition
+    p, _, test = p.partition("::")
+    name = re.split(r"[\[:]", test)[-1 if "::" in test else 0].split("[")[0]
+    note = f"(node id: showing {p}"
+    try:
+        text = open(p, encoding="utf-8", errors="replace").read().splitlines()
+        hit = next((i for i, l in enumerate(text, 1)
+                    if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", l)), None)
+    except OSError:
+        hit = None
+    if hit and not a["start"]:
+        a["start"] = hit
+        note += f" from the definition of {name}"
+    note += ")"
+if not os.path.exists(p) and "/" not in p:  # a bare file name: the one file of that name
+    found = sorted(os.path.relpath(os.path.join(d, p)) for d, ds, fs in os.walk(".")
+                   if p in fs and ".git" not in d.split(os.sep))
+    if len(found) == 1:
+        note = (note + " " if note else "") + f"(no {p} at the top; showing {found[0]})"
+        p = found[0]
+    elif found:
+        print(f"{p} is ambiguous: {', '.join(found[:5])}"); sys.exit(3)
+if note:
+    print(note)
 if os.path.isdir(p):
     names = sorted(os.listdir(p))
     print("\n".join(n + ("/" if os.path.isdir(os.path.join(p, n)) else "") for n in names
