@@ -76,6 +76,11 @@ class ContinuousServer:
         return self
 
     @property
+    def running(self) -> int:
+        """Requests being decoded now."""
+        return len(self._jobs)
+
+    @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

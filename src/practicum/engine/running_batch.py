@@ -91,7 +91,8 @@ class RunningBatch:
         events: list[tuple[Row, int, float]] = []
         lm, context = self.sampler._model(self.adapter)
         with context, _eval_mode(lm):
-            head = self.sampler._logits.setdefault(id(lm), Logits(lm))
+            head = self.sampler._logits.get(id(lm)) or \
+                self.sampler._logits.setdefault(id(lm), Logits(lm))  # each model's own head
             if self.rows:
                 latest = torch.tensor([[r.token_ids[-1]] for r in self.rows],
                                       device=self.sampler.device)
@@ -136,15 +137,20 @@ class RunningBatch:
         """Sample each row's next token from its logits [rows, V] with its own parameters,
         record it and mark rows that finish. Rows of equal temperature and top-p are drawn in
         one `sample_next` call."""
-        tok = torch.empty(len(rows), dtype=torch.long, device=logits.device)
-        lp = torch.empty(len(rows), dtype=torch.float32, device=logits.device)
         groups: dict[tuple[float, float], list[int]] = {}
         for j, r in enumerate(rows):
             groups.setdefault((r.params.temperature, r.params.top_p), []).append(j)
-        for (temperature, top_p), js in groups.items():
-            idx = torch.tensor(js, device=logits.device)
-            gens = [rows[j].generator for j in js] if temperature > 0 else None
-            tok[idx], lp[idx] = sample_next(logits[idx], temperature, top_p, gens)
+        if len(groups) == 1:
+            (temperature, top_p), = groups
+            gens = [r.generator for r in rows] if temperature > 0 else None
+            tok, lp = sample_next(logits, temperature, top_p, gens)
+        else:
+            tok = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+            lp = torch.empty(len(rows), dtype=torch.float32, device=logits.device)
+            for (temperature, top_p), js in groups.items():
+                idx = torch.tensor(js, device=logits.device)
+                gens = [rows[j].generator for j in js] if temperature > 0 else None
+                tok[idx], lp[idx] = sample_next(logits[idx], temperature, top_p, gens)
         # one device-to-host transfer; float64 holds both ids and fp32 log-probs
         host_tok, host_lp = torch.stack([tok.double(), lp.double()]).tolist()
         events = []
