@@ -136,7 +136,8 @@ class RunningBatch:
     def _sampled(self, rows: list[Row], logits: Tensor) -> list[tuple[Row, int, float]]:
         """Sample each row's next token from its logits [rows, V] with its own parameters,
         record it and mark rows that finish. Rows of equal temperature and top-p are drawn in
-        one `sample_next` call."""
+        one `sample_next` call. (A per-row constraint, such as a grammar's allowed tokens,
+        would mask its row of `logits` here, before the draw.)"""
         groups: dict[tuple[float, float], list[int]] = {}
         for j, r in enumerate(rows):
             groups.setdefault((r.params.temperature, r.params.top_p), []).append(j)
