@@ -61,6 +61,9 @@ class ContinuousServer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.steps = 0
+        """Decode steps run (one per non-empty batch per round)."""
+        self.prompts = 0
+        """Requests admitted into a batch."""
         self.peak_rows = 0
         """Most rows decoded in one step (both batches)."""
 
@@ -148,6 +151,7 @@ class ContinuousServer:
                 self._finish(job)
                 continue
             budget -= len(job.ids)
+            self.prompts += 1
             self._jobs.append(job)
 
     def _step(self, batch: RunningBatch, adapter: bool) -> None:
