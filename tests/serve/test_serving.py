@@ -163,3 +163,16 @@ def test_bad_token_ids_and_roles_get_a_400_without_a_traceback(api, caplog):
                 model="calc", max_tokens=2,
                 messages=[{"role": "wizard", "content": "abracadabra"}])
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_streamed_reply_with_tools_carries_its_call_and_the_usage_last(api):
+    from .test_app import REVIEW_TOOL
+
+    _, client = api
+    chunks = list(client.chat.completions.create(
+        model="calc", messages=HI, max_tokens=24, temperature=0, tools=[REVIEW_TOOL],
+        tool_choice={"type": "function", "function": {"name": "submit_review"}}, stream=True))
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert [t.function.name for t in calls] == ["submit_review"]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert chunks[-1].usage.completion_tokens > 0

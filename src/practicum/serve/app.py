@@ -463,6 +463,8 @@ def _sse(chunks) -> StreamingResponse:
 
 def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], usage: dict,
                  tok):
+    """The chunks of a reply with tools, sampled whole (its calls are parsed from the whole
+    text); the usage in the last chunk, as in `practicum.serve.stream`."""
     def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
         return {"id": rid, "object": "chat.completion.chunk", "created": now,
                 "model": req.model, "choices": [{"index": index, "delta": delta,
@@ -474,7 +476,10 @@ def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], u
             yield chunk(c.index, {"content": piece})
         for k, call in enumerate(_openai_calls(c)):
             yield chunk(c.index, {"tool_calls": [{"index": k, **call}]})
-        yield chunk(c.index, {}, c.finish_reason)
-    if (req.stream_options or {}).get("include_usage"):
-        yield {"id": rid, "object": "chat.completion.chunk", "created": now,
-               "model": req.model, "choices": [], "usage": usage}
+        if c is not choices[-1]:
+            yield chunk(c.index, {}, c.finish_reason)
+    last = chunk(choices[-1].index, {}, choices[-1].finish_reason)
+    if _include_usage(req):
+        yield from [last, {**last, "choices": [], "usage": usage}]
+    else:
+        yield {**last, "usage": usage}
