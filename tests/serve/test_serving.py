@@ -1,6 +1,6 @@
 """A server that serves everyone, through the official openai client: a short request finishes
 while a long one runs (and samples what it samples alone), a client that goes away frees its row,
-replies are capped by the context and `--max-tokens`, streams carry tokens as they are sampled
+replies are capped by the context, the run's max_seq_len and `--max-tokens`, streams carry tokens as they are sampled
 with the usage last, an API key guards /v1, and bad ids or roles get a 400 without a traceback."""
 
 import logging
@@ -89,16 +89,20 @@ def test_max_tokens_is_capped_by_the_context_and_the_server_flag(api):
         served.context, served.max_tokens = context, cap
 
 
-def test_a_run_folders_max_seq_len_is_the_served_context(tiny_run, tmp_path):
+def test_a_run_folders_max_seq_len_caps_its_replies(tiny_run, tmp_path):
     import shutil
 
-    from practicum.serve.loading import resolve_target
+    from practicum.serve.loading import load_served, resolve_target
 
     run = shutil.copytree(tiny_run, tmp_path / "calc")
     assert resolve_target(run).max_seq_len is None
     (run / "config.yaml").write_text("rollout:\n  max_seq_len: 300\n")
     assert resolve_target(run).max_seq_len == 300
     assert resolve_target(run / "checkpoints" / "step_000003").max_seq_len == 300
+    for flag, cap in ((None, 300), (500, 300), (20, 20)):
+        served = load_served(run, dtype="float32", max_tokens=flag)
+        served.close()
+        assert served.max_tokens == cap
 
 
 def test_streams_send_tokens_as_they_are_sampled_and_usage_last(api):

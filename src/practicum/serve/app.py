@@ -10,7 +10,7 @@ decode step (the policy with its adapter on, the base in its own batch with it o
 request is not held up by a long one, and a client that goes away frees its rows at the next
 step. A stream sends each token's text as it is sampled (`practicum.serve.stream`), the usage in
 its last chunk; a reply with tools is streamed once its calls are parsed. `max_tokens` is capped
-by the served context (the run's max_seq_len) and by `serve --max-tokens`. With an API key, /v1
+by the run's max_seq_len, by `serve --max-tokens` and by the context left after the prompt. With an API key, /v1
 answers only requests that carry it as `Authorization: Bearer <key>` (as vLLM's `--api-key`).
 
 Log-probs are the engine's behaviour log-probs: log-softmax at the sampling temperature (0 for
@@ -169,10 +169,11 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
 
     def params_for(req: _Request, prompt_len: int, default_tokens: int,
                    stop_ids: list[int] = ()) -> SamplingParams:
-        """max_tokens (or the default) capped by the context left and `served.max_tokens`."""
+        """max_tokens (or the default) capped by the context left and `served.max_tokens`
+        (the run's max_seq_len, `--max-tokens`)."""
         room = (served.context - prompt_len) if served.context else None
         if room is not None and room <= 0:
-            raise APIError(400, f"the prompt has {prompt_len} tokens; this policy's context is "
+            raise APIError(400, f"the prompt has {prompt_len} tokens; this model's context is "
                            f"{served.context}", "messages")
         wanted = getattr(req, "max_completion_tokens", None) or req.max_tokens
         max_new = wanted if wanted is not None else default_tokens

@@ -33,8 +33,8 @@ def add_serve_command(sub) -> None:
     s.add_argument("--max-batch", type=int, default=32,
                    help="most requests decoded at once (more wait for a free row)")
     s.add_argument("--max-tokens", type=int, default=None,
-                   help="most tokens of one reply, whatever a request asks (default: the "
-                   "context left after the prompt)")
+                   help="most tokens of one reply, whatever a request asks (a run's "
+                   "rollout.max_seq_len caps it too; default: that, or the context left)")
     s.add_argument("--api-key", default=os.environ.get("PRACTICUM_API_KEY"),
                    help="answer /v1 only with `Authorization: Bearer <key>` (default: "
                    "$PRACTICUM_API_KEY; unset: no key)")

@@ -11,9 +11,9 @@ model spec (built-in name or HF folder: policy and base are then the same weight
 share one engine: the base is the policy with its adapter off (LoRA) or the untrained copy (full
 fine-tuning), decoded in its own running batch of one `ContinuousServer`.
 
-The served context is the run's `rollout.max_seq_len` (from its config.yaml) when the target
-belongs to a run, else the model's positions: prompt plus reply never exceed what the policy
-was trained on.
+A reply is capped at the run's `rollout.max_seq_len` (from its config.yaml) when the target
+belongs to a run, and at `serve --max-tokens`; prompt plus reply at the model's positions (an
+agent's long prompt is served, but no reply runs longer than a training row could).
 """
 
 from __future__ import annotations
@@ -126,9 +126,9 @@ class Served:
     server: ContinuousServer
     chat: ChatFormat
     context: int | None
-    """Most tokens of prompt plus reply: the run's max_seq_len, or the model's positions."""
+    """Most tokens of prompt plus reply: the model's positions."""
     max_tokens: int | None = None
-    """Most tokens of one reply (`serve --max-tokens`), within the context."""
+    """Most tokens of one reply: the run's max_seq_len and `serve --max-tokens`, the smaller."""
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     """Model id -> {"samples", "prompt_tokens", "completion_tokens"} served since start (every
     engine call: a forced tool call's field-filling calls too); on /health."""
@@ -183,5 +183,5 @@ def load_served(target: str | Path, name: str | None = None, dtype: str = "auto"
         sampler = build_sampler(HFEngineConfig(), policy := _policy_config(t, dtype),
                                 load_trainable(policy))
     server = ContinuousServer(sampler, max_batch=max_batch).start()
-    context = min((n for n in (t.max_seq_len, sampler.max_positions) if n), default=None)
-    return Served(t, server, ChatFormat(sampler.tokenizer), context, max_tokens)
+    reply_cap = min((n for n in (t.max_seq_len, max_tokens) if n), default=None)
+    return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions, reply_cap)
