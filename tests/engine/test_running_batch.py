@@ -50,31 +50,34 @@ def test_rows_with_other_params_and_the_base_model_share_steps(sampler, prompts)
     short = SamplingParams(temperature=0.0, max_new_tokens=3)
     long = SamplingParams(temperature=0.7, max_new_tokens=20)
     policy, base = RunningBatch(sampler, adapter=True), RunningBatch(sampler, adapter=False)
-    a = policy.add(prompts[0], long, 5)
-    b = policy.add(prompts[1], short)
+    a = policy.add(prompts[1], long, 5)
+    b = policy.add(prompts[0], short)  # the longer prompt: `a` is left-padded beside it
     c = base.add(prompts[2], short)
     widths = []
     while policy or base:
         policy.step()
         base.step()
         widths.append(policy._mask.shape[1] if policy.rows else 0)
-    assert a.token_ids == sampler.generate([prompts[0]], long, seeds=[5])[0].token_ids
-    assert b.token_ids == sampler.generate([prompts[1]], short)[0].token_ids
+    assert a.token_ids == sampler.generate([prompts[1]], long, seeds=[5])[0].token_ids
+    assert b.token_ids == sampler.generate([prompts[0]], short)[0].token_ids
     assert c.token_ids == sampler.generate([prompts[2]], short, adapter=False)[0].token_ids
-    # once the short row left, the long row's cache holds no padding columns
-    assert widths[-2] == len(prompts[0]) + len(a.token_ids) - 1
+    # once the short row left, the long row's cache holds no padding: its prompt and the
+    # tokens fed so far (all but the last two sampled at the step before its last)
+    assert widths[-2] == len(prompts[1]) + len(a.token_ids) - 2
 
 
 def test_a_removed_row_stops_at_once_and_stop_ids_end_a_row(sampler, prompts):
     batch = RunningBatch(sampler, adapter=True)
     params = SamplingParams(temperature=0.0, max_new_tokens=30)
     gone = batch.add(prompts[0], params)
-    first = sampler.generate([prompts[1]], params)[0].token_ids
-    stopped = batch.add(prompts[1], SamplingParams(temperature=0.0, max_new_tokens=30,
-                                                   stop_token_ids=(first[2],)))
+    free = SamplingParams(temperature=1.0, max_new_tokens=30)
+    first = sampler.generate([prompts[1]], free, seeds=[3])[0].token_ids
+    k = next(k for k in range(1, len(first)) if first[k] not in first[:k])
+    stopped = batch.add(prompts[1], SamplingParams(temperature=1.0, max_new_tokens=30,
+                                                   stop_token_ids=(first[k],)), 3)
     batch.step()
     batch.remove(gone)
     while batch:
         batch.step()
     assert len(gone.token_ids) == 1 and gone.finish_reason is None
-    assert stopped.token_ids == first[:3] and stopped.finish_reason == "stop"
+    assert stopped.token_ids == first[:k + 1] and stopped.finish_reason == "stop"
