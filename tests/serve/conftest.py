@@ -48,9 +48,10 @@ def tiny_run(tiny_model_dir, tmp_path_factory) -> Path:
     return save_run(tiny_model_dir, tmp_path_factory.mktemp("runs") / "calc")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def api(tiny_run):
-    """(served engine, OpenAI client) against a server on a free port."""
+    """(served engine, OpenAI client) against a server on a free port, shared by the modules
+    that drive the API (a test that changes `served` restores it)."""
     from openai import OpenAI
 
     from practicum.serve.app import build_app

@@ -75,3 +75,46 @@ def reserved_cache(config, capacity: int) -> DynamicCache:
     cache.layers = [ReservedLayer(capacity) if type(layer) is DynamicLayer else layer
                     for layer in cache.layers]
     return cache
+
+
+def join_rows(a: DynamicCache | None, b: DynamicCache, capacity: int) -> DynamicCache:
+    """One cache holding `a`'s rows, then `b`'s, with room for `capacity` positions: each side is
+    right-aligned at the longer one's length, and the positions added on the left of the shorter
+    side hold zeros (left padding, which the rows' attention masks hide). Both caches must be
+    `reserved_cache`s of full-attention layers (`all_reserved`)."""
+    if a is None:
+        return b
+    out = DynamicCache()
+    out.layers = []
+    for la, lb in zip(a.layers, b.layers):
+        width = max(la.length, lb.length)
+        layer = ReservedLayer(max(capacity, width))
+        layer.dtype, layer.device, layer.is_initialized = la.dtype, la.device, True
+        bufs = []
+        for xa, xb in ((la._keys, lb._keys), (la._values, lb._values)):
+            rows_a, rows_b = xa.shape[0], xb.shape[0]
+            buf = xa.new_zeros((rows_a + rows_b, *xa.shape[1:-2], layer.capacity, xa.shape[-1]))
+            buf[:rows_a, ..., width - la.length:width, :] = xa[..., :la.length, :]
+            buf[rows_a:, ..., width - lb.length:width, :] = xb[..., :lb.length, :]
+            bufs.append(buf)
+        layer._keys, layer._values = bufs
+        layer.length = width
+        layer.keys, layer.values = layer._keys[..., :width, :], layer._values[..., :width, :]
+        out.layers.append(layer)
+    return out
+
+
+def keep_rows(cache: DynamicCache, rows: torch.Tensor, drop_left: int = 0) -> None:
+    """Keep only `rows` (indices) of every layer and drop its first `drop_left` positions
+    (padding no remaining row attends to)."""
+    for layer in cache.layers:
+        layer._keys = layer._keys[rows][..., drop_left:, :]
+        layer._values = layer._values[rows][..., drop_left:, :]
+        layer.length -= drop_left
+        layer.keys = layer._keys[..., :layer.length, :]
+        layer.values = layer._values[..., :layer.length, :]
+
+
+def all_reserved(cache: DynamicCache) -> bool:
+    """Whether every layer is a `ReservedLayer` (no sliding-window or other special layers)."""
+    return all(isinstance(layer, ReservedLayer) for layer in cache.layers)

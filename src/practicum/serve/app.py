@@ -5,10 +5,13 @@
     POST /v1/completions        text or token-id prompts, echo, logprobs, stream
     GET  /health
 
-Every request goes through the run's `GenerationServer`, so concurrent requests with the same
-sampling parameters are sampled in one batch (the policy with its adapter on, the base in its
-own sub-batch with it off). A stream is sent once its turn is sampled (the engine samples whole
-turns): the same chunks, usage and `[DONE]` as the OpenAI API, not earlier tokens.
+Every request joins the run's `ContinuousServer`: rows join and leave the running batch at each
+decode step (the policy with its adapter on, the base in its own batch with it off), so a short
+request is not held up by a long one, and a client that goes away frees its rows at the next
+step. A stream sends each token's text as it is sampled (`practicum.serve.stream`), the usage in
+its last chunk; a reply with tools is streamed once its calls are parsed. `max_tokens` is capped
+by the run's max_seq_len, by `serve --max-tokens` and by the context left after the prompt. With an API key, /v1
+answers only requests that carry it as `Authorization: Bearer <key>` (as vLLM's `--api-key`).
 
 Log-probs are the engine's behaviour log-probs: log-softmax at the sampling temperature (0 for
 greedy). Tool calls follow `practicum.serve.tools`; a forced `tool_choice` starts the reply with
@@ -21,19 +24,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.continuous import ServerStopped
 from practicum.serve import tools as T
 from practicum.serve.loading import Served
+from practicum.serve.stream import (
+    chat_logprobs,
+    chat_stream,
+    completion_logprobs,
+    completion_stream,
+    trim,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +53,9 @@ DEFAULT_CHAT_TOKENS = 512
 """max_tokens of a chat reply when the request gives none (capped by the context left)."""
 DEFAULT_COMPLETION_TOKENS = 16
 """max_tokens of a completion when the request gives none (the OpenAI default)."""
+ROLES = ("system", "developer", "user", "assistant", "tool")
+DISCONNECT_POLL = 0.2
+"""Seconds between checks that the client of a running request is still connected."""
 
 
 class APIError(Exception):
@@ -92,16 +107,32 @@ class _Choice:
     """Completions: where the sampled text starts in `text` (after an echoed prompt)."""
 
 
-def build_app(served: Served) -> FastAPI:
-    """The API over `served` (module doc)."""
+def build_app(served: Served, api_key: str | None = None) -> FastAPI:
+    """The API over `served` (module doc); with `api_key`, /v1 needs it as a Bearer token."""
     app = FastAPI(title="practicum serve", version="1")
     created = int(time.time())
     tok = served.tokenizer
+
+    async def authorized(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+                key.strip().encode(), api_key.encode()):
+            raise APIError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
+                           None, "authentication_error")
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
 
     @app.exception_handler(APIError)
     async def _api_error(_req: Request, e: APIError):
         return JSONResponse(status_code=e.status, content={"error": {
             "message": e.message, "type": e.kind, "param": e.param, "code": None}})
+
+    @app.exception_handler(ServerStopped)
+    async def _stopped(_req: Request, e: ServerStopped):
+        return JSONResponse(status_code=503, content={"error": {
+            "message": str(e), "type": "server_error", "param": None, "code": None}})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, e: RequestValidationError):
@@ -121,11 +152,11 @@ def build_app(served: Served) -> FastAPI:
         return {"status": "ok", "policy_version": served.server.version,
                 "usage": served.usage}
 
-    @app.get("/v1/models")
+    @v1.get("/models")
     async def models():
         return {"object": "list", "data": [model_card(n) for n in served.names]}
 
-    @app.get("/v1/models/{name}")
+    @v1.get("/models/{name}")
     async def model(name: str):
         adapter_for(name)
         return model_card(name)
@@ -138,14 +169,17 @@ def build_app(served: Served) -> FastAPI:
 
     def params_for(req: _Request, prompt_len: int, default_tokens: int,
                    stop_ids: list[int] = ()) -> SamplingParams:
-        room = (served.max_positions - prompt_len) if served.max_positions else None
+        """max_tokens (or the default) capped by the context left and `served.max_tokens`
+        (the run's max_seq_len, `--max-tokens`)."""
+        room = (served.context - prompt_len) if served.context else None
         if room is not None and room <= 0:
             raise APIError(400, f"the prompt has {prompt_len} tokens; this model's context is "
-                           f"{served.max_positions}", "messages")
+                           f"{served.context}", "messages")
         wanted = getattr(req, "max_completion_tokens", None) or req.max_tokens
         max_new = wanted if wanted is not None else default_tokens
-        if room is not None:
-            max_new = min(max_new, room)
+        for cap in (room, served.max_tokens):
+            if cap is not None:
+                max_new = min(max_new, cap)
         temperature = 1.0 if req.temperature is None else req.temperature
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         return SamplingParams(temperature=temperature,
@@ -164,11 +198,15 @@ def build_app(served: Served) -> FastAPI:
         return None if req.seed is None else req.seed + i
 
     # -- chat ------------------------------------------------------------------------------------
-    @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatRequest):
+    @v1.post("/chat/completions")
+    async def chat_completions(req: ChatRequest, request: Request):
+        return await _unless_disconnected(request, chat(req))
+
+    async def chat(req: ChatRequest):
         adapter = adapter_for(req.model)
         choice_mode, forced_name = _tool_choice(req)
         tools = req.tools if choice_mode != "none" else None
+        _check_roles(req.messages)
         try:
             ids = served.chat.render(T.tool_messages(req.messages, tools))
         except (KeyError, TypeError, ValueError) as e:
@@ -178,18 +216,24 @@ def build_app(served: Served) -> FastAPI:
         params = params_for(req, len(prompt), DEFAULT_CHAT_TOKENS, served.chat.stop_ids())
         if choice_mode == "forced" and forced_name is not None:
             params = replace(params, stop_strings=(*params.stop_strings, T.CALL_CLOSE))
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if req.stream and not tools:
+            head = {"id": rid, "object": "chat.completion.chunk", "created": now,
+                    "model": req.model}
+            jobs = [(prompt, params, seed_of(req, i)) for i in range(req.n)]
+            return _sse(chat_stream(served, head, jobs, adapter, tuple(_stops(req.stop)),
+                                    req.logprobs, _include_usage(req)))
         samples = await asyncio.gather(*(generate(prompt, params, seed_of(req, i), adapter)
                                          for i in range(req.n)))
         choices = []
         for i, s in enumerate(samples):
-            text = _trim(s.text, req.stop)
+            text = trim(s.text, req.stop)
             c = _Choice(i, text, s.finish_reason, len(s.token_ids), s)
             if tools:
                 await _tool_calls(c, prefix, tools, choice_mode, forced_name, ids, params,
                                   seed_of(req, i), adapter)
             choices.append(c)
         usage = _usage(len(prompt), choices)
-        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if req.stream:
             return _sse(_chat_chunks(rid, now, req, choices, usage, tok))
         return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
@@ -260,35 +304,68 @@ def build_app(served: Served) -> FastAPI:
         return args, tokens
 
     # -- completions -----------------------------------------------------------------------------
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest):
+    @v1.post("/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        return await _unless_disconnected(request, complete(req))
+
+    async def complete(req: CompletionRequest):
         adapter = adapter_for(req.model)
-        prompts = _prompts(req.prompt, served.chat)
-        jobs = []
-        for ids in prompts:
-            params = params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS)
-            jobs += [generate(ids, params, seed_of(req, i), adapter) for i in range(req.n)]
-        samples = await asyncio.gather(*jobs)
-        choices = []
-        for k, s in enumerate(samples):
-            ids = prompts[k // req.n]
-            text = _trim(s.text, req.stop)
-            echoed = tok.decode(ids, skip_special_tokens=False) if req.echo else ""
-            choices.append(_Choice(k, echoed + text, s.finish_reason, len(s.token_ids), s,
-                                   offset=len(echoed)))
-        usage = _usage(sum(len(p) for p in prompts), choices)
+        prompts = _prompts(req.prompt, served.chat, served.vocab_size)
+        jobs = [(ids, params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS), seed_of(req, i))
+                for ids in prompts for i in range(req.n)]
+        echoes = [tok.decode(ids, skip_special_tokens=False) if req.echo else ""
+                  for ids, _, _ in jobs]
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        body = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
-                 "logprobs": _completion_logprobs(c.sample, tok, c.offset)
-                 if req.logprobs is not None
-                 else None} for c in choices]
+        prompt_tokens = sum(len(p) for p in prompts)
         if req.stream:
-            return _sse(_completion_chunks(rid, now, req, body, usage))
+            head = {"id": rid, "object": "text_completion", "created": now, "model": req.model}
+            return _sse(completion_stream(served, head, jobs, echoes, adapter,
+                                          tuple(_stops(req.stop)), req.logprobs is not None,
+                                          _include_usage(req), prompt_tokens))
+        samples = await asyncio.gather(*(generate(*job, adapter) for job in jobs))
+        choices = [_Choice(k, echoes[k] + trim(s.text, req.stop), s.finish_reason,
+                           len(s.token_ids), s, offset=len(echoes[k]))
+                   for k, s in enumerate(samples)]
+        body = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
+                 "logprobs": completion_logprobs(c.sample.token_ids, c.sample.logprobs, tok,
+                                                 c.offset) if req.logprobs is not None
+                 else None} for c in choices]
         return {"id": rid, "object": "text_completion", "created": now, "model": req.model,
                 "system_fingerprint": f"practicum-v{served.server.version}",
-                "choices": body, "usage": usage}
+                "choices": body, "usage": _usage(prompt_tokens, choices)}
 
+    app.include_router(v1)
     return app
+
+
+async def _unless_disconnected(request: Request, work):
+    """Await `work`; once the client has gone away, cancel it (its rows leave the batch at the
+    next decode step)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                return Response(status_code=499)  # nobody reads it
+    finally:
+        task.cancel()
+
+
+def _check_roles(messages: list[dict]) -> None:
+    for i, m in enumerate(messages):
+        if m.get("role") not in ROLES:
+            raise APIError(400, f"messages[{i}].role: unknown role {m.get('role')!r} (expected "
+                           f"one of {', '.join(ROLES)})", f"messages.{i}.role")
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+
+
+def _include_usage(req: _Request) -> bool:
+    return bool((req.stream_options or {}).get("include_usage"))
 
 
 def _tool_specs(tools: list[dict]) -> dict[str, dict]:
@@ -313,15 +390,7 @@ def _guess_name(text: str, specs: dict[str, dict]) -> str:
     return next(iter(specs))
 
 
-def _trim(text: str, stop: str | list[str] | None) -> str:
-    """The text up to the first stop string (the engine keeps the token that completed it; the
-    OpenAI API leaves the stop string out)."""
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
-    return text[:cut]
-
-
-def _prompts(prompt, chat) -> list[list[int]]:
+def _prompts(prompt, chat, vocab_size: int) -> list[list[int]]:
     if isinstance(prompt, str):
         prompt = [prompt]
     if not prompt:
@@ -331,6 +400,10 @@ def _prompts(prompt, chat) -> list[list[int]]:
     out = [chat.encode(p) if isinstance(p, str) else list(p) for p in prompt]
     if any(not p for p in out):
         raise APIError(400, "prompt is empty", "prompt")
+    bad = next((t for p in out for t in p if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"prompt: token id {bad} is outside the vocabulary (0 to "
+                       f"{vocab_size - 1})", "prompt")
     return out
 
 
@@ -351,27 +424,9 @@ def _chat_choice(c: _Choice, logprobs: bool, tok) -> dict:
     if c.calls:
         msg["tool_calls"] = _openai_calls(c)
     return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
-            "logprobs": {"content": _token_logprobs(c.sample, tok)} if logprobs else None}
-
-
-def _token_logprobs(s: Sample, tok) -> list[dict]:
-    out = []
-    for t, lp in zip(s.token_ids, s.logprobs):
-        piece = tok.decode([t])
-        out.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()),
-                    "top_logprobs": []})
-    return out
-
-
-def _completion_logprobs(s: Sample, tok, start: int) -> dict:
-    """The sampled tokens' log-probs; offsets count from the start of the choice's text."""
-    pieces = [tok.decode([t]) for t in s.token_ids]
-    offsets, at = [], start
-    for p in pieces:
-        offsets.append(at)
-        at += len(p)
-    return {"tokens": pieces, "token_logprobs": list(s.logprobs), "top_logprobs": None,
-            "text_offset": offsets}
+            "logprobs": {"content": chat_logprobs(list(zip(c.sample.token_ids,
+                                                               c.sample.logprobs)), tok)}
+            if logprobs else None}
 
 
 def _pieces(text: str, tok) -> list[str]:
@@ -389,9 +444,19 @@ def _pieces(text: str, tok) -> list[str]:
 
 
 def _sse(chunks) -> StreamingResponse:
+    """Server-sent events of `chunks` (a generator or an async generator of dicts), then
+    [DONE]; a request the engine fails mid-stream ends with an error event."""
     async def body():
-        for chunk in chunks:
-            yield f"data: {json.dumps(chunk)}\n\n"
+        try:
+            if hasattr(chunks, "__aiter__"):
+                async for chunk in chunks:
+                    yield f"data: {json.dumps(chunk)}\n\n"
+            else:
+                for chunk in chunks:
+                    yield f"data: {json.dumps(chunk)}\n\n"
+        except (ServerStopped, ValueError) as e:
+            kind = "server_error" if isinstance(e, ServerStopped) else "invalid_request_error"
+            yield f"data: {json.dumps({'error': {'message': str(e), 'type': kind}})}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream")
@@ -399,6 +464,8 @@ def _sse(chunks) -> StreamingResponse:
 
 def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], usage: dict,
                  tok):
+    """The chunks of a reply with tools, sampled whole (its calls are parsed from the whole
+    text); the usage in the last chunk, as in `practicum.serve.stream`."""
     def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
         return {"id": rid, "object": "chat.completion.chunk", "created": now,
                 "model": req.model, "choices": [{"index": index, "delta": delta,
@@ -410,21 +477,10 @@ def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], u
             yield chunk(c.index, {"content": piece})
         for k, call in enumerate(_openai_calls(c)):
             yield chunk(c.index, {"tool_calls": [{"index": k, **call}]})
-        yield chunk(c.index, {}, c.finish_reason)
-    if (req.stream_options or {}).get("include_usage"):
-        yield {"id": rid, "object": "chat.completion.chunk", "created": now,
-               "model": req.model, "choices": [], "usage": usage}
-
-
-def _completion_chunks(rid: str, now: int, req: CompletionRequest, body: list[dict],
-                       usage: dict):
-    for c in body:
-        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
-               "choices": [{**c, "finish_reason": None}]}
-        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
-               "choices": [{"index": c["index"], "text": "", "logprobs": None,
-                            "finish_reason": c["finish_reason"]}]}
-    if (req.stream_options or {}).get("include_usage"):
-        yield {"id": rid, "object": "text_completion", "created": now, "model": req.model,
-               "choices": [], "usage": usage}
-
+        if c is not choices[-1]:
+            yield chunk(c.index, {}, c.finish_reason)
+    last = chunk(choices[-1].index, {}, choices[-1].finish_reason)
+    if _include_usage(req):
+        yield from [last, {**last, "choices": [], "usage": usage}]
+    else:
+        yield {**last, "usage": usage}

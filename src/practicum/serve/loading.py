@@ -9,7 +9,11 @@ policy folder (`policy.json` beside the adapter or full weights, e.g. RUN/rft/po
 pipeline's folder (the policy of its last finished stage, `practicum.stages`), or a plain
 model spec (built-in name or HF folder: policy and base are then the same weights). Both names
 share one engine: the base is the policy with its adapter off (LoRA) or the untrained copy (full
-fine-tuning), sampled in its own sub-batch of one `GenerationServer`.
+fine-tuning), decoded in its own running batch of one `ContinuousServer`.
+
+A reply is capped at the run's `rollout.max_seq_len` (from its config.yaml) when the target
+belongs to a run, and at `serve --max-tokens`; prompt plus reply at the model's positions (an
+agent's long prompt is served, but no reply runs longer than a training row could).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.chat import ChatFormat
-from practicum.engine.server import GenerationServer
+from practicum.engine.continuous import ContinuousServer
 from practicum.errors import PracticumError
 
 POLICY_META = "policy.json"
@@ -41,6 +45,8 @@ class Target:
     """The base model spec."""
     step: int | None
     """Training step of the checkpoint, when known."""
+    max_seq_len: int | None = None
+    """The run's `rollout.max_seq_len`, when the target belongs to a run."""
 
 
 def resolve_target(target: str | Path, name: str | None = None) -> Target:
@@ -73,7 +79,23 @@ def resolve_target(target: str | Path, name: str | None = None) -> Target:
     meta = json.loads((policy / POLICY_META).read_text())
     step = re.fullmatch(r"step_(\d+)", policy.parent.name)
     return Target(name or default_name, policy, meta["model"],
-                  int(step.group(1)) if step else None)
+                  int(step.group(1)) if step else None, _run_max_seq_len(policy))
+
+
+def _run_max_seq_len(policy: Path) -> int | None:
+    """`rollout.max_seq_len` of the run a policy folder belongs to: the config.yaml of its
+    checkpoint, checkpoints or run folder (RUN/checkpoints/step_N/policy, RUN/rft/policy)."""
+    import yaml
+
+    for folder in list(policy.resolve().parents)[:3]:
+        if (folder / "config.yaml").is_file():
+            try:
+                cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+                value = cfg.get("rollout", {}).get("max_seq_len")
+            except (yaml.YAMLError, AttributeError, UnicodeDecodeError):
+                return None
+            return value if isinstance(value, int) and value > 0 else None
+    return None
 
 
 def _run_name(checkpoint: Path) -> str:
@@ -101,9 +123,12 @@ class Served:
     """The engine behind the endpoint: one generation server, two model ids."""
 
     target: Target
-    server: GenerationServer
+    server: ContinuousServer
     chat: ChatFormat
-    max_positions: int | None
+    context: int | None
+    """Most tokens of prompt plus reply: the model's positions."""
+    max_tokens: int | None = None
+    """Most tokens of one reply: the run's max_seq_len and `serve --max-tokens`, the smaller."""
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     """Model id -> {"samples", "prompt_tokens", "completion_tokens"} served since start (every
     engine call: a forced tool call's field-filling calls too); on /health."""
@@ -117,25 +142,35 @@ class Served:
         """Model id -> adapter flag (True: the trained policy; False: its frozen base)."""
         return {self.target.name: True, f"{self.target.name}-base": False}
 
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chat.tokenizer)
+
     async def generate(self, ids: list[int], params: SamplingParams, seed: int | None,
-                       adapter: bool) -> Sample:
-        """One continuation through the generation server, batched with concurrent requests."""
+                       adapter: bool, on_token=None) -> Sample:
+        """One continuation, decoded beside the concurrent requests; `on_token(id, logprob)`
+        runs on the server thread per sampled token. Cancelling the awaiting task drops the
+        row at the next decode step."""
         sample, _version = await asyncio.wrap_future(
-            self.server.submit(ids, params, seed, adapter))
+            self.server.submit(ids, params, seed, adapter, on_token))
+        self.count(adapter, len(ids), len(sample.token_ids))
+        return sample
+
+    def count(self, adapter: bool, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add one finished sample to `usage`."""
         name = self.target.name if adapter else f"{self.target.name}-base"
         count = self.usage.setdefault(name, {"samples": 0, "prompt_tokens": 0,
                                              "completion_tokens": 0})
         count["samples"] += 1
-        count["prompt_tokens"] += len(ids)
-        count["completion_tokens"] += len(sample.token_ids)
-        return sample
+        count["prompt_tokens"] += prompt_tokens
+        count["completion_tokens"] += completion_tokens
 
     def close(self) -> None:
         self.server.stop()
 
 
 def load_served(target: str | Path, name: str | None = None, dtype: str = "auto",
-                batch_window: float = 0.02, max_batch: int = 32) -> Served:
+                max_batch: int = 32, max_tokens: int | None = None) -> Served:
     """Load `target`'s weights into a started generation server (module doc)."""
     from practicum.config import HFEngineConfig
     from practicum.engine.factory import build_sampler, load_trainable
@@ -147,5 +182,6 @@ def load_served(target: str | Path, name: str | None = None, dtype: str = "auto"
     else:
         sampler = build_sampler(HFEngineConfig(), policy := _policy_config(t, dtype),
                                 load_trainable(policy))
-    server = GenerationServer(sampler, batch_window=batch_window, max_batch=max_batch).start()
-    return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions)
+    server = ContinuousServer(sampler, max_batch=max_batch).start()
+    reply_cap = min((n for n in (t.max_seq_len, max_tokens) if n), default=None)
+    return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions, reply_cap)
