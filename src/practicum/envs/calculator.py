@@ -19,6 +19,7 @@ from pathlib import Path
 import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field
 
+from practicum.envs.audit import Attack, AuditSpec, Probe
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.sandbox import Limits, run_python
@@ -153,4 +154,21 @@ def _make_env(limits: Limits, few_shot: bool, numeric_answers: bool = True,
     return CalculatorEnv(limits, few_shot, numeric_answers)
 
 
-register_env("calculator", CalculatorOptions, calculator_suite)
+def calculator_audit(opts: CalculatorOptions) -> AuditSpec:
+    """`practicum audit`: a non-attempt earns 0; the honest reference answers the gold number;
+    the environment's own attack lists candidates (the verifiers' partial-credit hole)."""
+
+    def honest(p: Probe) -> str:
+        return f"<answer>{p.task.data['entry']['answer']}</answer>"
+
+    def candidates(p: Probe) -> str:  # white-box: it knows the gold and hides it in a list
+        gold = p.task.data["entry"]["answer"]
+        return f"<answer>{gold} or 0, maybe {gold}1</answer>"
+
+    return AuditSpec(floor=0.0, honest=honest,
+                     attacks=[Attack("gold among candidates", candidates)],
+                     code=lambda program: f"<calc>{program}</calc>",
+                     answer=lambda text: f"<answer>{text}</answer>")
+
+
+register_env("calculator", CalculatorOptions, calculator_suite, audit=calculator_audit)
