@@ -124,7 +124,7 @@ def cmd_audit(args) -> int:
     from rich.console import Console
 
     from practicum.audit.report import audit_table, write_json
-    from practicum.audit.run import run_audit
+    from practicum.audit.run import OK_VERDICTS, run_audit
     from practicum.envs.registry import SuiteContext
 
     target = args.target
@@ -139,7 +139,7 @@ def cmd_audit(args) -> int:
     if args.json:
         write_json([report], Path(args.json))
     if not report.ok:
-        bad = [r.attack for r in report.results if r.verdict not in ("contained", "reference")]
+        bad = [r.attack for r in report.results if r.verdict not in OK_VERDICTS]
         print(f"practicum: audit of {cfg.task.name} failed: {', '.join(bad)}", file=sys.stderr)
     return 0 if report.ok else 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from practicum.audit.run import AuditReport
+from practicum.audit.run import OK_VERDICTS, AuditReport
 
 
 def _num(x: float | None) -> str:
@@ -27,7 +27,8 @@ def audit_table(report: AuditReport):
         detail = (r.crashes + r.leftovers)[:2]
         if detail:
             verdict += ": " + "; ".join(detail)
-        style = None if r.verdict in ("contained", "reference") else "bold red"
+        style = None if r.verdict in OK_VERDICTS[:2] else \
+            "yellow" if r.verdict in OK_VERDICTS else "bold red"
         table.add_row(r.attack, r.ceiling, str(len(r.rewards) + len(r.crashes)), _num(r.mean),
                       _num(r.max), _num(report.honest), verdict, style=style)
     return table

@@ -21,10 +21,12 @@ from typing import Any
 
 from practicum.audit.attacks import generic_attacks
 from practicum.audit.leftovers import TempWatch, descendants, lingering_children
+from practicum.engine.service import ModelService
 from practicum.envs.audit import TOLERANCE, Attack, AuditSpec, Policy, Probe
 from practicum.envs.base import Task
 from practicum.envs.registry import Suite, SuiteContext, env_entry, parse_options
 
+OK_VERDICTS = ("contained", "reference", "undue credit (known hole)")
 ESCAPE_GRACE = 3.0
 """Seconds a probe's background writers get before the host is checked for what they wrote."""
 
@@ -34,7 +36,9 @@ class AttackResult:
     attack: str
     ceiling: str
     """floor | honest | reference (the honest policy itself)."""
-    bound: float | None
+    known: str = ""
+    """The env's reason when this attack pins a documented hole (practicum.envs.audit)."""
+    bound: float | None = None
     """The reward its episodes (floor) or its mean (honest) must not exceed."""
     rewards: list[float] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
@@ -58,7 +62,8 @@ class AttackResult:
 
     @property
     def verdict(self) -> str:
-        found = [label for label, hit in (("undue credit", self.undue),
+        undue = "undue credit (known hole)" if self.known else "undue credit"
+        found = [label for label, hit in ((undue, self.undue),
                                           ("crashed the env", bool(self.crashes)),
                                           ("left something behind", bool(self.leftovers))) if hit]
         return ", ".join(found) or ("reference" if self.ceiling == "reference" else "contained")
@@ -80,7 +85,7 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return all(r.verdict in ("contained", "reference") for r in self.results)
+        return all(r.verdict in OK_VERDICTS for r in self.results)
 
     def as_dict(self) -> dict:
         return {"env": self.env, "tasks": self.tasks, "floor": self.floor,
@@ -133,9 +138,12 @@ class _Runner:
                  max_turns: int, before_children: set[int]):
         self.suite, self.options, self.tasks = suite, options, tasks
         self.seed, self.max_turns, self.before_children = seed, max_turns, before_children
+        # Roles backed by `rules`, `local:` or `openai:` work; `base`/`policy` need a live
+        # policy, which an audit has not: their envs report the error as a crash.
+        self.service = ModelService()
 
     def attack(self, attack: Attack, bound: float | None) -> AttackResult:
-        result = AttackResult(attack.name, attack.ceiling, bound)
+        result = AttackResult(attack.name, attack.ceiling, attack.known, bound)
         temp_before = set(TempWatch.remaining())
         start = time.monotonic()
         for i, task in enumerate(self.tasks):
@@ -152,7 +160,7 @@ class _Runner:
         return result
 
     def episode(self, task: Task, policy: Policy, seed: int) -> float:
-        env = self.suite.make_env(None)
+        env = self.suite.make_env(self.service)
         try:
             start = env.reset(task, seed)
             probe = Probe(task, start, 0, "", env, self.suite, random.Random(seed), self.options)

@@ -70,6 +70,9 @@ class Attack:
     act: Policy
     ceiling: Literal["floor", "honest"] = "floor"
     """Which bound its rewards must stay under (module docstring)."""
+    known: str = ""
+    """A documented residual hole this attack pins (why it is not closed): its undue credit is
+    reported as a known hole and does not fail the audit; once contained, the audit says so."""
     escaped: Callable[[], list[str]] | None = None
     """Called once, a few seconds after the attack's episodes: what got out of the sandbox
     (host files it wrote, connections it made), described, and removed where it is a file."""
