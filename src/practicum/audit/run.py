@@ -153,8 +153,11 @@ class _Runner:
                 line = traceback.format_exception_only(type(e), e)[-1].strip()
                 result.crashes.append(f"{task.task_id}: {line}"[:300])
         result.seconds = time.monotonic() - start
-        gc.collect()  # an env dropped without close is removed with its finalizers
-        result.leftovers += [f"left {p}" for p in TempWatch.remaining() if p not in temp_before]
+        left = [p for p in TempWatch.remaining() if p not in temp_before]
+        if left:  # an env dropped without close is removed by its finalizers once collected
+            gc.collect()
+            left = [p for p in TempWatch.remaining() if p not in temp_before]
+        result.leftovers += [f"left {p}" for p in left]
         result.leftovers += [f"process {pid} ({name}) still running" for pid, name in
                              lingering_children(ignore=self.before_children)]
         return result

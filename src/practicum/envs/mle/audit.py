@@ -13,6 +13,7 @@ template and section modes they are smuggled into the region through `exec`.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 from practicum.envs.audit import Attack, AuditSpec, Probe
@@ -189,13 +190,15 @@ def mle_audit(opts) -> AuditSpec:
         return data.section if opts.mode == "section" else data.template
 
     def honest(p: Probe) -> str:
+        """The template's example model, kept small so it finishes within short limits."""
         template = region(p)
+        example = re.sub(r"n_estimators=\d+", "n_estimators=20", template.example)
         if opts.mode == "script":
             from practicum.envs.mle.actions.template import fill_template
 
             return f"Plan: the template's model.\n```python\n" \
-                   f"{fill_template(template, template.example)}```"
-        return f"```python\n{template.example}\n```"
+                   f"{fill_template(template, example)}```"
+        return f"```python\n{example}\n```"
 
     def program(name: str, text: str, ceiling: str = "floor") -> Attack:
         escaped = _outside_written if "{outside" in text else None
