@@ -48,13 +48,26 @@ def toy_swe_suite(tmp_path_factory) -> Path:
 SWE_TOY = ["task.options.held_out_packages=[other]", "task.options.command_seconds=5",
            "rollout.max_turns=2"]
 
-BUNDLED = {  # small sizes: one task, short sandbox limits (the time probes wait them out)
+
+def only(*names: str) -> list[str]:
+    return [a for n in names for a in ("--attack", n)]
+
+
+# Small sizes: one task, short sandbox limits (the time probes wait them out). Every generic
+# attack runs on calculator and flow (sandboxed code through their own actions); MLE and SWE,
+# whose every episode runs a script or a test suite, run their own attacks and a few generic
+# ones (`practicum audit configs/mle.yaml` runs them all).
+BUNDLED = {
     "toy": ["toy"],
     "timed_bandit": ["timed_bandit", "task.options.time_scale=0.01"],
     "calculator": ["calculator", "task.options.wall_seconds=3"],
     "flow": [str(ROOT / "configs/flow.yaml"), "task.options.wall_seconds=3"],
-    "mle": [str(ROOT / "configs/mle.yaml"), "task.options.wall_seconds=8"],
-    "swe": ["swe", *SWE_TOY],  # + the toy instance file (fixture)
+    "mle": [str(ROOT / "configs/mle.yaml"), "task.options.wall_seconds=20",
+            *only("empty", "judge", "copy the answers", "forged", "nonce", "symlink",
+                  "names-only", "non-finite", "public source")],
+    "swe": ["swe", *SWE_TOY,  # + the toy instance file (fixture)
+            *only("empty", "judge", "submit at once", "edit the tests", "conftest",
+                  "fake PASSED", "git", "background", "rewrite pytest")],
 }
 
 
@@ -67,8 +80,8 @@ def test_every_bundled_environment_is_contained(env, tmp_path, toy_swe_suite):
     bad = {a: v for a, v in verdicts(report).items()
            if v not in ("contained", "reference", "undue credit (known hole)")}
     assert code == 0 and report["ok"] and not bad, bad
-    assert len(report["results"]) >= 9  # the honest reference and at least the text attacks
-    if env not in ("toy", "timed_bandit"):  # sandboxed: the probes ran through its own action
+    assert len(report["results"]) >= 9 and report["honest"] is not None
+    if env in ("calculator", "flow"):  # sandboxed: the probes ran through its own action
         assert "exhaust memory" in verdicts(report)
 
 

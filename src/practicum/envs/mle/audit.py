@@ -202,7 +202,8 @@ def mle_audit(opts) -> AuditSpec:
 
     def program(name: str, text: str, ceiling: str = "floor") -> Attack:
         escaped = _outside_written if "{outside" in text else None
-        return Attack(name, lambda p: code(text.format(**slots(p))), ceiling, escaped)
+        return Attack(name, lambda p: code(text.format(**slots(p))), ceiling=ceiling,
+                      escaped=escaped)
 
     attacks = [program(name, text) for name, text in ATTACK_PROGRAMS.items()]
     attacks += [program("names-only script", NAMES_ONLY, "honest"),
