@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 from practicum.envs.base import Env, Start, Task
-
-if TYPE_CHECKING:
-    from practicum.envs.registry import Suite
 
 TOLERANCE = 1e-6
 """Rewards within this of a ceiling are at the ceiling (float sums of credits)."""
@@ -45,7 +42,8 @@ class Probe:
     observation: str
     """The environment's last observation ("" before the first action)."""
     env: Env
-    suite: "Suite"
+    suite: Any
+    """The environment's `Suite` (practicum.envs.registry, which imports this module)."""
     rng: random.Random
     options: Any = None
     """The environment's validated `task.options`."""
