@@ -63,8 +63,8 @@ BUNDLED = {
     "calculator": ["calculator", "task.options.wall_seconds=3"],
     "flow": [str(ROOT / "configs/flow.yaml"), "task.options.wall_seconds=3"],
     "mle": [str(ROOT / "configs/mle.yaml"), "task.options.wall_seconds=20",
-            *only("empty", "judge", "copy the answers", "forged", "nonce", "symlink",
-                  "names-only", "non-finite", "public source")],
+            *only("empty", "judge", "copy the answers", "forged", "symlink", "names-only",
+                  "non-finite")],
     "swe": ["swe", *SWE_TOY,  # + the toy instance file (fixture)
             *only("empty", "judge", "submit at once", "edit the tests", "conftest",
                   "fake PASSED", "git", "background", "rewrite pytest")],
@@ -75,7 +75,7 @@ BUNDLED = {
 def test_every_bundled_environment_is_contained(env, tmp_path, toy_swe_suite):
     args = list(BUNDLED[env])
     if env == "swe":
-        args.append(f"task.options.instances={toy_swe_suite}")
+        args.insert(1, f"task.options.instances={toy_swe_suite}")
     code, report = audit(tmp_path, *args, "--tasks", "1")
     bad = {a: v for a, v in verdicts(report).items()
            if v not in ("contained", "reference", "undue credit (known hole)")}
