@@ -231,3 +231,10 @@ def test_code_that_reaches_the_host_is_caught(tmp_path, leaky):
     assert code == 1 and set(v.values()) == {"left something behind"}, v
     found = " ".join(x for r in report["results"] for x in r["leftovers"])
     assert "connected to the host's 127.0.0.1" in found and "wrote " in found
+
+
+def test_bad_input_is_one_line(capsys):
+    assert main(["audit", "no-such-env"]) == 2
+    assert main(["audit", "toy", "--attack", "no such attack"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown environment 'no-such-env'" in err and "matches no attack of toy" in err

@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "environment's rewards; exit 1 on undue credit or leftovers")
     au.add_argument("target", metavar="CONFIG|ENV", help="a YAML config or an environment name")
     au.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.options.x=1")
-    au.add_argument("--tasks", type=int, default=3, help="tasks each attack is run on")
+    au.add_argument("--tasks", type=_positive, default=3, help="tasks each attack is run on")
     au.add_argument("--json", help="also write the results to this JSON file")
     au.add_argument("--attack", action="append", help="only attacks whose name contains this "
                     "(repeatable)")
@@ -217,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_command(sub)
     return p
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def _split_config_arg(args) -> None:

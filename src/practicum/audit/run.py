@@ -25,6 +25,7 @@ from practicum.engine.service import ModelService
 from practicum.envs.audit import TOLERANCE, Attack, AuditSpec, Policy, Probe
 from practicum.envs.base import Task
 from practicum.envs.registry import Suite, SuiteContext, env_entry, parse_options
+from practicum.errors import ConfigError
 
 OK_VERDICTS = ("contained", "reference", "undue credit (known hole)")
 ESCAPE_GRACE = 3.0
@@ -116,6 +117,11 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
         results.append(ref)
     attacks = generic_attacks(spec) + list(spec.attacks)
     if only:
+        names = [a.name for a in attacks] + ["honest reference"]
+        unmatched = [o for o in only if not any(o in n for n in names)]
+        if unmatched:
+            raise ConfigError(f"--attack {unmatched[0]!r} matches no attack of {name} "
+                              f"(attacks: {', '.join(names)})")
         attacks = [a for a in attacks if any(o in a.name for o in only)]
     pending = []
     for attack in attacks:
