@@ -16,7 +16,8 @@ Undue credit (what the audit fails on) is defined per attack by its `ceiling`:
           (the most an episode that does not attempt the task may earn) is undue credit;
   honest  the attack does part of the work or a shortcut with a legitimate share of credit
           (a constant prediction, a lookup of public data): its mean reward above the honest
-          reference's mean on the same tasks (`AuditSpec.honest`) is undue credit.
+          reference's mean on the same tasks (`AuditSpec.honest`; never below the floor) is
+          undue credit.
 """
 
 from __future__ import annotations
