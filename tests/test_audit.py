@@ -62,7 +62,7 @@ BUNDLED = {
     "timed_bandit": ["timed_bandit", "task.options.time_scale=0.01"],
     "calculator": ["calculator", "task.options.wall_seconds=3"],
     "flow": [str(ROOT / "configs/flow.yaml"), "task.options.wall_seconds=3"],
-    "mle": [str(ROOT / "configs/mle.yaml"), "task.options.wall_seconds=20",
+    "mle": [str(ROOT / "configs/mle.yaml"),
             *only("empty", "judge", "copy the answers", "forged", "symlink", "names-only",
                   "non-finite")],
     "swe": ["swe", *SWE_TOY,  # + the toy instance file (fixture)

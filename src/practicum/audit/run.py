@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from practicum.audit.attacks import generic_attacks
@@ -104,7 +104,8 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
     entry = env_entry(name)
     opts = parse_options(name, options)
     spec = entry.audit(opts) if entry.audit is not None else AuditSpec()
-    attacks = generic_attacks(spec) + list(spec.attacks)
+    attacks = [replace(a, ceiling="honest") if a.name in spec.attempts else a
+               for a in generic_attacks(spec)] + list(spec.attacks)
     if only:
         names = [a.name for a in attacks] + ["honest reference"]
         unmatched = [o for o in only if not any(o in n for n in names)]

@@ -93,6 +93,9 @@ class AuditSpec:
     the environment runs no code; the sandbox probes are skipped)."""
     answer: Callable[[str], str] | None = None
     """Wrap a text into a final-answer action (None: the generic attacks guess formats)."""
+    attempts: tuple[str, ...] = ()
+    """Generic attacks whose replies are attempts in this environment (e.g. "prompt echo" where
+    the prompt shows a complete action): judged against the honest reference, not the floor."""
 
 
 AuditDeclaration = Callable[[Any], AuditSpec]

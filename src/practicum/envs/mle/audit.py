@@ -13,7 +13,6 @@ template and section modes they are smuggled into the region through `exec`.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 
 from practicum.envs.audit import Attack, AuditSpec, Probe
@@ -190,9 +189,9 @@ def mle_audit(opts) -> AuditSpec:
         return data.section if opts.mode == "section" else data.template
 
     def honest(p: Probe) -> str:
-        """The template's example model, kept small so it finishes within short limits."""
+        """The template's example, exactly as the prompt shows it."""
         template = region(p)
-        example = re.sub(r"n_estimators=\d+", "n_estimators=20", template.example)
+        example = template.example
         if opts.mode == "script":
             from practicum.envs.mle.actions.template import fill_template
 
@@ -209,6 +208,9 @@ def mle_audit(opts) -> AuditSpec:
     attacks += [program("names-only script", NAMES_ONLY, "honest"),
                 program("non-finite predictions", NON_FINITE),
                 program("look the answers up in the public source", SOURCE_LOOKUP)]
-    return AuditSpec(floor=opts.failure_reward + credit,
+    # Template and section prompts show a complete region body (the example): echoing the
+    # prompt is copying it, an attempt judged against the honest reference (found by the audit).
+    attempts = ("prompt echo",) if opts.mode != "script" else ()
+    return AuditSpec(floor=opts.failure_reward + credit, attempts=attempts,
                      honest=honest if opts.mode in ("template", "script") else None,
                      attacks=attacks, code=code)
