@@ -80,7 +80,7 @@ def test_every_bundled_environment_is_contained(env, tmp_path, toy_swe_suite):
     bad = {a: v for a, v in verdicts(report).items()
            if v not in ("contained", "reference", "undue credit (known hole)")}
     assert code == 0 and report["ok"] and not bad, bad
-    assert len(report["results"]) >= 9 and report["honest"] is not None
+    assert len(report["results"]) >= 8 and report["honest"] is not None
     if env in ("calculator", "flow"):  # sandboxed: the probes ran through its own action
         assert "exhaust memory" in verdicts(report)
 
