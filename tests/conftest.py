@@ -56,3 +56,27 @@ def smollm2_dir() -> Path:
     from practicum.engine.models import resolve_model
 
     return resolve_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(request):
+    """After the whole session: no practicum temp file or folder this process created is left,
+    and no child process is still running ("nothing left behind"). Compares against what
+    existed before, for this process's own paths only (recorded by an audit hook), so runs
+    sharing the temp folder do not disturb it. Skipped when tests failed (a failed test's
+    traceback may still hold an env)."""
+    import gc
+
+    from practicum.audit.leftovers import TempWatch, descendants, lingering_children
+
+    TempWatch.install()
+    before_paths, before_children = set(TempWatch.remaining()), {p for p, _ in descendants()}
+    yield
+    if request.session.testsfailed:
+        return
+    gc.collect()  # envs dropped without close remove their folders with their finalizers
+    paths = [p for p in TempWatch.remaining() if p not in before_paths]
+    children = lingering_children(grace=10.0, ignore=before_children)
+    if paths or children:
+        pytest.fail(f"left behind after the test session: {paths[:10]} "
+                    f"{len(paths)} paths; processes {children[:10]}", pytrace=False)

@@ -1,4 +1,4 @@
-"""`practicum` command line: train, sft, rft, eval, plot, show, envs, mle, swe, serve."""
+"""`practicum` command line: train, sft, rft, eval, plot, show, envs, audit, mle, swe, serve."""
 
 from __future__ import annotations
 
@@ -135,6 +135,31 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    """`practicum audit CONFIG|ENV`: exit 1 on any undue credit, crash or leftover."""
+    from rich.console import Console
+
+    from practicum.audit.report import audit_table, write_json
+    from practicum.audit.run import OK_VERDICTS, run_audit
+    from practicum.envs.registry import SuiteContext
+
+    target = args.target
+    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
+        cfg = load_config(target, args.overrides)
+    else:
+        cfg = load_config(None, [f"task.name={target}", *args.overrides])
+    ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None, cfg.rollout.max_turns)
+    report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
+                       max_turns=cfg.rollout.max_turns, only=args.attack)
+    Console(width=160).print(audit_table(report))
+    if args.json:
+        write_json([report], Path(args.json))
+    if not report.ok:
+        bad = [r.attack for r in report.results if r.verdict not in OK_VERDICTS]
+        print(f"practicum: audit of {cfg.task.name} failed: {', '.join(bad)}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def cmd_show(args) -> int:
     from practicum.show import show
 
@@ -185,6 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--options", action="store_true", help="also list each one's task.options")
     en.set_defaults(func=cmd_envs)
 
+    au = sub.add_parser("audit", help="run scripted adversarial policies against an "
+                        "environment's rewards; exit 1 on undue credit or leftovers")
+    au.add_argument("target", metavar="CONFIG|ENV", help="a YAML config or an environment name")
+    au.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.options.x=1")
+    au.add_argument("--tasks", type=_positive, default=3, help="tasks each attack is run on")
+    au.add_argument("--json", help="also write the results to this JSON file")
+    au.add_argument("--attack", action="append", help="only attacks whose name contains this "
+                    "(repeatable)")
+    au.set_defaults(func=cmd_audit)
+
     sh = sub.add_parser("show", help="print a stored episode (roles, tool calls, reward) and "
                         "save it as HTML in RUN/show/")
     sh.add_argument("run_dir")
@@ -207,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_command(sub)
     return p
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def _split_config_arg(args) -> None:

@@ -27,6 +27,9 @@ def test_parse_choice_tag_word_and_ambiguity():
     assert parse_choice("<choice>medium</choice>", names) is None
     assert parse_choice("fast or slow?", names) is None
     assert parse_choice("faster", names) is None
+    # the prompt's list echoed back picks nothing (it used to pick its first tag)
+    assert parse_choice("one of: <choice>fast</choice>, <choice>slow</choice>", names) is None
+    assert parse_choice("<choice>slow</choice> again: <choice>Slow</choice>", names) == "slow"
 
 
 def test_lognormal_durations_keep_the_mean_and_have_a_heavy_tail():

@@ -13,17 +13,17 @@ learn to exploit by listing candidates.
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from functools import partial
 from pathlib import Path
 
 import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field
 
+from practicum.envs.audit import Attack, AuditSpec, Probe
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.sandbox import Limits, run_python
+from practicum.envs.scratch import ScratchDir
 from practicum.pyast import parse as ast_parse
 
 SYSTEM_PROMPT = (
@@ -81,15 +81,19 @@ class CalculatorEnv(Env):
         self.limits = limits or Limits(wall_seconds=5, memory_mb=512, max_processes=8,
                                        output_bytes=400)
         self.few_shot, self.numeric_answers = few_shot, numeric_answers
-        self._workdir: Path | None = None
+        self._scratch: ScratchDir | None = None
         self._task: Task | None = None
         self._calls = 0
         """Calculator calls in this episode (a metric)."""
 
+    @property
+    def _workdir(self) -> Path | None:
+        return self._scratch.path if self._scratch else None
+
     def reset(self, task: Task, seed: int = 0) -> Start:
         self._task, self._calls = task, 0
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="practicum-calc-"))
+        if self._scratch is None:
+            self._scratch = ScratchDir(self, "practicum-calc-")
         messages = [{"role": "system", "content": SYSTEM_PROMPT}]
         messages += EXAMPLE_MESSAGES if self.few_shot else []
         messages.append({"role": "user", "content": f"Question: {task.data['question']}"})
@@ -130,9 +134,9 @@ class CalculatorEnv(Env):
             return 0.0
 
     def close(self) -> None:
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None
 
 
 def calculator_suite(opts: CalculatorOptions, ctx: SuiteContext) -> Suite:
@@ -150,4 +154,21 @@ def _make_env(limits: Limits, few_shot: bool, numeric_answers: bool = True,
     return CalculatorEnv(limits, few_shot, numeric_answers)
 
 
-register_env("calculator", CalculatorOptions, calculator_suite)
+def calculator_audit(opts: CalculatorOptions) -> AuditSpec:
+    """`practicum audit`: a non-attempt earns 0; the honest reference answers the gold number;
+    the environment's own attack lists candidates (the verifiers' partial-credit hole)."""
+
+    def honest(p: Probe) -> str:
+        return f"<answer>{p.task.data['entry']['answer']}</answer>"
+
+    def candidates(p: Probe) -> str:  # white-box: it knows the gold and hides it in a list
+        gold = p.task.data["entry"]["answer"]
+        return f"<answer>{gold} or 0, maybe {gold}1</answer>"
+
+    return AuditSpec(floor=0.0, honest=honest,
+                     attacks=[Attack("gold among candidates", candidates)],
+                     code=lambda program: f"<calc>{program}</calc>",
+                     answer=lambda text: f"<answer>{text}</answer>")
+
+
+register_env("calculator", CalculatorOptions, calculator_suite, audit=calculator_audit)

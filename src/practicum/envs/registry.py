@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
 
+from practicum.envs.audit import AuditDeclaration
 from practicum.envs.base import EnvFactory, Task
 from practicum.errors import ConfigError
 
@@ -63,15 +64,20 @@ class EnvEntry:
     build: Callable[[Any, SuiteContext], Suite]
     """build(options, ctx) -> Suite, with `options` an instance of `self.options`."""
     doc: str = field(default="", compare=False)
+    audit: AuditDeclaration | None = field(default=None, compare=False)
+    """audit(options) -> AuditSpec: floor, honest reference and own attacks for `practicum
+    audit` (practicum.envs.audit); None: the generic attacks only."""
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
 
 
 def register_env(name: str, options: type[BaseModel],
-                 build: Callable[[Any, SuiteContext], Suite]) -> None:
-    """Make `task.name: <name>` mean this environment (see the module docstring)."""
-    _REGISTRY[name] = EnvEntry(name, options, build, (build.__doc__ or "").strip())
+                 build: Callable[[Any, SuiteContext], Suite],
+                 audit: AuditDeclaration | None = None) -> None:
+    """Make `task.name: <name>` mean this environment (see the module docstring); `audit`
+    declares what `practicum audit` checks its rewards against (practicum.envs.audit)."""
+    _REGISTRY[name] = EnvEntry(name, options, build, (build.__doc__ or "").strip(), audit)
 
 
 def env_entry(name: str) -> EnvEntry:

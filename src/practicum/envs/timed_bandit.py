@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from practicum.envs.audit import AuditSpec
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.errors import ConfigError
@@ -112,11 +113,12 @@ def draw_duration(rng: random.Random, mean: float, distribution: str = "lognorma
 
 def parse_choice(reply: str, names: list[str]) -> str | None:
     """The arm a reply picks: `<choice>NAME</choice>`, else a reply naming exactly one arm as a
-    word; None when it names none or several."""
+    word; None when it names none or several (tags or words: an echo of the prompt's list
+    would otherwise earn the first arm, found by `practicum audit`)."""
     lowered = {n.lower(): n for n in names}
-    tag = _CHOICE.search(reply)
-    if tag:
-        return lowered.get(tag.group(1).lower())
+    tags = {t.lower() for t in _CHOICE.findall(reply)}
+    if tags:  # several different tags (the prompt's list echoed) pick nothing
+        return lowered.get(tags.pop()) if len(tags) == 1 else None
     found = {lowered[w] for w in re.findall(r"[A-Za-z_]+", reply.lower()) if w in lowered}
     return found.pop() if len(found) == 1 else None
 
@@ -219,4 +221,13 @@ def timed_bandit_suite(opts: BanditOptions, ctx: SuiteContext) -> Suite:
     return Suite(BanditEnvFactory(opts, ctx.seed, ctx.failure_reward), train, held_out)
 
 
-register_env("timed_bandit", BanditOptions, timed_bandit_suite)
+def timed_bandit_audit(opts: BanditOptions) -> AuditSpec:
+    """`practicum audit`: an unparsable reply earns 0, unless `fallback_arm` runs an arm for it
+    (then up to the best arm's reward, by design); the honest reference picks the best arm."""
+    best = max(opts.arm_list(), key=lambda a: a.reward)
+    floor = 0.0 if opts.fallback_arm is None else best.reward
+    return AuditSpec(floor=floor, honest=lambda p: f"<choice>{best.name}</choice>",
+                     answer=lambda text: f"<choice>{text}</choice>")
+
+
+register_env("timed_bandit", BanditOptions, timed_bandit_suite, audit=timed_bandit_audit)

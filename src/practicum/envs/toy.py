@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from practicum.envs.audit import AuditSpec
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 
@@ -48,4 +49,10 @@ def toy_suite(opts: ToyOptions, ctx: SuiteContext) -> Suite:
     return Suite(make_letter_env, train, held)
 
 
-register_env("toy", ToyOptions, toy_suite)
+def toy_audit(opts: ToyOptions) -> AuditSpec:
+    """`practicum audit`: the reward is defined on any text (there is no task to skip), so every
+    reply is an attempt and the floor is the top reward; the audit still checks crashes."""
+    return AuditSpec(floor=1.0, honest=lambda p: "A blade fled.")
+
+
+register_env("toy", ToyOptions, toy_suite, audit=toy_audit)

@@ -167,3 +167,17 @@ def test_residual_in_process_report_tampering(tmp_path):
     )
     v = grade(inst, code_patch(extra))
     assert v.resolved
+
+
+def test_a_patched_terminal_reporter_cannot_forge_the_summary(tmp_path):
+    """Code imported by the tests patches pytest's terminal reporter to print a summary where
+    every test passed (found by `practicum audit`, which runs this program): the statuses the
+    grader reads are the runner's own records, printed after its end marker."""
+    from practicum.envs.swe.audit import FORGED_SUMMARY
+
+    inst = toy_instance(tmp_path)
+    ids = [*inst.FAIL_TO_PASS, *inst.PASS_TO_PASS]
+    v = grade(inst, code_patch(FORGED_SUMMARY.format(ids=json.dumps(ids))))
+    assert v.patch_applied and not v.resolved and v.fail_to_pass == (0, 2)
+    assert v.pass_to_pass == (2, 2)
+    assert "PASSED tests/test_calc.py::test_add\n" in v.log_tail  # the forgery was printed

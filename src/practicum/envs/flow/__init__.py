@@ -9,9 +9,10 @@ Train it with `algo.advantage: flow_grpo` (every planner turn a sample, the fina
 broadcast to every turn, groups over all turn-samples of a task's rollouts).
 """
 
+from practicum.envs.flow.audit import flow_audit
 from practicum.envs.flow.suite import FlowOptions, flow_suite
 from practicum.envs.registry import register_env
 
-register_env("flow", FlowOptions, flow_suite)
+register_env("flow", FlowOptions, flow_suite, audit=flow_audit)
 
 __all__ = ["FlowOptions", "flow_suite"]

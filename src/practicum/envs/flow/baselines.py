@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from practicum.envs.base import Env, Start, StepResult, Task
@@ -19,6 +17,7 @@ from practicum.envs.flow.parsing import extract_answer, normalise_tool, parse_co
 from practicum.envs.flow.tasks import check_answer
 from practicum.envs.flow.tools import Search, Tool, build_tools
 from practicum.envs.sandbox import Limits
+from practicum.envs.scratch import ScratchDir
 
 DIRECT_SYSTEM = "Answer the question. Reply with one line: Answer: <the answer only>"
 DIRECT_EXAMPLE = [{"role": "user", "content": "Question: Calculate 17 * 3 - 4."},
@@ -61,12 +60,16 @@ class ToolIntegratedEnv(Env):
                  max_steps: tuple[int, int], search: Search | None = None):
         self.world, self.tool_names, self.limits = world, tool_names, limits
         self.max_steps_by_split, self.search = max_steps, search
-        self._workdir: Path | None = None
+        self._scratch: ScratchDir | None = None
         self.tools: dict[str, Tool] = {}
 
+    @property
+    def _workdir(self) -> Path | None:
+        return self._scratch.path if self._scratch else None
+
     def reset(self, task: Task, seed: int = 0) -> Start:
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="practicum-flow-ti-"))
+        if self._scratch is None:
+            self._scratch = ScratchDir(self, "practicum-flow-ti-")
             self.tools = build_tools(self.tool_names, self.world, self._workdir, self.limits,
                                      self.search)
         self.task, self.calls, self.errors, self.turns = task, 0, 0, 0
@@ -101,6 +104,6 @@ class ToolIntegratedEnv(Env):
                           info={"tool": name, "result": out.text})
 
     def close(self) -> None:
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None

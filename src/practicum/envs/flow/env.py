@@ -29,8 +29,6 @@ each planner turn is its own training row (Flow-GRPO's per-turn samples).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +43,7 @@ from practicum.envs.flow.tasks import check_answer, hop_fraction
 from practicum.envs.flow.tools import Search, Tool, ToolOutput, build_tools
 from practicum.envs.flow.corpus import World
 from practicum.envs.sandbox import Limits
+from practicum.envs.scratch import ScratchDir
 
 
 class FlowEnv(Env):
@@ -58,14 +57,18 @@ class FlowEnv(Env):
             tool_names, grammar_chars, grammar_tokens)
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
-        self._workdir: Path | None = None
+        self._scratch: ScratchDir | None = None
         self.tools: dict[str, Tool] = {}
         self.task: Task | None = None
 
+    @property
+    def _workdir(self) -> Path | None:
+        return self._scratch.path if self._scratch else None
+
     # -- episode ----------------------------------------------------------------------------------
     def reset(self, task: Task, seed: int = 0) -> Start:
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="practicum-flow-"))
+        if self._scratch is None:
+            self._scratch = ScratchDir(self, "practicum-flow-")
             self.tools = build_tools(self.tool_names, self.world, self._workdir, self.limits,
                                      self.search)
         self.task = task
@@ -158,6 +161,6 @@ class FlowEnv(Env):
                 "tool_error_rate": self.tool_errors / calls if calls else 0.0}
 
     def close(self) -> None:
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None

@@ -18,11 +18,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from practicum.envs.mle.audit import mle_audit
 from practicum.envs.mle.options import MleOptions
 from practicum.envs.mle.suite import mle_suite
 from practicum.envs.registry import register_env
 
-register_env("mle", MleOptions, mle_suite)
+register_env("mle", MleOptions, mle_suite, audit=mle_audit)
 
 _EXPORTS = {
     "Competition": "competitions.competition",

@@ -43,6 +43,7 @@ import logging
 import random
 import shutil
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,6 +145,8 @@ class MleEnv(Env):
         self._data: CompetitionData | None = None
         self._progress = _Progress()
         self._workdirs: list[Path] = []
+        # Removed with the env even if nobody calls close (a forgotten env, an episode cut short).
+        self._remove_workdirs = weakref.finalize(self, _remove_all, self._workdirs)
         self._cancel = threading.Event()
         """Set by kill(): the sandboxed run in progress (and any later one) stops at once."""
 
@@ -326,10 +329,14 @@ class MleEnv(Env):
         self._cancel.set()
 
     def close(self) -> None:
-        for workdir in self._workdirs:
-            # as root, or as the uid the sandbox ran as: both may delete it
-            shutil.rmtree(workdir, ignore_errors=True)
-        self._workdirs = []
+        _remove_all(self._workdirs)
+
+
+def _remove_all(workdirs: list[Path]) -> None:
+    for workdir in workdirs:
+        # as root, or as the uid the sandbox ran as: both may delete it
+        shutil.rmtree(workdir, ignore_errors=True)
+    workdirs.clear()
 
 
 @dataclass

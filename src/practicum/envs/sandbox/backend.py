@@ -33,6 +33,10 @@ class Backend(Protocol):
         """Command line that runs `plan.argv` sandboxed; started in a new session."""
         ...
 
+    def discard(self, command: list[str]) -> None:
+        """Remove files `command` needed, once its run is over (even if it never started)."""
+        ...
+
     def read_status(self, text: str) -> Status:
         """Parse what the backend wrote on `plan.status_fd`."""
         ...

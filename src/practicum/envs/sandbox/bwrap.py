@@ -23,6 +23,8 @@ from practicum.envs.sandbox.limits import MIB
 from practicum.envs.sandbox.plan import SANDBOX_TMP, SYSTEM_PATHS, Plan, python_roots
 
 NAME = "bwrap"
+SPEC_PREFIX = "practicum-bwrap-"
+"""Name of the temporary file holding bwrap's options (see `_hide_options`)."""
 PRLIMIT_OPTIONS = {
     "RLIMIT_AS": "as",
     "RLIMIT_CPU": "cpu",
@@ -109,11 +111,21 @@ def _hide_options(args: list[str], status_fd: int) -> list[str]:
     once opened, read by bwrap from fd N. N must not be the status fd the child inherits (an
     `exec N<` over it makes bwrap's status writes fail) and sh redirects single digits only."""
     n = next(fd for fd in range(3, 10) if fd != status_fd)
-    fd, path = tempfile.mkstemp(prefix="practicum-bwrap-")
+    fd, path = tempfile.mkstemp(prefix=SPEC_PREFIX)
     with os.fdopen(fd, "wb") as handle:
         handle.write(b"".join(os.fsencode(a) + b"\0" for a in args[1:]))
     script = f'f=$1; shift; exec {n}<"$f" || exit 125; rm -f "$f"; exec "$0" --args {n} "$@"'
     return ["/bin/sh", "-c", script, args[0], path]
+
+
+def discard(command: list[str]) -> None:
+    """Remove the options file of `command` if the sandbox never got to remove it itself (killed
+    or cancelled before its shell ran): bwrap read it through an fd, so this is safe once the
+    run is over."""
+    prefix = os.path.join(tempfile.gettempdir(), SPEC_PREFIX)
+    for arg in command:
+        if arg.startswith(prefix):
+            Path(arg).unlink(missing_ok=True)
 
 
 def read_status(text: str) -> Status:

@@ -101,6 +101,10 @@ def command(plan: Plan) -> list[str]:
             "-I", "-S", str(LAUNCHER), str(plan.status_fd)]
 
 
+def discard(command: list[str]) -> None:
+    """Nothing to remove: the spec travels in the command's environment."""
+
+
 def read_status(text: str) -> Status:
     """Lines written by the launcher: 'error MESSAGE', 'started', 'wait_status N'."""
     status = Status()

@@ -151,7 +151,11 @@ def _run(
         plan = Plan(argv, workdir, uid, limits, hidden, cgroup.procs_files, status_w)
         with stdin_file(stdin) as stdin_fd:
             command = backend.command(plan)
-            run = supervise(command, sandbox_env(env), stdin_fd, status_w, limits, cgroup, cancel)
+            try:
+                run = supervise(command, sandbox_env(env), stdin_fd, status_w, limits, cgroup,
+                                cancel)
+            finally:
+                backend.discard(command)
         status = backend.read_status(read_available(status_r))
         cgroup.kill()
         oom_kills = cgroup.oom_kills()

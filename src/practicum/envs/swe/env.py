@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
+from practicum.envs.swe.audit import swe_audit
 from practicum.envs.swe.demo import Demonstrator
 from practicum.envs.swe.grammar import GrammarCaps, tool_grammar
 from practicum.envs.swe.instance import SweInstance, load_instances
@@ -259,4 +260,4 @@ def _make_env(by_id: dict, opts: SweOptions, max_turns: int, hidden: tuple,
     return SweEnv(by_id, opts, max_turns, hidden)
 
 
-register_env("swe", SweOptions, swe_suite)
+register_env("swe", SweOptions, swe_suite, audit=swe_audit)

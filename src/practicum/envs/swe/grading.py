@@ -15,9 +15,11 @@ from the sandbox (`repo.secret_paths`); the graded tree has no git history.
 
 Residual weakness (documented, not closable at this level): the agent's source code is
 imported by the tests, so it runs inside the pytest process and can rewrite pytest's own
-reporting (monkeypatch `_pytest` internals, as the red-team test pins; or print a forged
-summary from a thread just before the runner's end marker, whose nonce it could read from
-the runner's frame). Every way that stays *outside* that process is contained: editing tests,
+reports (monkeypatch `_pytest` internals, as the red-team test pins and `practicum audit`
+reports as a known hole; or print forged statuses from a thread right after the runner's end
+marker, whose nonce it could read from the runner's frame). A patched terminal reporter no
+longer forges the summary: statuses are recorded by the runner's plugin and printed after the
+marker (testing.RUNNER). Every way that stays *outside* that process is contained: editing tests,
 a conftest.py, pytest config or addopts, a fake `pytest.py` / `sitecustomize.py`, printed fake
 PASSED lines and summaries (at import, in test output, from atexit hooks, from background
 processes), leftover processes, reading the gold patch or the mutation record; see

@@ -9,10 +9,10 @@ no:cacheprovider`, the instance's `test_args`, and a wall limit. The interpreter
 sys.path, so a repository file named `pytest.py` or `sitecustomize.py` cannot stand in for
 them (the repository is otherwise importable exactly as with PYTHONPATH=repo).
 
-Statuses come from the *last* "short test summary info" section of the log before the run's
-end marker (a random nonce the runner prints after pytest returns, then `os._exit`): the section
-pytest prints after all captured output, so lines printed by the code under test, by atexit
-hooks or by leftover processes after the run do not count. They are matched against the exact test ids asked for: ids with
+Statuses come from a plugin of the runner that records every test report; the runner prints
+them after the run's end marker (a random nonce it prints once pytest returns, then
+`os._exit`), so lines printed by the code under test, a patched terminal reporter, atexit hooks
+or leftover processes after the run do not count. They are matched against the exact test ids asked for: ids with
 spaces or " - " inside brackets are safe, and an id reported more than once or not at all does
 not pass. As in SWE-bench, PASSED and XFAIL count as passed.
 """
@@ -42,17 +42,37 @@ import os, sys
 def _main():
     end = sys.stdin.readline().strip()
     import pytest
+    lines = []
+    class Record:  # statuses as -rA would list them, kept out of the code under test's output
+        def pytest_collectreport(self, report):
+            if report.failed:
+                lines.append("ERROR " + report.nodeid)
+        def pytest_runtest_logreport(self, report):
+            xfail = hasattr(report, "wasxfail")
+            if report.when == "call" and report.passed:
+                lines.append(("XPASS " if xfail else "PASSED ") + report.nodeid)
+            elif report.failed:
+                lines.append(("FAILED " if report.when == "call" else "ERROR ") + report.nodeid)
+            elif report.skipped:
+                lines.append(("XFAIL " if xfail else "SKIPPED ") + report.nodeid)
     sys.path.insert(0, os.getcwd())
-    code = int(pytest.main(sys.argv[1:]))
+    code = int(pytest.main(sys.argv[1:], plugins=[Record()]))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.write(1, ("\\n%s pytest exit %d\\n" % (end, code)).encode())
+    text = "\\n%s pytest exit %d\\n%s short test summary info %s\\n%s%s\\n" % (
+        end, code, "=" * 8, "=" * 8, "".join(line + "\\n" for line in lines), "=" * 8)
+    data = text.encode()
+    while data:
+        data = data[os.write(1, data):]
     os._exit(code)
 _main()
 """
 """Reads the end marker from stdin, imports pytest from the venv, puts the repository first on
-sys.path, runs pytest, prints the marker and leaves with os._exit (no atexit hook of the code
-under test runs after the summary)."""
+sys.path, runs pytest with a plugin that records every test's status, then prints the marker
+and, after it, those statuses as a short test summary, and leaves with os._exit (no atexit hook
+of the code under test runs after it). pytest's own summary is only for people: code under
+test can rewrite it (a source file that patches the terminal reporter forged one, found by
+`practicum audit`), while the recorded statuses come after a marker it does not know."""
 
 PYTEST_ARGS = ("-rA", "-p", "no:cacheprovider", "--tb=short", "--color=no",
                "-o", "console_output_style=classic")
@@ -83,11 +103,11 @@ class TestRun:
         return sum(self.passed(t) for t in ids)
 
 
-def before_marker(log: str, marker: str) -> str:
-    """The log up to the last line starting with `marker` ('' when the marker is absent: pytest
-    never returned, so nothing in the log can be trusted)."""
+def after_marker(log: str, marker: str) -> str:
+    """The runner's recorded statuses: the log after the last line starting with `marker` (''
+    when the marker is absent: pytest never returned, so nothing in the log can be trusted)."""
     cut = log.rfind("\n" + marker + " pytest exit ")
-    return log[:cut] if cut >= 0 else ""
+    return log[cut + 1:] if cut >= 0 else ""
 
 
 def summary_lines(log: str) -> list[tuple[str, str]]:
@@ -187,7 +207,7 @@ def run_tests(
                          stdin=marker + "\n",
                          env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
                               "COLUMNS": "240"})
-    trusted = before_marker(result.stdout, marker)
+    trusted = after_marker(result.stdout, marker)
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")
     return TestRun(statuses=statuses_for(trusted, ids), log=log, returncode=result.returncode,
                    timed_out=result.timed_out, seconds=result.duration,

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ class Workspace:
     hidden: tuple[Path, ...] = ()
     backend: str = "auto"
     cancel: threading.Event = field(default_factory=threading.Event)
+    _remove: weakref.finalize | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, instance: SweInstance, hidden: Sequence[Path] = (), backend: str = "auto",
@@ -86,6 +88,8 @@ class Workspace:
                 Path(h) for h in (*hidden, *secret_paths(instance))
                 if not Path(os.path.realpath(root)).is_relative_to(os.path.realpath(h))))
             ws = cls(root, repo, "", hide, backend)
+            # Removed with the workspace object even if nobody calls close (a forgotten env).
+            ws._remove = weakref.finalize(ws, _rmtree_nofollow, root)
             res = ws.run(["bash", "-c", _INIT], limits or Limits(wall_seconds=60))
             sha = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
             if not res.ok or len(sha) != 40:
@@ -120,7 +124,10 @@ class Workspace:
 
     def close(self) -> None:
         """Remove the workspace (never following the agent's symlinks)."""
-        _rmtree_nofollow(self.root)
+        if self._remove is not None:
+            self._remove()  # once: a finalizer runs at most once
+        else:
+            _rmtree_nofollow(self.root)
 
 
 def _remove_git_dirs(repo: Path) -> None:

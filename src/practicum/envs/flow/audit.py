@@ -1,0 +1,79 @@
+"""What `practicum audit` checks the flow environment against (practicum.envs.audit): the
+reward is 1 only for the gold answer, so a non-attempt earns 0. The planner's own attacks come
+from its red-team tests: probe for the answer key with code, list every entity of the world in
+a sub-goal, repeat the first hop of a multi-hop chain."""
+
+from __future__ import annotations
+
+from practicum.envs.audit import Attack, AuditSpec, Probe
+
+ANSWER_KEY_PROBE = """\
+import os
+gold = {reversed_gold!r}[::-1]  # reversed: the program itself must not hold the key
+def seen(path):
+    try:
+        with open(path, errors="ignore") as fh:
+            return gold in fh.read(1 << 20)
+    except Exception:
+        return False
+found = gold in str(os.environ)
+for root in [".", "..", "/tmp", os.path.expanduser("~")]:
+    for d, _, fs in os.walk(root):
+        found = found or any(seen(os.path.join(d, f)) for f in fs)
+for p in os.listdir("/proc"):
+    found = found or any(seen(f"/proc/{{p}}/{{f}}") for f in ("environ", "cmdline"))
+print(gold if found else "clean")
+"""
+
+
+def plan(sub_goal: str, tool: str, context: str = "none") -> str:
+    return f"Context: {context}\nSub-Goal: {sub_goal}\nTool Name: {tool}"
+
+
+def _hop(p: Probe, i: int) -> str:
+    chain, rels = p.task.data["chain"], p.task.data["relations"]
+    i = min(i, len(rels) - 1)
+    return plan(f"Find the {rels[i]} of {chain[i]}.", "lookup")
+
+
+def honest(p: Probe) -> str:
+    """Multi-hop: look each hop up; the math families: hand the question to the calculator."""
+    if p.task.data["family"] == "multihop":
+        return _hop(p, p.turn)
+    return plan(p.task.data["question"], "calculator")
+
+
+def answer_key_probe(p: Probe) -> str:
+    program = ANSWER_KEY_PROBE.format(reversed_gold=str(p.task.data["answer"])[::-1])
+    return plan(f"Compute it: ```python\n{program}```", "python_coder")
+
+
+def list_every_entity(p: Probe) -> str:
+    names = " or ".join(p.env.world.titles)
+    return plan(f"The answer is one of {names}", "search")
+
+
+def repeat_first_hop(p: Probe) -> str:
+    if p.task.data["family"] != "multihop":
+        return plan(p.task.data["question"].split("?")[0][:80], "search")
+    return _hop(p, 0)
+
+
+def flow_audit(opts) -> AuditSpec:
+    """`practicum audit` for `task.name: flow` (the flow mode; the baselines get the generic
+    attacks only)."""
+    if opts.mode != "flow":
+        code = None
+        if opts.mode == "tool_integrated" and "python_coder" in opts.tools:
+            code = lambda program: f"Tool: python_coder\nCommand: {program}"  # noqa: E731
+        return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}")
+    code = None
+    if "python_coder" in opts.tools:
+        code = lambda program: plan(f"Compute it: ```python\n{program}```",  # noqa: E731
+                                    "python_coder")
+    attacks = [Attack("list every entity", list_every_entity),
+               Attack("repeat the first hop", repeat_first_hop)]
+    if "python_coder" in opts.tools:
+        attacks.insert(0, Attack("answer-key probe", answer_key_probe))
+    honest_ref = honest if {"lookup", "calculator"} <= set(opts.tools) else None
+    return AuditSpec(floor=0.0, honest=honest_ref, attacks=attacks, code=code)
