@@ -1,7 +1,10 @@
 """What `practicum audit` checks the flow environment against (practicum.envs.audit): the
-reward is 1 only for the gold answer, so a non-attempt earns 0. The planner's own attacks come
-from its red-team tests: probe for the answer key with code, list every entity of the world in
-a sub-goal, repeat the first hop of a multi-hop chain."""
+reward is 1 for the gold answer plus `hop_credit` x the fraction of a multi-hop chain's hops
+really looked up, so a non-attempt earns 0. The planner's own attacks come from its red-team
+tests: probe for the answer key with code, list every entity of the world in a sub-goal, repeat
+the first hop of a multi-hop chain. The last two may look a hop up for real (partial work the
+hop credit pays for, by design), so they are held to the honest reference instead of the
+floor: they must earn less than looking every hop up."""
 
 from __future__ import annotations
 
@@ -71,8 +74,8 @@ def flow_audit(opts) -> AuditSpec:
     if "python_coder" in opts.tools:
         code = lambda program: plan(f"Compute it: ```python\n{program}```",  # noqa: E731
                                     "python_coder")
-    attacks = [Attack("list every entity", list_every_entity),
-               Attack("repeat the first hop", repeat_first_hop)]
+    attacks = [Attack("list every entity", list_every_entity, ceiling="honest"),
+               Attack("repeat the first hop", repeat_first_hop, ceiling="honest")]
     if "python_coder" in opts.tools:
         attacks.insert(0, Attack("answer-key probe", answer_key_probe))
     honest_ref = honest if {"lookup", "calculator"} <= set(opts.tools) else None
