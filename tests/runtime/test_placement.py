@@ -12,7 +12,7 @@ from practicum.runtime.placement import Placement, place
 
 SRC = Path(practicum.__file__).parent
 PLACEMENT_KEYS = {"ray_engine", "ray_learner", "ray_engine_gpus", "ray_learner_gpus",
-                  "ray_engine_cpus", "ray_learner_cpus"}
+                  "ray_engine_cpus", "ray_learner_cpus", "learner_ranks"}
 
 
 def placement_reads(path: Path) -> set[str]:

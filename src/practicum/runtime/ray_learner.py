@@ -112,6 +112,14 @@ class RayLearner:
         self.step = 0
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
+        self.handle = None
+        try:
+            from practicum.runtime.learner_group import refuse_cpu_fallback
+
+            refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
+        except BaseException:
+            self.close()
+            raise
         self.handle = ray.remote(LearnerWorker).options(
             num_cpus=cpus, num_gpus=gpus, max_restarts=0).remote(cfg, policy)
         try:
