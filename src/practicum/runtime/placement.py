@@ -130,6 +130,9 @@ def _torchrun_world() -> int:
 def _learner_ranks(cfg: Config) -> int:
     """runtime.learner_ranks, checked against how this process was launched."""
     rt, world = cfg.runtime, _torchrun_world()
+    if world > 1 and cfg.stages:
+        raise ConfigError("config error at stages: a torchrun launch trains one run; launch each "
+                          "stage's `practicum train` under torchrun instead")
     if world > 1 and (rt.learner_ranks != world or rt.ray_learner != "driver"):
         raise ConfigError(f"config error at runtime.learner_ranks: torchrun started {world} "
                           f"processes, so set runtime.learner_ranks={world} (with "
