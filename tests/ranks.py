@@ -66,18 +66,20 @@ def _enter(rank: int, fn, args) -> None:
 
 
 # -- a batch and a config for the tiny model -------------------------------------------------
-def episodes(seed: int) -> list[Episode]:
+def episodes(seed: int, even: bool = False) -> list[Episode]:
     """Two groups (5 and 4 episodes) sharing a 10-token prompt each, rewards 0 / 1, replies of
-    3 to 9 tokens with off-policy behaviour log-probs; one episode has two segments."""
+    3 to 9 tokens with off-policy behaviour log-probs; one episode has two segments: 10 rows,
+    so 2 mini-batches of 5 split 3 / 2 over two ranks. even: 2 groups of 4 one-segment
+    episodes, 8 rows: every micro-batch of 2 holds the same rows on 2 ranks as in one process."""
     rng = random.Random(seed)
     out = []
-    for g, size in enumerate((5, 4)):
+    for g, size in enumerate((4, 4) if even else (5, 4)):
         prompt = [rng.randrange(100, 5000) for _ in range(10)]
         for k in range(size):
             n = rng.randrange(3, 10)
             turns = [Turn([rng.randrange(100, 5000) for _ in range(n)],
                           [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)]
-            if k == 1:
+            if k == 1 and not even:
                 turns.append(Turn([rng.randrange(100, 5000) for _ in range(4)],
                                   [-rng.uniform(0.5, 6.0) for _ in range(4)], 0,
                                   context_ids=[rng.randrange(100, 5000) for _ in range(5)]))
@@ -118,10 +120,11 @@ def sharded(cfg: Config):
 
 
 # -- what the ranks run --------------------------------------------------------------------
-def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path) -> None:
+def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
+                     even: bool = False) -> None:
     """Train one step per seed's batch; rank 0 saves the weights and metrics to `out`."""
     learner = sharded(cfg)
-    metrics = [learner.train_step(episodes(s)) for s in seeds]
+    metrics = [learner.train_step(episodes(s, even)) for s in seeds]
     weights = trainable_weights(learner)
     if rank == 0:
         torch.save({"weights": weights, "metrics": metrics, "step": learner.step}, out)

@@ -15,8 +15,8 @@ that is what makes DAPO's clip-higher real. With a single update the proximal lo
 the update's own (detached). Composes `practicum.batch` (advantages, weights) and
 `practicum.algo.losses` (objectives); the step itself is plain PyTorch.
 
-Sharded over several processes (`practicum.distributed`), every rank runs this same step on the
-whole batch's rows but takes only its part of each mini-batch (`Ranks.share`); the normalisers
+Sharded over several processes (`practicum.sharded`), every rank runs this same step on the
+whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the normalisers
 (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks' gradients sum
 to the one-process gradient, and the logged sums are added up across ranks. Every rank runs the
 same number of forward passes (a rank with fewer rows pads with weightless ones): a sharded
@@ -89,7 +89,7 @@ def split_even(items: list, parts: int) -> list[list]:
 
 class Ranks:
     """How a learner's step spans processes: here, one process (the identity). The sharded
-    learner's ranks (`practicum.distributed.GroupRanks`) override each method."""
+    learner's ranks (`practicum.sharded.GroupRanks`) override each method."""
 
     rank, world = 0, 1
 
