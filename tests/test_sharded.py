@@ -23,6 +23,16 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread here, as in each rank: a matmul split over other threads sums in
+    another order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def one_process(cfg, seeds=SEEDS, even=False):
     learner = one_process_learner(cfg)
     metrics = [learner.train_step(episodes(s, even)) for s in seeds]
@@ -32,25 +42,29 @@ def one_process(cfg, seeds=SEEDS, even=False):
 @pytest.mark.parametrize("lora, even", [(True, False), (False, True)], ids=["lora", "full"])
 def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
     """LoRA on a batch the ranks split unevenly (3 / 2 rows; one rank pads with a weightless
-    micro-batch). Full fine-tuning on a batch whose micro-batches hold the same rows on the
-    ranks as in one process: there, summing the tied embedding's many small gradient terms in
-    another grouping already moves one process's own weights by ~1e-6 (AdamW's first updates
-    scale a near-zero gradient up to ~lr), which would hide what this test checks."""
+    micro-batch); full fine-tuning on a batch whose micro-batches hold the same rows on the
+    ranks as in one process. Equal to 1e-6, or within one process's own rounding: the tied
+    output embedding's rows for tokens never sampled get gradients that are sums of
+    cancelling terms, and AdamW scales such a near-zero gradient up to ~lr, so the same
+    process with 2 threads instead of 1 already ends ~1e-6 away."""
     cfg = config(tiny_model_dir, lora)
     spawn(2, train_and_report, cfg, SEEDS, tmp_path / "ranks.pt", even)
     got = torch.load(tmp_path / "ranks.pt", weights_only=False)
     learner, metrics = one_process(cfg, even=even)
     want = trainable_weights(learner)
+    torch.set_num_threads(2)
+    rounding = max_diff(trainable_weights(one_process(cfg, even=even)[0]), want)
+    torch.set_num_threads(1)
     start = trainable_weights(one_process_learner(cfg))
-    assert max_diff(want, start) > 1e-4  # the updates moved the weights
-    assert max_diff(got["weights"], want) < 1e-6
+    assert max_diff(want, start) > 1e-4  # 8 updates moved the weights
+    assert max_diff(got["weights"], want) < max(1e-6, 2 * rounding)
     assert got["step"] == learner.step == 2
     for mine, theirs in zip(got["metrics"], metrics):
         assert mine["updates"] == theirs["updates"] == 4
         assert theirs["kl_ref"] > 0 and theirs["grad_norm"] > cfg.train.grad_clip  # clipped
         for key in ("loss", "kl_ref", "entropy", "logprob_gap", "grad_norm", "clip_frac",
                     "train_tokens"):
-            assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), key
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
 
 
 def test_a_checkpoint_resumes_exactly_from_two_ranks_onto_one_and_back(tiny_model_dir, tmp_path):

@@ -29,7 +29,7 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
     from practicum.runtime.learner_group import RayLearnerGroup, refuse_cpu_fallback
     from practicum.runtime.ray_learner import RayLearner
 
-    cfg = config(tiny_model_dir, True)
+    cfg = config(tiny_model_dir, True, "model.device=auto")  # cpu here, but not by choice
     policy = policy_config(cfg)
     ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
