@@ -16,6 +16,18 @@ from tests.ranks import config, episodes, free_port, one_process_learner, traina
 from tests.runtime.test_ray_engine import bandit_run
 
 
+@pytest.fixture
+def ray_here():
+    """A local Ray whose workers run at normal priority (Ray's default niceness, 15, starves
+    the ranks on a shared, busy CPU); the groups join it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config={"worker_niceness": 0})
+    yield
+    ray.shutdown()
+
+
 def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys() and a
     return max((a[k] - b[k]).abs().max().item() for k in a)
@@ -52,7 +64,8 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
             ray.shutdown()
 
 
-def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_model_dir):
+def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_model_dir,
+                                                                          ray_here):
     from practicum.runtime.learner_group import RayLearnerGroup
 
     cfg = config(tiny_model_dir, True)
@@ -83,7 +96,7 @@ def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_m
 
 
 def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_path,
-                                                           train_run):
+                                                           train_run, ray_here):
     cfg = bandit_run(tiny_model_dir, tmp_path, "group", "runtime.backend=ray",
                      "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0",
                      "runtime.learner_ranks=2")
