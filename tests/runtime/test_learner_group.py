@@ -38,7 +38,8 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
     on the CPU, so they are refused by key before any actor starts."""
     import ray
 
-    from practicum.runtime.learner_group import RayLearnerGroup, refuse_cpu_fallback
+    from practicum.runtime.learner_group import RayLearnerGroup
+    from practicum.runtime.ray_envs import refuse_cpu_fallback
     from practicum.runtime.ray_learner import RayLearner
 
     cfg = config(tiny_model_dir, True, "model.device=auto")  # cpu here, but not by choice

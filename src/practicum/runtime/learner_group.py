@@ -84,7 +84,7 @@ class RayLearnerGroup(RayLearner):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from practicum.runtime.ray_envs import START_SECONDS, start_ray
+        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
         self.step, self.handles, self.pids, self.pg = 0, [], [], None
@@ -184,26 +184,6 @@ class RayLearnerGroup(RayLearner):
         if self._own_ray:
             self._own_ray = False
             ray.shutdown()
-
-
-def refuse_cpu_fallback(gpus: float, key: str, device: str) -> None:
-    """A Ray actor given no GPU on a cluster that has some would quietly run on the CPU: refused,
-    naming the key, unless model.device says cpu."""
-    import ray
-
-    have = ray.cluster_resources().get("GPU", 0)
-    if gpus == 0 and have > 0 and device != "cpu":
-        raise_config(f"config error at {key}: 0, but the Ray cluster has {have:g} GPU(s): the "
-                     f"actor would run on the CPU (set {key}: 1, or model.device: cpu to mean it)")
-    if gpus == 0 and device.startswith("cuda"):
-        raise_config(f"config error at {key}: 0, but model.device is {device!r}: an actor "
-                     f"without a GPU cannot use one (set {key}: 1)")
-
-
-def raise_config(message: str) -> None:
-    from practicum.errors import ConfigError
-
-    raise ConfigError(message)
 
 
 def _first_line(e: BaseException) -> str:

@@ -184,7 +184,7 @@ def _place_learner(cfg: Config, policy, ranks: int) -> Learner:
 def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> Sampler:
     rt = cfg.runtime
     if rt.ray_engine == "actor":
-        from practicum.runtime.learner_group import refuse_cpu_fallback
+        from practicum.runtime.ray_envs import refuse_cpu_fallback
         from practicum.runtime.ray_engine import RayEngine
 
         sampler: Any = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,

@@ -106,7 +106,7 @@ class RayLearner:
                  timeout: float = 1800.0, address: str | None = None, export_refs: bool = True):
         import ray
 
-        from practicum.runtime.ray_envs import START_SECONDS, start_ray
+        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
         self.step = 0
@@ -114,8 +114,6 @@ class RayLearner:
         self._lock = threading.Lock()
         self.handle = None
         try:
-            from practicum.runtime.learner_group import refuse_cpu_fallback
-
             refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
         except BaseException:
             self.close()
