@@ -23,8 +23,8 @@ and reads back what each run wrote (metrics.jsonl, summary.json, episodes.jsonl)
 Then the learner alone, sharded with FSDP2 (`practicum.sharded`, as `runtime.learner_ranks`
 runs it) as a one-rank group on this device, LoRA and full fine-tuning, fp32 master weights
 with bf16 compute on a GPU, against the unsharded learner on the same synthetic batches: peak
-memory, learner tokens/s and the largest weight difference between the two (`--no-fsdp2`
-skips it).
+memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora
+and fsdp2-full).
 
 If a reference chat model resolves offline (default: SmolLM2-135M-Instruct) it also trains it
 a few sync LoRA steps and records the held-out reward before and after. Everything goes into
@@ -57,6 +57,8 @@ FINITE_KEYS = ("loss", "grad_norm", "entropy", "approx_kl", "logprob_gap", "logp
 
 RUNS = (("sync-lora", "sync", True), ("sync-full", "sync", False),
         ("async-lora", "async", True), ("async-full", "async", False))
+FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
+"""The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="largest acceptable mean trainer/sampler log-prob gap of a run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra config override for every run (repeatable)")
-    p.add_argument("--runs", default=",".join(name for name, _, _ in RUNS),
-                   help="comma-separated subset of " + ", ".join(n for n, _, _ in RUNS))
-    p.add_argument("--no-fsdp2", dest="fsdp2", action="store_false",
-                   help="skip the sharded (FSDP2) learner's check")
+    names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS]
+    p.add_argument("--runs", default=",".join(names),
+                   help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="dump every thread's stack and exit 1 after this many seconds (a hang)")
     args = p.parse_args(argv)
-    unknown = set(args.runs.split(",")) - {name for name, _, _ in RUNS}
+    unknown = set(args.runs.split(",")) - set(names)
     if unknown:
         p.error(f"unknown --runs {', '.join(sorted(unknown))}")
     return args
@@ -319,11 +320,11 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     name = f"fsdp2-{'lora' if lora else 'full'}"
     over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
             if not o.startswith("model.dtype=")]
-    cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
-                             "train.mini_batches=2"])
     record = {"name": name, "lora": lora, "steps_wanted": size.steps, "error": None}
     weights = {}
     try:
+        cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
+                                 "train.mini_batches=2"])
         import socket
 
         with socket.socket() as sock:  # a free port for the one-rank group
@@ -422,12 +423,15 @@ def check(args) -> dict:
             result["runs"].append(record)
             result["problems"] += problems(record, args.max_gap)
             write(args.out, result)
-        for lora in (True, False) if args.fsdp2 else ():
-            print(f"gpu_check: fsdp2 {'lora' if lora else 'full'}", flush=True)
+        for name, lora in [r for r in FSDP2_RUNS if r[0] in args.runs.split(",")]:
+            print(f"gpu_check: {name}", flush=True)
             record = fsdp2_check(args, size, str(work / "model"), work, lora)
             result["fsdp2"].append(record)
             if record["error"]:
                 result["problems"].append(f"{record['name']}: crashed: {record['error']}")
+            elif record["steps"] < record["steps_wanted"]:
+                result["problems"].append(f"{record['name']}: completed {record['steps']} of "
+                                          f"{record['steps_wanted']} steps")
             write(args.out, result)
         folder, why = reference_model(args.reference_model)
         if folder is None:
