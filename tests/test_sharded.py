@@ -39,6 +39,7 @@ def one_process(cfg, seeds=SEEDS, even=False):
     return learner, metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora, even", [(True, False), (False, True)], ids=["lora", "full"])
 def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
     """LoRA on a batch the ranks split unevenly (3 / 2 rows; one rank pads with a weightless
@@ -67,6 +68,7 @@ def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
 
 
+@pytest.mark.slow
 def test_a_checkpoint_resumes_exactly_from_two_ranks_onto_one_and_back(tiny_model_dir, tmp_path):
     """The ranks stop after step 2's checkpoint (as if killed during step 3); one process
     resumes it, and two ranks resume a one-process checkpoint: both end where an uninterrupted

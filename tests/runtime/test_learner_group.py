@@ -65,6 +65,7 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
             ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_model_dir,
                                                                           ray_here):
     from practicum.runtime.learner_group import RayLearnerGroup
@@ -96,6 +97,7 @@ def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_m
         group.close()
 
 
+@pytest.mark.slow
 def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_path,
                                                            train_run, ray_here):
     cfg = bandit_run(tiny_model_dir, tmp_path, "group", "runtime.backend=ray",
@@ -108,6 +110,7 @@ def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_
     assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
 
 
+@pytest.mark.slow
 def test_a_run_trains_with_two_learner_ranks_under_torchrun(tiny_model_dir, tmp_path):
     """The documented launch: `torchrun --nproc-per-node 2 -m practicum.cli train ...`; rank 0
     runs the session, rank 1 only the learner's calls."""
