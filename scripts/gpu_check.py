@@ -20,6 +20,12 @@ and reads back what each run wrote (metrics.jsonl, summary.json, episodes.jsonl)
   (sync: the steps' rollout_seconds, in which the learner waits; async: the generation
   server's busy seconds from summary.json, else the run's wall time).
 
+Then the learner alone, sharded with FSDP2 (`practicum.sharded`, as `runtime.learner_ranks`
+runs it) as a one-rank group on this device, LoRA and full fine-tuning, fp32 master weights
+with bf16 compute on a GPU, against the unsharded learner on the same synthetic batches: peak
+memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora
+and fsdp2-full).
+
 If a reference chat model resolves offline (default: SmolLM2-135M-Instruct) it also trains it
 a few sync LoRA steps and records the held-out reward before and after. Everything goes into
 one JSON, rewritten after every run so a killed check still leaves what it had; the exit
@@ -51,6 +57,8 @@ FINITE_KEYS = ("loss", "grad_norm", "entropy", "approx_kl", "logprob_gap", "logp
 
 RUNS = (("sync-lora", "sync", True), ("sync-full", "sync", False),
         ("async-lora", "async", True), ("async-full", "async", False))
+FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
+"""The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +104,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="largest acceptable mean trainer/sampler log-prob gap of a run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra config override for every run (repeatable)")
-    p.add_argument("--runs", default=",".join(name for name, _, _ in RUNS),
-                   help="comma-separated subset of " + ", ".join(n for n, _, _ in RUNS))
+    names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS]
+    p.add_argument("--runs", default=",".join(names),
+                   help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="dump every thread's stack and exit 1 after this many seconds (a hang)")
     args = p.parse_args(argv)
-    unknown = set(args.runs.split(",")) - {name for name, _, _ in RUNS}
+    unknown = set(args.runs.split(",")) - set(names)
     if unknown:
         p.error(f"unknown --runs {', '.join(sorted(unknown))}")
     return args
@@ -274,6 +283,87 @@ def run_one(args, size: Size, model: str, work: Path, name: str, mode: str, lora
     return record
 
 
+def synthetic_batch(seed: int, size: Size, vocab: int) -> list:
+    """size.group_size x size.tasks_per_step episodes of random tokens (rewards 0 / 1 in each
+    group, a 16-token prompt, replies of max_new_tokens)."""
+    import random
+
+    from practicum.episode import Episode, Turn
+
+    rng = random.Random(seed)
+    out = []
+    for g in range(size.tasks_per_step):
+        prompt = [rng.randrange(vocab) for _ in range(16)]
+        for k in range(size.group_size):
+            n = size.max_new_tokens
+            turn = Turn([rng.randrange(vocab) for _ in range(n)],
+                        [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)
+            out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, [turn], reward=float(k % 2)))
+    return out
+
+
+def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
+    """The unsharded learner, then the FSDP2-sharded one (a one-rank process group here), each
+    `size.steps` PPO steps on the same synthetic batches (KL on, 2 mini-batches): peak memory,
+    learner tokens/s, and the largest difference between their final weights."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from practicum.config import load_config
+    from practicum.engine.factory import load_trainable
+    from practicum.learner import Learner
+    from practicum.runtime.placement import policy_config
+    from practicum.sharded import init_ranks, sharded_learner
+
+    name = f"fsdp2-{'lora' if lora else 'full'}"
+    over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
+            if not o.startswith("model.dtype=")]
+    record = {"name": name, "lora": lora, "steps_wanted": size.steps, "error": None}
+    weights = {}
+    try:
+        cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
+                                 "train.mini_batches=2"])
+        import socket
+
+        with socket.socket() as sock:  # a free port for the one-rank group
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
+                          WORLD_SIZE="1")
+        for kind in ("plain", "fsdp2"):
+            memory_reset(args.device)
+            if kind == "plain":
+                learner = Learner(load_trainable(policy_config(cfg)), cfg)
+            else:
+                init_ranks(torch.device(args.device).type, timeout_s=300)
+                learner = sharded_learner(cfg, policy_config(cfg))
+            vocab = len(learner.model.tokenizer)
+            seconds = tokens = 0.0
+            for step in range(size.steps):
+                m = learner.train_step(synthetic_batch(step, size, vocab))
+                seconds += m["learner_seconds"]
+                tokens += m["train_tokens"] * m["updates"]
+            weights[kind] = {k: v.float().cpu() for k, v in
+                             learner.export_weights(learner.step).tensors.items()}
+            record[f"{kind}_learner_tokens_per_s"] = tokens / seconds
+            record[f"{kind}_peak_gpu_memory_gb"] = memory_figures(args.device)[
+                "peak_gpu_memory_gb"]
+            record["steps"] = learner.step
+            del learner
+        record["max_abs_weight_diff"] = max(
+            (weights["plain"][k] - weights["fsdp2"][k]).abs().max().item()
+            for k in weights["plain"])
+    except Exception as err:  # reported with the rest
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return record
+
+
 def reference_model(spec: str) -> tuple[str | None, str | None]:
     """(local folder, None) when `spec` resolves without the network, else (None, why)."""
     if spec.lower() == "none":
@@ -321,7 +411,7 @@ def check(args) -> dict:
               "environment": environment(args.device),
               "settings": {**asdict(size), "device": args.device, "dtype": args.dtype,
                            "quick": args.quick, "max_gap": args.max_gap, "extra": args.set},
-              "model": None, "runs": [], "reference": None, "problems": []}
+              "model": None, "runs": [], "fsdp2": [], "reference": None, "problems": []}
     write(args.out, result)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
@@ -332,6 +422,16 @@ def check(args) -> dict:
             record = run_one(args, size, str(work / "model"), work, name, mode, lora, size.steps)
             result["runs"].append(record)
             result["problems"] += problems(record, args.max_gap)
+            write(args.out, result)
+        for name, lora in [r for r in FSDP2_RUNS if r[0] in args.runs.split(",")]:
+            print(f"gpu_check: {name}", flush=True)
+            record = fsdp2_check(args, size, str(work / "model"), work, lora)
+            result["fsdp2"].append(record)
+            if record["error"]:
+                result["problems"].append(f"{record['name']}: crashed: {record['error']}")
+            elif record["steps"] < record["steps_wanted"]:
+                result["problems"].append(f"{record['name']}: completed {record['steps']} of "
+                                          f"{record['steps_wanted']} steps")
             write(args.out, result)
         folder, why = reference_model(args.reference_model)
         if folder is None:

@@ -22,7 +22,14 @@ from torch import nn
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
-from practicum.learner import Learner, latest_checkpoint, read_trainer_state, split_even
+from practicum.learner import (
+    Learner,
+    Ranks,
+    latest_checkpoint,
+    read_trainer_state,
+    split_even,
+    split_ranks,
+)
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
 
 V = 8
@@ -380,6 +387,44 @@ def test_micro_batches_accumulate_the_full_batch_gradient(loss_agg):
     assert grads[5].abs().max() > 0.01
     assert torch.allclose(grads[1], grads[5], atol=1e-6)
     assert torch.allclose(grads[2], grads[5], atol=1e-6)
+
+
+class OneOfTwoRanks(Ranks):
+    """Rank `rank` of two, without the collectives: each learner keeps its own gradient."""
+
+    def __init__(self, rank):
+        self.rank, self.world = rank, 2
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+def test_two_ranks_gradients_add_up_to_the_one_process_gradient(loss_agg):
+    """5 rows over 2 ranks (3 / 2, in micro-batches of 2): each rank normalises its share by the
+    whole batch's tokens (or sequences), so the sum FSDP's reduce-scatter takes is the
+    one-process gradient."""
+    one = make_learner(random_table(), **mixed_config(loss_agg, 2))
+    one.train_step(mixed_batch())
+    ranks = [Learner(BigramPolicy(random_table()), config(**mixed_config(loss_agg, 2)),
+                     OneOfTwoRanks(k)) for k in (0, 1)]
+    for learner in ranks:
+        learner.train_step(mixed_batch())
+    assert grad(one).abs().max() > 0.01
+    assert torch.allclose(grad(ranks[0]) + grad(ranks[1]), grad(one), atol=1e-6)
+    assert not torch.allclose(grad(ranks[0]), grad(one), atol=1e-3)
+
+
+def test_split_ranks_cuts_contiguous_parts_and_leaves_late_ranks_empty():
+    assert split_ranks([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
+    assert split_ranks([1], 3) == [[1], [], []]
+
+
+def test_a_rank_with_fewer_micro_batches_pads_with_weightless_ones():
+    """Every rank runs as many passes as the busiest (a sharded forward is a collective); the
+    padding repeats another rank's row and is marked not live (no loss, no statistics)."""
+    learner = Learner(BigramPolicy(), config(train={"micro_batch_size": 2}), OneOfTwoRanks(1))
+    assert learner._micro_batches([["a", "b", "c"], ["d"]]) == [(["d"], True), (["a"], False)]
+    learner.ranks.rank = 0
+    assert learner._micro_batches([["a", "b", "c"], ["d"]]) == [(["a", "b"], True),
+                                                                (["c"], True)]
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])

@@ -18,9 +18,12 @@ def _config(args):
 
 
 def cmd_train(args) -> int:
+    from practicum.runtime.placement import serve_learner_rank
     from practicum.runtime.train import run_training
 
     cfg = _config(args)
+    if serve_learner_rank(cfg):  # torchrun rank > 0: it ran the learner's calls, nothing else
+        return 0
     if cfg.stages:
         from practicum.stages import run_stages
 

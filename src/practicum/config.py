@@ -239,6 +239,17 @@ class RuntimeConfig(Section):
     ray_learner_gpus: float = Field(0.0, ge=0, description="backend=ray, ray_learner=actor: "
                                     "GPUs Ray reserves for the learner actor (above 0 it trains "
                                     "on a GPU).")
+    learner_ranks: int = Field(
+        1, ge=1, description="Processes the learner is sharded over with FSDP2 "
+        "(practicum.sharded; N ranks train exactly as one process): 1 = one process. Above 1: "
+        "with backend=ray and ray_learner=actor, a Ray actor group in a placement group, one "
+        "bundle of ray_learner_cpus / ray_learner_gpus per rank; or the ranks of a torchrun "
+        "launch (`torchrun --nproc-per-node N -m practicum.cli train ...`, N = learner_ranks), "
+        "where rank 0 runs the sampler, environments and loop (practicum.runtime.learner_group).")
+    learner_collective_timeout_s: float = Field(
+        600.0, gt=0, description="learner_ranks above 1: seconds one collective of the learner's "
+        "ranks (a weight gather, a gradient reduction) waits for a slower rank; past it the "
+        "step fails with an error instead of hanging (run.resume=true continues the run).")
     ray_call_timeout_s: float = Field(
         1800.0, gt=0, description="backend=ray: seconds one call to an environment actor "
         "(reset, step, close), the engine actor (generate, load weights) or the learner actor "

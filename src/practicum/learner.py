@@ -14,6 +14,13 @@ The first update's ratio is exactly 1, so clipping starts to bind from the secon
 that is what makes DAPO's clip-higher real. With a single update the proximal log-probs are
 the update's own (detached). Composes `practicum.batch` (advantages, weights) and
 `practicum.algo.losses` (objectives); the step itself is plain PyTorch.
+
+Sharded over several processes (`practicum.sharded`), every rank runs this same step on the
+whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the normalisers
+(the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks' gradients sum
+to the one-process gradient, and the logged sums are added up across ranks. Every rank runs the
+same number of forward passes (a rank with fewer rows pads with weightless ones): a sharded
+model's forward is a collective.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from practicum.algo.baselines import TaskBaselines
 from practicum.algo.losses import (
@@ -79,9 +87,42 @@ def split_even(items: list, parts: int) -> list[list]:
     return out
 
 
+class Ranks:
+    """How a learner's step spans processes: here, one process (the identity). The sharded
+    learner's ranks (`practicum.sharded.GroupRanks`) override each method."""
+
+    rank, world = 0, 1
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Each value added up over the ranks."""
+        return values
+
+    def max(self, value: float) -> float:
+        return value
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's whole state in one process's layout (`Optimizer.state_dict`)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+    def barrier(self) -> None:
+        """Wait until every rank got here."""
+
+
+def split_ranks(rows: list, world: int) -> list[list]:
+    """`rows` cut into `world` contiguous parts (some empty when there are fewer rows)."""
+    size, extra = divmod(len(rows), world)
+    bounds = [k * size + min(k, extra) for k in range(world + 1)]
+    return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
+
+
 class Learner(QuietPart):
-    def __init__(self, model: Trainable, cfg: Config):
+    def __init__(self, model: Trainable, cfg: Config, ranks: Ranks | None = None):
         self.model, self.cfg = model, cfg
+        self.ranks = ranks or Ranks()
+        """The processes this learner's step spans (one unless sharded)."""
         t = cfg.train
         self.params = [p for p in model.trainable_parameters() if p.requires_grad]
         self.device = self.params[0].device if self.params else torch.device("cpu")
@@ -129,7 +170,7 @@ class Learner(QuietPart):
             self.baselines.update([e.task_id for e in episodes], rewards.tolist())
         minis = split_even(rows, cfg.train.mini_batches)
         n_updates = cfg.train.epochs * len(minis)
-        prox = self._proximal(rows, adv, wts) if n_updates > 1 else None
+        prox = self._proximal(minis, adv, wts) if n_updates > 1 else None
         lr = self.scheduler.get_last_lr()[0]
         updates, seen = [], []  # seen: the first epoch's stats, one per mini-batch
         for epoch in range(cfg.train.epochs):
@@ -162,38 +203,49 @@ class Learner(QuietPart):
             "reward_shaped_mean": rewards.mean().item(),
         }
 
-    def _micro_batches(self, rows: list[Row]) -> list[list[Row]]:
+    def _micro_batches(self, shares: list[list[Row]]) -> list[tuple[list[Row], bool]]:
+        """This rank's rows (shares[rank]) in micro-batches, each with whether it is live: a
+        rank with fewer micro-batches than another adds weightless ones (a row of another
+        rank's, live False), so every rank runs the same number of passes."""
         m = self.cfg.train.micro_batch_size
-        return [rows[i:i + m] for i in range(0, len(rows), m)]
+        mine = shares[self.ranks.rank]
+        out = [(mine[i:i + m], True) for i in range(0, len(mine), m)]
+        count = max(math.ceil(len(rows) / m) for rows in shares)
+        filler = next(rows[:1] for rows in shares if rows)
+        return out + [(filler, False)] * (count - len(out))
 
     @torch.no_grad()
-    def _proximal(self, rows: list[Row], adv, wts) -> dict[int, Tensor]:
-        """Log-probs of every row under the weights before this step's first update, per row
-        (keyed by id(row)), computed once (eval mode, no grad)."""
+    def _proximal(self, minis: list[list[Row]], adv, wts) -> dict[int, Tensor]:
+        """Log-probs of this rank's rows under the weights before this step's first update, per
+        row (keyed by id(row)), computed once (eval mode, no grad)."""
+        parts = [split_ranks(mini, self.ranks.world) for mini in minis]
+        shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.world)]
         out = {}
-        for micro in self._micro_batches(rows):
+        for micro, live in self._micro_batches(shares):
             tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
                                              score_mask=tb.loss_mask)
             for r, lp in zip(micro, logp):
-                out[id(r)] = lp[:len(r.segment.input_ids)]
+                if live:
+                    out[id(r)] = lp[:len(r.segment.input_ids)]
         return out
 
     def _update(self, mini: list[Row], adv, wts, prox: dict[int, Tensor] | None
                 ) -> dict[str, float]:
-        """One optimizer update on a mini-batch, accumulated over micro-batches."""
+        """One optimizer update on a mini-batch (this rank's part of it), accumulated over
+        micro-batches; normalised by the whole mini-batch's tokens (or sequences)."""
         algo = self.cfg.algo
         tokens = sum(r.tokens for r in mini)
         seqs = len(mini)
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
-        for micro in self._micro_batches(mini):
+        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.world)):
             tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   self.temperature, return_entropy=True,
                                                   score_mask=tb.loss_mask)
-            old = (logp.detach() if prox is None else
+            old = (logp.detach() if prox is None or not live else
                    pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
             token_loss, clipped = self._objective(logp, old, tb)
             token_loss = token_loss * tb.weights
@@ -204,12 +256,14 @@ class Learner(QuietPart):
                                                     self.temperature, score_mask=tb.loss_mask)
                 kl = k3_kl(logp, ref)
                 token_loss = token_loss + algo.kl_coef * kl
-                sums["kl_ref"] += (kl.detach() * mask).sum().item()
+                sums["kl_ref"] += (kl.detach() * mask).sum().item() * live
             micro_tokens = mask.sum().item()
             share = (micro_tokens / max(1, tokens) if algo.loss_agg == "token_mean"
                      else len(micro) / max(1, seqs))
-            loss = aggregate_loss(token_loss, mask, algo.loss_agg) * share
+            loss = aggregate_loss(token_loss, mask, algo.loss_agg) * (share * live)
             loss.backward()
+            if not live:
+                continue
             with torch.no_grad():
                 gap = (old - tb.behaviour_logp).abs() * mask
                 sums["loss"] += loss.item()
@@ -220,6 +274,11 @@ class Learner(QuietPart):
                 gap_max = max(gap_max, gap.max().item())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
         self.optimizer.step()
+        keys = list(sums)
+        sums = dict(zip(keys, self.ranks.sum([sums[k] for k in keys])))
+        gap_max = self.ranks.max(gap_max)
+        if isinstance(grad_norm, DTensor):  # sharded parameters: the norm over every shard
+            grad_norm = grad_norm.full_tensor()
         d = max(1, tokens)
         return {"loss": sums["loss"], "clip_frac": sums["clip"] / d, "approx_kl": sums["kl"] / d,
                 "entropy": sums["entropy"] / d, "gap": sums["gap"] / d, "gap_max": gap_max,
@@ -245,36 +304,41 @@ class Learner(QuietPart):
         aside before the rename and deleted only after `latest` points at the new one, so a
         crash at any moment leaves a complete checkpoint that `latest_checkpoint` finds.
         """
-        ckpt_root.mkdir(parents=True, exist_ok=True)
         final = ckpt_root / f"step_{self.step:06d}"
         tmp = ckpt_root / f".tmp_{final.name}"
         aside = ckpt_root / f".aside_{final.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        writer = self.ranks.rank == 0  # sharded: every rank gathers, rank 0 writes
+        if writer:
+            ckpt_root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        optimizer = self.ranks.optimizer_state(self.optimizer)
         self.model.save(tmp / "policy")
-        torch.save({
-            "step": self.step, "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "baselines": self.baselines.state_dict(),
-            "extra": extra,
-            "rng": _rng_state(),
-        }, tmp / "trainer.pt")
-        if final.exists():
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(final, aside)
-        os.replace(tmp, final)
-        latest_tmp = ckpt_root / ".latest.tmp"
-        latest_tmp.write_text(final.name)
-        latest_tmp.replace(ckpt_root / "latest")
-        for stale in ckpt_root.glob(".aside_step_*"):  # incl. one a crash left behind
-            shutil.rmtree(stale, ignore_errors=True)
-        for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        if writer:
+            torch.save({
+                "step": self.step, "optimizer": optimizer,
+                "scheduler": self.scheduler.state_dict(), "baselines": self.baselines.state_dict(),
+                "extra": extra,
+                "rng": _rng_state(),
+            }, tmp / "trainer.pt")
+            if final.exists():
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(final, aside)
+            os.replace(tmp, final)
+            latest_tmp = ckpt_root / ".latest.tmp"
+            latest_tmp.write_text(final.name)
+            latest_tmp.replace(ckpt_root / "latest")
+            for stale in ckpt_root.glob(".aside_step_*"):  # incl. one a crash left behind
+                shutil.rmtree(stale, ignore_errors=True)
+            for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.ranks.barrier()
         return final
 
     def load(self, ckpt: Path) -> dict[str, Any]:
         self.model.load_weights(ckpt / "policy")
         state = read_trainer_state(ckpt)  # the optimizer moves its state to the params' device
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.ranks.load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         if "baselines" in state:

@@ -12,7 +12,7 @@ from practicum.runtime.placement import Placement, place
 
 SRC = Path(practicum.__file__).parent
 PLACEMENT_KEYS = {"ray_engine", "ray_learner", "ray_engine_gpus", "ray_learner_gpus",
-                  "ray_engine_cpus", "ray_learner_cpus"}
+                  "ray_engine_cpus", "ray_learner_cpus", "learner_ranks"}
 
 
 def placement_reads(path: Path) -> set[str]:
@@ -98,3 +98,25 @@ def test_every_part_is_closed_once_in_reverse_start_order_even_when_one_fails():
     assert log == ["envs", "sampler", "learner"]
     p.close()
     assert log == ["envs", "sampler", "learner"]
+
+
+def test_learner_ranks_need_a_ray_group_or_a_torchrun_launch(monkeypatch, tmp_path):
+    """Refused by key before anything loads: N ranks without Ray actors or torchrun, and a
+    torchrun launch whose process count the config does not name."""
+    from practicum.runtime.placement import serve_learner_rank
+
+    cfg = load_config(None, ["runtime.learner_ranks=2", f"run.out_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"^config error at runtime.learner_ranks: 2 ranks run "
+                                          r"as a Ray actor group .* or under `torchrun"):
+        place(cfg)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError, match=r"^config error at runtime.learner_ranks: torchrun "
+                                          r"started 4 processes, so set "
+                                          r"runtime.learner_ranks=4"):
+        serve_learner_rank(cfg)  # a follower refuses as rank 0 does, before joining
+    monkeypatch.setenv("RANK", "0")
+    assert serve_learner_rank(cfg) is False  # rank 0 drives: placement refuses it there
+    with pytest.raises(ConfigError, match="torchrun started 4 processes"):
+        place(cfg)

@@ -58,6 +58,13 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
         assert run["sampled_tokens"] > 0 and run["sampling_tokens_per_s"] > 0
         assert run["learner_tokens_per_s"] > 0 and run["nonfinite"] == []
         assert run["peak_gpu_memory_gb"] is None  # on the CPU
+    # the FSDP2 learner as a one-rank gloo group trains as the unsharded one does, to rounding
+    # (lr 3e-4: AdamW moves a weight ~3e-4 per update; rounding in near-zero gradients ~1e-5)
+    assert [r["name"] for r in result["fsdp2"]] == ["fsdp2-lora", "fsdp2-full"]
+    for run in result["fsdp2"]:
+        assert run["error"] is None and run["steps"] == run["steps_wanted"] > 0
+        assert run["fsdp2_learner_tokens_per_s"] > 0 and run["plain_learner_tokens_per_s"] > 0
+        assert run["max_abs_weight_diff"] < 1e-4
     assert result["reference"]["steps"] == 1
     assert result["reference"]["reward_before"] is not None
     assert result["reference"]["reward_after"] is not None

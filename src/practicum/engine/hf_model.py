@@ -151,6 +151,9 @@ class Logits:
         self.fp32_head = not any(
             getattr(config, k, None) for k in ("final_logit_softcapping", "logit_scale"))
         self._head32: tuple[tuple[int, int], Tensor] | None = None
+        self.cache_fp32_head = True
+        """Keep the fp32 copy of a bf16 head between calls (keyed by storage and version);
+        off for a sharded model, whose gathered weights are refilled in place."""
 
     def __call__(self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor,
                  position_ids: Tensor, cache=None, last_only: bool = False) -> Tensor:
@@ -184,7 +187,8 @@ class Logits:
         return F.linear(hidden.float(), weight, bias)
 
     def _weight_fp32(self, w: Tensor) -> Tensor:
-        if w.dtype == torch.float32 or (w.requires_grad and torch.is_grad_enabled()):
+        if w.dtype == torch.float32 or (w.requires_grad and torch.is_grad_enabled()) \
+                or not self.cache_fp32_head:
             return w.float()
         key = (w.data_ptr(), w._version)  # _version moves on every in-place update
         if self._head32 is None or self._head32[0] != key:

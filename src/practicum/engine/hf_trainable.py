@@ -173,28 +173,33 @@ class HFTrainable:
             self._reference_active = False
 
     # -- publishing and persistence --------------------------------------------------------------
-    def export_weights(self, version: int) -> WeightUpdate:
-        """The live trainable tensors (no copy) for a sampler to load."""
+    def export_weights(self, version: int, state_dict: dict[str, Tensor] | None = None
+                       ) -> WeightUpdate:
+        """The live trainable tensors (no copy) for a sampler to load; `state_dict`: these
+        weights instead (a sharded model's gathered full tensors, named as `state_dict()`)."""
         if self.cfg.lora:
             from peft import get_peft_model_state_dict
 
             peft_cfg = self.model.peft_config["default"]
-            return WeightUpdate(version, "lora", get_peft_model_state_dict(self.model),
+            return WeightUpdate(version, "lora",
+                                get_peft_model_state_dict(self.model, state_dict=state_dict),
                                 {"r": peft_cfg.r, "lora_alpha": peft_cfg.lora_alpha,
                                  "use_rslora": bool(getattr(peft_cfg, "use_rslora", False)),
                                  "target_modules": sorted(peft_cfg.target_modules)})
-        return WeightUpdate(version, "full", self.model.state_dict())
+        return WeightUpdate(version, "full",
+                            self.model.state_dict() if state_dict is None else state_dict)
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, state_dict: dict[str, Tensor] | None = None) -> None:
         """Write the adapter (or full weights) and tokenizer to `path`, replacing it atomically.
 
         A LoRA folder is a standard peft adapter (loadable by vLLM's LoRARequest); a full one is
-        a standard HF model folder (usable as a model spec).
+        a standard HF model folder (usable as a model spec). `state_dict`: write these weights
+        (a sharded model's gathered full tensors) instead of the live ones.
         """
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
+        self.model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         self.tokenizer.save_pretrained(tmp)
         (tmp / META).write_text(json.dumps({"lora": self.cfg.lora, "model": self.cfg.model},
                                            indent=1))
@@ -206,24 +211,12 @@ class HFTrainable:
 
     def load_weights(self, path: Path) -> None:
         """Load weights written by `save` into this model, in place."""
-        from peft import load_peft_weights, set_peft_model_state_dict
-        from safetensors.torch import load_file
+        from peft import set_peft_model_state_dict
 
-        path = Path(path)
-        if not (path / META).is_file():
-            raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
-        meta = json.loads((path / META).read_text())
-        if meta["lora"] != self.cfg.lora:
-            raise PracticumError(
-                f"{path} holds lora={meta['lora']} weights, this model has lora={self.cfg.lora}")
+        state = self.read_weights(Path(path))
         if self.cfg.lora:
-            result = set_peft_model_state_dict(
-                self.model, load_peft_weights(str(path), device=str(self.device)))
-            unexpected = result.unexpected_keys
+            unexpected = set_peft_model_state_dict(self.model, state).unexpected_keys
         else:
-            state: dict[str, Tensor] = {}
-            for f in sorted(path.glob("*.safetensors")):
-                state.update(load_file(f, device=str(self.device)))
             missing, unexpected = self.model.load_state_dict(state, strict=False)
             tied = {"lm_head.weight"} if self.lm.config.tie_word_embeddings else set()
             if set(missing) - tied:
@@ -231,6 +224,25 @@ class HFTrainable:
         if unexpected:
             raise PracticumError(
                 f"{path} has weights this model does not know: {sorted(unexpected)[:5]}")
+
+    def read_weights(self, path: Path) -> dict[str, Tensor]:
+        """The tensors of a folder written by `save`, as saved (a peft adapter's keys lack the
+        adapter name), on this model's device; refused when not this model's kind."""
+        from peft import load_peft_weights
+        from safetensors.torch import load_file
+
+        if not (path / META).is_file():
+            raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
+        meta = json.loads((path / META).read_text())
+        if meta["lora"] != self.cfg.lora:
+            raise PracticumError(
+                f"{path} holds lora={meta['lora']} weights, this model has lora={self.cfg.lora}")
+        if self.cfg.lora:
+            return load_peft_weights(str(path), device=str(self.device))
+        state: dict[str, Tensor] = {}
+        for f in sorted(path.glob("*.safetensors")):
+            state.update(load_file(f, device=str(self.device)))
+        return state
 
     @contextmanager
     def _eval_mode(self, on: bool) -> Iterator[None]:

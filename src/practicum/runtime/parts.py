@@ -4,7 +4,8 @@
     Learner   a Part that trains: step, train_step, export_weights, save / load, save_policy
 
 The in-process `practicum.learner.Learner`, the Ray learner actor's handle
-(`practicum.runtime.ray_learner.RayLearner`) and a distributed learner group implement
+(`practicum.runtime.ray_learner.RayLearner`) and the sharded learner's ranks
+(`practicum.runtime.learner_group`: a Ray actor group, or torchrun's rank 0) implement
 `Learner`; samplers (`practicum.engine.base.Sampler`) and the Ray environment pool implement
 `Part`. `practicum.runtime.placement` builds them; the loop and the runtimes only see these
 protocols and never ask where a piece runs.

@@ -5,11 +5,14 @@
     placement.metrics() / .summary() / .close()
 
 This is the only module that reads the placement settings (`runtime.ray_learner`,
-`runtime.ray_engine`, `runtime.backend`) and the engine kind; everything after it holds the
-`Learner` and `Part` protocols (`practicum.runtime.parts`) and a `Sampler`:
+`runtime.ray_engine`, `runtime.backend`, `runtime.learner_ranks`) and the engine kind;
+everything after it holds the `Learner` and `Part` protocols (`practicum.runtime.parts`) and a
+`Sampler`:
 
-    learner   in this process (`practicum.learner.Learner` over the factory's trainable)
-              or a Ray actor (`RayLearner`)
+    learner   in this process (`practicum.learner.Learner` over the factory's trainable),
+              a Ray actor (`RayLearner`), or sharded over ranks (`runtime.learner_ranks`):
+              a Ray actor group (`RayLearnerGroup`) or, under torchrun, this process as rank 0
+              (`TorchrunLearner`; the other ranks call `serve_learner_rank` instead)
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
               trainable's weights, or with weights of its own in a Ray actor (`RayEngine`) or
               here when the learner is an actor
@@ -19,6 +22,7 @@ This is the only module that reads the placement settings (`runtime.ray_learner`
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,19 +109,67 @@ def place(cfg: Config) -> Placement:
         raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
                           f"only (engine.kind={cfg.engine.kind} needs its own Python "
                           "environment)")
-    learner = _place_learner(cfg, policy)
+    ranks = _learner_ranks(cfg)
+    learner = _place_learner(cfg, policy, ranks)
+    in_process = rt.ray_learner == "driver" and ranks == 1
     try:
-        sampler = _place_sampler(cfg, policy, learner)
+        sampler = _place_sampler(cfg, policy, learner, in_process)
     except BaseException:
         learner.close()
         raise
-    tokenizer = (learner.trainable.tokenizer if rt.ray_learner == "driver"
+    tokenizer = (learner.trainable.tokenizer if in_process
                  else load_tokenizer(resolve_model(policy.model)))
     return Placement(learner, sampler, tokenizer)
 
 
-def _place_learner(cfg: Config, policy) -> Learner:
+def _torchrun_world() -> int:
+    """The number of processes torchrun started (1 when not launched by torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) if "TORCHELASTIC_RUN_ID" in os.environ else 1
+
+
+def _learner_ranks(cfg: Config) -> int:
+    """runtime.learner_ranks, checked against how this process was launched."""
+    rt, world = cfg.runtime, _torchrun_world()
+    if world > 1 and cfg.stages:
+        raise ConfigError("config error at stages: a torchrun launch trains one run; launch each "
+                          "stage's `practicum train` under torchrun instead")
+    if world > 1 and (rt.learner_ranks != world or rt.ray_learner != "driver"):
+        raise ConfigError(f"config error at runtime.learner_ranks: torchrun started {world} "
+                          f"processes, so set runtime.learner_ranks={world} (with "
+                          "runtime.ray_learner=driver: the ranks are torchrun's)")
+    if world == 1 and rt.learner_ranks > 1 and (rt.backend != "ray"
+                                                or rt.ray_learner != "actor"):
+        raise ConfigError(f"config error at runtime.learner_ranks: {rt.learner_ranks} ranks run "
+                          "as a Ray actor group (runtime.backend=ray, runtime.ray_learner=actor) "
+                          f"or under `torchrun --nproc-per-node {rt.learner_ranks}`")
+    return rt.learner_ranks
+
+
+def serve_learner_rank(cfg: Config) -> bool:
+    """Under torchrun, a rank above 0 serves the learner's calls here until rank 0 (the driver)
+    closes the group; True when this process was such a rank (it has nothing else to do)."""
+    if _torchrun_world() == 1 or int(os.environ.get("RANK", "0")) == 0:
+        return False
+    from practicum.runtime.learner_group import follow
+
+    _learner_ranks(cfg)
+    follow(cfg, policy_config(cfg), cfg.runtime.learner_collective_timeout_s)
+    return True
+
+
+def _place_learner(cfg: Config, policy, ranks: int) -> Learner:
     rt = cfg.runtime
+    if ranks > 1 and _torchrun_world() > 1:
+        from practicum.runtime.learner_group import TorchrunLearner
+
+        return TorchrunLearner(cfg, policy, rt.learner_collective_timeout_s)
+    if ranks > 1:
+        from practicum.runtime.learner_group import RayLearnerGroup
+
+        return RayLearnerGroup(cfg, policy, ranks, cpus=rt.ray_learner_cpus,
+                               gpus=rt.ray_learner_gpus, timeout=rt.ray_call_timeout_s,
+                               collective_timeout=rt.learner_collective_timeout_s,
+                               address=rt.ray_address, export_refs=rt.ray_engine == "actor")
     if rt.ray_learner == "actor":
         from practicum.runtime.ray_learner import RayLearner
 
@@ -129,15 +181,21 @@ def _place_learner(cfg: Config, policy) -> Learner:
     return LocalLearner(load_trainable(policy), cfg)
 
 
-def _place_sampler(cfg: Config, policy, learner: Learner) -> Sampler:
+def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> Sampler:
     rt = cfg.runtime
     if rt.ray_engine == "actor":
+        from practicum.runtime.ray_envs import refuse_cpu_fallback
         from practicum.runtime.ray_engine import RayEngine
 
         sampler: Any = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
                                  gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
                                  address=rt.ray_address)
-    elif rt.ray_learner == "driver":  # may share the trainable's weights: holds version 0
+        try:
+            refuse_cpu_fallback(rt.ray_engine_gpus, "runtime.ray_engine_gpus", policy.device)
+        except BaseException:
+            sampler.close()
+            raise
+    elif in_process:  # may share the trainable's weights: holds version 0
         return build_sampler(cfg.engine, policy, learner.trainable)
     else:
         sampler = build_sampler(cfg.engine, policy)

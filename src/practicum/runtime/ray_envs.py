@@ -89,6 +89,21 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     return True
 
 
+def refuse_cpu_fallback(gpus: float, key: str, device: str) -> None:
+    """A Ray actor given no GPU on a cluster that has some would quietly run on the CPU: refused,
+    naming the key, unless model.device says cpu."""
+    import ray
+
+    have = ray.cluster_resources().get("GPU", 0)
+    if gpus == 0 and have > 0 and device != "cpu":
+        raise ConfigError(f"config error at {key}: 0, but the Ray cluster has {have:g} GPU(s): "
+                          f"the actor would run on the CPU (set {key}: 1, or model.device: cpu "
+                          "to mean it)")
+    if gpus == 0 and device.startswith("cuda"):
+        raise ConfigError(f"config error at {key}: 0, but model.device is {device!r}: an "
+                          f"actor without a GPU cannot use one (set {key}: 1)")
+
+
 class _Mailbox:
     """The pipe `ChildModelService` expects, inside a worker: requests go out with the call's
     replies (polled by the driver), answers come back through `EnvWorker.answer`."""

@@ -106,12 +106,18 @@ class RayLearner:
                  timeout: float = 1800.0, address: str | None = None, export_refs: bool = True):
         import ray
 
-        from practicum.runtime.ray_envs import START_SECONDS, start_ray
+        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
         self.step = 0
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
+        self.handle = None
+        try:
+            refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
+        except BaseException:
+            self.close()
+            raise
         self.handle = ray.remote(LearnerWorker).options(
             num_cpus=cpus, num_gpus=gpus, max_restarts=0).remote(cfg, policy)
         try:

@@ -1,0 +1,277 @@
+"""The sharded learner's ranks (`practicum.sharded`) behind the runtime's `Learner` protocol.
+
+    RankWorker        one rank: joins the process group, holds its shard and its `Learner`;
+                      each call (train_step, export, save, load) is a collective that every
+                      rank makes, in the same order
+    RayLearnerGroup   runtime.learner_ranks=N on Ray: N RankWorker actors in a placement group,
+                      one bundle (ray_learner_cpus, ray_learner_gpus) per rank; the group picks
+                      MASTER_ADDR / MASTER_PORT (rank 0's node, a free port) and RANK / WORLD_SIZE
+    TorchrunLearner   under torchrun: rank 0 is the driver (sampler, environments, the loop);
+                      it sends each call to ranks > 0, which run `follow` instead of a session
+
+Either way the driver holds one `Learner`; rank 0 returns the metrics, the gathered weights and
+writes the checkpoints (same format as one process: `Learner.save`).
+
+A rank that dies or stalls stops the step on every rank: under Ray the first failed rank ends
+the call at once (the others, waiting for it in a collective, are killed with it); under
+torchrun, torchrun ends the other ranks, and a collective that waits longer than
+`runtime.learner_collective_timeout_s` fails. The driver sees `TrainingError`; the step was not
+taken, so the ledger has not recorded its episodes as trained, and `run.resume=true` continues
+from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from practicum.engine.base import QuietPart, WeightUpdate
+from practicum.engine.hf_model import PolicyConfig, pick_device
+from practicum.errors import TrainingError
+from practicum.runtime.ray_learner import LearnerWorker, RayLearner, TrainableInActor
+
+
+class RankWorker(LearnerWorker):
+    """One rank of the sharded learner (a Ray actor, or a torchrun process)."""
+
+    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float):
+        self.cfg, self.policy, self.collective_timeout = cfg, policy, collective_timeout
+        self.learner = None
+
+    def address(self) -> tuple[str, int]:
+        """This node's address and a free port, for rank 0 to listen on."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def join(self, env: dict[str, str] | None = None) -> int:
+        """Join the process group (`env`: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; else
+        torchrun's) and load this rank's shard."""
+        from practicum.sharded import init_ranks, sharded_learner
+
+        os.environ.update(env or {})
+        init_ranks(pick_device(self.policy.device).type, self.collective_timeout)
+        self.learner = sharded_learner(self.cfg, self.policy)
+        return os.getpid()
+
+    def export(self, version: int) -> tuple[str | None, WeightUpdate | None]:
+        update = self.learner.export_weights(version)  # gathered: rank 0's, None elsewhere
+        return (update.kind if update else None), update
+
+    def leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RayLearnerGroup(RayLearner):
+    """The runtime's `Learner` on `ranks` RankWorker actors in one placement group (module doc).
+    Starts a local Ray when none is running (and stops it in `close`)."""
+
+    def __init__(self, cfg, policy: PolicyConfig, ranks: int, *, cpus: float, gpus: float,
+                 timeout: float, collective_timeout: float, address: str | None = None,
+                 export_refs: bool = True):
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
+
+        self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
+        self.step, self.handles, self.pids, self.pg = 0, [], [], None
+        self._own_ray = start_ray(address)
+        self._lock = threading.Lock()
+        try:
+            refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
+            bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v} or {"CPU": 0.01}
+            self.pg = placement_group([bundle] * ranks, strategy="PACK")
+            ray.get(self.pg.ready(), timeout=START_SECONDS)
+            worker = ray.remote(RankWorker)
+            self.handles = [worker.options(
+                num_cpus=bundle.get("CPU", 0), num_gpus=gpus, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=i)).remote(cfg, policy,
+                                                                     collective_timeout)
+                for i in range(ranks)]
+            addr, port = ray.get(self.handles[0].address.remote(), timeout=START_SECONDS)
+            self.pids = ray.get([h.join.remote({
+                "MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i),
+                "WORLD_SIZE": str(ranks)}) for i, h in enumerate(self.handles)],
+                timeout=max(timeout, START_SECONDS))
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            self.close()
+            raise TrainingError(f"starting the {ranks} learner ranks failed: "
+                                f"{type(e).__name__}: {_first_line(e)}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def summary(self) -> dict[str, Any]:
+        return {"learner_rank_pids": self.pids}
+
+    def call(self, what: str, *args, num_returns: int = 1) -> Any:
+        """Every rank's method `what`; rank 0's result (num_returns=2: its first value and an
+        ObjectRef of its second). The first rank to fail or a timeout ends it at once and
+        kills the group (`TrainingError`)."""
+        import ray
+
+        with self._lock:
+            if not self.handles:
+                raise TrainingError("the learner ranks are gone (see the error before this one)")
+            if num_returns == 1:
+                firsts = [getattr(h, what).remote(*args) for h in self.handles]
+                rest = None
+            else:
+                pairs = [getattr(h, what).options(num_returns=2).remote(*args)
+                         for h in self.handles]
+                firsts, rest = [p[0] for p in pairs], pairs[0][1]
+            try:
+                values = self._gather(firsts)
+                return values[0] if rest is None else (values[0], rest)
+            except TimeoutError:
+                reason = f"learner {what} timed out after {self.timeout:g} s"
+            except ray.exceptions.RayError as e:
+                rank = getattr(e, "rank", "?")
+                reason = (f"learner rank {rank} failed during {what} ({type(e).__name__}: "
+                          f"{_first_line(e)})")
+            self._kill()
+        raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
+                            "with run.resume=true")
+
+    def _gather(self, refs: list) -> list:
+        """Each rank's value; the first failure is raised as it happens (tagged with `rank`)."""
+        import ray
+
+        index = {ref: i for i, ref in enumerate(refs)}
+        pending, deadline = list(refs), time.monotonic() + self.timeout
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1,
+                                      timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayError as e:
+                e.rank = index[ready[0]]
+                raise
+        return ray.get(refs)
+
+    def _kill(self) -> None:
+        import ray
+
+        handles, self.handles = self.handles, []
+        for h in handles:
+            ray.kill(h, no_restart=True)
+
+    def close(self) -> None:
+        """Kill the ranks, remove the placement group; stop Ray if this group started it."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        self._kill()
+        pg, self.pg = self.pg, None
+        if pg is not None:
+            remove_placement_group(pg)
+        if self._own_ray:
+            self._own_ray = False
+            ray.shutdown()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+class TorchrunLearner(QuietPart):
+    """Rank 0 of a torchrun launch, in the driver: each call runs here and on ranks > 0
+    (`follow`), which receive it over a control group (module doc)."""
+
+    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float):
+        import torch.distributed as dist
+
+        self.cfg = cfg
+        self.worker = RankWorker(cfg, policy, collective_timeout)
+        self.worker.join()
+        # waits between calls last as long as sampling does: no timeout on this group
+        self.control = dist.new_group(backend="gloo", timeout=timedelta(days=365))
+        self.step = 0
+        self._closed = False
+
+    @property
+    def temperature(self) -> float:
+        return self.cfg.sampling.temperature or 1.0
+
+    @property
+    def trainable(self):
+        raise TrainableInActor("config error at runtime.learner_ranks: the trainable is sharded "
+                               "over the learner's ranks, so this command (it reaches into the "
+                               "model) needs runtime.learner_ranks=1")
+
+    def call(self, what: str, *args) -> Any:
+        import torch.distributed as dist
+
+        if self._closed:
+            raise TrainingError("the learner ranks are gone (see the error before this one)")
+        try:
+            dist.broadcast_object_list([what, args], src=0, group=self.control)
+            return getattr(self.worker, what)(*args)
+        except (RuntimeError, dist.DistError) as e:
+            self._closed = True
+            raise TrainingError(f"learner {what} failed on the ranks ({type(e).__name__}: "
+                                f"{_first_line(e)}); the step was not taken: resume from the "
+                                "last checkpoint with run.resume=true") from None
+
+    def train_step(self, episodes) -> dict[str, Any] | None:
+        metrics, self.step = self.call("train_step", episodes)
+        return metrics
+
+    def export_weights(self, version: int) -> WeightUpdate:
+        return self.call("export", version)[1]
+
+    def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
+        return self.call("save_checkpoint", Path(ckpt_root), extra, keep)
+
+    def load(self, ckpt: Path) -> dict[str, Any]:
+        extra, self.step = self.call("load_checkpoint", Path(ckpt))
+        return extra
+
+    def save_policy(self, path: Path) -> None:
+        self.call("save_policy", Path(path))
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if self._closed:
+            return
+        self._closed = True
+        dist.broadcast_object_list(["close", ()], src=0, group=self.control)
+        self.worker.leave()
+
+
+def follow(cfg, policy: PolicyConfig, collective_timeout: float) -> None:
+    """A torchrun rank > 0: make each call rank 0 sends, until it closes the group."""
+    import torch.distributed as dist
+
+    worker = RankWorker(cfg, policy, collective_timeout)
+    worker.join()
+    control = dist.new_group(backend="gloo", timeout=timedelta(days=365))
+    try:
+        while True:
+            box: list = [None, None]
+            dist.broadcast_object_list(box, src=0, group=control)
+            what, args = box
+            if what == "close":
+                return
+            getattr(worker, what)(*args)
+    finally:
+        worker.leave()
+

@@ -1,0 +1,150 @@
+"""Helpers for tests of the sharded learner: real gloo process groups on the CPU.
+
+`spawn(world, fn, *args)` runs `fn(rank, *args)` in `world` fresh processes joined into one
+gloo group (as torchrun would), with a deadline so that a hung collective fails the test.
+The functions it runs live here, importable by name in the child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from pathlib import Path
+
+import torch
+
+from practicum.config import Config, load_config
+from practicum.episode import Episode, Turn
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(world: int, fn, *args, timeout: float = 300.0) -> None:
+    """Run fn(rank, *args) on `world` gloo ranks; raises if any rank fails or the deadline
+    passes (the survivors are killed)."""
+    import torch.multiprocessing as mp
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world),
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        ctx = mp.start_processes(_enter, (fn, args), nprocs=world, join=False,
+                                 start_method="spawn")
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                ctx.join()
+                raise TimeoutError(f"ranks still running after {timeout:g} s")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _enter(rank: int, fn, args) -> None:
+    import torch.distributed as dist
+
+    os.environ["RANK"] = str(rank)
+    torch.set_num_threads(1)
+    try:
+        fn(rank, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# -- a batch and a config for the tiny model -------------------------------------------------
+def episodes(seed: int, even: bool = False) -> list[Episode]:
+    """Two groups (5 and 4 episodes) sharing a 6-token prompt each, rewards 0 / 1, replies of
+    3 to 9 tokens with off-policy behaviour log-probs; one episode has two segments: 10 rows,
+    so 2 mini-batches of 5 split 3 / 2 over two ranks. even: 2 groups of 4 one-segment
+    episodes, 8 rows: every micro-batch of 2 holds the same rows on 2 ranks as in one process.
+    The prompts are shorter than `HFTrainable.min_shared_prefix`: one process then runs every
+    row whole, as the sharded model always does, and both compute with the same operations."""
+    rng = random.Random(seed)
+    out = []
+    for g, size in enumerate((4, 4) if even else (5, 4)):
+        prompt = [rng.randrange(100, 5000) for _ in range(6)]
+        for k in range(size):
+            n = rng.randrange(3, 10)
+            turns = [Turn([rng.randrange(100, 5000) for _ in range(n)],
+                          [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)]
+            if k == 1 and not even:
+                turns.append(Turn([rng.randrange(100, 5000) for _ in range(4)],
+                                  [-rng.uniform(0.5, 6.0) for _ in range(4)], 0,
+                                  context_ids=[rng.randrange(100, 5000) for _ in range(5)]))
+            out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, turns, reward=float(k % 2)))
+    return out
+
+
+def config(model_dir: Path, lora: bool, *extra: str) -> Config:
+    """Several PPO updates per batch (2 epochs x 2 mini-batches), micro-batches of 2 rows, KL
+    on, the gradient norm clipped (the tiny model's is 0.003 to 0.02). AdamW moves every weight by
+    about lr per update, however small its gradient, so float rounding in a near-zero gradient
+    can move a weight by up to ~lr: a small lr keeps that below the tests' 1e-6."""
+    return load_config(None, [
+        f"model.model={model_dir}", "model.dtype=float32", "model.device=cpu",
+        f"model.lora={str(lora).lower()}", "algo.kl_coef=0.1", "train.epochs=2",
+        "train.mini_batches=2", "train.micro_batch_size=2", "train.lr=3e-5",
+        "train.warmup_steps=0", "train.grad_clip=0.002", *extra])
+
+
+def trainable_weights(learner) -> dict[str, torch.Tensor]:
+    """The trainable weights as exported to a sampler (gathered when sharded; rank 0)."""
+    update = learner.export_weights(learner.step)
+    return None if update is None else {k: v.detach().clone() for k, v in update.tensors.items()}
+
+
+def one_process_learner(cfg: Config):
+    """The unsharded learner (call it with one torch thread, as the ranks have, when comparing
+    weights bit for bit)."""
+    from practicum.engine.factory import load_trainable
+    from practicum.learner import Learner
+    from practicum.runtime.placement import policy_config
+
+    return Learner(load_trainable(policy_config(cfg)), cfg)
+
+
+def sharded(cfg: Config):
+    from practicum.runtime.placement import policy_config
+    from practicum.sharded import init_ranks, sharded_learner
+
+    init_ranks("cpu", timeout_s=120)
+    return sharded_learner(cfg, policy_config(cfg))
+
+
+# -- what the ranks run --------------------------------------------------------------------
+def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
+                     even: bool = False) -> None:
+    """Train one step per seed's batch; rank 0 saves the weights and metrics to `out`."""
+    learner = sharded(cfg)
+    metrics = [learner.train_step(episodes(s, even)) for s in seeds]
+    weights = trainable_weights(learner)
+    if rank == 0:
+        torch.save({"weights": weights, "metrics": metrics, "step": learner.step}, out)
+
+
+def train_save_resume(rank: int, cfg: Config, ckpt_root: Path, seeds: list[int],
+                      resume_from: Path | None, out: Path) -> None:
+    """Resume from `resume_from` (if any), train on `seeds`, checkpoint after every step."""
+    learner = sharded(cfg)
+    if resume_from is not None:
+        learner.load(resume_from)
+    for s in seeds:
+        learner.train_step(episodes(s))
+        learner.save(ckpt_root, {"seed": s})
+    weights = trainable_weights(learner)
+    if rank == 0:
+        torch.save({"weights": weights, "step": learner.step}, out)

@@ -1,0 +1,144 @@
+"""learner_group.py: the sharded learner's ranks as a Ray actor group and under torchrun, on
+real gloo process groups; a rank that dies stops the step; actors refused a GPU they need."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from practicum.errors import ConfigError, TrainingError
+from practicum.runtime.placement import policy_config
+from practicum.store import EpisodeStore
+from tests.ranks import config, episodes, free_port, one_process_learner, trainable_weights
+from tests.runtime.test_ray_engine import bandit_run
+
+
+@pytest.fixture
+def ray_here():
+    """A local Ray whose workers run at normal priority (Ray's default niceness, 15, starves
+    the ranks on a shared, busy CPU); the groups join it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config={"worker_niceness": 0})
+    yield
+    ray.shutdown()
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys() and a
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
+    """A Ray cluster that declares a GPU: learner actors asked for 0 GPUs would silently train
+    on the CPU, so they are refused by key before any actor starts."""
+    import ray
+
+    from practicum.runtime.learner_group import RayLearnerGroup
+    from practicum.runtime.ray_envs import refuse_cpu_fallback
+    from practicum.runtime.ray_learner import RayLearner
+
+    cfg = config(tiny_model_dir, True, "model.device=auto")  # cpu here, but not by choice
+    policy = policy_config(cfg)
+    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(ConfigError, match=r"^config error at runtime.ray_learner_gpus: 0, "
+                                              r"but the Ray cluster has 1 GPU"):
+            RayLearner(cfg, policy, gpus=0)
+        with pytest.raises(ConfigError, match=r"^config error at runtime.ray_learner_gpus: 0"):
+            RayLearnerGroup(cfg, policy, 2, cpus=0, gpus=0, timeout=60, collective_timeout=60)
+        assert ray.is_initialized()  # the caller's Ray is left running
+        refuse_cpu_fallback(1, "runtime.ray_learner_gpus", "auto")  # given a GPU: fine
+        refuse_cpu_fallback(0, "runtime.ray_learner_gpus", "cpu")  # CPU on purpose: fine
+    finally:
+        ray.shutdown()
+    with pytest.raises(ConfigError, match=r"^config error at runtime.ray_engine_gpus: 0, but "
+                                          r"model.device is 'cuda:1'"):
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        try:
+            refuse_cpu_fallback(0, "runtime.ray_engine_gpus", "cuda:1")
+        finally:
+            ray.shutdown()
+
+
+@pytest.mark.slow
+def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_model_dir,
+                                                                          ray_here):
+    from practicum.runtime.learner_group import RayLearnerGroup
+
+    cfg = config(tiny_model_dir, True)
+    group = RayLearnerGroup(cfg, policy_config(cfg), 2, cpus=0, gpus=0, timeout=300,
+                            collective_timeout=60, export_refs=False)
+    try:
+        assert len(set(group.pids) | {os.getpid()}) == 3
+        metrics = group.train_step(episodes(1))
+        assert group.step == 1 and metrics["updates"] == 4
+        got = {k: v.clone() for k, v in group.export_weights(1).tensors.items()}
+        learner = one_process_learner(cfg)
+        learner.train_step(episodes(1))
+        assert max_diff(got, trainable_weights(learner)) < 1e-6
+
+        import ray
+
+        ray.kill(group.handles[1], no_restart=True)
+        start = time.monotonic()
+        with pytest.raises(TrainingError, match=r"learner rank 1 failed during train_step .*"
+                                                r"the step was not taken"):
+            group.train_step(episodes(2))
+        assert time.monotonic() - start < 30  # not the 60 s collective timeout
+        assert group.step == 1 and group.handles == []
+        with pytest.raises(TrainingError, match="the learner ranks are gone"):
+            group.train_step(episodes(2))
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_path,
+                                                           train_run, ray_here):
+    cfg = bandit_run(tiny_model_dir, tmp_path, "group", "runtime.backend=ray",
+                     "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0",
+                     "runtime.learner_ranks=2")
+    summary = train_run(cfg)
+    assert summary["steps"] == 2 and len(set(summary["learner_rank_pids"])) == 2
+    stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+    assert [{t.policy_version for t in e.turns} for e in stored] == [{0}, {0}, {1}, {1}]
+    assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+
+
+@pytest.mark.slow
+def test_a_run_trains_with_two_learner_ranks_under_torchrun(tiny_model_dir, tmp_path):
+    """The documented launch: `torchrun --nproc-per-node 2 -m practicum.cli train ...`; rank 0
+    runs the session, rank 1 only the learner's calls."""
+    cfg = bandit_run(tiny_model_dir, tmp_path, "torchrun")
+    args = [*_bandit_args(), f"model.model={tiny_model_dir}", "model.dtype=float32",
+            "model.lora=false", f"run.out_dir={tmp_path}", "run.name=torchrun",
+            "runtime.learner_ranks=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), "-m", "practicum.cli", "train", "--quiet", *args],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+    assert len(stored) == 4
+    assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
+    assert torch.load(cfg.run_dir / "checkpoints" / "step_000002" / "trainer.pt",
+                      weights_only=False)["step"] == 2
+
+
+def _bandit_args() -> list[str]:
+    """bandit_run's settings as command-line overrides."""
+    arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
+    return ["task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
+            "task.options.fallback_arm=random", "task.options.eval_size=2",
+            "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
+            "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1",
+            "train.lr=1e-3", "eval.every=0", "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false"]
+
+
