@@ -172,9 +172,10 @@ class Learner(QuietPart):
         (keyed by id(row)), computed once (eval mode, no grad)."""
         out = {}
         for micro in self._micro_batches(rows):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
+                             self.model.tokenizer)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
-                                             score_mask=tb.loss_mask)
+                                             score_mask=tb.loss_mask, allowed=tb.allowed)
             for r, lp in zip(micro, logp):
                 out[id(r)] = lp[:len(r.segment.input_ids)]
         return out
@@ -189,10 +190,11 @@ class Learner(QuietPart):
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
         for micro in self._micro_batches(mini):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
+                             self.model.tokenizer)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   self.temperature, return_entropy=True,
-                                                  score_mask=tb.loss_mask)
+                                                  score_mask=tb.loss_mask, allowed=tb.allowed)
             old = (logp.detach() if prox is None else
                    pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
             token_loss, clipped = self._objective(logp, old, tb)
@@ -201,7 +203,8 @@ class Learner(QuietPart):
             if algo.kl_coef > 0:
                 with torch.no_grad(), self.model.frozen_base():
                     ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                    self.temperature, score_mask=tb.loss_mask)
+                                                    self.temperature, score_mask=tb.loss_mask,
+                                                    allowed=tb.allowed)
                 kl = k3_kl(logp, ref)
                 token_loss = token_loss + algo.kl_coef * kl
                 sums["kl_ref"] += (kl.detach() * mask).sum().item()

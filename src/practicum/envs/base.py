@@ -40,6 +40,8 @@ class Start:
     """System message, few-shot turns and the first user message, rendered by the chat template."""
     stop_strings: list[str] = field(default_factory=list)
     """Generation of every turn of this episode ends once one of these has been produced."""
+    grammar: str | None = None
+    """Lark grammar (llguidance syntax) the next assistant turn must match; None: free text."""
 
 
 @dataclass
@@ -70,6 +72,8 @@ class StepResult:
     appending `observation` to the sequence so far."""
     info: dict[str, Any] = field(default_factory=dict)
     """Free-form details stored with the turn (not read by the runtime)."""
+    grammar: str | None = None
+    """Lark grammar (llguidance syntax) the next assistant turn must match; None: free text."""
 
 
 class Env(ABC):
