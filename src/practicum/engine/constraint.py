@@ -31,7 +31,7 @@ from torch import Tensor
 from practicum.errors import PracticumError
 
 
-class GrammarError(PracticumError):
+class GrammarError(PracticumError, ValueError):
     """A grammar that llguidance cannot compile, or sampled ids it does not accept."""
 
 
@@ -89,13 +89,18 @@ class TokenGrammars:
         return template.deep_copy()
 
     def fill(self, matchers: list, out: Tensor | None = None) -> Tensor:
-        """The next-token mask of each matcher, packed: [len(matchers), W] int32 (CPU)."""
-        from llguidance.torch import fill_next_token_bitmask
-
+        """The next-token mask of each matcher, packed: [len(matchers), W] int32 (CPU). (Written
+        straight into `out`'s rows, as llguidance.torch does; that module is not imported
+        because it sets up torch.compile, seconds of import.)"""
         if out is None:
             out = torch.empty(len(matchers), self.width, dtype=torch.int32)
+        if out.dtype != torch.int32 or out.device.type != "cpu" or not out.is_contiguous() \
+                or out.shape != (len(matchers), self.width):
+            raise ValueError(f"fill: expected a contiguous CPU int32 [{len(matchers)}, "
+                             f"{self.width}] tensor")
+        row_bytes = self.width * 4
         for i, m in enumerate(matchers):
-            fill_next_token_bitmask(m, out, i)
+            m.unsafe_compute_mask_ptr(out.data_ptr() + i * row_bytes, row_bytes)
         return out
 
     def consume(self, matcher, token: int, grammar: str) -> None:
