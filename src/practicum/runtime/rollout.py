@@ -10,6 +10,10 @@ turn stopped by a length limit is marked (`Turn.finish_reason` 'length' or 'budg
 episode is overlong when its outcome was decided by length: its final turn was cut, or its
 row had no room for another turn.
 
+Grammars: a turn is sampled under the grammar the environment gave last (`Start.grammar`, then
+each `StepResult.grammar`; None = free text) and records it (`Turn.grammar`), so the learner can
+replay it; a grammar llguidance cannot compile ends the episode with a named failure.
+
 Seeds: an episode's randomness (the environment's, and every turn's sampling) derives from the
 run seed, its group id and its slot, so a resumed run re-samples a lost episode identically and
 no two turns or rows share a seed.
