@@ -61,6 +61,8 @@ class TokenGrammars:
 
     replay_cache = 64
     """Replays kept (a training step scores each row several times: proximal, each epoch)."""
+    max_templates = 256
+    """Compiled matchers kept (environments may build a grammar per task); then started anew."""
 
     def __init__(self, tokenizer: Any):
         import llguidance
@@ -85,6 +87,8 @@ class TokenGrammars:
                 if template.is_error():
                     raise GrammarError(f"grammar error: {template.get_error().splitlines()[0]} "
                                        f"in grammar {_short(grammar)}")
+                if len(self._templates) >= self.max_templates:
+                    self._templates.clear()
                 self._templates[grammar] = template
         return template.deep_copy()
 
