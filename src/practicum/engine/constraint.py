@@ -6,8 +6,8 @@ allowed set before temperature, so its behaviour log-prob is log q. The learner 
 q: it replays the grammar over the sampled ids (a matcher fed the same ids computes the same
 masks) and takes the log-softmax over the allowed tokens only, for the policy, the proximal
 policy and the KL reference alike. A forced token (the only one allowed) then has log q = 0
-and no gradient. Scoring log pi instead would weight every token by 1/Z in the importance
-ratio (issue 23 measured a summed log(pi/q) of about -6 per turn on SWE tool calls).
+and no gradient. Scoring log pi instead would put a factor Z (the allowed mass) into every
+token's importance ratio pi / q, far from 1 on tool-call turns.
 
     grammars = grammars_for(tokenizer)
     m = grammars.matcher(lark)                 # one per sampled row: fill a mask, consume ids
