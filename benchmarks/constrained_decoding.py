@@ -164,6 +164,7 @@ def main() -> None:
 
     rows = []
     for batch in args.batches:
+        sample(sampler, prompts_for(tok, "free", batch), None, 8, 0)  # first call at this batch
         for name, grammar in GRAMMARS.items():
             prompts = prompts_for(tok, name, batch)
             best = None
