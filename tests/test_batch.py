@@ -235,3 +235,47 @@ def test_token_batch_puts_each_turn_value_on_that_turn_sampled_tokens():
 def test_pad_rows_stacks_and_zero_pads():
     out = pad_rows([torch.tensor([1.0, 2.0]), torch.tensor([3.0])], width=3)
     assert out.tolist() == [[1, 2, 0], [3, 0, 0]]
+
+
+# -- grammar masks --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def test_token_batch_replays_the_grammar_of_constrained_turns_only(tokenizer):
+    from practicum.engine.constraint import grammars_for
+
+    word = "start: /[a-z]{1,8}/"
+    reply = tokenizer("hello", add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    constrained = turn(reply, obs=[7, 8])
+    constrained.grammar = word
+    eps = [episode(1.0, [constrained, turn([5, 6])], prompt=(1, 2)),
+           episode(0.0, [turn([3])])]
+    rows = training_rows(eps, [True, True])
+    tb = token_batch(rows, [torch.zeros(2), torch.zeros(1)], [torch.ones(2), torch.ones(1)],
+                     pad_id=0, tokenizer=tokenizer)
+    n = len(reply)
+    g = grammars_for(tokenizer)
+    assert tb.allowed.shape == (2, 2 + n + 4, g.width) and tb.allowed.dtype == torch.int32
+    assert torch.equal(tb.allowed[0, 2:2 + n], g.replay(word, tuple(reply)))
+    free = torch.ones(tb.allowed.shape[:2], dtype=torch.bool)
+    free[0, 2:2 + n] = False
+    assert (tb.allowed[free] == -1).all()  # every other position: all tokens allowed
+    assert (tb.allowed[0, 2:2 + n] != -1).any(dim=-1).all()
+
+
+def test_token_batch_without_constrained_rows_has_no_masks_and_needs_no_tokenizer():
+    rows = training_rows([episode(0.0, [turn([2, 3])])], [True])
+    tb = token_batch(rows, [torch.zeros(1)], [torch.ones(1)], pad_id=0)
+    assert tb.allowed is None and tb.to("cpu").allowed is None
+
+
+def test_constrained_rows_without_a_tokenizer_are_refused():
+    t = turn([2, 3])
+    t.grammar = "start: /[a-z]+/"
+    with pytest.raises(ValueError, match="need the tokenizer"):
+        token_batch(training_rows([episode(0.0, [t])], [True]), [torch.zeros(1)],
+                    [torch.ones(1)], pad_id=0)

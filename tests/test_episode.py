@@ -94,3 +94,15 @@ def test_episode_files_written_before_segments_still_load():
 def test_turn_rejects_mismatched_logprobs():
     with pytest.raises(ValueError, match="log-probs"):
         Turn([1, 2], [0.0], 0)
+
+
+def test_a_turns_grammar_survives_json_and_older_files_load_without_one():
+    ep = Episode("t", "g", [1, 2], [Turn([3, 4], [-0.1, -0.2], 0, observation_ids=[9],
+                                         grammar="start: /[a-z]+/"), Turn([5], [-0.3], 0)])
+    back = Episode.from_json(ep.to_json())
+    assert [t.grammar for t in back.turns] == ["start: /[a-z]+/", None]
+    assert back.segments()[0].constrained == [(2, 4, "start: /[a-z]+/")]
+    old = json.loads(ep.to_json())
+    for t in old["turns"]:
+        del t["grammar"]
+    assert [t.grammar for t in Episode.from_dict(old).turns] == [None, None]

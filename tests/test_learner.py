@@ -54,7 +54,8 @@ class BigramPolicy(nn.Module):
         """Per token_logprobs call: 'base', 'grad' or 'nograd' (proximal log-probs)."""
 
     def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None):
+                       score_mask=None, allowed=None):
+        assert allowed is None, "no row of these tests is sampled under a grammar"
         self.calls.append("base" if self.in_base else
                           "grad" if torch.is_grad_enabled() else "nograd")
         table = self.base if self.in_base else self.table
@@ -103,12 +104,12 @@ class FakeDeviceBigram(BigramPolicy):
         self.base = to_fake_device(self.base)
 
     def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None):
+                       score_mask=None, allowed=None):
         def there(t):
             return None if t is None else t.to(DEVICE)
 
         return super().token_logprobs(there(input_ids), there(attention_mask), temperature,
-                                      return_entropy, there(score_mask))
+                                      return_entropy, there(score_mask), there(allowed))
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -800,3 +801,74 @@ def test_save_keeps_the_newest_checkpoints(tmp_path):
 
 def test_no_checkpoint_without_a_pointer(tmp_path):
     assert latest_checkpoint(tmp_path) is None
+
+
+# -- grammar-constrained turns (the tiny HF model) ------------------------------------------------
+TOOL = 'start: "call " NAME "(" ARG ")"\nNAME: "view" | "search" | "edit"\nARG: /[a-z_]{1,12}/'
+FORCED = 'start: "The answer is 42."'
+
+
+@pytest.fixture(scope="module")
+def hf_engine(tiny_model_dir):
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
+
+    return load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora=False))
+
+
+def constrained_group(engine, grammar, rewards, temperature=1.0):
+    """One group of episodes, one turn each, sampled by the tiny model under `grammar`."""
+    from practicum.engine.base import SamplingParams
+
+    trainable, sampler = engine
+    prompt = trainable.tokenizer("Which tool reads a file?").input_ids
+    out = sampler.generate([prompt] * len(rewards),
+                           SamplingParams(temperature=temperature, max_new_tokens=30,
+                                          grammar=grammar), seeds=list(range(len(rewards))))
+    return [Episode("t", "g", prompt, [Turn(s.token_ids, s.logprobs, 0, grammar=grammar)],
+                    reward=r) for s, r in zip(out, rewards)]
+
+
+def hf_learner(engine, **sections) -> Learner:
+    tree = {"train": {"mini_batches": 2, "warmup_steps": 0, "lr": 1e-2},
+            "algo": {"kl_coef": 0.1}, **sections}
+    return Learner(engine[0], Config.model_validate(tree))
+
+
+def test_policy_proximal_and_reference_logprobs_replay_the_grammar(hf_engine, monkeypatch):
+    eps = constrained_group(hf_engine, TOOL, [1.0, 0.0, 1.0, 0.0])
+    learner = hf_learner(hf_engine)
+    calls = []
+    original = learner.model.token_logprobs
+
+    def recording(*args, allowed=None, **kw):
+        kind = "base" if learner.model._reference_active else \
+            "grad" if torch.is_grad_enabled() else "proximal"
+        calls.append((kind, allowed is not None))
+        return original(*args, allowed=allowed, **kw)
+
+    monkeypatch.setattr(learner.model, "token_logprobs", recording)
+    stats = learner.train_step(eps)
+    assert {k for k, _ in calls} == {"grad", "proximal", "base"} and all(a for _, a in calls)
+    # the learner scores exactly what the sampler sampled from: the masked distribution
+    assert stats["logprob_gap_max"] < 1e-4 and stats["kl_ref"] >= 0
+
+
+def test_without_the_replayed_mask_the_learner_would_be_far_off(hf_engine):
+    eps = constrained_group(hf_engine, TOOL, [1.0, 0.0])
+    for e in eps:
+        e.turns[0].grammar = None  # pretend the turns were free: scored under the full softmax
+    assert hf_learner(hf_engine).train_step(eps)["logprob_gap"] > 1.0
+
+
+def test_a_turn_whose_tokens_are_all_forced_contributes_nothing(hf_engine):
+    eps = constrained_group(hf_engine, FORCED, [1.0, 0.0])
+    assert all(lp == 0.0 for e in eps for lp in e.turns[0].logprobs)  # every token forced
+    learner = hf_learner(hf_engine, train={"mini_batches": 1, "warmup_steps": 0, "lr": 1e-2})
+    before = [p.detach().clone() for p in learner.params]
+    stats = learner.train_step(eps)
+    assert stats["grad_norm"] == 0.0 and stats["entropy"] == 0.0 and stats["logprob_gap"] == 0.0
+    assert all(torch.equal(a, p) for a, p in zip(before, learner.params))
+    # the same ids sampled freely would move the weights
+    for e in eps:
+        e.turns[0].grammar = None
+    assert learner.train_step(eps)["grad_norm"] > 0

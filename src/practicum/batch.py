@@ -8,6 +8,7 @@ functions in `practicum.algo`; it holds no formula.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,6 +18,7 @@ from practicum.algo.baselines import TaskBaselines
 from practicum.algo.shaping import overlong_penalty, step_penalty
 from practicum.algo.weights import broadcast_turn_weights, duration_weights
 from practicum.config import AlgoConfig
+from practicum.engine.constraint import grammars_for
 from practicum.episode import Episode, Segment
 
 
@@ -110,16 +112,23 @@ class TokenBatch:
     behaviour_logp: Tensor
     advantages: Tensor
     weights: Tensor
+    allowed: Tensor | None = None
+    """[B, T, W] packed int32 masks of the tokens position t was sampled among, replayed from
+    the grammar of its turn (`practicum.engine.constraint`; all bits set where unconstrained);
+    None when no row was sampled under a grammar."""
 
     def to(self, device: torch.device | str) -> TokenBatch:
         """The same batch on `device` (the model's: the loss mixes these with its log-probs)."""
-        return TokenBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+        return TokenBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device)
+                            for f in fields(self)))
 
 
 def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
-                pad_id: int, device: torch.device | str = "cpu") -> TokenBatch:
+                pad_id: int, device: torch.device | str = "cpu",
+                tokenizer: Any = None) -> TokenBatch:
     """The rows' tensors on `device`; per-turn advantages/weights land on each turn's sampled
-    tokens. Built on the CPU (row by row) and moved once."""
+    tokens; `allowed` replays each constrained turn's grammar over its sampled ids (with
+    `tokenizer`, the sampler's). Built on the CPU (row by row) and moved once."""
     T = max(len(r.segment.input_ids) for r in rows)
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -140,7 +149,23 @@ def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
     flat_adv = torch.cat([turn_adv[r.episode].float() for r in rows])
     flat_w = torch.cat([turn_w[r.episode].float() for r in rows])
     return TokenBatch(ids, attn, mask, blp, broadcast_turn_weights(flat_adv, turn),
-                      broadcast_turn_weights(flat_w, turn)).to(device)
+                      broadcast_turn_weights(flat_w, turn),
+                      allowed_masks(rows, T, tokenizer)).to(device)
+
+
+def allowed_masks(rows: list[Row], width: int, tokenizer: Any) -> Tensor | None:
+    """[B, width, W] packed masks: every bit set, except on the sampled positions of
+    constrained turns, which get their grammar's replayed masks; None when no turn is."""
+    if not any(r.segment.constrained for r in rows):
+        return None
+    if tokenizer is None:
+        raise ValueError("token_batch: rows sampled under a grammar need the tokenizer")
+    grammars = grammars_for(tokenizer)
+    out = torch.full((len(rows), width, grammars.width), -1, dtype=torch.int32)
+    for b, r in enumerate(rows):
+        for start, end, grammar in r.segment.constrained:
+            out[b, start:end] = grammars.replay(grammar, tuple(r.segment.input_ids[start:end]))
+    return out
 
 
 def pad_rows(values: list[Tensor], width: int) -> Tensor:

@@ -46,6 +46,9 @@ class Turn:
     reward: float = 0.0
     """Per-turn reward reported by the environment."""
     info: dict[str, Any] = field(default_factory=dict)
+    grammar: str | None = None
+    """The Lark grammar the turn was sampled under (its tokens drawn from the grammar-masked
+    distribution, `practicum.engine.constraint`); None: free text."""
 
     def __post_init__(self) -> None:
         if len(self.sampled_ids) != len(self.logprobs):
@@ -70,6 +73,9 @@ class Segment:
     """Behaviour log-prob per position; 0.0 where the mask is 0."""
     turn_index: list[int]
     """Per position: index (in `Episode.turns`) of the turn that sampled it, -1 elsewhere."""
+    constrained: list[tuple[int, int, str]] = field(default_factory=list)
+    """(start, end, grammar) of each turn sampled under a grammar: positions start..end-1 are
+    its sampled ids, each drawn from the grammar's mask (the learner replays it)."""
 
 
 @dataclass
@@ -108,6 +114,9 @@ class Episode:
                 n = len(t.context_ids)
                 cur = Segment(list(t.context_ids), [0] * n, [0.0] * n, [-1] * n)
             n, m = len(t.sampled_ids), len(t.observation_ids)
+            if t.grammar is not None and n:
+                start = len(cur.input_ids)
+                cur.constrained.append((start, start + n, t.grammar))
             cur.input_ids += t.sampled_ids + t.observation_ids
             cur.loss_mask += [1] * n + [0] * m
             cur.behaviour_logprobs += list(t.logprobs) + [0.0] * m

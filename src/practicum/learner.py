@@ -222,9 +222,10 @@ class Learner(QuietPart):
         shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.world)]
         out = {}
         for micro, live in self._micro_batches(shares):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
+                             self.model.tokenizer)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
-                                             score_mask=tb.loss_mask)
+                                             score_mask=tb.loss_mask, allowed=tb.allowed)
             for r, lp in zip(micro, logp):
                 if live:
                     out[id(r)] = lp[:len(r.segment.input_ids)]
@@ -241,10 +242,11 @@ class Learner(QuietPart):
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
         for micro, live in self._micro_batches(split_ranks(mini, self.ranks.world)):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device)
+            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
+                             self.model.tokenizer)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   self.temperature, return_entropy=True,
-                                                  score_mask=tb.loss_mask)
+                                                  score_mask=tb.loss_mask, allowed=tb.allowed)
             old = (logp.detach() if prox is None or not live else
                    pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
             token_loss, clipped = self._objective(logp, old, tb)
@@ -253,7 +255,8 @@ class Learner(QuietPart):
             if algo.kl_coef > 0:
                 with torch.no_grad(), self.model.frozen_base():
                     ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                    self.temperature, score_mask=tb.loss_mask)
+                                                    self.temperature, score_mask=tb.loss_mask,
+                                                    allowed=tb.allowed)
                 kl = k3_kl(logp, ref)
                 token_loss = token_loss + algo.kl_coef * kl
                 sums["kl_ref"] += (kl.detach() * mask).sum().item() * live

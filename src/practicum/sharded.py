@@ -117,10 +117,11 @@ class ShardedTrainable:
         """The trainable parameters' names, in the optimizer's order."""
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False, score_mask: Tensor | None = None):
+                       return_entropy: bool = False, score_mask: Tensor | None = None,
+                       allowed: Tensor | None = None):
         root = self.reference if self._in_base and self.reference is not None else self.policy
         return root(input_ids, attention_mask, temperature, return_entropy=return_entropy,
-                    score_mask=score_mask)
+                    score_mask=score_mask, allowed=allowed)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return self.inner.trainable_parameters()

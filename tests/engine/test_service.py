@@ -104,6 +104,12 @@ def test_openai_client_speaks_chat_completions():
                             "top_p": 1.0, "max_tokens": 5, "stop": ["\n"]}
 
 
+def test_an_openai_endpoint_refuses_a_grammar_instead_of_dropping_it():
+    client = OpenAIClient("http://127.0.0.1:9", "tiny")  # never reached
+    with pytest.raises(ValueError, match="takes no grammar"):
+        client.complete(MESSAGES, SamplingParams(grammar="start: /[a-z]+/"))
+
+
 class RecordingService:
     """Stands in for the trainer's ModelService: answers and records each call."""
 

@@ -149,3 +149,55 @@ def test_failed_generation_and_failed_reset(chat):
     b = EpisodeBuilder(NoReset([]), Task("t"), "g0/t", 0, chat, RolloutLimits(failure_reward=-1),
                        SamplingParams(), 0)
     assert b.done and b.episode.failure == "reset failed: ValueError: bad task file"
+
+
+# -- grammars -------------------------------------------------------------------------------------
+WORD = "start: /[a-z]{1,8}/"
+CALL = 'start: "call(" /[a-z]+/ ")"'
+
+
+class GrammarEnv(ScriptEnv):
+    """A ScriptEnv whose first turn is constrained by `grammar`."""
+
+    def __init__(self, results, grammar):
+        super().__init__(results)
+        self.grammar = grammar
+
+    def reset(self, task, seed=0):
+        return Start([{"role": "user", "content": "go"}], grammar=self.grammar)
+
+
+def grammar_build(chat, results, grammar):
+    return EpisodeBuilder(GrammarEnv(results, grammar), Task("t"), "g0/t", 0, chat,
+                          RolloutLimits(4, 400, -2.0), SamplingParams(max_new_tokens=10), 0)
+
+
+def test_each_turn_is_sampled_under_the_grammar_the_env_gave_last_and_records_it(chat):
+    ctx = [{"role": "user", "content": "fresh"}]
+    seen = []
+
+    def generate(ids, params, seed):
+        seen.append(params.grammar)
+        return Sample([100, 101, 102], [-0.5] * 3, "x", "stop"), 1
+
+    steps = [StepResult("o", grammar=CALL), StepResult("o"), StepResult(context=ctx, grammar=CALL),
+             StepResult(done=True)]
+    ep = run_episode(grammar_build(chat, steps, WORD), generate)
+    assert seen == [WORD, CALL, None, CALL]
+    assert [t.grammar for t in ep.turns] == seen
+    first, second = ep.segments()
+    p, obs = len(ep.prompt_ids), len(ep.turns[0].observation_ids)
+    # row 1: prompt | turn 0 (WORD) | obs | turn 1 (CALL) | obs | turn 2 (free)
+    assert first.constrained == [(p, p + 3, WORD), (p + 3 + obs, p + 6 + obs, CALL)]
+    assert first.input_ids[p + 3 + obs:p + 6 + obs] == [100, 101, 102]
+    n = len(chat.render(ctx))
+    assert second.constrained == [(n, n + 3, CALL)]  # row 2: the fresh context | turn 3
+
+
+def test_a_malformed_grammar_ends_the_episode_with_a_named_failure(chat):
+    b = grammar_build(chat, [], 'start: "a" missing')
+    assert b.done and b.episode.failure.startswith("reset failed: GrammarError: grammar error")
+    assert "missing" in b.episode.failure
+    ep = run_episode(grammar_build(chat, [StepResult("o", grammar="start: (")], WORD),
+                     generator([2, 2]))
+    assert ep.failure.startswith("env gave a bad grammar: grammar error") and len(ep.turns) == 1

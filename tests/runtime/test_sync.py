@@ -3,6 +3,7 @@ to exactly the same weights and episodes; the real model trains a few steps."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,28 @@ def test_tiny_model_learns_the_toy_task(peaked_model_dir, tmp_path, toy_override
     assert max(r["logprob_gap_max"] for r in rows) < 1e-3  # trainer saw the engine's log-probs
     assert all(r["updates"] == 2 and r["clip_frac_per_update"][0] == 0 for r in rows)
     assert any(r["clip_frac_per_update"][1] > 0 for r in rows)  # clip-higher binds
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_the_toy_task_under_a_grammar(peaked_model_dir, tmp_path,
+                                                        toy_overrides, train_run, metric_rows):
+    """Every reply (training and evaluation) is sampled under the toy's grammar and the learner
+    scores it under the same grammar: log-probs agree and the policy still learns."""
+    word = "start: /[a-z]{1,8}/"
+    cfg = load_config(None, toy_overrides(peaked_model_dir, tmp_path, 8,
+                                          f'task.options.grammar="{word}"'))
+    summary = train_run(cfg)
+    rows = metric_rows(tmp_path / "toy")
+    train = [r["reward_mean"] for r in rows]
+    assert sum(train[-3:]) / 3 > train[0] + 0.1, train
+    assert max(r["logprob_gap_max"] for r in rows) < 1e-3
+    episodes = list(EpisodeStore(tmp_path / "toy" / "episodes.jsonl"))
+    assert len(episodes) == 8 * 32
+    assert all(t.grammar == word and re.fullmatch("[a-z]{1,8}", t.action_text)
+               for e in episodes for t in e.turns)
+    evaluated = json.loads((tmp_path / "toy" / "eval" / "step_000000.json").read_text())
+    assert all(re.fullmatch("[a-z]{1,8}", e["turns"][0]) for e in evaluated["episodes"])
+    assert summary["eval_after"]["reward_mean"] > summary["eval_before"]["reward_mean"]
 
 
 # -- exact resume ---------------------------------------------------------------------------------

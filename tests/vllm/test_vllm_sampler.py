@@ -2,11 +2,14 @@
 log-probs at the sampling temperature), LoRA publishing with the adapter on and off, the model
 service, and both runtimes training with it. One engine start-up for the whole module."""
 
+import re
+
 import pytest
 import torch
 
 from practicum.engine.base import SamplingParams
 from practicum.engine.chat import ChatFormat
+from practicum.engine.constraint import grammars_for
 from practicum.engine.hf import HFSampler, PolicyConfig
 from practicum.engine.server import GenerationServer
 from practicum.engine.service import ModelService
@@ -75,6 +78,35 @@ def test_logprobs_are_the_learners_at_the_sampling_temperature(engine):
     assert max(abs(a - b) for a, b in zip(s.logprobs, ref)) < 2e-3
     untempered = learner_logprobs(trainable, prompt, s, 1.0)
     assert max(abs(a - b) for a, b in zip(s.logprobs, untempered)) > 1e-2
+
+
+TOOL = 'start: "call " NAME "(" ARG ")"\nNAME: "view" | "search" | "edit"\nARG: /[a-z_.]{1,12}/'
+TOOL_RE = re.compile(r"call (view|search|edit)\([a-z_.]{1,12}\)")
+
+
+def test_a_grammar_constrains_samples_and_the_learner_replays_their_logprobs(engine):
+    """Structured output through vLLM's guidance backend: replies match the grammar and end
+    with eos, greedy is the HF sampler's masked argmax, and the sampled log-probs are the
+    learner's with the grammar replayed (the masked distribution's, not the full softmax's)."""
+    trainable, sampler, chat = engine
+    prompt = chat.render([{"role": "user", "content": "Which tool reads setup.py?"}])
+    eos = trainable.tokenizer.eos_token_id
+    out = sampler.generate([prompt] * 3, SamplingParams(temperature=1.0, max_new_tokens=30,
+                                                        grammar=TOOL), seeds=[1, 2, 3])
+    g = grammars_for(trainable.tokenizer)
+    for s in out:
+        assert TOOL_RE.fullmatch(s.text) and s.token_ids[-1] == eos, s
+        ids = torch.tensor([prompt + s.token_ids])
+        allowed = torch.full((1, ids.shape[1], g.width), -1, dtype=torch.int32)
+        allowed[0, len(prompt):] = g.replay(TOOL, tuple(s.token_ids))
+        with torch.no_grad():
+            lp = trainable.token_logprobs(ids, torch.ones_like(ids), allowed=allowed)
+        assert max(abs(a - b) for a, b in zip(s.logprobs, lp[0, len(prompt):].tolist())) < 2e-3
+        assert learner_logprobs(trainable, prompt, s, 1.0) != pytest.approx(s.logprobs, abs=0.1)
+    hf = HFSampler(trainable.lm, trainable.tokenizer, peft_model=trainable.model)
+    greedy = SamplingParams(temperature=0, max_new_tokens=30, grammar=TOOL)
+    (v,), (h,) = sampler.generate([prompt], greedy), hf.generate([prompt], greedy)
+    assert (v.token_ids, v.finish_reason) == (h.token_ids, h.finish_reason)
 
 
 def test_seeds_repeat_and_do_not_depend_on_batch_mates(engine):

@@ -31,6 +31,11 @@ class SamplingParams:
     """Generation of a sequence stops once its decoded text contains one of these."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra stop ids besides the tokenizer's eos; the stop id itself is kept as sampled."""
+    grammar: str | None = None
+    """Lark grammar (llguidance syntax) every continuation must match: tokens it does not allow
+    are masked before temperature and top-p, log-probs are those of the masked distribution,
+    and a continuation ends once the grammar is complete (`practicum.engine.constraint`).
+    None: free text."""
 
     def __post_init__(self) -> None:  # lists from callers become hashable tuples
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
@@ -43,7 +48,7 @@ class Sample:
     """Exactly the sampled ids (stop id included when one was sampled; never padding)."""
     logprobs: list[float]
     """Behaviour log-probs: log mu(token | prefix) under the distribution that was actually
-    sampled from (temperature and top-p applied; 0.0 for greedy, a point mass)."""
+    sampled from (grammar mask, temperature and top-p applied; 0.0 for greedy, a point mass)."""
     text: str
     finish_reason: Literal["stop", "length"]
     """'stop' (eos, stop id or stop string) or 'length' (max_new_tokens reached)."""
@@ -113,10 +118,13 @@ class Trainable(Protocol):
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor,
                        temperature: float = 1.0, return_entropy: bool = False,
-                       score_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                       score_mask: Tensor | None = None, allowed: Tensor | None = None
+                       ) -> Tensor | tuple[Tensor, Tensor]:
         """logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]], [B, T] fp32 (0 at position 0 and on
         padding); with return_entropy also the entropy of each distribution (no gradient).
-        score_mask [B, T]: only these positions are read, others may be 0 (saves work)."""
+        score_mask [B, T]: only these positions are read, others may be 0 (saves work).
+        allowed [B, T, W] packed int32 (`practicum.engine.constraint`): the softmax at t runs
+        over the tokens allowed at t only (a grammar's mask; all bits set = unconstrained)."""
         ...
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from practicum.engine.base import QuietPart, Sample, SamplingParams, WeightUpdate
+from practicum.engine.constraint import grammars_for, masked_logits
 from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
 from practicum.engine.kv_cache import reserved_cache
 from practicum.engine.sampling import check_request, left_pad, positions, sample_next
@@ -128,6 +129,9 @@ class HFSampler(QuietPart):
         A sequence stops after an eos/stop id (kept) or after the token that completes a stop
         string (kept, nothing after it). Log-probs are those of the distribution sampled from:
         softmax(logits / T), renormalised over the nucleus when top_p < 1, and 0 for greedy.
+        Under `params.grammar` the logits are masked to the grammar's allowed tokens first (so
+        the log-probs are the masked distribution's) and a sequence also stops once the grammar
+        is complete: then only eos is allowed, and it is sampled (log-prob 0).
         """
         check_request(prompts, params, seeds, self.max_positions)
         if not prompts or params.max_new_tokens == 0:
@@ -174,8 +178,16 @@ class HFSampler(QuietPart):
             cache.batch_select_indices(sel)
             logits, mask, pos = logits[sel], mask[sel], pos[sel]
         rows = list(range(n))  # original index of each still-running row
+        grammar = params.grammar
+        if grammar is not None:  # one matcher per row; masks applied before temperature
+            grammars = grammars_for(self.tokenizer)
+            matchers = [grammars.matcher(grammar) for _ in range(n)]
+            packed = torch.empty(n, grammars.width, dtype=torch.int32)
         for _ in range(params.max_new_tokens):
             row_gens = [gens[i] for i in rows] if gens is not None else None
+            if grammar is not None:
+                logits = masked_logits(logits, grammars.fill([matchers[i] for i in rows],
+                                                             packed[:len(rows)]))
             tok, lp = sample_next(logits, params.temperature, params.top_p, row_gens)
             # one device-to-host transfer per step; float64 holds both ids and fp32 log-probs
             host_tok, host_lp = torch.stack([tok.double(), lp.double()]).tolist()
@@ -183,6 +195,8 @@ class HFSampler(QuietPart):
             for j, (i, t, lq) in enumerate(zip(rows, map(int, host_tok), host_lp)):
                 out_ids[i].append(t)
                 out_lps[i].append(lq)
+                if grammar is not None:  # a complete grammar allows only eos, a stop id
+                    grammars.consume(matchers[i], t, grammar)
                 if t in stop_ids or self._hit_stop_string(out_ids[i], params.stop_strings):
                     reasons[i] = "stop"
                 elif len(out_ids[i]) < params.max_new_tokens:

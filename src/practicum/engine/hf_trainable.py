@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from practicum.engine.base import WeightUpdate
+from practicum.engine.constraint import masked_logits
 from practicum.engine.hf_model import FrozenReference, Logits, PolicyConfig, eos_ids, pad_id
 from practicum.engine.sampling import positions
 from practicum.errors import PracticumError
@@ -68,8 +69,8 @@ class HFTrainable:
 
     # -- log-probs ------------------------------------------------------------------------------
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False, score_mask: Tensor | None = None
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+                       return_entropy: bool = False, score_mask: Tensor | None = None,
+                       allowed: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
 
         input_ids, attention_mask: [B, T], any padding side. Returns [B, T] fp32; position 0,
@@ -78,6 +79,10 @@ class HFTrainable:
         (a diagnostic: it carries no gradient). score_mask [B, T], optional: the positions the
         caller reads (a loss mask); the output projection over the vocabulary, the dearest part
         of the head, then runs on those positions only and the others get 0 as well.
+        allowed [B, T, W], optional: packed masks (`practicum.engine.constraint`) of the tokens
+        position t was sampled among (a grammar's); the softmax then runs over those only, so
+        the log-probs and entropies are the masked, renormalised distribution's, and a token
+        that was the only one allowed gets log-prob 0 and no gradient.
         Without grad the model runs in eval mode (no dropout), so proximal and reference
         log-probs are deterministic.
         """
@@ -87,6 +92,7 @@ class HFTrainable:
         mask = attention_mask.to(self.device)
         targets = input_ids[:, 1:]
         valid = (mask[:, 1:] * mask[:, :-1]).bool()
+        allow = None if allowed is None else allowed.to(self.device)[:, 1:]  # token t's, at t-1
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))
         with self._eval_mode(not torch.is_grad_enabled()):
@@ -95,16 +101,20 @@ class HFTrainable:
                 keep = valid if score_mask is None else \
                     valid & score_mask.to(self.device)[:, 1:].bool()
                 h, tgt = hidden[keep], targets[keep]  # [N, H], [N]: only the scored positions
+                a_keep = None if allow is None else allow[keep]
                 step, n = self.logit_chunk_rows, h.shape[0]
                 parts = [self._chunk_stats(logits, h[a:a + step], tgt[a:a + step], temperature,
-                                           return_entropy, recompute=n > step)
+                                           return_entropy, recompute=n > step,
+                                           allowed=None if a_keep is None else a_keep[a:a + step])
                          for a in range(0, max(1, n), step)]
                 zeros = torch.zeros(valid.shape, dtype=torch.float32, device=self.device)
                 logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
                 entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
             else:
-                z = logits(lm, input_ids, mask, positions(mask))[:, :-1]
-                logp, entropy = _logp_entropy(z / temperature, targets, return_entropy)
+                z = logits(lm, input_ids, mask, positions(mask))[:, :-1] / temperature
+                if allow is not None:
+                    z = masked_logits(z, allow)
+                logp, entropy = _logp_entropy(z, targets, return_entropy)
         zero = logp.new_zeros(logp.shape[0], 1)
         logp = torch.cat([zero, logp.masked_fill(~valid, 0.0)], dim=1)
         if not return_entropy:
@@ -136,12 +146,15 @@ class HFTrainable:
 
     @staticmethod
     def _chunk_stats(logits: Logits, hidden: Tensor, targets: Tensor, temperature: float,
-                     with_entropy: bool, recompute: bool) -> tuple[Tensor, Tensor]:
-        """(log-prob of targets, entropy) for a chunk of hidden states [N, H]; with `recompute`
-        (under grad) the logits are not kept but recomputed in backward."""
+                     with_entropy: bool, recompute: bool, allowed: Tensor | None = None
+                     ) -> tuple[Tensor, Tensor]:
+        """(log-prob of targets, entropy) for a chunk of hidden states [N, H], over the tokens
+        `allowed` [N, W] (packed) when given; with `recompute` (under grad) the logits are not
+        kept but recomputed in backward."""
         def stats(h: Tensor) -> tuple[Tensor, Tensor]:
             z = logits.head(h)
-            return _logp_entropy(z if temperature == 1.0 else z / temperature, targets,
+            z = z if temperature == 1.0 else z / temperature
+            return _logp_entropy(z if allowed is None else masked_logits(z, allowed), targets,
                                  with_entropy)
 
         if recompute and torch.is_grad_enabled() and hidden.requires_grad:
@@ -301,11 +314,13 @@ def _shared_prefix(input_ids: Tensor, mask: Tensor) -> int:
 
 def _logp_entropy(z: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
     """log softmax(z)[target] and the entropy of softmax(z) (no gradient; zeros unless
-    with_entropy); z [..., V], targets [...]."""
+    with_entropy); z [..., V], targets [...]. Logits of -inf (masked tokens) have probability 0
+    and add nothing to the entropy."""
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
     if not with_entropy:
         return logp, torch.zeros_like(logp)
     with torch.no_grad():
         zd, lse_d = z.detach(), lse.detach()
-        return logp, lse_d - (torch.exp(zd - lse_d[..., None]) * zd).sum(-1)
+        p_z = torch.exp(zd - lse_d[..., None]) * zd.clamp(min=torch.finfo(zd.dtype).min)
+        return logp, lse_d - p_z.sum(-1)

@@ -184,6 +184,9 @@ class OpenAIClient:
     def complete(self, messages: list[Message], params: SamplingParams | None = None
                  ) -> Completion:
         params = params or DEFAULT_PARAMS
+        if params.grammar is not None:  # no standard field for it: refuse rather than drop it
+            raise ValueError("an OpenAI-compatible endpoint takes no grammar "
+                             "(SamplingParams.grammar); use the policy or a local model")
         body = {"model": self.model, "messages": list(messages),
                 "temperature": params.temperature, "top_p": params.top_p,
                 "max_tokens": params.max_new_tokens}

@@ -9,7 +9,11 @@ Same contract as the HF sampler (`hf_sampler`):
   completed a stop string (vLLM keeps both in `token_ids`); the text is decoded from the ids;
 - log-probs are those of the distribution sampled from (`logprobs_mode="processed_logprobs"`:
   log-softmax of the temperature-scaled, top-p-filtered logits), 0 for greedy;
-- a per-request seed makes a row's draw repeatable and independent of its batch-mates.
+- a per-request seed makes a row's draw repeatable and independent of its batch-mates;
+- a grammar (`SamplingParams.grammar`, Lark) is passed as structured output to vLLM's guidance
+  (llguidance) backend, which masks the logits before the sampler, so the processed log-probs
+  are the masked distribution's, and samples eos once the grammar is complete, as the HF
+  sampler does; the learner replays the same grammar (`practicum.engine.constraint`).
 
 Weights: with LoRA every published version is written as a peft adapter folder and served under
 a new adapter id (vLLM silently keeps serving a cached adapter whose id is reused); adapter=False
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
+from practicum.engine.constraint import compiled
 from practicum.engine.sampling import check_request
 
 
@@ -66,7 +71,8 @@ class VLLMSampler:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
         self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype,
                        max_model_len=opts.max_model_len, enforce_eager=True, seed=seed,
-                       logprobs_mode="processed_logprobs", **kwargs)
+                       logprobs_mode="processed_logprobs",
+                       structured_outputs_config={"backend": "guidance"}, **kwargs)
         self.tokenizer = tokenizer
         self.max_positions = opts.max_model_len
         self.version = 0
@@ -87,6 +93,7 @@ class VLLMSampler:
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         from vllm import SamplingParams as VP
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import StructuredOutputsParams
 
         check_request(prompts, params, seeds, self.max_positions)
         if not prompts or params.max_new_tokens == 0:
@@ -95,7 +102,12 @@ class VLLMSampler:
             raise ValueError("adapter=False (the frozen base) needs LoRA on the vLLM engine: "
                              "full fine-tuning overwrote the base weights in place")
         greedy = params.temperature == 0
+        grammar = None
+        if params.grammar is not None:  # refused here, in one line, like the HF sampler does
+            compiled(params.grammar)
+            grammar = StructuredOutputsParams(grammar=params.grammar)
         sps = [VP(temperature=params.temperature, top_p=params.top_p,
+                  structured_outputs=grammar,
                   max_tokens=params.max_new_tokens, stop=list(params.stop_strings) or None,
                   stop_token_ids=list(params.stop_token_ids) or None, logprobs=0,
                   seed=None if seeds is None or greedy else seeds[i],

@@ -3,11 +3,15 @@
 Reward = share of the reply's letters that fall in the first half of the alphabet (a-m).
 An untrained random model scores about 0.5 with real spread inside a group, so even a tiny
 model can learn it in a few dozen updates: it is a test of the RL plumbing, not of skill.
+With `grammar` every reply is sampled under that Lark grammar (constrained decoding,
+`practicum.engine.constraint`), e.g. `start: /[a-z]{1,8}/` for one lowercase word.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import functools
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from practicum.envs.audit import AuditSpec
 from practicum.envs.base import Env, Start, StepResult, Task
@@ -21,6 +25,17 @@ class ToyOptions(BaseModel):
 
     train_size: int = Field(64, gt=0, description="Training prompts.")
     eval_size: int = Field(8, gt=0, description="Held-out prompts.")
+    grammar: str | None = Field(None, description="Lark grammar (llguidance syntax) every "
+                                "reply is sampled under; None = free text.")
+
+    @field_validator("grammar")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            from practicum.engine.constraint import compiled
+
+            compiled(v)  # a GrammarError (a ValueError) names the grammar
+        return v
 
 
 def first_half_share(text: str) -> float:
@@ -29,16 +44,19 @@ def first_half_share(text: str) -> float:
 
 
 class LetterEnv(Env):
+    def __init__(self, grammar: str | None = None):
+        self.grammar = grammar
+
     def reset(self, task: Task, seed: int = 0) -> Start:
-        return Start([{"role": "user", "content": task.data["prompt"]}])
+        return Start([{"role": "user", "content": task.data["prompt"]}], grammar=self.grammar)
 
     def step(self, action: str) -> StepResult:
         reward = first_half_share(action)
         return StepResult(reward=reward, done=True, metrics={"share": reward})
 
 
-def make_letter_env(models=None) -> LetterEnv:
-    return LetterEnv()
+def make_letter_env(models=None, grammar: str | None = None) -> LetterEnv:
+    return LetterEnv(grammar)
 
 
 def toy_suite(opts: ToyOptions, ctx: SuiteContext) -> Suite:
@@ -46,7 +64,7 @@ def toy_suite(opts: ToyOptions, ctx: SuiteContext) -> Suite:
     train = [Task(f"toy/{i}", {"prompt": f"Write a word. ({i})"}) for i in range(opts.train_size)]
     held = [Task(f"toy-eval/{i}", {"prompt": f"Write a word. [{i}]"})
             for i in range(opts.eval_size)]
-    return Suite(make_letter_env, train, held)
+    return Suite(functools.partial(make_letter_env, grammar=opts.grammar), train, held)
 
 
 def toy_audit(opts: ToyOptions) -> AuditSpec:

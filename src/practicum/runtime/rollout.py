@@ -10,6 +10,10 @@ turn stopped by a length limit is marked (`Turn.finish_reason` 'length' or 'budg
 episode is overlong when its outcome was decided by length: its final turn was cut, or its
 row had no room for another turn.
 
+Grammars: a turn is sampled under the grammar the environment gave last (`Start.grammar`, then
+each `StepResult.grammar`; None = free text) and records it (`Turn.grammar`), so the learner can
+replay it; a grammar llguidance cannot compile ends the episode with a named failure.
+
 Seeds: an episode's randomness (the environment's, and every turn's sampling) derives from the
 run seed, its group id and its slot, so a resumed run re-samples a lost episode identically and
 no two turns or rows share a seed.
@@ -28,6 +32,7 @@ from typing import Callable
 
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.chat import ChatFormat
+from practicum.engine.constraint import GrammarError, compiled
 from practicum.engine.server import GenerationServer
 from practicum.envs.base import Env, StepResult, Task
 from practicum.episode import Episode, Turn
@@ -48,6 +53,14 @@ class RolloutLimits:
     failure_reward: float = 0.0
 
 
+def checked(grammar: str | None) -> str | None:
+    """The grammar an environment gave for the next turn, refused with a `GrammarError` naming
+    it when llguidance cannot compile it (the episode ends with that reason)."""
+    if grammar is not None:
+        compiled(grammar)
+    return grammar
+
+
 class EpisodeBuilder:
     """One episode in progress: the ids of its current row, its turns, whether it has ended."""
 
@@ -60,6 +73,8 @@ class EpisodeBuilder:
                                episode_id=uuid.uuid4().hex, info={"slot": slot})
         self._row: list[int] = []
         self._context: list[int] | None = None  # the next turn's fresh prompt, when set
+        self.grammar: str | None = None
+        """The grammar the next turn is sampled under (the environment's last word on it)."""
         self.params = params
         try:
             start = env.reset(task, derive_seed(self.seed, "env"))
@@ -67,6 +82,7 @@ class EpisodeBuilder:
             stops = tuple(dict.fromkeys([*params.stop_strings, *start.stop_strings]))
             self.params = replace(params, stop_strings=stops, stop_token_ids=tuple(sorted(
                 {*params.stop_token_ids, *chat.stop_ids()})))
+            self.grammar = checked(start.grammar)
         except Exception as e:  # a broken task costs one episode, never the run
             self._fail(f"reset failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
 
@@ -78,7 +94,7 @@ class EpisodeBuilder:
             self.episode.overlong = self.episode.truncated = True
             self._finish(self.episode.turns[-1].reward if self.episode.turns else 0.0)
             return None
-        params = self.params
+        params = replace(self.params, grammar=self.grammar)
         if room < params.max_new_tokens:
             params = replace(params, max_new_tokens=room)
         return self._row, params, derive_seed(self.seed, len(self.episode.turns))
@@ -90,7 +106,7 @@ class EpisodeBuilder:
         self.episode.turns.append(Turn(sampled_ids=list(sample.token_ids),
                                        logprobs=list(sample.logprobs), policy_version=version,
                                        context_ids=self._context, action_text=sample.text,
-                                       finish_reason=reason))
+                                       finish_reason=reason, grammar=params.grammar))
         self._context = None
         self._row = self._row + list(sample.token_ids)
 
@@ -121,10 +137,17 @@ class EpisodeBuilder:
             e.solved = result.solved
             e.overlong = turn.cut
             self._finish(result.reward)
-        elif len(e.turns) >= self.limits.max_turns:
+            return
+        if len(e.turns) >= self.limits.max_turns:
             e.truncated, e.overlong = True, turn.cut
             self._finish(result.reward)
-        elif result.context is not None:  # the next turn starts a new row
+            return
+        try:
+            self.grammar = checked(result.grammar)
+        except GrammarError as err:
+            self._fail(f"env gave a bad grammar: {err}", reward=result.reward)
+            return
+        if result.context is not None:  # the next turn starts a new row
             self._context = self._row = self.chat.render(result.context)
         else:
             turn.observation_text = result.observation
