@@ -11,8 +11,9 @@ This is the only module that reads the placement settings (`runtime.ray_learner`
     learner   in this process (`practicum.learner.Learner` over the factory's trainable)
               or a Ray actor (`RayLearner`)
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
-              trainable's weights, or with weights of its own in a Ray actor (`RayEngine`) or
-              here when the learner is an actor
+              trainable's weights, or with weights of its own in a Ray actor (`RayEngine`),
+              in N of them (`engine.replicas`, `EngineReplicas`) or here when the learner is
+              an actor
     envs      in this process (and its children), or Ray actors (`RayEnvPool`)
 """
 
@@ -131,12 +132,18 @@ def _place_learner(cfg: Config, policy) -> Learner:
 
 def _place_sampler(cfg: Config, policy, learner: Learner) -> Sampler:
     rt = cfg.runtime
-    if rt.ray_engine == "actor":
+    if rt.ray_engine == "actor" and cfg.engine.replicas > 1:
+        from practicum.runtime.replicas import EngineReplicas
+
+        sampler: Any = EngineReplicas(cfg.engine, policy, n=cfg.engine.replicas,
+                                      cpus=rt.ray_engine_cpus, gpus=rt.ray_engine_gpus,
+                                      timeout=rt.ray_call_timeout_s, address=rt.ray_address)
+    elif rt.ray_engine == "actor":
         from practicum.runtime.ray_engine import RayEngine
 
-        sampler: Any = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
-                                 gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
-                                 address=rt.ray_address)
+        sampler = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
+                            gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
+                            address=rt.ray_address)
     elif rt.ray_learner == "driver":  # may share the trainable's weights: holds version 0
         return build_sampler(cfg.engine, policy, learner.trainable)
     else:
