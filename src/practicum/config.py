@@ -104,7 +104,7 @@ class VLLMEngineConfig(EngineSection):
         "take (weights, activations, KV cache). None = sized when it starts to the memory then "
         "free, less a margin, at most 0.9: beside a learner on the same GPU (runtime.ray_engine="
         "driver) it takes what the learner left; on GPUs of its own (ray_engine=actor) vLLM's "
-        "usual 0.9.")
+        "usual 0.9 (less what its CUDA context already took).")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm on GPUs: GPUs one engine "
                                       "shards the model over (an engine actor then needs "
                                       "runtime.ray_engine_gpus >= this).")

@@ -102,10 +102,11 @@ def place(cfg: Config) -> Placement:
     policy = policy_config(cfg)
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
     rt = cfg.runtime
-    if cfg.engine.kind != "hf" and "actor" in (rt.ray_engine, rt.ray_learner):
+    if cfg.engine.kind != "hf" and rt.ray_learner == "actor":
         raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
                           f"only (engine.kind={cfg.engine.kind} needs its own Python "
                           "environment)")
+    _check_vllm_actor(cfg)
     learner = _place_learner(cfg, policy)
     try:
         sampler = _place_sampler(cfg, policy, learner)
@@ -115,6 +116,26 @@ def place(cfg: Config) -> Placement:
     tokenizer = (learner.trainable.tokenizer if rt.ray_learner == "driver"
                  else load_tokenizer(resolve_model(policy.model)))
     return Placement(learner, sampler, tokenizer)
+
+
+def _check_vllm_actor(cfg: Config) -> None:
+    """vLLM on GPUs of its own runs in engine actors, which need vLLM in this Python
+    environment (requirements-cuda.txt; the CPU build lives in a venv of its own) and at least
+    one GPU per tensor-parallel shard."""
+    from importlib.util import find_spec
+
+    rt, engine = cfg.runtime, cfg.engine
+    if engine.kind != "vllm" or rt.ray_engine != "actor":
+        return
+    if find_spec("vllm") is None:
+        raise ConfigError("config error at runtime.ray_engine: engine.kind=vllm in an engine "
+                          "actor needs vllm installed in this Python environment "
+                          "(requirements-cuda.txt)")
+    if 0 < rt.ray_engine_gpus < engine.tensor_parallel_size:
+        raise ConfigError(f"config error at runtime.ray_engine_gpus: "
+                          f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards "
+                          f"the model over that many GPUs; the engine actor has "
+                          f"{rt.ray_engine_gpus:g}")
 
 
 def _place_learner(cfg: Config, policy) -> Learner:
