@@ -64,3 +64,14 @@ def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
                                               "engine.tensor_parallel_size=2"):
             place(load_config(None, actor + ["engine.tensor_parallel_size=2",
                                              "runtime.ray_engine_gpus=1"]))
+
+
+def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "multi_gpu_sampling.yaml"
+    colocated = load_config(path)
+    assert colocated.engine.enable_sleep_mode and colocated.runtime.ray_engine == "driver"
+    own = load_config(path, ["engine.enable_sleep_mode=false", "engine.replicas=4",
+                             "runtime.ray_engine=actor", "runtime.ray_engine_gpus=1"])
+    assert own.engine.replicas == 4 and own.runtime.ray_engine_gpus == 1

@@ -24,7 +24,7 @@ On a GPU (`llm_options`): beside the learner the engine takes the memory left wh
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
 GPUs of its own it runs in an engine actor (`runtime.ray_engine: actor`, `ray_engine_gpus`).
 vLLM needs its own environment on CPU (it pins torch and transformers): `scripts/vllm_venv.sh`;
-on GPUs `requirements-cuda.txt`.
+on GPUs `scripts/requirements-cuda.txt`.
 """
 
 from __future__ import annotations

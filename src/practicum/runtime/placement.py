@@ -130,7 +130,7 @@ def _check_vllm_actor(cfg: Config) -> None:
     if find_spec("vllm") is None:
         raise ConfigError("config error at runtime.ray_engine: engine.kind=vllm in an engine "
                           "actor needs vllm installed in this Python environment "
-                          "(requirements-cuda.txt)")
+                          "(scripts/requirements-cuda.txt)")
     if 0 < rt.ray_engine_gpus < engine.tensor_parallel_size:
         raise ConfigError(f"config error at runtime.ray_engine_gpus: "
                           f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards "
