@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from practicum.config import HFEngineConfig, load_config
-from practicum.engine.base import SamplingParams
+from practicum.engine.base import Sample, SamplerFailure, SamplingParams
 from practicum.engine.hf import PolicyConfig, load_hf_engine
 from practicum.errors import ConfigError
 from practicum.runtime.replicas import EngineReplicas, cut_row_args, shard_rows
@@ -34,6 +34,40 @@ def test_per_row_arguments_travel_with_their_rows_and_others_pass_unchanged():
     assert cut_row_args(3, range(0, 1), None, {})[0] is None
 
 
+class StandIn:
+    """A replica with a fixed draw per (prompt, seed); `fails` raises SamplerFailure like a
+    replica whose actor died twice or timed out."""
+
+    def __init__(self, fails: bool = False):
+        self.fails, self.calls = fails, []
+
+    def generate(self, prompts, params, seeds=None, adapter=True, **kwargs):
+        self.calls.append((len(prompts), seeds, kwargs))
+        if self.fails:
+            raise SamplerFailure("engine actor died during generate (pid 1)")
+        return [Sample([sum(p), s or 0], [0.0, 0.0], "", "stop")
+                for p, s in zip(prompts, seeds or [None] * len(prompts))]
+
+
+def test_a_shard_whose_replica_fails_reruns_on_another_and_row_arguments_follow_rows():
+    good, bad = StandIn(), StandIn(fails=True)
+    router = EngineReplicas([bad, good])
+    try:
+        out = router.generate([[1], [2], [3]], SamplingParams(), [7, 8, 9],
+                              grammar=["a", "b", "c"], note="all")
+        assert [s.token_ids for s in out] == [[1, 7], [2, 8], [3, 9]]  # in the callers' order
+        assert bad.calls == [(2, [7, 8], {"grammar": ["a", "b"], "note": "all"})]
+        assert sorted(good.calls) == [(1, [9], {"grammar": ["c"], "note": "all"}),
+                                      (2, [7, 8], {"grammar": ["a", "b"], "note": "all"})]
+        assert router.served == [0, 3] and router._loads == [0, 0]
+    finally:
+        router.close()
+    alone = EngineReplicas([StandIn(fails=True)])
+    with pytest.raises(SamplerFailure):  # nowhere else to go: the call fails as a whole
+        alone.generate([[1]], SamplingParams(), [1])
+    alone.close()
+
+
 def test_replicas_need_engine_actors():
     with pytest.raises(ConfigError, match="engine.replicas=2 needs runtime.backend=ray and "
                                           "runtime.ray_engine=actor"):
@@ -53,7 +87,7 @@ def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(
         tiny_model_dir):
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
     trainable, local = load_hf_engine(policy)
-    replicas = EngineReplicas(HFEngineConfig(), policy, n=2, cpus=0, timeout=60)
+    replicas = EngineReplicas.start(HFEngineConfig(), policy, n=2, cpus=0, timeout=60)
     try:
         a, b = replicas.replicas
         assert len({a.pid, b.pid, os.getpid()}) == 3

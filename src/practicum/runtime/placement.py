@@ -156,9 +156,11 @@ def _place_sampler(cfg: Config, policy, learner: Learner) -> Sampler:
     if rt.ray_engine == "actor" and cfg.engine.replicas > 1:
         from practicum.runtime.replicas import EngineReplicas
 
-        sampler: Any = EngineReplicas(cfg.engine, policy, n=cfg.engine.replicas,
-                                      cpus=rt.ray_engine_cpus, gpus=rt.ray_engine_gpus,
-                                      timeout=rt.ray_call_timeout_s, address=rt.ray_address)
+        sampler: Any = EngineReplicas.start(cfg.engine, policy, n=cfg.engine.replicas,
+                                            cpus=rt.ray_engine_cpus,
+                                            gpus=rt.ray_engine_gpus,
+                                            timeout=rt.ray_call_timeout_s,
+                                            address=rt.ray_address)
     elif rt.ray_engine == "actor":
         from practicum.runtime.ray_engine import RayEngine
 

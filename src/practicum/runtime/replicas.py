@@ -1,7 +1,7 @@
 """Sampler replicas (`engine.replicas: N`, `runtime.ray_engine: actor`): N engine actors behind
 one `practicum.engine.base.Sampler`.
 
-    replicas = EngineReplicas(engine_cfg, policy, n=2, cpus=1, gpus=1)
+    replicas = EngineReplicas.start(engine_cfg, policy, n=2, cpus=1, gpus=1)
     replicas.generate(prompts, params, seeds)   # rows split across the replicas, in parallel
     replicas.load_weights(update)               # every replica; returns once all hold it
 
@@ -59,33 +59,52 @@ def cut_row_args(n_rows: int, rows: range, seeds, kwargs: dict[str, Any]):
 
 
 class EngineReplicas:
-    """Implements `practicum.engine.base.Sampler` over N `RayEngine` replicas (module doc).
-    Starts a local Ray when none is running (and stops it in `close`)."""
+    """Implements `practicum.engine.base.Sampler` over N replicas, `RayEngine` actors from
+    `start` (module doc)."""
 
-    def __init__(self, engine_cfg, policy: PolicyConfig, *, n: int, cpus: float = 1.0,
-                 gpus: float = 0.0, timeout: float = 1800.0, address: str | None = None):
+    def __init__(self, replicas: list, own_ray: bool = False):
+        """Route over started `replicas` (samplers with weights of their own); `own_ray`: stop
+        Ray in `close` (it was started for them)."""
+        self.replicas = list(replicas)
+        self._own_ray = own_ray
+        self.version = 0
+        self._lock = threading.Lock()
+        self._loads = [0] * len(self.replicas)
+        """Rows in flight per replica."""
+        self.served = [0] * len(self.replicas)
+        """Rows handed to each replica (a shard rerun elsewhere counts where it last ran)."""
+        self._pool = ThreadPoolExecutor(max_workers=2 * len(self.replicas),
+                                        thread_name_prefix="replica")
+
+    @classmethod
+    def start(cls, engine_cfg, policy: PolicyConfig, *, n: int, cpus: float = 1.0,
+              gpus: float = 0.0, timeout: float = 1800.0,
+              address: str | None = None) -> EngineReplicas:
+        """N `RayEngine` actors started side by side (each loads the model), on a local Ray
+        when none is running (stopped again in `close`)."""
         import ray
 
         from practicum.runtime.ray_engine import RayEngine
         from practicum.runtime.ray_envs import start_ray
 
-        self._own_ray = start_ray(address)
-        self.version = 0
-        self._lock = threading.Lock()
-        self._loads = [0] * n
-        """Rows in flight per replica."""
-        self.served = [0] * n
-        """Rows handed to each replica (a shard rerun elsewhere counts where it last ran)."""
-        self._pool = ThreadPoolExecutor(max_workers=2 * n, thread_name_prefix="replica")
-        self.replicas: list[RayEngine] = []
-        try:  # start them side by side: each loads the model
-            starts = [self._pool.submit(RayEngine, engine_cfg, policy, cpus=cpus, gpus=gpus,
-                                        timeout=timeout, address=address) for _ in range(n)]
+        own_ray = start_ray(address)
+        started: list[RayEngine] = []
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            starts = [pool.submit(RayEngine, engine_cfg, policy, cpus=cpus, gpus=gpus,
+                                  timeout=timeout, address=address) for _ in range(n)]
+            error = None
             for f in starts:
-                self.replicas.append(f.result())
-        except BaseException:
-            self.close()
-            raise
+                try:
+                    started.append(f.result())
+                except BaseException as e:  # noqa: BLE001 - close the started ones first
+                    error = error or e
+        if error is not None:
+            for r in started:
+                r.close()
+            if own_ray:
+                ray.shutdown()
+            raise error
+        return cls(started, own_ray)
 
     # -- the Sampler protocol -------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams,
