@@ -1,4 +1,4 @@
-"""Sampler replicas (`engine.replicas`, `runtime.replicas`) on a local Ray with two HF engine
+"""Sampler replicas (`engine.replicas`, `practicum.runtime.replicas`) on a local Ray with two HF engine
 actors: rows spread over both and drawn as one sampler draws them, every replica holds the
 published version, and a replica killed mid-call or mid-run loses no row and no episode."""
 
