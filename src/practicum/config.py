@@ -118,10 +118,11 @@ class VLLMEngineConfig(EngineSection):
     max_num_seqs: int | None = Field(None, ge=1, description="vllm: sequences the engine "
                                      "batches in one step (None = vLLM's default).")
     weight_sync: Literal["memory", "file"] = Field(
-        "memory", description="vllm, full fine-tuning (model.lora=false): how each published "
-        "version reaches the engine: memory = the tensors serialised in memory and handed to "
-        "its workers through collective_rpc (no disk); file = a safetensors file in a temporary "
-        "folder that the workers read. LoRA adapters always go through a small peft folder.")
+        "file", description="vllm, full fine-tuning (model.lora=false): how each published "
+        "version reaches the engine: file = a safetensors file in a temporary folder that the "
+        "workers read; memory = the tensors serialised in memory and handed to its workers "
+        "through collective_rpc (no disk, but slower than the file on CPU: "
+        "benchmarks/weight_sync.py). LoRA adapters always go through a small peft folder.")
 
 
 EngineConfig = Annotated[Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="kind")]

@@ -18,7 +18,7 @@ generation waits; requests then name that id (vLLM keeps serving a cached adapte
 reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
 samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
 a worker extension (`vllm_worker`): serialised in memory and sent through `collective_rpc`
-(`weight_sync: memory`, no disk), or through a safetensors file (`file`).
+through a safetensors file (`weight_sync: file`), or serialised in memory (`memory`, no disk).
 
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
@@ -65,7 +65,7 @@ class VLLMOptions:
     """No CUDA graphs / torch.compile (the CPU build needs it)."""
     max_num_seqs: int | None = None
     """Sequences batched per engine step (None = vLLM's default)."""
-    weight_sync: Literal["memory", "file"] = "memory"
+    weight_sync: Literal["memory", "file"] = "file"
     """Full weights: serialised in memory through collective_rpc, or via a safetensors file."""
 
 
