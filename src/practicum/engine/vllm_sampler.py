@@ -17,8 +17,8 @@ reloaded in place (`add_lora(..., load_inplace=True)`) under one adapter name an
 generation waits; requests then name that id (vLLM keeps serving a cached adapter whose id is
 reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
 samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
-a worker extension (`vllm_worker`): serialised in memory and sent through `collective_rpc`
-through a safetensors file (`weight_sync: file`), or serialised in memory (`memory`, no disk).
+a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), or serialised
+in memory and sent through `collective_rpc` (`memory`, no disk).
 
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
