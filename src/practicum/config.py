@@ -76,12 +76,22 @@ class ModelConfig(Section):
         "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
 
 
-class HFEngineConfig(Section):
+class EngineSection(Section):
+    """What every engine variant has."""
+
+    replicas: int = Field(1, ge=1, description="Sampler replicas: engine actors, each with its "
+                          "own copy of the weights, behind one sampler (requests spread across "
+                          "them; every replica holds the published version before sampling "
+                          "resumes; a dead one is replaced). Above 1 needs runtime.backend=ray "
+                          "and runtime.ray_engine=actor (practicum.runtime.replicas).")
+
+
+class HFEngineConfig(EngineSection):
     kind: Literal["hf"] = Field("hf", description="Sampling engine: hf = transformers, with "
                                 "practicum's own KV-cached sampling loop.")
 
 
-class VLLMEngineConfig(Section):
+class VLLMEngineConfig(EngineSection):
     kind: Literal["vllm"] = Field(description="Sampling engine: vllm = vLLM's engine in its own "
                                   "venv (scripts/vllm_venv.sh); the learner stays HF + peft.")
     max_model_len: int = Field(2048, gt=0, description="vllm: context length (prompt + turn) "
@@ -89,6 +99,30 @@ class VLLMEngineConfig(Section):
     kv_cache_gb: int = Field(1, ge=1, description="vllm: CPU KV-cache size in whole GiB.")
     threads: str | None = Field(None, description="vllm: cores its CPU worker binds to, e.g. "
                                 "'0-1' (None = vLLM's default, one core).")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vllm on a GPU: share of the GPU's memory the engine may "
+        "take (weights, activations, KV cache). None = sized when it starts to the memory then "
+        "free, less a margin, at most 0.9: beside a learner on the same GPU (runtime.ray_engine="
+        "driver) it takes what the learner left; on GPUs of its own (ray_engine=actor) vLLM's "
+        "usual 0.9 (less what its CUDA context already took).")
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm on GPUs: GPUs one engine "
+                                      "shards the model over (an engine actor then needs "
+                                      "runtime.ray_engine_gpus >= this).")
+    enable_sleep_mode: bool = Field(
+        False, description="vllm on a GPU beside the learner: while the learner trains the "
+        "engine sleeps (weights offloaded to CPU memory, KV cache dropped) and it wakes before "
+        "each publish; sampling waits for the update. The CPU build ignores sleep (a no-op).")
+    enforce_eager: bool = Field(True, description="vllm: run the model eagerly (no CUDA graphs, "
+                                "no torch.compile): quicker start-up, slower decoding on a GPU; "
+                                "the CPU build needs true.")
+    max_num_seqs: int | None = Field(None, ge=1, description="vllm: sequences the engine "
+                                     "batches in one step (None = vLLM's default).")
+    weight_sync: Literal["memory", "file"] = Field(
+        "file", description="vllm, full fine-tuning (model.lora=false): how each published "
+        "version reaches the engine: file = a safetensors file in a temporary folder that the "
+        "workers read; memory = the tensors serialised in memory and handed to its workers "
+        "through collective_rpc (no disk, but slower than the file on CPU: "
+        "benchmarks/weight_sync.py). LoRA adapters always go through a small peft folder.")
 
 
 EngineConfig = Annotated[Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="kind")]
@@ -364,6 +398,14 @@ class Config(Section):
         if isinstance(tree, dict) and isinstance(tree.get("engine"), dict):
             tree = {**tree, "engine": {"kind": "hf", **tree["engine"]}}
         return tree
+
+    @model_validator(mode="after")
+    def _check_replicas(self) -> "Config":
+        if self.engine.replicas > 1 and self.runtime.ray_engine != "actor":
+            raise ValueError(f"engine.replicas={self.engine.replicas} needs "
+                             "runtime.backend=ray and runtime.ray_engine=actor (replicas are "
+                             "engine actors)")
+        return self
 
     @model_validator(mode="after")
     def _resolve(self) -> "Config":

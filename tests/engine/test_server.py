@@ -217,3 +217,60 @@ def test_hf_sampler_shares_the_trainable_exactly_when_it_runs_the_trainables_mod
             assert sampler.shares_trainable(adapter) == runs_it, (lora, merged, adapter)
             seen.append(runs_it)
     assert seen == [False, True, True, True, True, False]
+
+
+class SleepySampler(FakeSampler):
+    """Like vLLM beside the learner with sleep mode: asleep through each train step (every
+    call then waits: it shares the learner's GPU), and unable to sample or load while asleep."""
+
+    def __init__(self):
+        super().__init__()
+        self.asleep, self.events = False, []
+
+    def shares_trainable(self, adapter: bool) -> bool:
+        return True
+
+    def sleep(self):
+        self.asleep = True
+        self.events.append("sleep")
+
+    def wake_up(self):
+        self.asleep = False
+        self.events.append("wake")
+
+    def generate(self, prompts, params, seeds=None, adapter=True):
+        assert not self.asleep, "sampled while asleep"
+        self.events.append("generate")
+        return super().generate(prompts, params, seeds, adapter)
+
+    def load_weights(self, update):
+        assert not self.asleep, "loaded weights while asleep"
+        self.events.append(f"load v{update.version}")
+        super().load_weights(update)
+
+
+def test_a_sleeping_sampler_sleeps_through_the_train_step_and_wakes_before_the_publish():
+    """The loop's sequence (train inside `training()`, then publish inside `updating()`): the
+    sampler sleeps for the step, a request made during the step waits for the wake,
+    the publish finds it awake, and a sampler without sleep/wake_up is left alone."""
+    from practicum.engine.base import SleepingSampler
+
+    sampler = SleepySampler()
+    assert isinstance(sampler, SleepingSampler) and not isinstance(FakeSampler(), SleepingSampler)
+    server = GenerationServer(sampler, batch_window=0.01).start()
+    try:
+        server.generate([1], SamplingParams())
+        with server.training():
+            assert sampler.asleep
+            during = server.submit([2, 2], SamplingParams())
+            time.sleep(0.1)
+            assert not during.done()
+        with server.updating():
+            server.publish(WeightUpdate(1, "full", {}))
+        assert during.result(timeout=5)[0].token_ids == [2]
+        assert sampler.events[:4] == ["generate", "sleep", "wake", "load v1"] or \
+            sampler.events[:4] == ["generate", "sleep", "wake", "generate"]
+        assert sampler.events.count("sleep") == sampler.events.count("wake") == 1
+        assert "load v1" in sampler.events
+    finally:
+        server.stop()

@@ -65,8 +65,13 @@ def train_run():
 def local_ray():
     """One local Ray for the module (pools, engines and learners join it instead of starting
     their own); a module uses it with `pytestmark = pytest.mark.usefixtures("local_ray")`."""
+    import os
+
     import ray
 
+    # Ray starts workers at nice 15: on a busy 2-core machine an actor loading a model then
+    # gets almost no CPU and misses its start-up limit
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

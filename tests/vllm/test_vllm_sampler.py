@@ -120,9 +120,9 @@ def test_seeds_repeat_and_do_not_depend_on_batch_mates(engine):
 
 
 def test_published_lora_versions_and_the_model_service(engine):
-    """Each published version is served (a fresh adapter id each time: vLLM would keep serving
-    a cached adapter under a reused id), matches the learner's log-probs, and the model service
-    reaches it (policy) and the frozen base (adapter off)."""
+    """Each published version is served (reloaded in place under the one adapter id: without
+    the reload vLLM keeps serving the cached adapter of a reused id), matches the learner's
+    log-probs, and the model service reaches it (policy) and the frozen base (adapter off)."""
     trainable, sampler, chat = engine
     prompt = chat.render(CAPITAL)
     greedy = SamplingParams(temperature=0, max_new_tokens=12)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # torch stays unimported where only the dataclasses are needed (env workers)
     from torch import Tensor, nn
@@ -107,6 +107,22 @@ class Sampler(Protocol):
         """Whether generate(adapter=adapter) runs a module the learner trains or switches
         between train and eval mode: such a call must not run during a train step (the
         generation server defers it); any other call may overlap training."""
+        ...
+
+
+@runtime_checkable
+class SleepingSampler(Protocol):
+    """A sampler that can give its accelerator memory to a learner beside it: the generation
+    server calls `sleep` when a train step starts and `wake_up` when it ends, before the new
+    weights are published (vLLM's sleep mode). Such a sampler reports
+    `shares_trainable(...) = True` while it sleeps, so no request reaches it meanwhile."""
+
+    def sleep(self) -> None:
+        """Free the memory the learner needs (a no-op unless configured to)."""
+        ...
+
+    def wake_up(self) -> None:
+        """Take the memory back; sampling and load_weights work again."""
         ...
 
 

@@ -5,7 +5,7 @@ rollout, evaluation and the model service into single `Sampler.generate` calls.
     sample, version = server.generate(ids, params, seed=s)              # one request, blocking
     pairs = server.generate_batch([(ids, params, seed), ...])           # submitted together
     with server.training():                       # sampling goes on, unless it runs the
-        ...train...                                # module being trained
+        ...train...                                # module being trained (or sleeps meanwhile)
     with server.updating():                       # no sampling meanwhile
         server.publish(update)
 
@@ -33,7 +33,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from practicum.engine.base import Sample, Sampler, SamplerFailure, SamplingParams, WeightUpdate
+from practicum.engine.base import (
+    Sample,
+    Sampler,
+    SamplerFailure,
+    SamplingParams,
+    SleepingSampler,
+    WeightUpdate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +208,23 @@ class GenerationServer:
         """The learner trains inside the block: requests whose sampler would run the module
         being trained (`Sampler.shares_trainable`) wait until it ends; the others are served."""
         try:
-            with self.gate.training():
+            with self.gate.training(), self._sampler_asleep():
                 yield
         finally:
             self._queue.put([])  # wake the server thread for the requests it deferred
+
+    @contextmanager
+    def _sampler_asleep(self) -> Iterator[None]:
+        """A sleeping sampler (vLLM beside the learner) sleeps through the train step and is
+        awake again before the step's weights are published (`SleepingSampler`)."""
+        if not isinstance(self.sampler, SleepingSampler):
+            yield
+            return
+        self.sampler.sleep()
+        try:
+            yield
+        finally:
+            self.sampler.wake_up()
 
     def publish(self, update: WeightUpdate) -> None:
         """Hand new weights to the sampler (call inside `updating()`)."""

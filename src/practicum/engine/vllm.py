@@ -18,9 +18,12 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
                   ) -> VLLMSampler:
     """The registry's builder for engine.kind vllm: a vLLM engine of the policy's model,
     holding the trainable's weights as version 0 when one is given."""
-    return _vllm_sampler(policy, VLLMOptions(max_model_len=engine_cfg.max_model_len,
-                                             kv_cache_gb=engine_cfg.kv_cache_gb,
-                                             threads=engine_cfg.threads), trainable)
+    return _vllm_sampler(policy, VLLMOptions(
+        max_model_len=engine_cfg.max_model_len, kv_cache_gb=engine_cfg.kv_cache_gb,
+        threads=engine_cfg.threads, gpu_memory_utilization=engine_cfg.gpu_memory_utilization,
+        tensor_parallel_size=engine_cfg.tensor_parallel_size,
+        enable_sleep_mode=engine_cfg.enable_sleep_mode, enforce_eager=engine_cfg.enforce_eager,
+        max_num_seqs=engine_cfg.max_num_seqs, weight_sync=engine_cfg.weight_sync), trainable)
 
 
 def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,

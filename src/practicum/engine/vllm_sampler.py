@@ -2,7 +2,8 @@
 
     trainable, sampler = load_vllm_engine(PolicyConfig(...), VLLMOptions())
     sampler.generate(prompts, params, seeds, adapter)     # token ids in, token ids out
-    sampler.load_weights(trainable.export_weights(step))  # a fresh LoRA id per version
+    sampler.load_weights(trainable.export_weights(step))  # the adapter reloaded in place
+    with server.training(): ...   # engine.enable_sleep_mode: asleep through the train step
 
 Same contract as the HF sampler (`hf_sampler`):
 - the sampled ids end with the eos / stop id when one was sampled, or with the token that
@@ -15,11 +16,19 @@ Same contract as the HF sampler (`hf_sampler`):
   are the masked distribution's, and samples eos once the grammar is complete, as the HF
   sampler does; the learner replays the same grammar (`practicum.engine.constraint`).
 
-Weights: with LoRA every published version is written as a peft adapter folder and served under
-a new adapter id (vLLM silently keeps serving a cached adapter whose id is reused); adapter=False
+Weights: with LoRA every published version is written over one peft adapter folder and
+reloaded in place (`add_lora(..., load_inplace=True)`) under one adapter name and id while
+generation waits; requests then name that id (vLLM keeps serving a cached adapter whose id is
+reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
 samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
-a worker extension (`vllm_worker`). vLLM needs its own environment (it pins torch and
-transformers): `scripts/vllm_venv.sh`.
+a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), or serialised
+in memory and sent through `collective_rpc` (`memory`, no disk).
+
+On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
+and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
+GPUs of its own it runs in an engine actor (`runtime.ray_engine: actor`, `ray_engine_gpus`).
+vLLM needs its own environment on CPU (it pins torch and transformers): `scripts/vllm_venv.sh`;
+on GPUs `scripts/requirements-cuda.txt`.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import compiled
@@ -49,6 +59,58 @@ class VLLMOptions:
     threads: str | None = None
     """Cores vLLM's CPU worker binds to (VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"); None = its
     default (one core, the other left to the caller)."""
+    gpu_memory_utilization: float | None = None
+    """On a GPU: the share of its memory vLLM may take; None = `memory_share` of what is free
+    when the engine starts (whatever a learner on the same GPU left)."""
+    tensor_parallel_size: int = 1
+    """GPUs one engine shards the model over."""
+    enable_sleep_mode: bool = False
+    """Sleep (weights offloaded, KV cache dropped) while the learner trains; wake to publish."""
+    enforce_eager: bool = True
+    """No CUDA graphs / torch.compile (the CPU build needs it)."""
+    max_num_seqs: int | None = None
+    """Sequences batched per engine step (None = vLLM's default)."""
+    weight_sync: Literal["memory", "file"] = "file"
+    """Full weights: serialised in memory through collective_rpc, or via a safetensors file."""
+
+
+def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -> float:
+    """vLLM's gpu_memory_utilization for an engine started when `free` of the GPU's `total`
+    bytes are free. vLLM takes that share of the *whole* GPU and refuses to start when less is
+    free, so beside a learner its default 0.9 fails: take what is free, less `margin` of the
+    GPU for the learner's activations and allocator slack, at most `cap` (vLLM's default)."""
+    share = min(cap, free / total - margin)
+    if share < 0.05:
+        raise ValueError(f"only {free / 2**30:.1f} of the GPU's {total / 2**30:.1f} GiB are free: "
+                         "too little for vLLM beside the learner (set "
+                         "engine.gpu_memory_utilization, or give vLLM GPUs of its own with "
+                         "runtime.ray_engine=actor)")
+    return round(share, 3)
+
+
+def llm_options(opts: VLLMOptions, gpu_memory: tuple[int, int] | None) -> dict:
+    """The keyword arguments `vllm.LLM` gets from `opts`; `gpu_memory` = (free, total) bytes
+    of the engine's GPU, None on CPU: no memory share (the KV cache is kv_cache_gb) and no
+    sleep mode (the CPU build refuses it; the sampler still defers sampling while training)."""
+    kwargs = {"max_model_len": opts.max_model_len, "enforce_eager": opts.enforce_eager,
+              "tensor_parallel_size": opts.tensor_parallel_size}
+    if opts.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = opts.max_num_seqs
+    if gpu_memory is not None:
+        kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization or \
+            memory_share(*gpu_memory)
+        kwargs["enable_sleep_mode"] = opts.enable_sleep_mode
+    return kwargs
+
+
+def _gpu_memory() -> tuple[int, int] | None:
+    import torch
+
+    return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
+
+
+ADAPTER, ADAPTER_ID = "policy", 1
+"""The one name and id the trained adapter is served under (reloaded in place per version)."""
 
 
 class VLLMSampler:
@@ -69,25 +131,45 @@ class VLLMSampler:
                           max_loras=opts.max_loras, max_cpu_loras=opts.max_loras + 1)
         if full_weights:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
-        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype,
-                       max_model_len=opts.max_model_len, enforce_eager=True, seed=seed,
+        self.options = opts
+        llm_kwargs = llm_options(opts, _gpu_memory())
+        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype, seed=seed,
                        logprobs_mode="processed_logprobs",
-                       structured_outputs_config={"backend": "guidance"}, **kwargs)
+                       structured_outputs_config={"backend": "guidance"}, **llm_kwargs,
+                       **kwargs)
+        self.asleep = False
+        self._sleeps = llm_kwargs.get("enable_sleep_mode", False)
+        """vLLM itself sleeps (on a GPU); on CPU only the sequencing applies."""
         self.tokenizer = tokenizer
         self.max_positions = opts.max_model_len
         self.version = 0
         self.model_path = str(model_path)
         self._dir = Path(tempfile.mkdtemp(prefix="practicum-vllm-"))
         self._lora = None
-        self._next_id = 1
         self.lora = lora_rank is not None
         self.ignore_eos = False
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
 
     # -- sampling --------------------------------------------------------------------------------
     def shares_trainable(self, adapter: bool) -> bool:
-        """Never: the engine holds its own copy of the weights."""
-        return False
+        """With sleep mode the engine sleeps through every train step (it shares the learner's
+        GPU), so its calls wait for the step; otherwise never: it holds its own weights."""
+        return self.options.enable_sleep_mode
+
+    def sleep(self) -> None:
+        """Sleep mode: offload the weights to CPU memory and drop the KV cache while the
+        learner trains (level 1: the weights come back on wake_up); else nothing. On CPU the
+        engine stays resident, but refuses to sample until woken, as on a GPU."""
+        if self.options.enable_sleep_mode and not self.asleep:
+            if self._sleeps:
+                self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            if self._sleeps:
+                self.llm.wake_up()
+            self.asleep = False
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
@@ -96,6 +178,8 @@ class VLLMSampler:
         from vllm.sampling_params import StructuredOutputsParams
 
         check_request(prompts, params, seeds, self.max_positions)
+        if self.asleep:
+            raise RuntimeError("the vLLM engine sleeps while the learner trains")
         if not prompts or params.max_new_tokens == 0:
             return [Sample([], [], "", "length") for _ in prompts]
         if not adapter and not self.lora and self.version > 0:
@@ -129,6 +213,7 @@ class VLLMSampler:
 
     # -- weights ---------------------------------------------------------------------------------
     def load_weights(self, update: WeightUpdate) -> None:
+        self.wake_up()  # the generation server woke it already; a direct caller may not have
         if update.kind == "lora":
             self._load_lora(update)
         else:
@@ -136,14 +221,15 @@ class VLLMSampler:
         self.version = update.version
 
     def _load_lora(self, update: WeightUpdate) -> None:
-        """Write the adapter as a peft folder and serve it under a fresh id (module doc)."""
+        """Write the adapter as a peft folder and reload it in place under the one adapter id
+        (module doc)."""
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
         if not self.lora:
             raise ValueError("this vLLM engine was started without LoRA; cannot load an adapter")
-        folder = self._dir / f"v{update.version}-{self._next_id}"
-        folder.mkdir(parents=True)
+        folder = self._dir / "policy"
+        folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().float().contiguous().cpu() for k, v in update.tensors.items()},
                   folder / "adapter_model.safetensors")
         cfg = update.adapter_config
@@ -153,25 +239,27 @@ class VLLMSampler:
             "target_modules": list(cfg["target_modules"]), "bias": "none",
             "fan_in_fan_out": False, "modules_to_save": None, "lora_dropout": 0.0,
             "base_model_name_or_path": self.model_path}))
-        old = self._lora
-        self._lora = LoRARequest(f"policy-v{update.version}-{self._next_id}", self._next_id,
-                                 str(folder))
-        self._next_id += 1
-        if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
-            shutil.rmtree(old.lora_path, ignore_errors=True)
+        # loaded now, while generation waits for the update; the requests then name the same
+        # id without load_inplace (which would reload the folder at every engine step)
+        self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, ADAPTER_ID, str(folder),
+                                                 load_inplace=True))
+        self._lora = LoRARequest(ADAPTER, ADAPTER_ID, str(folder))
 
     def _load_full(self, update: WeightUpdate) -> None:
-        """Reload every weight in place (worker extension), then drop the stale prefix cache."""
-        from safetensors.torch import save_file
+        """Reload every weight in place (worker extension), then drop the stale prefix cache:
+        from bytes in memory, or from a safetensors file (`weight_sync`)."""
+        from safetensors.torch import save, save_file
 
-        path = self._dir / "weights.safetensors"
         tensors = {k: v.detach().contiguous().cpu() for k, v in update.tensors.items()}
         if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
                 tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
             tensors.pop("lm_head.weight")  # tied: safetensors refuses shared storage
-        save_file(tensors, path)
-        self.llm.collective_rpc("reload_from_file", args=(str(path),))
+        if self.options.weight_sync == "memory":
+            self.llm.collective_rpc("reload_from_bytes", args=(save(tensors),))
+        else:
+            path = self._dir / "weights.safetensors"
+            save_file(tensors, path)
+            self.llm.collective_rpc("reload_from_file", args=(str(path),))
         self.llm.reset_prefix_cache()
 
     # -- a part of the placement -------------------------------------------------------------

@@ -14,8 +14,9 @@ everything after it holds the `Learner` and `Part` protocols (`practicum.runtime
               a Ray actor group (`RayLearnerGroup`) or, under torchrun, this process as rank 0
               (`TorchrunLearner`; the other ranks call `serve_learner_rank` instead)
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
-              trainable's weights, or with weights of its own in a Ray actor (`RayEngine`) or
-              here when the learner is an actor
+              trainable's weights, or with weights of its own in a Ray actor (`RayEngine`),
+              in N of them (`engine.replicas`, `EngineReplicas`) or here when the learner is
+              an actor
     envs      in this process (and its children), or Ray actors (`RayEnvPool`)
 """
 
@@ -105,10 +106,11 @@ def place(cfg: Config) -> Placement:
     policy = policy_config(cfg)
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
     rt = cfg.runtime
-    if cfg.engine.kind != "hf" and "actor" in (rt.ray_engine, rt.ray_learner):
+    if cfg.engine.kind != "hf" and rt.ray_learner == "actor":
         raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
                           f"only (engine.kind={cfg.engine.kind} needs its own Python "
                           "environment)")
+    _check_vllm_actor(cfg)
     ranks = _learner_ranks(cfg)
     learner = _place_learner(cfg, policy, ranks)
     in_process = rt.ray_learner == "driver" and ranks == 1
@@ -120,6 +122,26 @@ def place(cfg: Config) -> Placement:
     tokenizer = (learner.trainable.tokenizer if in_process
                  else load_tokenizer(resolve_model(policy.model)))
     return Placement(learner, sampler, tokenizer)
+
+
+def _check_vllm_actor(cfg: Config) -> None:
+    """vLLM on GPUs of its own runs in engine actors, which need vLLM in this Python
+    environment (requirements-cuda.txt; the CPU build lives in a venv of its own) and at least
+    one GPU per tensor-parallel shard."""
+    from importlib.util import find_spec
+
+    rt, engine = cfg.runtime, cfg.engine
+    if engine.kind != "vllm" or rt.ray_engine != "actor":
+        return
+    if find_spec("vllm") is None:
+        raise ConfigError("config error at runtime.ray_engine: engine.kind=vllm in an engine "
+                          "actor needs vllm installed in this Python environment "
+                          "(scripts/requirements-cuda.txt)")
+    if 0 < rt.ray_engine_gpus < engine.tensor_parallel_size:
+        raise ConfigError(f"config error at runtime.ray_engine_gpus: "
+                          f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards "
+                          f"the model over that many GPUs; the engine actor has "
+                          f"{rt.ray_engine_gpus:g}")
 
 
 def _torchrun_world() -> int:
@@ -185,11 +207,21 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
     rt = cfg.runtime
     if rt.ray_engine == "actor":
         from practicum.runtime.ray_envs import refuse_cpu_fallback
-        from practicum.runtime.ray_engine import RayEngine
 
-        sampler: Any = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
-                                 gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
-                                 address=rt.ray_address)
+        if cfg.engine.replicas > 1:
+            from practicum.runtime.replicas import EngineReplicas
+
+            sampler: Any = EngineReplicas.start(cfg.engine, policy, n=cfg.engine.replicas,
+                                                cpus=rt.ray_engine_cpus,
+                                                gpus=rt.ray_engine_gpus,
+                                                timeout=rt.ray_call_timeout_s,
+                                                address=rt.ray_address)
+        else:
+            from practicum.runtime.ray_engine import RayEngine
+
+            sampler = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
+                                gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
+                                address=rt.ray_address)
         try:
             refuse_cpu_fallback(rt.ray_engine_gpus, "runtime.ray_engine_gpus", policy.device)
         except BaseException:

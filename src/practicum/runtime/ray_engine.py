@@ -64,8 +64,10 @@ class EngineWorker:
         return os.getpid()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None, adapter: bool) -> tuple[list[Sample], int]:
-        return self.sampler.generate(prompts, params, seeds, adapter), self.sampler.version
+                 seeds: list[int | None] | None, adapter: bool,
+                 **kwargs) -> tuple[list[Sample], int]:
+        return self.sampler.generate(prompts, params, seeds, adapter, **kwargs), \
+            self.sampler.version
 
     def load_weights(self, update: WeightUpdate) -> int:
         self.sampler.load_weights(update)
@@ -102,14 +104,17 @@ class RayEngine:
 
     # -- the Sampler protocol -------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+                 seeds: list[int | None] | None = None, adapter: bool = True,
+                 **kwargs) -> list[Sample]:
+        """Extra keyword arguments (per-request options) reach the actor's sampler unchanged."""
         with self._lock:
             for attempt in (1, 2):
                 if self.handle is None:  # a replacement failed to start last time: try again
                     self._start()
                 try:
                     samples, version = self._call(
-                        "generate", self.handle.generate.remote(prompts, params, seeds, adapter))
+                        "generate",
+                        self.handle.generate.remote(prompts, params, seeds, adapter, **kwargs))
                     break
                 except EngineDied:  # sampling is repeatable: once more on the fresh actor
                     if attempt == 2:
@@ -128,16 +133,7 @@ class RayEngine:
         copied to CPU first (the trainable's live tensors may change as soon as this returns)
         and put into Ray's object store; a `RemoteUpdate` (from a learner actor) is there
         already and goes from the learner's node to the engine's without the driver."""
-        import ray
-
-        from practicum.runtime.ray_learner import RemoteUpdate
-
-        if isinstance(update, RemoteUpdate):
-            ref = update.ref
-        else:
-            ref = ray.put(WeightUpdate(update.version, update.kind, {
-                k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
-                dict(update.adapter_config)))
+        ref = to_object_store(update).ref
         with self._lock:
             self._weights = ref
             self.version = update.version
@@ -218,3 +214,18 @@ class RayEngine:
             self._own_ray = False
             ray.shutdown()
 
+
+def to_object_store(update):
+    """`update` as a `RemoteUpdate`: a `WeightUpdate` is copied to CPU (the trainable's live
+    tensors may change once this returns) and put into Ray's object store once (replicas all
+    read that one copy); a `RemoteUpdate` (from a learner actor) is there already."""
+    import ray
+
+    from practicum.runtime.ray_learner import RemoteUpdate
+
+    if isinstance(update, RemoteUpdate):
+        return update
+    ref = ray.put(WeightUpdate(update.version, update.kind, {
+        k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
+        dict(update.adapter_config)))
+    return RemoteUpdate(update.version, update.kind, ref)

@@ -1,0 +1,112 @@
+"""Seconds to publish a new policy version to a sampler: LoRA and full weights, to the HF
+sampler (sharing the trainable, and with weights of its own as in an engine actor) and to vLLM
+(full weights in memory through collective_rpc vs through a safetensors file; the LoRA adapter
+reloaded in place). Run in the vLLM venv (scripts/vllm_venv.sh), under the shared lock:
+
+    PYTHONPATH=src flock /work/heavy.lock .venv-vllm/bin/python benchmarks/weight_sync.py
+    PYTHONPATH=src .venv/bin/python benchmarks/weight_sync.py --no-vllm     # HF rows only
+
+SmolLM2-135M-Instruct, fp32, LoRA r16 on all linears (the model section's defaults). Each row
+is the median of `--repeats` publishes of fresh weights (every tensor changed), timed from
+`sampler.load_weights(trainable.export_weights(v))` to its return; a greedy 4-token draw after
+each publish checks that the engine serves it (not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
+from _machine import machine_state
+from practicum.engine.base import SamplingParams
+from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
+
+PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def perturb(trainable, seed: int) -> None:
+    """New weights for every trainable tensor (LoRA A and B, or the whole model)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in trainable.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01)
+
+
+def publish_seconds(trainable, sampler, repeats: int) -> tuple[float, int]:
+    prompt = trainable.tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False)
+    times = []
+    for v in range(1, repeats + 1):
+        perturb(trainable, v)
+        update = trainable.export_weights(v)
+        start = time.perf_counter()
+        sampler.load_weights(update)
+        times.append(time.perf_counter() - start)
+        sampler.generate([prompt], SamplingParams(temperature=0, max_new_tokens=4))
+        assert sampler.version == v
+    unique = {t.data_ptr(): t for t in update.tensors.values()}  # a tied lm_head once
+    mb = sum(t.numel() * t.element_size() for t in unique.values()) / 2**20
+    return statistics.median(times), round(mb)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-vllm", action="store_true", help="HF rows only (no vLLM venv)")
+    args = ap.parse_args()
+    state = machine_state()
+    rows = []
+    for kind in ("lora", "full"):
+        policy = PolicyConfig(model="smollm2-135m-instruct", dtype="float32", lora=kind == "lora")
+        trainable, shared = load_hf_engine(policy)
+        secs, mb = publish_seconds(trainable, shared, args.repeats)
+        rows.append({"engine": "hf (shares the trainable)", "weights": kind, "path": "in process",
+                     "mb": mb, "seconds": secs})
+        copy = HFEngineCopy(policy)
+        secs, mb = publish_seconds(trainable, copy, args.repeats)
+        rows.append({"engine": "hf (own copy, as in an actor)", "weights": kind,
+                     "path": "in memory", "mb": mb, "seconds": secs})
+        del copy, shared
+        if args.no_vllm:
+            continue
+        from practicum.config import VLLMEngineConfig
+        from practicum.engine.vllm import build_sampler
+
+        start = time.perf_counter()
+        vl = build_sampler(VLLMEngineConfig(kind="vllm", max_model_len=512), policy, trainable)
+        startup = time.perf_counter() - start
+        paths = [("peft folder, reloaded in place", None)] if kind == "lora" else \
+            [("collective_rpc, bytes in memory", "memory"), ("safetensors file", "file")]
+        for label, sync in paths:
+            if sync is not None:
+                vl.options.weight_sync = sync
+            secs, mb = publish_seconds(trainable, vl, args.repeats)
+            rows.append({"engine": "vllm", "weights": kind, "path": label, "mb": mb,
+                         "seconds": secs, "startup_s": startup})
+        vl.close()
+        del vl
+    table = Table(title=f"Publishing a policy version, SmolLM2-135M fp32 (median of "
+                  f"{args.repeats}; cpu busy {state['busy_before']:.0%} at start)")
+    for col in ("engine", "weights", "path", "MB", "seconds"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["engine"], r["weights"], r["path"], str(r["mb"]), f"{r['seconds']:.3f}")
+    Console().print(table)
+    out = Path(__file__).parent / "results" / "weight_sync.json"
+    out.write_text(json.dumps({"machine": state, "repeats": args.repeats, "rows": rows},
+                              indent=1))
+    print(f"wrote {out}")
+    os._exit(0)  # vLLM's engine process otherwise delays exit
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The vLLM engine's GPU options, checked without vLLM: what `vllm.LLM` is given for a config
+on CPU and on a GPU beside the learner, and the config's validation of each option."""
+
+import pytest
+
+from practicum.config import load_config
+from practicum.engine.vllm_sampler import VLLMOptions, llm_options, memory_share
+from practicum.errors import ConfigError
+
+GiB = 2**30
+
+
+def test_beside_the_learner_vllm_takes_the_memory_left_less_a_margin():
+    # 80 GiB GPU, learner holds 30: 50/80 = 0.625 free, less 0.1 -> 0.525 of the whole GPU
+    assert memory_share(50 * GiB, 80 * GiB) == 0.525
+    assert memory_share(80 * GiB, 80 * GiB) == 0.9  # a GPU of its own: vLLM's usual share
+    with pytest.raises(ValueError, match="only 10.0 of the GPU's 80.0 GiB are free"):
+        memory_share(10 * GiB, 80 * GiB)
+
+
+def test_the_options_reach_llm_and_gpu_only_ones_only_on_a_gpu():
+    opts = VLLMOptions(max_model_len=512, tensor_parallel_size=2, enable_sleep_mode=True,
+                       enforce_eager=False, max_num_seqs=64)
+    cpu = llm_options(opts, None)
+    assert cpu == {"max_model_len": 512, "enforce_eager": False, "tensor_parallel_size": 2,
+                   "max_num_seqs": 64}  # the CPU build refuses sleep mode and a memory share
+    gpu = llm_options(opts, (50 * GiB, 80 * GiB))
+    assert gpu["gpu_memory_utilization"] == 0.525 and gpu["enable_sleep_mode"] is True
+    fixed = llm_options(VLLMOptions(gpu_memory_utilization=0.3), (50 * GiB, 80 * GiB))
+    assert fixed["gpu_memory_utilization"] == 0.3 and "max_num_seqs" not in fixed
+
+
+def test_engine_options_are_validated_by_name():
+    cfg = load_config(None, ["engine.kind=vllm", "engine.gpu_memory_utilization=0.4",
+                             "engine.tensor_parallel_size=2", "engine.enable_sleep_mode=true",
+                             "engine.max_num_seqs=32", "engine.weight_sync=file"])
+    assert (cfg.engine.gpu_memory_utilization, cfg.engine.tensor_parallel_size,
+            cfg.engine.max_num_seqs, cfg.engine.weight_sync) == (0.4, 2, 32, "file")
+    for bad, key in [("engine.gpu_memory_utilization=1.5", "gpu_memory_utilization"),
+                     ("engine.tensor_parallel_size=0", "tensor_parallel_size"),
+                     ("engine.max_num_seqs=0", "max_num_seqs"),
+                     ("engine.weight_sync=nccl", "weight_sync")]:
+        with pytest.raises(ConfigError, match=f"config error at engine.{key}: .* for "
+                                              "engine.kind=vllm"):
+            load_config(None, ["engine.kind=vllm", bad])
+    with pytest.raises(ConfigError, match="config error at engine.enable_sleep_mode: unknown key"):
+        load_config(None, ["engine.enable_sleep_mode=true"])  # the hf engine has no such option
+
+
+def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
+    """Checked before anything loads (this environment has no vLLM: the CPU build lives in a
+    venv of its own)."""
+    from importlib.util import find_spec
+
+    from practicum.runtime.placement import place
+
+    actor = ["engine.kind=vllm", "runtime.backend=ray", "runtime.ray_engine=actor"]
+    if find_spec("vllm") is None:
+        with pytest.raises(ConfigError, match="engine.kind=vllm in an engine actor needs vllm "
+                                              "installed in this Python environment"):
+            place(load_config(None, actor))
+    else:
+        with pytest.raises(ConfigError, match="config error at runtime.ray_engine_gpus: "
+                                              "engine.tensor_parallel_size=2"):
+            place(load_config(None, actor + ["engine.tensor_parallel_size=2",
+                                             "runtime.ray_engine_gpus=1"]))
+
+
+def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "multi_gpu_sampling.yaml"
+    colocated = load_config(path)
+    assert colocated.engine.enable_sleep_mode and colocated.runtime.ray_engine == "driver"
+    own = load_config(path, ["engine.enable_sleep_mode=false", "engine.replicas=4",
+                             "runtime.ray_engine=actor", "runtime.ray_engine_gpus=1"])
+    assert own.engine.replicas == 4 and own.runtime.ray_engine_gpus == 1

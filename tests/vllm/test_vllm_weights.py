@@ -1,0 +1,78 @@
+"""Full fine-tuning with the vLLM sampler (fp32 SmolLM2): every published version reaches the
+engine without disk (bytes through collective_rpc) or through a file, and the engine then
+samples the learner's weights; with sleep mode the engine sits out each train step (on CPU
+vLLM cannot sleep: the sequencing is the same, the memory stays)."""
+
+import pytest
+import torch
+
+from practicum.engine.base import SamplingParams
+from practicum.engine.chat import ChatFormat
+from practicum.engine.hf import PolicyConfig
+from practicum.engine.server import GenerationServer
+from practicum.engine.vllm import load_vllm_engine
+from practicum.engine.vllm_sampler import VLLMOptions
+
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_dir):
+    trainable, sampler = load_vllm_engine(
+        PolicyConfig(model=str(smollm2_dir), dtype="float32", lora=False, seed=0),
+        VLLMOptions(max_model_len=512, kv_cache_gb=1, enable_sleep_mode=True))
+    yield trainable, sampler, ChatFormat(trainable.tokenizer)
+    sampler.close()
+
+
+def gap(trainable, sampler, prompt, seed):
+    s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=12),
+                         seeds=[seed])[0]
+    ids = torch.tensor([prompt + s.token_ids])
+    with torch.no_grad():
+        lp = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):].tolist()
+    return max(abs(a - b) for a, b in zip(s.logprobs, lp))
+
+
+@pytest.mark.parametrize("sync", ["memory", "file"])
+def test_full_weights_reach_the_engine_in_memory_and_by_file(engine, sync):
+    trainable, sampler, chat = engine
+    sampler.options.weight_sync = sync
+    prompt = chat.render(CAPITAL)
+    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    original = {k: v.clone() for k, v in trainable.model.state_dict().items()}
+    sampler.load_weights(trainable.export_weights(0))
+    base = sampler.generate([prompt], greedy)[0].token_ids
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in trainable.model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.02)
+    sampler.load_weights(trainable.export_weights(1))
+    assert sampler.version == 1
+    assert sampler.generate([prompt], greedy)[0].token_ids != base
+    assert gap(trainable, sampler, prompt, 5) < 2e-3  # the engine samples the learner's weights
+    with torch.no_grad():
+        trainable.model.load_state_dict(original)
+    sampler.load_weights(trainable.export_weights(2))
+    assert sampler.generate([prompt], greedy)[0].token_ids == base
+
+
+def test_with_sleep_mode_the_engine_sits_out_the_train_step(engine):
+    trainable, sampler, chat = engine
+    prompt = chat.render(CAPITAL)
+    greedy = SamplingParams(temperature=0, max_new_tokens=4)
+    assert sampler.shares_trainable(True)  # its calls wait for the train step
+    server = GenerationServer(sampler).start()
+    try:
+        server.generate(prompt, greedy)
+        with server.training():
+            assert sampler.asleep
+            with pytest.raises(RuntimeError, match="sleeps while the learner trains"):
+                sampler.generate([prompt], greedy)
+            waiting = server.submit(prompt, greedy)
+        with server.updating():
+            server.publish(trainable.export_weights(3))
+        sample, _ = waiting.result(timeout=600)
+        assert not sampler.asleep and sampler.version == 3 and sample.token_ids
+    finally:
+        server.stop()
