@@ -11,7 +11,7 @@ the sampled ids and `token_logprobs` (forward + backward) with and without the m
 Agreement: |behaviour log-prob - learner log-prob| per sampled token, with the replayed masks
 (what training uses) and, for contrast, without them.
 
-    flock /work/heavy.lock python benchmarks/constrained_decoding.py           # ~minutes
+    python benchmarks/constrained_decoding.py           # ~minutes
     python benchmarks/constrained_decoding.py --quick                          # smoke run
 """
 

@@ -6,9 +6,9 @@ SmolLM2-135M-Instruct (LoRA, or full fine-tuning with --full), one synthetic bat
 (GRPO groups of random tokens with off-policy behaviour log-probs), 2 mini-batches x 1 epoch,
 KL to the base on. Each configuration trains the same `--steps` batches from the same start;
 the first step is a warm-up and tokens/s is over the others. One process gets every core's
-threads; each rank gets its share (cores / ranks). Run it under the heavy-job lock:
+threads; each rank gets its share (cores / ranks). Run it alone (heavy runs one at a time):
 
-    flock /work/heavy.lock python benchmarks/distributed_learner.py [--full] [--rows 16]
+    python benchmarks/distributed_learner.py [--full] [--rows 16]
 """
 
 from __future__ import annotations

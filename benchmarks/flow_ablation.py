@@ -14,7 +14,7 @@ Arms (per seed; every arm is graded by the same exact checks on the same held-ou
 Besides accuracy: planner turns per task (flow steps), the tool-call error rate and the
 multihop hop credit (`multihop_hops`: the fraction of chain hops looked up, the per-hop reward
 term), before and after RL. Prints a table (mean +- std over seeds) and writes
-benchmarks/results/flow_ablation.json with the machine block. Run it under the CPU lock; the
+benchmarks/results/flow_ablation.json with the machine block. Run it alone on the machine; the
 default budget is a pipeline check, far too small to separate arms reliably.
 
     .venv/bin/python benchmarks/flow_ablation.py --scripted 12

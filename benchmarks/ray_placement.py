@@ -3,8 +3,8 @@ tokens/s at each batch size, and the seconds one LoRA publish takes (export, cop
 Ray's object store, loaded and merged by the actor; in the driver: the merge alone).
 
 SmolLM2-135M-Instruct with a LoRA adapter whose B matrices are random (as after training),
-seeded sampling at temperature 1, one torch thread in each process (run it through
-`/work/wt/py`, under the heavy-job lock). Both placements draw the same tokens; the table says
+seeded sampling at temperature 1, one torch thread in each process (run it alone on the
+machine: heavy runs one at a time). Both placements draw the same tokens; the table says
 so per batch size.
 
     python benchmarks/ray_placement.py [--batches 1 8] [--tokens 64] [--repeats 3]

@@ -7,7 +7,7 @@ completion of `--long` tokens runs (the long one must still be running when the 
 ends). Throughput: `c` clients at once, each a chat reply of up to `--tokens` tokens (a reply
 may end earlier at its end-of-turn token; tokens/s counts the tokens returned).
 
-    flock /work/heavy.lock python benchmarks/serve_throughput.py [--concurrency 1 8 32]
+    python benchmarks/serve_throughput.py [--concurrency 1 8 32]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The bundled SWE suite: synthesis yield per package and the gold-patch check, timed.
 
-    ./dev python benchmarks/swe_suite.py            # or /work/wt/py benchmarks/swe_suite.py
+    .venv/bin/python benchmarks/swe_suite.py
 
 Grades every task's gold patch (must resolve) and the empty patch (must not), records grading
 seconds per task and per package, joins the synthesis yield (`tasks/swe/yield.json`), prints a

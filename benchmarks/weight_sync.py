@@ -3,7 +3,7 @@ sampler (sharing the trainable, and with weights of its own as in an engine acto
 (full weights in memory through collective_rpc vs through a safetensors file; the LoRA adapter
 reloaded in place). Run in the vLLM venv (scripts/vllm_venv.sh), under the shared lock:
 
-    PYTHONPATH=src flock /work/heavy.lock .venv-vllm/bin/python benchmarks/weight_sync.py
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/weight_sync.py
     PYTHONPATH=src .venv/bin/python benchmarks/weight_sync.py --no-vllm     # HF rows only
 
 SmolLM2-135M-Instruct, fp32, LoRA r16 on all linears (the model section's defaults). Each row
