@@ -270,6 +270,12 @@ class VLLMSampler:
         return {}
 
     def close(self) -> None:
+        """Stop vLLM's engine processes now (otherwise they live until the object is collected
+        or the interpreter exits) and remove the published weights' folder; safe twice."""
+        engine = getattr(getattr(self, "llm", None), "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

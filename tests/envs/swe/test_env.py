@@ -117,6 +117,7 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     from practicum.engine.base import SamplingParams
     from practicum.engine.chat import ChatFormat
     from practicum.engine.hf import PolicyConfig, load_hf_engine
+    from practicum.batch import Row, token_batch
     from practicum.engine.server import GenerationServer
     from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode
 
@@ -141,9 +142,13 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     for t in ep.turns[:-1]:
         assert t.observation_ids and t.observation_text in chat.tokenizer.decode(
             t.observation_ids)
-    ids = torch.tensor([row.input_ids])
+    # the turns were sampled under the env's tool-call grammar: the learner replays it
+    assert all(t.grammar for t in ep.turns)
+    zeros = [torch.zeros(len(ep.turns))]
+    tb = token_batch([Row(0, row)], zeros, zeros, trainable.pad_id, "cpu", trainable.tokenizer)
+    assert tb.allowed is not None
     with torch.no_grad():
-        logp = trainable.token_logprobs(ids, torch.ones_like(ids))[0]
+        logp = trainable.token_logprobs(tb.input_ids, tb.attention_mask, allowed=tb.allowed)[0]
     mask = torch.tensor(row.loss_mask, dtype=torch.bool)
     gap = (logp[mask] - torch.tensor(row.behaviour_logprobs)[mask]).abs().max().item()
     assert gap < 0.05, gap
