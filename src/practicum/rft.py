@@ -31,10 +31,15 @@ from practicum.runtime.progress import TrainProgress
 from practicum.runtime.session import Session, open_session
 
 
-def rft_config(cfg: Config) -> Config:
-    """The same config with its run folder moved to RUN/rft (resumable, never cleared)."""
-    run = cfg.run.model_copy(update={"out_dir": str(cfg.run_dir), "name": "rft", "resume": True})
+def stage_config(cfg: Config, name: str) -> Config:
+    """The same config with its run folder moved to RUN/<name> (resumable, never cleared): the
+    folder of a warm-start stage (rft, sft) inside the run."""
+    run = cfg.run.model_copy(update={"out_dir": str(cfg.run_dir), "name": name, "resume": True})
     return cfg.model_copy(update={"run": run})
+
+
+def rft_config(cfg: Config) -> Config:
+    return stage_config(cfg, "rft")
 
 
 def run_rft(cfg: Config, progress: bool = True) -> dict:

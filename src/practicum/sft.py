@@ -37,7 +37,7 @@ from practicum.envs.base import Env, Message, Start, StepResult, Task
 from practicum.episode import Episode
 from practicum.errors import ConfigError
 from practicum.report import solved
-from practicum.rft import finetune, stored_eval, unchanged_eval
+from practicum.rft import finetune, stage_config, stored_eval, unchanged_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
 
@@ -136,14 +136,8 @@ def collect(s: Session, progress: bool) -> list[Episode]:
     return [done[(g, k)] for _, g, k in items]
 
 
-def sft_config(cfg: Config) -> Config:
-    """The same config with its run folder moved to RUN/sft (resumable, never cleared)."""
-    run = cfg.run.model_copy(update={"out_dir": str(cfg.run_dir), "name": "sft", "resume": True})
-    return cfg.model_copy(update={"run": run})
-
-
 def run_sft(cfg: Config, progress: bool = True) -> dict:
-    sub = sft_config(cfg)
+    sub = stage_config(cfg, "sft")
     done = sub.run_dir / "summary.json"
     if done.exists() and (sub.run_dir / "policy").exists():
         return json.loads(done.read_text())
