@@ -179,6 +179,9 @@ def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, mon
         return Placement(Learner(trainable, cfg), sampler, trainable.tokenizer)
 
     monkeypatch.setattr(session, "place", fresh_engine)  # one engine start-up per module
+    # The session closes its sampler at the end of the run; this one is the module's and stays
+    # up for the next test (the fixture closes it).
+    monkeypatch.setattr(sampler, "close", lambda: None)
     cfg = load_config(None, [
         f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
         "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",
