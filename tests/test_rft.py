@@ -25,10 +25,13 @@ def rft_overrides(model_dir, out):
             "rft.batch_size=4", "algo.mask_overlong=false", f"run.out_dir={out}", "run.name=r"]
 
 
-def test_rft_keeps_solved_episodes_and_fits_them(tiny_model_dir, tmp_path):
+def test_rft_keeps_solved_episodes_and_fits_them(tiny_model_dir, tmp_path, capsys):
     cfg = load_config(None, rft_overrides(tiny_model_dir, tmp_path))
-    summary = run_rft(cfg, progress=False)
+    summary = run_rft(cfg, progress=True)
     out = tmp_path / "r" / "rft"
+    printed = capsys.readouterr().out  # not a terminal: plain lines, also in progress.log
+    for line in ["eval step 0 (before rft)", "rft sample 24/24", "eval step 0 (after rft)"]:
+        assert line in printed and line in (out / "progress.log").read_text(), line
     episodes = list(EpisodeStore(out / "episodes.jsonl"))
     solved = [e for e in episodes if e.reward >= 0.6]
     assert summary["sampled"] == len(episodes) == 6 * 4
@@ -78,7 +81,8 @@ def test_sft_on_a_model_on_another_device_trains_as_on_the_cpu():
     cfg = config(rft={"epochs": 2, "batch_size": 3, "lr": 0.1}, train={"micro_batch_size": 2})
 
     def sft(model):
-        s = SimpleNamespace(cfg=cfg, trainable=model, metrics=SimpleNamespace(log=lambda *a: None))
+        s = SimpleNamespace(cfg=cfg, trainable=model, run_dir=None,
+                            metrics=SimpleNamespace(log=lambda *a: None))
         return model, finetune(s, kept, progress=False)
 
     cpu, expected = sft(BigramPolicy(random_table()))

@@ -50,7 +50,7 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     started = time.time()
     s = open_session(sub)
     try:
-        before = stored_eval(sub.run_dir, "before") or s.evaluate("before")
+        before = stored_eval(sub.run_dir, "before") or evaluate(s, "before rft", progress)
         episodes = sample(s, progress)
         kept = [e for e in episodes  # overlong episodes: excluded as in RL (algo.mask_overlong)
                 if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
@@ -58,7 +58,8 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
         losses = finetune(s, kept, progress)
         s.trainable.save(sub.run_dir / "policy")
         s.publish()
-        after = s.evaluate("after") if kept else unchanged_eval(sub.run_dir, before)
+        after = evaluate(s, "after rft", progress) if kept else \
+            unchanged_eval(sub.run_dir, before)
     finally:
         s.close()
     per_task: dict[str, int] = {}
@@ -75,6 +76,16 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     }
     done.write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def evaluate(s: Session, when: str, progress: bool) -> dict:
+    """The held-out evaluation `when` ("before rft": saved as eval/before.json), with its
+    progress line on stdout and in RUN/progress.log."""
+    t0 = time.perf_counter()
+    result = s.evaluate(when.split()[0])
+    TrainProgress(0, enabled=progress, log_dir=s.run_dir).evaluation(
+        0, result, time.perf_counter() - t0, when)
+    return result
 
 
 def stored_eval(run_dir: Path, label: str) -> dict | None:
@@ -102,7 +113,8 @@ def sample(s: Session, progress: bool) -> list[Episode]:
              for k in range(r.samples_per_task)]
     chunk = s.cfg.rollout.group_size * s.cfg.rollout.tasks_per_step
     episodes = list(s.store)
-    with TrainProgress(len(items), len(episodes), enabled=progress, label="rft sample") as bar:
+    with TrainProgress(len(items), len(episodes), enabled=progress, label="rft sample",
+                       log_dir=s.run_dir) as bar:
         for start in range(len(episodes), len(items), chunk):
             eps = s.rollout(items[start:start + chunk], r.temperature)
             s.store.append(eps)
@@ -112,9 +124,11 @@ def sample(s: Session, progress: bool) -> list[Episode]:
     return episodes[: len(items)]
 
 
-def finetune(s: Session, kept: list[Episode], progress: bool, opts=None) -> list[float]:
+def finetune(s: Session, kept: list[Episode], progress: bool, opts=None,
+             label: str = "rft sft") -> list[float]:
     """SFT on the kept episodes' clean policy tokens; returns the loss of every update.
-    `opts` (epochs, lr, batch_size): s.cfg.rft unless given (`practicum sft` passes cfg.sft)."""
+    `opts` (epochs, lr, batch_size): s.cfg.rft unless given (`practicum sft` passes cfg.sft);
+    `label` prefixes the progress lines."""
     r = opts or s.cfg.rft
     model = s.trainable
     rows = training_rows(kept, [True] * len(kept))
@@ -127,7 +141,7 @@ def finetune(s: Session, kept: list[Episode], progress: bool, opts=None) -> list
     rng = random.Random(s.cfg.run.seed)
     losses: list[float] = []
     updates = r.epochs * -(-len(rows) // r.batch_size) if rows else 0
-    with TrainProgress(updates, 0, enabled=progress, label="rft sft") as bar:
+    with TrainProgress(updates, 0, enabled=progress, label=label, log_dir=s.run_dir) as bar:
         for _ in range(r.epochs if rows else 0):
             order = rows[:]
             rng.shuffle(order)

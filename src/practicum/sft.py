@@ -37,7 +37,7 @@ from practicum.envs.base import Env, Message, Start, StepResult, Task
 from practicum.episode import Episode
 from practicum.errors import ConfigError
 from practicum.report import solved
-from practicum.rft import finetune, stage_config, stored_eval, unchanged_eval
+from practicum.rft import evaluate, finetune, stage_config, stored_eval, unchanged_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
 
@@ -147,15 +147,16 @@ def run_sft(cfg: Config, progress: bool = True) -> dict:
         if cfg.sft.source == "demo" and s.suite.demonstrator is None:
             raise ConfigError(f"config error at sft.source: environment {cfg.task.name!r} "
                               f"has no demonstrator; use sft.source=teacher")
-        before = stored_eval(sub.run_dir, "before") or s.evaluate("before")
+        before = stored_eval(sub.run_dir, "before") or evaluate(s, "before sft", progress)
         episodes = collect(s, progress)
         kept = [e for e in episodes
                 if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
                             e.overlong and cfg.algo.mask_overlong)]
-        losses = finetune(s, kept, progress, cfg.sft)
+        losses = finetune(s, kept, progress, cfg.sft, label="sft")
         s.trainable.save(sub.run_dir / "policy")
         s.publish()
-        after = s.evaluate("after") if kept else unchanged_eval(sub.run_dir, before)
+        after = evaluate(s, "after sft", progress) if kept else \
+            unchanged_eval(sub.run_dir, before)
     finally:
         s.close()
     summary = {

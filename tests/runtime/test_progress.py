@@ -81,3 +81,10 @@ def test_other_progress_labels_name_their_lines_and_skip_missing_fields():
     line = stream.getvalue().strip()
     assert line.startswith("rft sample 16/64  reward 0.250  elapsed ")
     assert "solved" not in line and "nan" not in line
+
+
+def test_the_eta_counts_units_when_one_update_completes_several():
+    stream = io.StringIO()
+    bar = TrainProgress(64, enabled=True, label="rft sample", stream=stream)
+    bar.update(16, {"step_seconds": 32.0})  # 16 episodes in 32 s: 2 s each, 48 to go
+    assert stream.getvalue().strip().endswith("ETA 1m36s"), stream.getvalue()

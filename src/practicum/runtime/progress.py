@@ -77,6 +77,7 @@ class TrainProgress:
         self.label = "step" if label == "train" else label
         self.started = self._last = time.monotonic()
         self._step_seconds: list[float] = []
+        self._last_step = start
         self._progress = Progress(
             TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=not self.enabled)
@@ -110,8 +111,9 @@ class TrainProgress:
     def update(self, step: int, metrics: dict, episodes: int = 0) -> None:
         """Training step `step` finished; `episodes`: sampled so far in the run."""
         now = time.monotonic()
-        self._step_seconds.append(metrics.get("step_seconds", now - self._last))
-        self._last = now
+        done = max(1, step - self._last_step)  # an update may complete several units at once
+        self._step_seconds.append(metrics.get("step_seconds", now - self._last) / done)
+        self._last, self._last_step = now, step
         recent = self._step_seconds[-5:]  # the first steps include warm-up and refills
         eta = sum(recent) / len(recent) * max(0, self.total - step)
         self._emit(step_line(step, self.total, metrics, episodes, now - self.started, eta,
