@@ -7,8 +7,30 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import shutil
+import tempfile
+
 import pytest
 import torch
+
+_SESSION_TMP: str | None = None
+
+
+def pytest_configure(config):
+    """Every temp file of the session, ours and those of the libraries and processes the tests
+    start (torchrun's error files, vLLM's sockets, Ray's session), goes to one folder removed
+    at the end, so the suite leaves nothing in /tmp. Practicum's own leftovers are still caught
+    first (`nothing_left_behind`)."""
+    global _SESSION_TMP
+    if _SESSION_TMP is None and "PRACTICUM_TEST_TMP" not in os.environ:
+        _SESSION_TMP = tempfile.mkdtemp(prefix="pt-")  # short: Ray's socket paths must fit
+        os.environ["TMPDIR"] = os.environ["PRACTICUM_TEST_TMP"] = _SESSION_TMP
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_unconfigure(config):
+    if _SESSION_TMP is not None:
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 TINY = {
     "hidden_size": 64,

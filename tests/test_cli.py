@@ -1,5 +1,8 @@
 """The command line: user errors are one clear line and exit code 2; bugs keep tracebacks."""
 
+import os
+import sys
+
 import pytest
 
 import practicum.cli as cli
@@ -58,3 +61,37 @@ def test_plot_of_a_folder_that_is_no_run(capsys, tmp_path):
     assert main(["plot", str(tmp_path)]) == 2
     assert "is not a run folder (no metrics.jsonl)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_terminated_run_removes_its_work_folders_and_says_how_to_resume(tiny_model_dir,
+                                                                           tmp_path):
+    """SIGTERM (what schedulers and `kill` send) unwinds the run like Ctrl-C: the calculator's
+    sandbox folders are removed, exit status 143, one line on how to resume."""
+    import signal
+    import subprocess
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "practicum.cli", "train", f"model.model={tiny_model_dir}",
+         "model.dtype=float32", "task.name=calculator", "rollout.group_size=2",
+         "rollout.tasks_per_step=2", "rollout.max_turns=2", "sampling.max_new_tokens=8",
+         "train.steps=200", "eval.every=0", "algo.dynamic_sampling=false",
+         "algo.mask_overlong=false",
+         f"run.out_dir={tmp_path}", "run.name=t"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "t" / "progress.log"
+    deadline = time.time() + 300
+    while not (log.exists() and "step 1/200" in log.read_text()):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.1)
+    assert any(p.name.startswith("practicum-calc-") for p in tmp.iterdir())
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines()[-1] == \
+        "practicum: terminated; run again with the same command to resume"
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("practicum")]
