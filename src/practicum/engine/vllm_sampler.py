@@ -44,6 +44,7 @@ from typing import Literal
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import compiled
 from practicum.engine.sampling import check_request
+from practicum.errors import ConfigError
 
 
 @dataclass
@@ -297,9 +298,10 @@ class VLLMSampler:
 
             mine = str(torch.cuda.get_device_properties(device).uuid)
             if mine in self.llm.collective_rpc("weight_device"):
-                raise ValueError("engine.weight_sync=broadcast: the learner's weights are on a "
-                                 "GPU vLLM also runs on, and NCCL cannot join two processes on "
-                                 "one GPU; use weight_sync=memory (or give vLLM GPUs of its own)")
+                raise ConfigError("config error at engine.weight_sync: broadcast, but the "
+                                  "learner's weights are on a GPU vLLM also runs on, and NCCL "
+                                  "cannot join two processes on one GPU: set model.device to "
+                                  "another GPU, or weight_sync=memory")
         pending = WeightGroup.open_server(1 + self.options.tensor_parallel_size, backend)
         self._weights = self._while_workers(
             "init_weight_group", (pending.host, pending.port, pending.world, backend,
