@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from practicum.engine.weight_group import WeightGroup, buckets, meta_of
-from tests.ranks import receive_weights, spawn, weight_tensors, weights_beside_a_default_group
+from tests.ranks import (
+    receive_weights,
+    spawn,
+    weight_tensors,
+    weights_beside_a_default_group,
+)
 
 
 def test_buckets_hold_one_dtype_up_to_the_size_and_a_big_tensor_alone():
