@@ -84,7 +84,7 @@ def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
                                              "runtime.ray_engine_gpus=1"]))
 
 
-def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
+def test_the_multi_gpu_sampling_example_loads_in_its_three_layouts():
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "configs" / "multi_gpu_sampling.yaml"
@@ -93,3 +93,8 @@ def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
     own = load_config(path, ["engine.enable_sleep_mode=false", "engine.replicas=4",
                              "runtime.ray_engine=actor", "runtime.ray_engine_gpus=1"])
     assert own.engine.replicas == 4 and own.runtime.ray_engine_gpus == 1
+    nccl = load_config(path, ["model.device=cuda:1", "model.lora=false",
+                              "engine.weight_sync=broadcast", "engine.enable_sleep_mode=false"])
+    assert nccl.engine.weight_sync == "broadcast" and nccl.model.device == "cuda:1"
+    with pytest.raises(ConfigError, match="NCCL cannot join two processes on one GPU"):
+        load_config(path, ["model.lora=false", "engine.weight_sync=broadcast"])  # both on GPU 0

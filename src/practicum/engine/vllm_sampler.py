@@ -21,8 +21,12 @@ reloaded in place (`add_lora(..., load_inplace=True)`) under one adapter name an
 generation waits; requests then name that id (vLLM keeps serving a cached adapter whose id is
 reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
 samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
-a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), or serialised
-in memory and sent through `collective_rpc` (`memory`, no disk).
+a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), serialised
+in memory and sent through `collective_rpc` (`memory`, no disk), or broadcast (`broadcast`):
+this process and vLLM's workers form a weight group of their own (`weight_group`; NCCL for
+CUDA tensors, which must sit on a GPU vLLM does not use, gloo for CPU tensors), the workers
+learn each version's names, shapes and dtypes by `collective_rpc` and receive it in buckets
+while this process sends (the rpc blocks, so it runs in a thread beside the send).
 
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
