@@ -12,8 +12,9 @@ The group rendezvous on its own `TCPStore` and is built from the backend class d
 (`ProcessGroupGloo` / `ProcessGroupNCCL`), never through `init_process_group`, so it neither
 needs nor disturbs a default process group (the sharded learner may hold one) and its ranks are
 its own. Backend: nccl when the weights are CUDA tensors (they go GPU to GPU), gloo otherwise.
-NCCL cannot join two processes on one GPU: a learner colocated with vLLM on its GPU is refused
-by vLLM's side (`check_devices`).
+NCCL cannot join two processes on one GPU: a learner on one of vLLM's GPUs is refused (the
+config check, and the vLLM sampler when the group forms). The store listens on 127.0.0.1: the
+receivers run on rank 0's node (vLLM's workers are its engine's processes on one node).
 
 Tensors travel in buckets: consecutive tensors of one dtype flattened into one buffer of up to
 `bucket_mb` (a larger tensor alone), so a model of hundreds of tensors takes a few collectives;
