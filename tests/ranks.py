@@ -205,8 +205,6 @@ def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
     """vLLM's worker extension (`WeightsReloader`) as weight rank 1, its vLLM side reduced to a
     `reload_weights` that takes two tensors and then fails: the failure is raised, after every
     bucket was received (otherwise the sender would wait for them until its timeout)."""
-    import torch.distributed  # noqa: F401
-
     from practicum.engine.vllm_worker import WeightsReloader
     from practicum.engine.weight_group import meta_of
 
