@@ -1,10 +1,13 @@
 """Seconds to publish a new policy version to a sampler: LoRA and full weights, to the HF
 sampler (sharing the trainable, and with weights of its own as in an engine actor) and to vLLM
-(full weights in memory through collective_rpc vs through a safetensors file; the LoRA adapter
-reloaded in place). Run in the vLLM venv (scripts/vllm_venv.sh), under the shared lock:
+(full weights in memory through collective_rpc vs through a safetensors file vs broadcast over
+a gloo weight group with vLLM's worker process; the LoRA adapter reloaded in place). Run in the
+vLLM venv (scripts/vllm_venv.sh), under the shared lock:
 
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/weight_sync.py
     PYTHONPATH=src .venv/bin/python benchmarks/weight_sync.py --no-vllm     # HF rows only
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/weight_sync.py --full-only \
+        --out benchmarks/results/weight_sync_full.json     # the three full-weight vLLM paths
 
 SmolLM2-135M-Instruct, fp32, LoRA r16 on all linears (the model section's defaults). Each row
 is the median of `--repeats` publishes of fresh weights (every tensor changed), timed from
@@ -58,42 +61,54 @@ def publish_seconds(trainable, sampler, repeats: int) -> tuple[float, int]:
     return statistics.median(times), round(mb)
 
 
+def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int) -> list[dict]:
+    """One vLLM engine holding the trainable's weights; each publishing path in turn."""
+    from practicum.config import VLLMEngineConfig
+    from practicum.engine.vllm import build_sampler
+
+    start = time.perf_counter()
+    vl = build_sampler(VLLMEngineConfig(kind="vllm", max_model_len=512), policy, trainable)
+    startup = time.perf_counter() - start
+    paths = [("peft folder, reloaded in place", None)] if kind == "lora" else \
+        [("collective_rpc, bytes in memory", "memory"), ("safetensors file", "file"),
+         ("broadcast, gloo weight group", "broadcast")]
+    rows = []
+    for label, sync in paths:
+        if sync is not None:
+            vl.options.weight_sync = sync
+        secs, mb = publish_seconds(trainable, vl, repeats)
+        rows.append({"engine": "vllm", "weights": kind, "path": label, "mb": mb,
+                     "seconds": secs, "startup_s": startup})
+    vl.close()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-vllm", action="store_true", help="HF rows only (no vLLM venv)")
+    ap.add_argument("--full-only", action="store_true",
+                    help="full weights to vLLM only (its three paths, one engine)")
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).parent / "results" / "weight_sync.json")
     args = ap.parse_args()
     state = machine_state()
     rows = []
-    for kind in ("lora", "full"):
+    for kind in ("full",) if args.full_only else ("lora", "full"):
         policy = PolicyConfig(model="smollm2-135m-instruct", dtype="float32", lora=kind == "lora")
         trainable, shared = load_hf_engine(policy)
-        secs, mb = publish_seconds(trainable, shared, args.repeats)
-        rows.append({"engine": "hf (shares the trainable)", "weights": kind, "path": "in process",
-                     "mb": mb, "seconds": secs})
-        copy = HFEngineCopy(policy)
-        secs, mb = publish_seconds(trainable, copy, args.repeats)
-        rows.append({"engine": "hf (own copy, as in an actor)", "weights": kind,
-                     "path": "in memory", "mb": mb, "seconds": secs})
-        del copy, shared
-        if args.no_vllm:
-            continue
-        from practicum.config import VLLMEngineConfig
-        from practicum.engine.vllm import build_sampler
-
-        start = time.perf_counter()
-        vl = build_sampler(VLLMEngineConfig(kind="vllm", max_model_len=512), policy, trainable)
-        startup = time.perf_counter() - start
-        paths = [("peft folder, reloaded in place", None)] if kind == "lora" else \
-            [("collective_rpc, bytes in memory", "memory"), ("safetensors file", "file")]
-        for label, sync in paths:
-            if sync is not None:
-                vl.options.weight_sync = sync
-            secs, mb = publish_seconds(trainable, vl, args.repeats)
-            rows.append({"engine": "vllm", "weights": kind, "path": label, "mb": mb,
-                         "seconds": secs, "startup_s": startup})
-        vl.close()
-        del vl
+        if not args.full_only:
+            secs, mb = publish_seconds(trainable, shared, args.repeats)
+            rows.append({"engine": "hf (shares the trainable)", "weights": kind,
+                         "path": "in process", "mb": mb, "seconds": secs})
+            copy = HFEngineCopy(policy)
+            secs, mb = publish_seconds(trainable, copy, args.repeats)
+            rows.append({"engine": "hf (own copy, as in an actor)", "weights": kind,
+                         "path": "in memory", "mb": mb, "seconds": secs})
+            del copy
+        del shared
+        if not args.no_vllm:
+            rows += vllm_rows(trainable, policy, kind, args.repeats)
     table = Table(title=f"Publishing a policy version, SmolLM2-135M fp32 (median of "
                   f"{args.repeats}; cpu busy {state['busy_before']:.0%} at start)")
     for col in ("engine", "weights", "path", "MB", "seconds"):
@@ -101,7 +116,7 @@ def main() -> None:
     for r in rows:
         table.add_row(r["engine"], r["weights"], r["path"], str(r["mb"]), f"{r['seconds']:.3f}")
     Console().print(table)
-    out = Path(__file__).parent / "results" / "weight_sync.json"
+    out = args.out
     out.write_text(json.dumps({"machine": state, "repeats": args.repeats, "rows": rows},
                               indent=1))
     print(f"wrote {out}")

@@ -26,6 +26,12 @@ with bf16 compute on a GPU, against the unsharded learner on the same synthetic 
 memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora
 and fsdp2-full).
 
+Then the weight group of `engine.weight_sync: broadcast` (`practicum.engine.weight_group`) as
+a group of one on this device (NCCL for CUDA tensors, gloo on the CPU): it forms, and sends the
+check model's full weights in buckets (run weight-group). A group of one moves no bytes: NCCL
+joins no two processes on one GPU, so the transfer itself needs a machine with two GPUs; this
+catches what a single GPU can (the backend's construction, bucketing CUDA tensors).
+
 If a reference chat model resolves offline (default: SmolLM2-135M-Instruct) it also trains it
 a few sync LoRA steps and records the held-out reward before and after. Everything goes into
 one JSON, rewritten after every run so a killed check still leaves what it had; the exit
@@ -59,6 +65,8 @@ RUNS = (("sync-lora", "sync", True), ("sync-full", "sync", False),
         ("async-lora", "async", True), ("async-full", "async", False))
 FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
 """The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
+WEIGHT_GROUP_RUN = "weight-group"
+"""The broadcast weight group alone (`weight_group_check`), selectable in --runs too."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="largest acceptable mean trainer/sampler log-prob gap of a run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra config override for every run (repeatable)")
-    names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS]
+    names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
+        [WEIGHT_GROUP_RUN]
     p.add_argument("--runs", default=",".join(names),
                    help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
@@ -364,6 +373,37 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     return record
 
 
+def weight_group_check(args, model: str) -> dict:
+    """The check model's full weights on this device sent by a weight group of one (module
+    doc): its backend, the bytes, the seconds of the send, the device's UUID (what the vLLM
+    sampler compares to refuse NCCL to vLLM's own GPU)."""
+    import torch
+
+    from practicum.engine.hf_model import load_lm
+    from practicum.engine.weight_group import WeightGroup, backend_for, buckets, meta_of
+
+    record = {"name": WEIGHT_GROUP_RUN, "error": None}
+    try:
+        device = torch.device(args.device)
+        tensors = load_lm(model, getattr(torch, args.dtype), device, "sdpa").state_dict()
+        tensors = {k: v for k, v in tensors.items() if k != "lm_head.weight"}  # tied
+        meta = meta_of(tensors)
+        group = WeightGroup.open_server(1, backend_for(device), timeout_s=120).connect()
+        start = time.perf_counter()
+        group.send(list(tensors.values()), meta, bucket_mb=4)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            record["device_uuid"] = str(torch.cuda.get_device_properties(device).uuid)
+        record.update(backend=group.backend, buckets=len(buckets(meta, 4)),
+                      mb=sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20,
+                      send_seconds=time.perf_counter() - start)
+        group.close()
+    except Exception as err:  # reported with the rest
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    return record
+
+
 def reference_model(spec: str) -> tuple[str | None, str | None]:
     """(local folder, None) when `spec` resolves without the network, else (None, why)."""
     if spec.lower() == "none":
@@ -411,7 +451,8 @@ def check(args) -> dict:
               "environment": environment(args.device),
               "settings": {**asdict(size), "device": args.device, "dtype": args.dtype,
                            "quick": args.quick, "max_gap": args.max_gap, "extra": args.set},
-              "model": None, "runs": [], "fsdp2": [], "reference": None, "problems": []}
+              "model": None, "runs": [], "fsdp2": [], "weight_group": None, "reference": None,
+              "problems": []}
     write(args.out, result)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
@@ -432,6 +473,12 @@ def check(args) -> dict:
             elif record["steps"] < record["steps_wanted"]:
                 result["problems"].append(f"{record['name']}: completed {record['steps']} of "
                                           f"{record['steps_wanted']} steps")
+            write(args.out, result)
+        if WEIGHT_GROUP_RUN in args.runs.split(","):
+            print(f"gpu_check: {WEIGHT_GROUP_RUN}", flush=True)
+            record = result["weight_group"] = weight_group_check(args, str(work / "model"))
+            if record["error"]:
+                result["problems"].append(f"{WEIGHT_GROUP_RUN}: crashed: {record['error']}")
             write(args.out, result)
         folder, why = reference_model(args.reference_model)
         if folder is None:

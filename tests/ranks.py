@@ -148,3 +148,78 @@ def train_save_resume(rank: int, cfg: Config, ckpt_root: Path, seeds: list[int],
     weights = trainable_weights(learner)
     if rank == 0:
         torch.save({"weights": weights, "step": learner.step}, out)
+
+
+# -- the weight group (practicum.engine.weight_group) -----------------------------------------
+def weight_tensors() -> dict[str, torch.Tensor]:
+    """Tensors of three dtypes and odd shapes (a 0-dim one too), in an order that switches
+    dtype, so a small bucket size gives buckets of one tensor, of several, and a dtype change."""
+    g = torch.Generator().manual_seed(0)
+    return {"a.weight": torch.randn(64, 48, generator=g), "a.bias": torch.randn(48, generator=g),
+            "b.weight": torch.randn(300, 100, generator=g),
+            "norm": torch.randn(7, generator=g).to(torch.bfloat16),
+            "norm2": torch.randn(3, 5, generator=g).to(torch.bfloat16),
+            "steps": torch.arange(11), "scale": torch.tensor(0.5)}
+
+
+def receive_weights(rank: int, port: int, world: int, bucket_mb: float, out: Path) -> None:
+    """A receiver (weight rank rank+1, as vLLM's tensor-parallel worker `rank`): save what
+    arrives."""
+    from practicum.engine.weight_group import WeightGroup, meta_of
+
+    group = WeightGroup.join("127.0.0.1", port, rank + 1, world, "gloo", timeout_s=120)
+    got = {k: v.clone() for k, v in group.receive(meta_of(weight_tensors()),
+                                                  bucket_mb=bucket_mb)}
+    group.close()
+    torch.save(got, out / f"received-{rank + 1}.pt")
+
+
+def weights_beside_a_default_group(rank: int, out: Path) -> None:
+    """Two processes in a default gloo group (as the sharded learner's ranks) form the weight
+    group with the ranks reversed (default rank 1 sends); afterwards the default group still
+    has its own ranks and works."""
+    import torch.distributed as dist
+
+    from practicum.engine.weight_group import WeightGroup, meta_of
+
+    dist.init_process_group("gloo")
+    tensors = weight_tensors()
+    if rank == 1:
+        pending = WeightGroup.open_server(2, "gloo", timeout_s=120)
+        dist.broadcast_object_list([pending.port], src=1)
+        group = pending.connect()
+        group.send(list(tensors.values()), meta_of(tensors), bucket_mb=0.01)
+    else:
+        port = [None]
+        dist.broadcast_object_list(port, src=1)
+        group = WeightGroup.join("127.0.0.1", port[0], 1, 2, "gloo", timeout_s=120)
+        got = {k: v.clone() for k, v in group.receive(meta_of(tensors), bucket_mb=0.01)}
+        torch.save(got, out / "received.pt")
+    group.close()
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    assert dist.get_rank() == rank and dist.get_world_size() == 2 and total.item() == 3.0
+
+
+def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
+    """vLLM's worker extension (`WeightsReloader`) as weight rank 1, its vLLM side reduced to a
+    `reload_weights` that takes two tensors and then fails: the failure is raised, after every
+    bucket was received (otherwise the sender would wait for them until its timeout)."""
+    from practicum.engine.vllm_worker import WeightsReloader
+    from practicum.engine.weight_group import meta_of
+
+    class Worker(WeightsReloader):
+        rank, device = 0, torch.device("cpu")
+
+        def reload_weights(self, weights_iterator):
+            taken = [next(weights_iterator) for _ in range(2)]
+            (out / "taken.txt").write_text(" ".join(name for name, _ in taken))
+            raise ValueError("no such parameter")
+
+    worker = Worker()
+    worker.init_weight_group("127.0.0.1", port, 2, "gloo", 120)
+    try:
+        worker.receive_weights(meta_of(weight_tensors()), 0.01)
+    except ValueError as err:
+        (out / "error.txt").write_text(str(err))
+    worker.close_weight_group()

@@ -117,12 +117,16 @@ class VLLMEngineConfig(EngineSection):
                                 "the CPU build needs true.")
     max_num_seqs: int | None = Field(None, ge=1, description="vllm: sequences the engine "
                                      "batches in one step (None = vLLM's default).")
-    weight_sync: Literal["memory", "file"] = Field(
+    weight_sync: Literal["memory", "file", "broadcast"] = Field(
         "file", description="vllm, full fine-tuning (model.lora=false): how each published "
         "version reaches the engine: file = a safetensors file in a temporary folder that the "
         "workers read; memory = the tensors serialised in memory and handed to its workers "
         "through collective_rpc (no disk, but slower than the file on CPU: "
-        "benchmarks/weight_sync.py). LoRA adapters always go through a small peft folder.")
+        "benchmarks/weight_sync.py); broadcast = a collective from the publishing process to "
+        "the workers over a process group of their own (practicum.engine.weight_group): NCCL "
+        "GPU to GPU when the learner's weights are on a GPU vLLM does not use (e.g. "
+        "model.device=cuda:2 beside an engine with tensor_parallel_size=2 on GPUs 0-1), gloo "
+        "when they are CPU tensors. LoRA adapters always go through a small peft folder.")
 
 
 EngineConfig = Annotated[Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="kind")]
@@ -405,6 +409,27 @@ class Config(Section):
             raise ValueError(f"engine.replicas={self.engine.replicas} needs "
                              "runtime.backend=ray and runtime.ray_engine=actor (replicas are "
                              "engine actors)")
+        return self
+
+    @model_validator(mode="after")
+    def _check_weight_sync(self) -> "Config":
+        """weight_sync=broadcast sends full weights, and NCCL cannot join two processes on one
+        GPU: a learner in this process on a GPU its engine also takes (the first
+        tensor_parallel_size GPUs) is refused here; with device auto, at the first publish."""
+        engine = self.engine
+        if engine.kind != "vllm" or engine.weight_sync != "broadcast":
+            return self
+        if self.model.lora:
+            raise ValueError("engine.weight_sync=broadcast sends full weights (model.lora="
+                             "false); LoRA adapters always reach vLLM as a peft folder")
+        device = self.model.device
+        here = self.runtime.ray_engine == "driver" and self.runtime.ray_learner == "driver"
+        if here and device.startswith("cuda") and \
+                int(device.partition(":")[2] or 0) < engine.tensor_parallel_size:
+            raise ValueError(f"engine.weight_sync=broadcast: the learner's {device} is one of "
+                             f"the {engine.tensor_parallel_size} GPU(s) vLLM takes here, and "
+                             "NCCL cannot join two processes on one GPU: set model.device to a "
+                             "GPU beyond them, or weight_sync=memory")
         return self
 
     @model_validator(mode="after")

@@ -47,6 +47,24 @@ def test_engine_options_are_validated_by_name():
         load_config(None, ["engine.enable_sleep_mode=true"])  # the hf engine has no such option
 
 
+def test_broadcast_is_for_full_weights_on_a_gpu_of_their_own():
+    """weight_sync=broadcast: refused in one line with LoRA (adapters travel as a folder) and
+    for a learner here on one of the GPUs the engine here takes (NCCL joins no two processes on
+    one GPU); a GPU beyond them, the CPU, or a learner elsewhere pass."""
+    full = ["engine.kind=vllm", "engine.weight_sync=broadcast", "model.lora=false"]
+    for ok in (["model.device=cpu"], ["model.device=cuda:1"],
+               ["model.device=cuda:2", "engine.tensor_parallel_size=2"],
+               ["model.device=cuda", "runtime.backend=ray", "runtime.ray_engine=actor"]):
+        assert load_config(None, full + ok).engine.weight_sync == "broadcast"
+    with pytest.raises(ConfigError, match=r"^config error: engine.weight_sync=broadcast sends "
+                                          r"full weights \(model.lora=false\)"):
+        load_config(None, ["engine.kind=vllm", "engine.weight_sync=broadcast"])
+    for device, tp in [("cuda", 1), ("cuda:0", 1), ("cuda:1", 2)]:
+        with pytest.raises(ConfigError, match=f"the learner's {device} is one of the {tp} GPU"):
+            load_config(None, full + [f"model.device={device}",
+                                      f"engine.tensor_parallel_size={tp}"])
+
+
 def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
     """Checked before anything loads (this environment has no vLLM: the CPU build lives in a
     venv of its own)."""
@@ -66,7 +84,7 @@ def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
                                              "runtime.ray_engine_gpus=1"]))
 
 
-def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
+def test_the_multi_gpu_sampling_example_loads_in_its_three_layouts():
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "configs" / "multi_gpu_sampling.yaml"
@@ -75,3 +93,8 @@ def test_the_multi_gpu_sampling_example_loads_in_both_layouts():
     own = load_config(path, ["engine.enable_sleep_mode=false", "engine.replicas=4",
                              "runtime.ray_engine=actor", "runtime.ray_engine_gpus=1"])
     assert own.engine.replicas == 4 and own.runtime.ray_engine_gpus == 1
+    nccl = load_config(path, ["model.device=cuda:1", "model.lora=false",
+                              "engine.weight_sync=broadcast", "engine.enable_sleep_mode=false"])
+    assert nccl.engine.weight_sync == "broadcast" and nccl.model.device == "cuda:1"
+    with pytest.raises(ConfigError, match="NCCL cannot join two processes on one GPU"):
+        load_config(path, ["model.lora=false", "engine.weight_sync=broadcast"])  # both on GPU 0

@@ -65,6 +65,10 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
         assert run["error"] is None and run["steps"] == run["steps_wanted"] > 0
         assert run["fsdp2_learner_tokens_per_s"] > 0 and run["plain_learner_tokens_per_s"] > 0
         assert run["max_abs_weight_diff"] < 1e-4
+    # the broadcast weight group as a group of one: gloo on the CPU, the model in buckets
+    group = result["weight_group"]
+    assert group["error"] is None and group["backend"] == "gloo" and group["buckets"] > 1
+    assert group["mb"] > 0 and group["send_seconds"] >= 0 and "device_uuid" not in group
     assert result["reference"]["steps"] == 1
     assert result["reference"]["reward_before"] is not None
     assert result["reference"]["reward_after"] is not None

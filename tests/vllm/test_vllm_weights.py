@@ -1,6 +1,6 @@
 """Full fine-tuning with the vLLM sampler (fp32 SmolLM2): every published version reaches the
-engine without disk (bytes through collective_rpc) or through a file, and the engine then
-samples the learner's weights; with sleep mode the engine sits out each train step (on CPU
+engine without disk (bytes through collective_rpc, or broadcast over a gloo weight group with
+vLLM's worker process) or through a file, and the engine then samples the learner's weights; with sleep mode the engine sits out each train step (on CPU
 vLLM cannot sleep: the sequencing is the same, the memory stays)."""
 
 import pytest
@@ -34,8 +34,15 @@ def gap(trainable, sampler, prompt, seed):
     return max(abs(a - b) for a, b in zip(s.logprobs, lp))
 
 
-@pytest.mark.parametrize("sync", ["memory", "file"])
-def test_full_weights_reach_the_engine_in_memory_and_by_file(engine, sync):
+REPLIES: list[tuple[list[int], list[int]]] = []
+"""(base, perturbed) greedy replies of each weight_sync path that ran: all must be equal."""
+
+
+@pytest.mark.parametrize("sync", ["memory", "file", "broadcast"])
+def test_full_weights_reach_the_engine_in_memory_by_file_and_by_broadcast(engine, sync):
+    """Every path serves each published version: greedy replies change with the weights (to
+    the same reply on every path) and come back with them, and sampled log-probs are the
+    learner's. broadcast forms its gloo group with vLLM's worker process once and keeps it."""
     trainable, sampler, chat = engine
     sampler.options.weight_sync = sync
     prompt = chat.render(CAPITAL)
@@ -43,18 +50,24 @@ def test_full_weights_reach_the_engine_in_memory_and_by_file(engine, sync):
     original = {k: v.clone() for k, v in trainable.model.state_dict().items()}
     sampler.load_weights(trainable.export_weights(0))
     base = sampler.generate([prompt], greedy)[0].token_ids
+    group = sampler._weights
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in trainable.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.02)
     sampler.load_weights(trainable.export_weights(1))
     assert sampler.version == 1
-    assert sampler.generate([prompt], greedy)[0].token_ids != base
+    perturbed = sampler.generate([prompt], greedy)[0].token_ids
+    assert perturbed != base
     assert gap(trainable, sampler, prompt, 5) < 2e-3  # the engine samples the learner's weights
     with torch.no_grad():
         trainable.model.load_state_dict(original)
     sampler.load_weights(trainable.export_weights(2))
     assert sampler.generate([prompt], greedy)[0].token_ids == base
+    REPLIES.append((base, perturbed))
+    assert REPLIES[-1] == REPLIES[0]  # the same weights served whichever way they travelled
+    if sync == "broadcast":
+        assert group is not None and group.backend == "gloo" and sampler._weights is group
 
 
 def test_with_sleep_mode_the_engine_sits_out_the_train_step(engine):

@@ -21,8 +21,12 @@ reloaded in place (`add_lora(..., load_inplace=True)`) under one adapter name an
 generation waits; requests then name that id (vLLM keeps serving a cached adapter whose id is
 reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
 samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
-a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), or serialised
-in memory and sent through `collective_rpc` (`memory`, no disk).
+a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), serialised
+in memory and sent through `collective_rpc` (`memory`, no disk), or broadcast (`broadcast`):
+this process and vLLM's workers form a weight group of their own (`weight_group`; NCCL for
+CUDA tensors, which must sit on a GPU vLLM does not use, gloo for CPU tensors), the workers
+learn each version's names, shapes and dtypes by `collective_rpc` and receive it in buckets
+while this process sends (the rpc blocks, so it runs in a thread beside the send).
 
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
@@ -44,6 +48,7 @@ from typing import Literal
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import compiled
 from practicum.engine.sampling import check_request
+from practicum.errors import ConfigError
 
 
 @dataclass
@@ -70,8 +75,9 @@ class VLLMOptions:
     """No CUDA graphs / torch.compile (the CPU build needs it)."""
     max_num_seqs: int | None = None
     """Sequences batched per engine step (None = vLLM's default)."""
-    weight_sync: Literal["memory", "file"] = "file"
-    """Full weights: serialised in memory through collective_rpc, or via a safetensors file."""
+    weight_sync: Literal["memory", "file", "broadcast"] = "file"
+    """Full weights: serialised in memory through collective_rpc, via a safetensors file, or
+    broadcast over a weight group with the workers (`practicum.engine.weight_group`)."""
 
 
 def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -> float:
@@ -146,6 +152,8 @@ class VLLMSampler:
         self.model_path = str(model_path)
         self._dir = Path(tempfile.mkdtemp(prefix="practicum-vllm-"))
         self._lora = None
+        self._weights = None
+        """weight_sync=broadcast: this process's member of the weight group (rank 0)."""
         self.lora = lora_rank is not None
         self.ignore_eos = False
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
@@ -247,20 +255,80 @@ class VLLMSampler:
 
     def _load_full(self, update: WeightUpdate) -> None:
         """Reload every weight in place (worker extension), then drop the stale prefix cache:
-        from bytes in memory, or from a safetensors file (`weight_sync`)."""
+        broadcast over the weight group, from bytes in memory, or from a safetensors file
+        (`weight_sync`)."""
         from safetensors.torch import save, save_file
 
-        tensors = {k: v.detach().contiguous().cpu() for k, v in update.tensors.items()}
+        tensors = {k: v.detach() for k, v in update.tensors.items()}
         if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
                 tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
-            tensors.pop("lm_head.weight")  # tied: safetensors refuses shared storage
-        if self.options.weight_sync == "memory":
+            tensors.pop("lm_head.weight")  # tied: sent once (safetensors refuses shared storage)
+        if self.options.weight_sync == "broadcast":
+            self._broadcast(tensors)
+        elif self.options.weight_sync == "memory":
+            tensors = {k: v.contiguous().cpu() for k, v in tensors.items()}
             self.llm.collective_rpc("reload_from_bytes", args=(save(tensors),))
         else:
             path = self._dir / "weights.safetensors"
-            save_file(tensors, path)
+            save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, path)
             self.llm.collective_rpc("reload_from_file", args=(str(path),))
         self.llm.reset_prefix_cache()
+
+    def _broadcast(self, tensors: dict) -> None:
+        """`weight_sync: broadcast`: this process is rank 0 of a weight group with vLLM's
+        workers (formed at the first publish, again if the weights change device); the workers
+        get the metadata by collective_rpc and receive while this process sends. collective_rpc
+        blocks until the workers return, so it runs in a thread beside the send."""
+        from practicum.engine.weight_group import BUCKET_MB, backend_for, meta_of
+
+        backend = backend_for(next(iter(tensors.values())).device)
+        if self._weights is None or self._weights.backend != backend:
+            self._open_weight_group(backend, next(iter(tensors.values())).device)
+        meta = meta_of(tensors)
+        try:
+            self._while_workers("receive_weights", (meta, BUCKET_MB),
+                                lambda: self._weights.send(list(tensors.values()), meta,
+                                                           BUCKET_MB))
+        except BaseException:
+            self._close_weight_group()  # it may be mid-collective: the next publish forms anew
+            raise
+
+    def _open_weight_group(self, backend: str, device) -> None:
+        from practicum.engine.weight_group import WeightGroup
+
+        self._close_weight_group()
+        if backend == "nccl":
+            import torch
+
+            mine = str(torch.cuda.get_device_properties(device).uuid)
+            if mine in self.llm.collective_rpc("weight_device"):
+                raise ConfigError("config error at engine.weight_sync: broadcast, but the "
+                                  "learner's weights are on a GPU vLLM also runs on, and NCCL "
+                                  "cannot join two processes on one GPU: set model.device to "
+                                  "another GPU, or weight_sync=memory")
+        pending = WeightGroup.open_server(1 + self.options.tensor_parallel_size, backend)
+        self._weights = self._while_workers(
+            "init_weight_group", (pending.host, pending.port, pending.world, backend,
+                                  pending.timeout_s), pending.connect)
+
+    def _while_workers(self, method: str, args: tuple, here):
+        """Call `method` on every worker and run `here()` in this thread meanwhile (both sides
+        of a collective); `here`'s result, once the workers have returned."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="vllm-weights") as pool:
+            workers = pool.submit(self.llm.collective_rpc, method, args=args)
+            try:
+                result = here()
+            finally:
+                workers.result()  # a worker's failure is raised here (after `here`'s own)
+        return result
+
+    def _close_weight_group(self) -> None:
+        """This side only: a worker closes its member when it joins the next group."""
+        if self._weights is not None:
+            weights, self._weights = self._weights, None
+            weights.close()
 
     # -- a part of the placement -------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
@@ -272,6 +340,8 @@ class VLLMSampler:
     def close(self) -> None:
         """Stop vLLM's engine processes now (otherwise they live until the object is collected
         or the interpreter exits) and remove the published weights' folder; safe twice."""
+        if getattr(self, "_weights", None) is not None:
+            self._close_weight_group()
         engine = getattr(getattr(self, "llm", None), "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         if core is not None:

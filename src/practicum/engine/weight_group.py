@@ -1,0 +1,159 @@
+"""A process group of its own for publishing full weights by broadcast (`weight_sync:
+broadcast`): rank 0 holds the new weights (the process that publishes them), ranks 1..n receive
+them (vLLM's workers, one per tensor-parallel shard), as verl, prime-rl and SkyRL do.
+
+    pending = WeightGroup.open_server(world, backend)    # rank 0: a store on a free port
+    group = WeightGroup.join(host, pending.port, rank, world, backend)   # each receiver ...
+    group = pending.connect()                            # ... while rank 0 connects
+    group.send(tensors, meta)                            # rank 0, `meta = meta_of(tensors)`
+    for name, t in group.receive(meta, device): ...      # each receiver, one bucket at a time
+
+The group rendezvous on its own `TCPStore` and is built from the backend class directly
+(`ProcessGroupGloo` / `ProcessGroupNCCL`), never through `init_process_group`, so it neither
+needs nor disturbs a default process group (the sharded learner may hold one) and its ranks are
+its own. Backend: nccl when the weights are CUDA tensors (they go GPU to GPU), gloo otherwise.
+NCCL cannot join two processes on one GPU: a learner on one of vLLM's GPUs is refused (the
+config check, and the vLLM sampler when the group forms). The store listens on 127.0.0.1: the
+receivers run on rank 0's node (vLLM's workers are its engine's processes on one node).
+
+Tensors travel in buckets: consecutive tensors of one dtype flattened into one buffer of up to
+`bucket_mb` (a larger tensor alone), so a model of hundreds of tensors takes a few collectives;
+both sides derive the same buckets from the metadata (`buckets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+Meta = list[tuple[str, tuple[int, ...], str]]
+"""(name, shape, dtype name) of every tensor sent, in sending order."""
+
+BUCKET_MB = 32
+"""Default bucket size: big enough that a collective's fixed cost is small beside its bytes,
+small enough that the sender's copy into a bucket stays in cache and a receiver holds little
+beside the model (over gloo on a CPU, 32 MiB buckets were quicker than 256 MiB ones; not yet
+measured over NCCL)."""
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def meta_of(tensors: dict[str, torch.Tensor]) -> Meta:
+    return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in tensors.items()]
+
+
+def buckets(meta: Meta, bucket_mb: float = BUCKET_MB) -> list[list[int]]:
+    """Indices into `meta` grouped into buckets: consecutive, one dtype each, at most
+    `bucket_mb` MiB unless a single tensor is larger (then it travels alone)."""
+    limit = bucket_mb * 2**20
+    out: list[list[int]] = []
+    size, dtype = 0, None
+    for i, (_, shape, name) in enumerate(meta):
+        nbytes = _numel(shape) * getattr(torch, name).itemsize
+        if not out or name != dtype or size + nbytes > limit:
+            out.append([])
+            size, dtype = 0, name
+        out[-1].append(i)
+        size += nbytes
+    return out
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@dataclass
+class WeightGroup:
+    """One member of the weight group (module doc)."""
+
+    pg: Any
+    """The backend's group (ProcessGroupGloo or ProcessGroupNCCL)."""
+    rank: int
+    world: int
+    backend: str
+    store: dist.Store
+
+    @classmethod
+    def open_server(cls, world: int, backend: str, host: str = "127.0.0.1", port: int = 0,
+                    timeout_s: float = 600.0) -> PendingGroup:
+        """Rank 0's store, listening now (port 0: a free one, `.port`); `.connect()` then forms
+        the group, which blocks until all `world` members have joined."""
+        store = dist.TCPStore(host, port, None, True, timedelta(seconds=timeout_s),
+                              wait_for_workers=False)
+        return PendingGroup(store, host, world, backend, timeout_s)
+
+    @classmethod
+    def join(cls, host: str, port: int, rank: int, world: int, backend: str,
+             timeout_s: float = 600.0) -> WeightGroup:
+        """A receiver's membership (blocks until every member has joined)."""
+        store = dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s))
+        return cls._form(store, rank, world, backend, timeout_s)
+
+    @classmethod
+    def _form(cls, store: dist.Store, rank: int, world: int, backend: str,
+              timeout_s: float) -> WeightGroup:
+        prefixed = dist.PrefixStore("practicum-weights", store)
+        timeout = timedelta(seconds=timeout_s)
+        if backend == "gloo":
+            pg = dist.ProcessGroupGloo(prefixed, rank, world, timeout)
+        elif backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            pg = dist.ProcessGroupNCCL(prefixed, rank, world, options)
+        else:
+            raise ValueError(f"weight group backend {backend!r}: nccl or gloo")
+        return cls(pg, rank, world, backend, store)
+
+    def send(self, tensors: Sequence[torch.Tensor], meta: Meta,
+             bucket_mb: float = BUCKET_MB) -> None:
+        """Rank 0: broadcast `tensors` (described by `meta`, in its order) to every receiver."""
+        if self.rank != 0:
+            raise RuntimeError("only rank 0 sends weights")
+        for idx in buckets(meta, bucket_mb):
+            flat = torch.cat([tensors[i].detach().reshape(-1) for i in idx]) if len(idx) > 1 \
+                else tensors[idx[0]].detach().contiguous().reshape(-1)
+            self.pg.broadcast(flat, 0).wait()
+
+    def receive(self, meta: Meta, device: torch.device | str = "cpu",
+                bucket_mb: float = BUCKET_MB) -> Iterator[tuple[str, torch.Tensor]]:
+        """A receiver: the broadcast tensors as (name, tensor), one bucket at a time (views of
+        the bucket's buffer: copy what must outlive the next bucket). Consume it to the end, or
+        the sender waits for the buckets not taken until its timeout."""
+        for idx in buckets(meta, bucket_mb):
+            dtype = getattr(torch, meta[idx[0]][2])
+            sizes = [_numel(meta[i][1]) for i in idx]
+            flat = torch.empty(sum(sizes), dtype=dtype, device=device)
+            self.pg.broadcast(flat, 0).wait()
+            for i, part in zip(idx, flat.split(sizes)):
+                yield meta[i][0], part.view(meta[i][1])
+
+    def close(self) -> None:
+        self.pg.shutdown()
+
+
+@dataclass
+class PendingGroup:
+    """Rank 0 between opening its store and forming the group (`WeightGroup.open_server`)."""
+
+    store: dist.TCPStore
+    host: str
+    world: int
+    backend: str
+    timeout_s: float
+
+    @property
+    def port(self) -> int:
+        return self.store.port
+
+    def connect(self) -> WeightGroup:
+        return WeightGroup._form(self.store, 0, self.world, self.backend, self.timeout_s)
