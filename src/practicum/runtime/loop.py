@@ -151,7 +151,8 @@ def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> 
            if not batch.trained else "every episode was masked out (overlong or empty)")
     msg = (f"batch {s.ledger.batches} had nothing to train on: {why}; {n} episodes, "
            f"{len(batch.dropped)} dropped. No step taken ({in_row} such batches in a row).")
-    log.warning(msg)
+    if not (bar.enabled or bar.plain):  # shown already: one line, not one per stream
+        log.warning(msg)
     bar.note(msg)
     if in_row >= limit:
         raise TrainingError(
