@@ -29,8 +29,13 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    """The folder goes at exit, after multiprocessing removed its own `pymp-*` folder in it
+    (its finalizers run by priority; removing it first makes that one fail loudly)."""
     if _SESSION_TMP is not None:
-        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+        from multiprocessing.util import Finalize
+
+        Finalize(None, shutil.rmtree, args=(_SESSION_TMP,), kwargs={"ignore_errors": True},
+                 exitpriority=-101)
 
 TINY = {
     "hidden_size": 64,
