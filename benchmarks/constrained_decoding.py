@@ -140,6 +140,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--device", default="cpu", help="model.device (cpu, cuda, ...)")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2, help="generate calls per cell (best kept)")
@@ -150,7 +151,7 @@ def main() -> None:
         args.batches, args.new_tokens, args.repeats = [2], 24, 1
 
     state = machine_state()
-    trainable, sampler = load_hf_engine(PolicyConfig(model=args.model, dtype=args.dtype))
+    trainable, sampler = load_hf_engine(PolicyConfig(model=args.model, dtype=args.dtype, device=args.device))
     torch.manual_seed(0)
     for p in trainable.trainable_parameters():  # a trained-looking adapter, merged for sampling
         torch.nn.init.normal_(p, std=0.01)
@@ -213,7 +214,7 @@ def main() -> None:
     args.out.write_text(json.dumps({
         "machine": {**state, "python": platform.python_version(), "torch": torch.__version__,
                     "busy_after": machine_state(busy_limit=1.1)["busy_before"]},
-        "model": args.model, "dtype": args.dtype, "new_tokens": args.new_tokens,
+        "model": args.model, "dtype": args.dtype, "device": args.device, "new_tokens": args.new_tokens,
         "grammars": GRAMMARS, "rows": rows}, indent=1))
     print(f"wrote {args.out}")
 

