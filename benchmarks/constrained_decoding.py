@@ -117,8 +117,8 @@ def learner_side(trainable, prompts, samples, grammar) -> dict:
         trainable.model.zero_grad(set_to_none=True)
         start = time.perf_counter()
         lp = trainable.token_logprobs(ids, mask, score_mask=score, allowed=masks)
-        (-(lp * score).sum()).backward()
-        return time.perf_counter() - start, lp.detach()
+        (-(lp * score.to(lp.device)).sum()).backward()
+        return time.perf_counter() - start, lp.detach().cpu()
 
     step(allowed)  # warm-up
     seconds, lp = step(allowed)
