@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from practicum.envs.flow.corpus import build_world
+from practicum.envs.flow.demo import Demonstrator
 from practicum.envs.flow.env import FlowEnv
 from practicum.envs.flow.roles import Roles, RoleSpecs, RoleTokens
 from practicum.envs.flow.tasks import FAMILIES, split_tasks
@@ -125,7 +126,8 @@ def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
         train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
                                       ctx.seed, world)
     search = Search(world) if "search" in opts.tools else None  # one index, shared
-    return Suite(partial(make_flow_env, opts, world, search), train, held_out)
+    return Suite(partial(make_flow_env, opts, world, search), train, held_out,
+                 demonstrator=Demonstrator(train))  # training tasks only: never held-out
 
 
 def user_split(opts: FlowOptions, corpus, seed: int):

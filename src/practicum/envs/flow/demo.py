@@ -1,0 +1,85 @@
+"""Scripted planner demonstrations: the data of `practicum sft`'s warm start for AgentFlow.
+
+A 135M planner copies the query into every Sub-Goal and so looks up hop 1 again and again; RL
+alone rarely samples a plan that names the next hop's entity (what hop credit would reward).
+As for SWE (`envs.swe.demo`), a script writes plans for TRAINING tasks from their own data, in
+the planner's reply format:
+
+    multihop    step i: "Find the <relation i> of <entity i>." with tool lookup, the entity
+                being the one the previous lookup returned (the task's chain), and the
+                previous step's result as Context
+    arithmetic  "Compute <the question's expression>." with tool calculator, when the
+                expression fits the plan grammar's token cap
+
+Other families (and user questions without relations) get no script: their actor asks a
+search for "the answer", which the environment does not grade solved, so SFT keeps none.
+`Demonstrator` knows only the tasks it is given (the training split); it writes plans only:
+the real executor, tools and verifier run them and the exact-match check grades the answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+from practicum.envs.base import Message, Task
+from practicum.envs.flow.roles import longest_expression
+
+RELATION_NOUNS = {"founded": "founding year", "born": "birth year"}
+"""Relations whose name is not a noun ("the founded of X" reads badly; the lookup accepts both)."""
+CONTEXT_CHARS = 90
+"""Longest Context copied from memory (the plan grammar caps the field)."""
+
+
+EXPRESSION_TOKENS = 18
+"""Longest expression scripted: the plan grammar caps a Sub-Goal at `planner_grammar_tokens`
+(24 by default) and SmolLM2 spends a token per digit, so a longer one is not demonstrated (the
+policy could not write it under the grammar either)."""
+
+
+def rough_tokens(text: str) -> int:
+    """An upper estimate of a tokenizer's count for arithmetic: one per digit and per run of
+    other non-space characters."""
+    return len(re.findall(r"\d|[^\d\s]+", text))
+
+
+def plan(sub_goal: str, tool: str, context: str = "none") -> str:
+    return f"Context: {context}\nSub-Goal: {sub_goal}\nTool Name: {tool}"
+
+
+def steps_done(messages: list[Message]) -> tuple[int, str]:
+    """(planner steps already in memory, the last step's result) from the planner's prompt."""
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    results = re.findall(r"^\s*Result: (.*)$", last, re.M)
+    return len(re.findall(r"^Action Step \d+:", last, re.M)), (results[-1] if results else "")
+
+
+def hop_plan(task: Task, step: int, previous: str) -> str:
+    """The honest plan of hop `step` of a multihop task (the last hop again past the chain)."""
+    relations, chain = task.data["relations"], task.data["chain"]
+    i = min(step, len(relations) - 1)
+    relation = RELATION_NOUNS.get(relations[i], relations[i])
+    context = previous if previous and len(previous) <= CONTEXT_CHARS else "none"
+    return plan(f"Find the {relation} of {chain[i]}.", "lookup", context)
+
+
+class Demonstrator:
+    """Writes the planner's replies for the training tasks it was given."""
+
+    def __init__(self, tasks: list[Task]):
+        self.tasks = {t.task_id: t for t in tasks}
+
+    def __call__(self, task_id: str):
+        if task_id not in self.tasks:
+            raise KeyError(f"no demonstration for {task_id!r}: not a training task")
+        task = self.tasks[task_id]
+        family = task.data.get("family")
+
+        def act(messages: list[Message]) -> str:
+            step, previous = steps_done(messages)
+            if family == "multihop" and task.data.get("relations"):
+                return hop_plan(task, step, previous)
+            expr = longest_expression(task.data["question"]) if family == "arithmetic" else ""
+            if expr and rough_tokens(expr) <= EXPRESSION_TOKENS:
+                return plan(f"Compute {expr}.", "calculator")
+            return plan("Search for the answer to the query.", "search")
+        return act
