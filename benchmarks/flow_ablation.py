@@ -11,6 +11,9 @@ Arms (per seed; every arm is graded by the same exact checks on the same held-ou
   tool-integrated       the same policy calling the tools itself in one sequence
   flow + offline SFT    the planner fine-tuned on the planner turns of solved flow rollouts of
                         the untrained planner (`practicum rft`), as many rollouts as RL sampled
+  flow + demo SFT       configs/flow.yaml's warm start: SFT on scripted plans of training tasks
+                        (envs/flow/demo.py, sft.* of the config)
+  flow + demo SFT + Flow-GRPO   configs/flow.yaml's pipeline: the same RL from the SFT adapter
 Besides accuracy: planner turns per task (flow steps), the tool-call error rate and the
 multihop hop credit (`multihop_hops`: the fraction of chain hops looked up, the per-hop reward
 term), before and after RL. Prints a table (mean +- std over seeds) and writes
@@ -40,7 +43,7 @@ from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "flow.yaml"
 ARMS = ["flow (untrained)", "flow + Flow-GRPO", "direct (no flow)", "tool-integrated",
-        "flow + offline SFT"]
+        "flow + offline SFT", "flow + demo SFT", "flow + demo SFT + Flow-GRPO"]
 
 
 def base_overrides(args, seed: int, out: str, name: str) -> list[str]:
@@ -149,6 +152,24 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     res["flow + offline SFT"] = family_scores(sft["eval_after"])
     res["flow + offline SFT"]["kept"] = float(sft["kept"])
     res["flow + offline SFT"]["sampled"] = float(episodes)
+    res.update(demo_pipeline(args, seed, out))
+    return res
+
+
+def demo_pipeline(args, seed: int, out: str) -> dict[str, dict[str, float]]:
+    """configs/flow.yaml's own stages (demo SFT, then Flow-GRPO) under the arms' budget."""
+    from practicum.config import load_config
+    from practicum.stages import run_stages
+
+    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_demo"))
+    report = run_stages(cfg, progress=False)
+    sft, rl = (Path(r["run_dir"]) for r in report["stages"])
+    after_sft = json.loads(next(sft.rglob("eval/after.json")).read_text())
+    after_rl = json.loads(sorted((rl / "eval").glob("step_*.json"))[-1].read_text())
+    res = {"flow + demo SFT": family_scores(after_sft),
+           "flow + demo SFT + Flow-GRPO": family_scores(after_rl)}
+    res["flow + demo SFT"]["kept"] = float(report["stages"][0]["kept"])
+    res["flow + demo SFT + Flow-GRPO"]["rl_steps"] = float(report["stages"][1]["steps"])
     return res
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from practicum.engine.base import Sample, SamplerFailure, SamplingParams, WeightUpdate
+from practicum.engine.base import Interrupted, Sample, SamplerFailure, SamplingParams, WeightUpdate
 from practicum.engine.server import GenerationServer, WeightsGate
 
 
@@ -274,3 +274,26 @@ def test_a_sleeping_sampler_sleeps_through_the_train_step_and_wakes_before_the_p
         assert "load v1" in sampler.events
     finally:
         server.stop()
+
+
+def test_stopping_the_server_interrupts_a_running_hf_generate_and_leaves_the_sampler_usable(
+        tiny_model_dir):
+    """Ctrl-C / SIGTERM mid-batch: shutdown does not wait for a long generate to finish."""
+    from practicum.engine.hf import PolicyConfig, load_hf_engine
+
+    _, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="float32"))
+    server = GenerationServer(sampler).start()
+    long = SamplingParams(temperature=1.0, max_new_tokens=1000)  # the tiny model's context
+    future = server.submit([1, 2, 3], long, seed=0)
+    deadline = time.time() + 30
+    while not future.running() and time.time() < deadline:
+        time.sleep(0.01)
+    server.stop()  # 1000 tokens take far longer than this poll's 10 ms
+    with pytest.raises(Interrupted):
+        future.result(timeout=5)
+    assert not sampler.interrupt.is_set()  # cleared: the sampler serves on
+    out = sampler.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_new_tokens=4))
+    assert len(out[0].token_ids) == 4 or out[0].finish_reason == "stop"
+    sampler.interrupt.set()  # and an interrupt set before a call stops it at once
+    with pytest.raises(Interrupted):
+        sampler.generate([[1, 2, 3]], SamplingParams(temperature=0.0, max_new_tokens=4))

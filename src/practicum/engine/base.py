@@ -86,6 +86,11 @@ class SamplerFailure(RuntimeError):
     of the call fails with it, none is retried alone."""
 
 
+class Interrupted(SamplerFailure):
+    """The call was stopped part-way by the sampler's `interrupt` event (the generation server
+    is stopping: Ctrl-C, SIGTERM or the end of a run), so shutdown does not wait for it."""
+
+
 class Sampler(Protocol):
     """Generates from a policy version; receives new weights from the learner."""
 

@@ -20,13 +20,14 @@ learner trains (`practicum.engine.server`); the others may.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from practicum.engine.base import QuietPart, Sample, SamplingParams, WeightUpdate
+from practicum.engine.base import Interrupted, QuietPart, Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import grammars_for, masked_logits
 from practicum.engine.hf_model import FrozenReference, Logits, eos_ids, load_lm, pad_id
 from practicum.engine.kv_cache import reserved_cache
@@ -105,6 +106,9 @@ class HFSampler(QuietPart):
         self.pad_id = pad_id(tokenizer, self.eos_ids)
         self.version = 0
         self.max_positions = getattr(lm.config, "max_position_embeddings", None)
+        self.interrupt = threading.Event()
+        """Set (by the generation server's stop): a running `generate` raises `Interrupted` at
+        its next token instead of finishing a batch nobody will read."""
 
     def load_weights(self, update: WeightUpdate) -> None:
         if self.merged is not None:
@@ -184,6 +188,8 @@ class HFSampler(QuietPart):
             matchers = [grammars.matcher(grammar) for _ in range(n)]
             packed = torch.empty(n, grammars.width, dtype=torch.int32)
         for _ in range(params.max_new_tokens):
+            if self.interrupt.is_set():
+                raise Interrupted("generation interrupted: the generation server is stopping")
             row_gens = [gens[i] for i in rows] if gens is not None else None
             if grammar is not None:
                 logits = masked_logits(logits, grammars.fill([matchers[i] for i in rows],

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from practicum.engine.base import (
+    Interrupted,
     Sample,
     Sampler,
     SamplerFailure,
@@ -160,8 +161,13 @@ class GenerationServer:
     def stop(self) -> None:
         self._stop.set()
         self._queue.put(None)
+        interrupt = getattr(self.sampler, "interrupt", None)  # a sampler that stops mid-call
+        if interrupt is not None and self.alive:
+            interrupt.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+        if interrupt is not None:
+            interrupt.clear()  # the sampler may serve another server after this one
         while True:  # fail whatever is still queued, so no caller waits forever
             try:
                 item = self._queue.get_nowait()
@@ -299,7 +305,8 @@ class GenerationServer:
                 for r in reqs:  # one bad prompt (e.g. too long) must not fail its batch-mates
                     self._run([r])
                 return
-            log.warning("generate failed: %s", e)
+            if not isinstance(e, Interrupted):
+                log.warning("generate failed: %s", e)
             for r in reqs:
                 r.future.set_exception(e)
             return
