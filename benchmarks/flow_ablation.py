@@ -282,9 +282,9 @@ def main() -> None:
                       if k not in ("kept", "sampled")})
     table = {arm: {c: [per_seed[s][arm][c] for s in args.seeds if c in per_seed[s][arm]]
                    for c in columns} for arm in ARMS}
-    print(f"{'arm':<22}" + "".join(f"{c:>20}" for c in columns))
+    print(f"{'arm':<30}" + "".join(f"{c:>20}" for c in columns))
     for arm in ARMS:
-        print(f"{arm:<22}" + "".join(f"{mean_std(table[arm][c]):>20}" for c in columns))
+        print(f"{arm:<30}" + "".join(f"{mean_std(table[arm][c]):>20}" for c in columns))
     result = {"args": vars(args), "per_seed": per_seed, "table": table,
               "wall_seconds": time.time() - started, "machine": machine_state()}
     dest = ROOT / "benchmarks" / "results" / "flow_ablation.json"
