@@ -68,20 +68,20 @@ def family_scores(ev: dict) -> dict[str, float]:
 def scripted_planners(n: int, seeds: list[int]) -> dict:
     """Solve rate, hop credit and reward of scripted planners through the real env (module
     doc), per seed: no model, seconds."""
+    from practicum.envs.flow.demo import RELATION_NOUNS, hop_plan
+    from practicum.envs.flow.demo import plan as tool_plan
     from practicum.envs.registry import SuiteContext, build_suite
-
-    words = {"founded": "founding year", "born": "birth year"}
 
     def hop(i, task):
         rels, chain = task.data["relations"], task.data["chain"]
         i = min(i, len(rels) - 1)
-        return words.get(rels[i], rels[i]), chain[i]
+        return RELATION_NOUNS.get(rels[i], rels[i]), chain[i]
 
     def plan(sub, ctx="none"):
-        return f"Context: {ctx}\nSub-Goal: {sub}\nTool Name: lookup"
+        return tool_plan(sub, "lookup", ctx)
 
     planners = {
-        "honest hops": lambda i, m, t, titles: plan("Find the {} of {}.".format(*hop(i, t))),
+        "honest hops": lambda i, m, t, titles: hop_plan(t, i, ""),
         "entity only in Context": lambda i, m, t, titles: plan(
             f"Find the {hop(i, t)[0]}.", m.steps[-1].result if m.steps else t.data["question"]),
         "repeat hop 1": lambda i, m, t, titles: plan("Find the {} of {}.".format(*hop(0, t))),

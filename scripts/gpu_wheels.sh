@@ -2,8 +2,9 @@
 # Fills .whl/ with what scripts/gpu_check.sh needs on the lent GPU machine (Python 3.12, torch,
 # transformers, peft, accelerate, no network) and it lacks: the py3.12 manylinux wheels of
 # pydantic and its needs (the only third-party imports of practicum's toy-task training path
-# missing there; llguidance for the constrained-decoding check; typing-extensions travels because pydantic wants a newer one than images
-# often hold; llguidance ships manylinux_2_31 only), and the SmolLM2 tokenizer (its GGUF package is over the 64 MiB a call carries).
+# missing there; llguidance for the constrained-decoding check, a manylinux_2_31 wheel only;
+# typing-extensions travels because pydantic wants a newer one than images often hold), and
+# the SmolLM2 tokenizer (its GGUF package is over the 64 MiB a call carries).
 # Then prints the device tool's `run` call.  PYTHON: an interpreter with practicum's
 # dependencies (default .venv/bin/python); PIP_PYTHON: the one that runs `pip download`.
 set -euo pipefail

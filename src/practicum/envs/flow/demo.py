@@ -28,8 +28,6 @@ RELATION_NOUNS = {"founded": "founding year", "born": "birth year"}
 """Relations whose name is not a noun ("the founded of X" reads badly; the lookup accepts both)."""
 CONTEXT_CHARS = 90
 """Longest Context copied from memory (the plan grammar caps the field)."""
-
-
 EXPRESSION_TOKENS = 18
 """Longest expression scripted: the plan grammar caps a Sub-Goal at `planner_grammar_tokens`
 (24 by default) and SmolLM2 spends a token per digit, so a longer one is not demonstrated (the
