@@ -141,5 +141,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: environments remove their work folders
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

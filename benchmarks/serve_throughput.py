@@ -161,4 +161,7 @@ def report(latency: dict, rows: list[dict], load_s: float, state: dict, args) ->
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: environments remove their work folders
     main()

@@ -271,4 +271,7 @@ def plot(summary: dict, k: int, path: Path) -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: environments remove their work folders
     main()

@@ -83,4 +83,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: environments remove their work folders
     sys.exit(main())

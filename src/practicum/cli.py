@@ -6,13 +6,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from practicum.config import load_config
 from practicum.errors import PracticumError
+from practicum.terminate import Terminated, unwind_on_sigterm
 
 
 def _config(args):
@@ -262,17 +261,6 @@ def _split_config_arg(args) -> None:
         args.config = None
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler, `kill`, torchrun stopping its ranks) arrived; a KeyboardInterrupt
-    so that no `except Exception` on the way mistakes it for an episode's failure."""
-
-
-def _terminated(signum, frame) -> None:
-    """Unwind like Ctrl-C, so environments close and remove their work folders (the default
-    action would kill the process with its temp folders still on disk)."""
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -280,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     _split_config_arg(args)
     if not sys.stderr.isatty():  # a log file: no carriage-return bars (weight loading)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)  # `serve` installs its own
+    unwind_on_sigterm()  # `serve` installs its own handler
     try:
         return args.func(args)
     except Terminated:
