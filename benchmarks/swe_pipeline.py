@@ -148,7 +148,7 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
         rec = {"seed": seed, "policy": label, "init": init, "k": args.k, **res, **pipeline,
                "machine": machine_state()}
         done.setdefault(key, rec)
-        RECORDS.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec, indent=1))
         print(label, seed, res)
 
