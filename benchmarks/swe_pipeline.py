@@ -13,7 +13,7 @@ samples, pass@k = share of tasks solved at least once (the unbiased estimator of
 per graded episode (env metric grade_seconds).
 
 Every (seed, policy) result is stored in benchmarks/results/swe_pipeline_runs/<stage kinds>/
-(e.g. sft-rft-rl-rl) as it finishes,
+(e.g. sft-rft-rl-rl) as it finishes, each split's (held-out, training) in its evaluation folder,
 so a killed benchmark resumes where it stopped and seeds can run as separate processes;
 `--use-run SEED=PATH` takes a finished pipeline run (e.g. the main job's runs/swe, seed 0) for
 that seed instead of training it again. Prints a table, writes
@@ -50,6 +50,9 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
     from practicum.report import solved
     from practicum.runtime.session import open_session
 
+    finished = out / "pass_at_k.json"  # a killed benchmark resumes after the last whole split
+    if finished.is_file():
+        return json.loads(finished.read_text())
     run = cfg.run.model_copy(update={"out_dir": str(out.parent), "name": out.name,
                                      "resume": False})
     sub = cfg.model_copy(update={"run": run, "stages": [],
@@ -67,13 +70,15 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
         by_task.setdefault(e.task_id, []).append(solved(e, 1.0))
     grading = [e.metrics["grade_seconds"] for e in eps if e.metrics.get("patch_lines")]
     malformed = [t.malformed for e in eps for t in e.turns]
-    return {"pass@1": sum(map(sum, by_task.values())) / max(1, len(eps)),
-            f"pass@{k}": sum(any(v) for v in by_task.values()) / max(1, len(by_task)),
-            "tasks": len(by_task), "episodes": len(eps),
-            "episodes_with_patch": len(grading),
-            "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
-            "episodes_per_minute": len(eps) / max(minutes, 1e-9),
-            "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
+    res = {"pass@1": sum(map(sum, by_task.values())) / max(1, len(eps)),
+           f"pass@{k}": sum(any(v) for v in by_task.values()) / max(1, len(by_task)),
+           "tasks": len(by_task), "episodes": len(eps),
+           "episodes_with_patch": len(grading),
+           "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
+           "episodes_per_minute": len(eps) / max(minutes, 1e-9),
+           "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
+    finished.write_text(json.dumps(res, indent=1))
+    return res
 
 
 def weights_key(init: str | None) -> str | None:
