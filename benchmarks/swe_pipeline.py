@@ -52,7 +52,9 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
 
     finished = out / "pass_at_k.json"  # a killed benchmark resumes after the last whole split
     if finished.is_file():
-        return json.loads(finished.read_text())
+        saved = json.loads(finished.read_text())
+        if saved.pop("for", None) == [init, k]:  # another policy or k: evaluate again
+            return saved
     run = cfg.run.model_copy(update={"out_dir": str(out.parent), "name": out.name,
                                      "resume": False})
     sub = cfg.model_copy(update={"run": run, "stages": [],
@@ -77,7 +79,7 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
            "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
            "episodes_per_minute": len(eps) / max(minutes, 1e-9),
            "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
-    finished.write_text(json.dumps(res, indent=1))
+    finished.write_text(json.dumps({**res, "for": [init, k]}, indent=1))
     return res
 
 
