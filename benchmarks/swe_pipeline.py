@@ -190,7 +190,7 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
             "seeds_with_base_weights": sum(r.get("same_weights_as") == "base" for r in rs)}
         for m in ("pass@1", f"pass@{k}"):
             got = [r[f"train_{m}"] for r in rs if f"train_{m}" in r]
-            sm[f"train_{m}"] = statistics.fmean(got) if got else None
+            sm[f"train_{m}"], sm[f"train_{m}_std"] = mean_std(got) if got else (None, None)
         same = sm["seeds_with_base_weights"]
         train = ["-" if sm[f"train_{m}"] is None else f"{sm[f'train_{m}']:.3f}"
                  for m in ("pass@1", f"pass@{k}")]
@@ -264,15 +264,16 @@ def plot(summary: dict, k: int, path: Path) -> None:
 
     labels = list(summary)
     x = range(len(labels))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([i - 0.2 for i in x], [summary[lab]["pass@1"] for lab in labels], 0.4,
-           yerr=[summary[lab]["pass@1_std"] for lab in labels], label="pass@1")
-    ax.bar([i + 0.2 for i in x], [summary[lab][f"pass@{k}"] for lab in labels], 0.4,
-           yerr=[summary[lab][f"pass@{k}_std"] for lab in labels], label=f"pass@{k}")
-    ax.set_xticks(list(x), labels)
-    ax.set_ylabel("held-out resolve rate")
-    ax.set_title("SWE pipeline (SmolLM2-135M, bundled suite)")
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
+    for ax, prefix, title in ((axes[0], "train_", "training tasks"), (axes[1], "", "held-out")):
+        for shift, m in ((-0.2, "pass@1"), (0.2, f"pass@{k}")):
+            vals = [summary[lab].get(prefix + m) or 0.0 for lab in labels]
+            err = [summary[lab].get(prefix + m + "_std") or 0.0 for lab in labels]
+            ax.bar([i + shift for i in x], vals, 0.4, yerr=err, label=m)
+        ax.set_xticks(list(x), labels)
+        ax.set_title(f"{title} (SmolLM2-135M, bundled suite)")
+    axes[0].set_ylabel("resolve rate")
+    axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -110,8 +110,12 @@ def test_time_slice_with_duration_weights_converges_to_the_slow_arm():
 def test_time_slice_with_the_streaming_baseline_still_converges_to_the_slow_arm():
     """The runtime's centred baseline removes the drift even where runs ~ pi / dt."""
     r = _run(40, batching="streaming", allocation="time_slice")
-    assert r.best_curve()[-1] > 0.9
-    assert r.completions["fast"] > 0.3 * sum(r.completions.values())  # the premise did hold
+    curve = r.best_curve()
+    assert curve[-1] > 0.9
+    # The premise did hold: time slicing over-represents the fast arm against the policy's
+    # own share of it (a ratio, so a loaded machine's slower sleeps do not break it).
+    fast_share = r.completions["fast"] / sum(r.completions.values())
+    assert fast_share > 1.5 * (1 - sum(curve) / len(curve))
 
 
 @pytest.mark.slow
