@@ -20,7 +20,7 @@ that seed instead of training it again. Prints a table, writes
 benchmarks/results/swe_pipeline.{json,png}.
 
     python benchmarks/swe_pipeline.py [--config configs/swe.yaml] [--seeds 0 1 2] [--k 4]
-        [--use-run 0=runs/swe] [--report] [set key=value ...]
+        [--use-run 0=runs/swe] [--policies "after RL"] [--report] [set key=value ...]
 """
 
 from __future__ import annotations
@@ -138,6 +138,8 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
     kinds = "-".join(s["kind"] for s in stages)
     done: dict[str | None, dict] = {}
     for label, init in policies.items():
+        if args.policies and label not in args.policies:
+            continue
         path = record_path(seed, label, kinds)
         key = weights_key(init)
         if path.exists():
@@ -247,6 +249,9 @@ def main() -> None:
     p.add_argument("--report", action="store_true", help="only rebuild table, JSON and plot")
     p.add_argument("--train-tasks", action="store_true", help="also pass@1/pass@k on the "
                    "training tasks")
+    p.add_argument("--policies", nargs="+", choices=POLICIES, metavar="POLICY",
+                   help=f"evaluate only these of {POLICIES} (a second process can take some "
+                   "while another evaluates the rest)")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args()
     reuse = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.use_run}
