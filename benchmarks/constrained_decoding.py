@@ -6,10 +6,8 @@ prompts, temperature 1, batch 1 and 8, free text against two grammars of the kin
 environments use (a SWE tool call, an AgentFlow planner reply). Rows stop on their own (eos,
 or the grammar complete), so the figure compared is seconds per sampled token. The mask work
 alone (llguidance's mask for each row, unpacking it and masking the logits, consuming the
-token) is timed on the same tokens, and so are a batch's masks filled row by row against all
-at once on llguidance's thread pool (what the sampler does), and the learner's side: replaying
-the grammar over the sampled ids and `token_logprobs` (forward + backward) with and without
-the masks.
+token) is timed on the same tokens, and so is the learner's side: replaying the grammar over
+the sampled ids and `token_logprobs` (forward + backward) with and without the masks.
 Agreement: |behaviour log-prob - learner log-prob| per sampled token, with the replayed masks
 (what training uses) and, for contrast, without them.
 
@@ -92,31 +90,6 @@ def mask_work(tok, vocab: int, grammar: str, samples) -> float:
             masked_logits(logits, g.fill([m], packed))
             g.consume(m, t, grammar)
     return time.perf_counter() - start
-
-
-def batch_fill(tok, grammar: str, samples) -> dict:
-    """Seconds of the masks of a lockstep batch replaying `samples`: at each step the running
-    rows' masks filled one row at a time, and all at once as the sampler does (llguidance's
-    thread pool); consuming the tokens is not timed."""
-    g = grammars_for(tok)
-    spent = {}
-    for how in ("serial", "parallel"):
-        matchers = [g.matcher(grammar) for _ in samples]
-        out = torch.empty(len(samples), g.width, dtype=torch.int32)
-        spent[how] = 0.0
-        for step in range(max(len(s.token_ids) for s in samples)):
-            live = [(m, s.token_ids[step]) for m, s in zip(matchers, samples)
-                    if step < len(s.token_ids)]
-            start = time.perf_counter()
-            if how == "parallel":
-                g.fill([m for m, _ in live], out[:len(live)])
-            else:
-                for j, (m, _) in enumerate(live):
-                    g.fill([m], out[j:j + 1])
-            spent[how] += time.perf_counter() - start
-            for m, t in live:
-                g.consume(m, t, grammar)
-    return {"fill_serial_s": spent["serial"], "fill_parallel_s": spent["parallel"]}
 
 
 def learner_side(trainable, prompts, samples, grammar) -> dict:
@@ -208,7 +181,6 @@ def main() -> None:
             if grammar is not None:
                 row["mask_ms_per_token"] = 1000 * mask_work(tok, vocab, grammar, out) / tokens
                 row["forced_share"] = sum(lp == 0.0 for s in out for lp in s.logprobs) / tokens
-                row.update(batch_fill(tok, grammar, out))
             row.update(learner_side(trainable, prompts, out, grammar))
             row["replay_ms_per_token"] = 1000 * row["replay_s"] / tokens
             rows.append(row)
@@ -221,7 +193,7 @@ def main() -> None:
     table = Table(title=f"Constrained decoding, HF sampler, {args.model} {args.dtype} "
                         "(LoRA merged), T=1")
     for col in ("batch", "grammar", "tokens", "ms/token", "vs free", "CPU ms/token",
-                "CPU vs free", "mask ms/token", "batch masks ms (serial / parallel)",
+                "CPU vs free", "mask ms/token",
                 "forced", "replay ms/token", "learner s (masked / free)", "gap max (masked)",
                 "gap max (unmasked)"):
         table.add_column(col)
@@ -231,8 +203,6 @@ def main() -> None:
             str(r["batch"]), r["grammar"], str(r["tokens"]), f"{r['ms_per_token']:.1f}",
             f"{r['vs_free']:.2f}x", f"{r['cpu_ms_per_token']:.1f}", f"{r['cpu_vs_free']:.2f}x",
             f"{r['mask_ms_per_token']:.2f}" if constrained else "-",
-            f"{1000 * r['fill_serial_s']:.0f} / {1000 * r['fill_parallel_s']:.0f}" if constrained
-            else "-",
             f"{r['forced_share']:.0%}" if constrained else "-",
             f"{r['replay_ms_per_token']:.2f}" if constrained else "-",
             f"{r['learner_s']:.2f} / {r['learner_s_unmasked']:.2f}" if constrained

@@ -4,8 +4,9 @@ every kind of stage (SFT warm start, RFT, RL), over seeds; environment throughpu
 For each seed, runs (or resumes) the config's stages (configs/swe.yaml: sft -> rft -> rl ->
 refreshed rl) with run.seed = seed in runs/swe_pipeline/seed<N>, then samples k episodes
 (temperature 1) per held-out task (and, with --train-tasks, per training task) from each
-policy: base (no adapter), after the first SFT stage, after the first RFT stage and after the
-last RL stage, all under the config's base rollout settings. Per stage it also records what the
+policy: base (no adapter), after the first SFT stage, after the first RFT stage, after the
+first RL stage (where there are two) and after the last RL stage, all under the config's base
+rollout settings. Per stage it also records what the
 stage itself did: episodes kept by SFT / RFT and the share of their training episodes that
 resolved, RL steps taken. pass@1 = mean solve rate of the k
 samples, pass@k = share of tasks solved at least once (the unbiased estimator of Chen et al.
@@ -38,7 +39,8 @@ from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 
 RESULTS = Path(__file__).parent / "results"
 RECORDS = RESULTS / "swe_pipeline_runs"
-POLICIES = ("base", "after SFT", "after RFT", "after RL")
+POLICIES = ("base", "after SFT", "after RFT", "after RL 1", "after RL")
+"""`after RL` is the last RL stage's policy; `after RL 1` the first's, where there are two."""
 STAGE_POLICY = {"sft": "after SFT", "rft": "after RFT", "rl": "after RL"}
 RESULT_KEYS = {"tasks", "episodes", "episodes_with_patch", "malformed_turn_rate",
                "episodes_per_minute", "grading_seconds_mean"}
@@ -112,7 +114,7 @@ def stage_kinds(config: str, overrides: list[str]) -> str:
 
 
 def run_seed(args, seed: int, run_dir: Path) -> None:
-    """Train (or resume, or reuse) one seed's pipeline, then evaluate its three policies."""
+    """Train (or resume, or reuse) one seed's pipeline, then evaluate its policies."""
     from practicum.config import load_config
     from practicum.stages import run_stages
 
@@ -135,6 +137,10 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
         label = STAGE_POLICY[stage["kind"]]
         if label not in policies or stage["kind"] == "rl":
             policies[label] = stage["policy"]
+    rl = [s["policy"] for s in stages if s["kind"] == "rl"]
+    if len(rl) > 1:  # tells the first RL stage from the refreshed one
+        policies["after RL 1"] = rl[0]
+    policies = {label: policies[label] for label in POLICIES if label in policies}
     kinds = "-".join(s["kind"] for s in stages)
     done: dict[str | None, dict] = {}
     for label, init in policies.items():

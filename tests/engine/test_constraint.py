@@ -112,22 +112,6 @@ def test_replay_refuses_ids_the_grammar_does_not_allow(engine):
         grammars_for(tok).replay(ANSWER, ids)
 
 
-def test_a_batch_of_masks_filled_in_parallel_equals_each_row_filled_alone(engine):
-    tok = engine[0].tokenizer
-    grammars = grammars_for(tok)
-    ids = tok("Answer: 42.", add_special_tokens=False).input_ids + [tok.eos_token_id]
-    matchers = []
-    for depth in range(len(ids)):  # rows at every point of the grammar, start to complete
-        m = grammars.matcher(ANSWER)
-        for t in ids[:depth]:
-            grammars.consume(m, t, ANSWER)
-        matchers.append(m)
-    batch = grammars.fill(matchers)
-    alone = torch.cat([grammars.fill([m]) for m in matchers])
-    assert torch.equal(batch, alone)
-    assert len({tuple(row.tolist()) for row in batch}) > 2  # the rows' masks do differ
-
-
 # -- sampling under a grammar ---------------------------------------------------------------------
 @pytest.mark.parametrize("grammar,pattern", [(ANSWER, ANSWER_RE), (TOOL, TOOL_RE)],
                          ids=["answer", "tool"])

@@ -95,9 +95,7 @@ class TokenGrammars:
     def fill(self, matchers: list, out: Tensor | None = None) -> Tensor:
         """The next-token mask of each matcher, packed: [len(matchers), W] int32 (CPU). (Written
         straight into `out`'s rows, as llguidance.torch does; that module is not imported
-        because it sets up torch.compile, seconds of import.) Several rows are computed in
-        parallel on llguidance's thread pool, without the GIL: each row's mask is CPU work of
-        its own, so a batch's masks cost about one row's on a machine with the cores."""
+        because it sets up torch.compile, seconds of import.)"""
         if out is None:
             out = torch.empty(len(matchers), self.width, dtype=torch.int32)
         if out.dtype != torch.int32 or out.device.type != "cpu" or not out.is_contiguous() \
@@ -105,10 +103,6 @@ class TokenGrammars:
             raise ValueError(f"fill: expected a contiguous CPU int32 [{len(matchers)}, "
                              f"{self.width}] tensor")
         row_bytes = self.width * 4
-        if len(matchers) > 1:
-            _executor().unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(matchers)],
-                                                out.data_ptr(), row_bytes, len(matchers))
-            return out
         for i, m in enumerate(matchers):
             m.unsafe_compute_mask_ptr(out.data_ptr() + i * row_bytes, row_bytes)
         return out
@@ -127,14 +121,6 @@ class TokenGrammars:
             self.fill([m], out[i:i + 1])
             self.consume(m, t, grammar)
         return out
-
-
-@functools.cache
-def _executor():
-    """llguidance's thread pool for batched masks (its default size: most of the cores)."""
-    import llguidance
-
-    return llguidance.LLExecutor()
 
 
 _GRAMMARS: dict[int, TokenGrammars] = {}
