@@ -20,8 +20,18 @@ so a killed benchmark resumes where it stopped and seeds can run as separate pro
 that seed instead of training it again. Prints a table, writes
 benchmarks/results/swe_pipeline.{json,png}.
 
+RL variants: `--tag NAME` keeps a variant's records and report apart (records in
+<stage kinds>+NAME/, report swe_pipeline_NAME.{json,png}); `--warm-start-from SEED=PATH`
+copies PATH's finished SFT and RFT stages into the seed's run, so the variant's RL stages start
+from the very policy the main run's did, e.g. a gentler DAPO from seed 0's warm start:
+
+    python benchmarks/swe_pipeline.py --seeds 0 --train-tasks --tag lr5e-5-g8
+        --runs runs/swe_dapo --warm-start-from 0=runs/swe train.lr=5e-5 rollout.group_size=8
+        --policies "after RL 1" "after RL"
+
     python benchmarks/swe_pipeline.py [--config configs/swe.yaml] [--seeds 0 1 2] [--k 4]
-        [--use-run 0=runs/swe] [--policies "after RL"] [--report] [set key=value ...]
+        [--use-run 0=runs/swe] [--policies "after RL"] [--tag NAME]
+        [--warm-start-from 0=runs/swe] [--report] [key=value ...]
 """
 
 from __future__ import annotations
@@ -102,9 +112,28 @@ def weights_key(init: str | None) -> str | None:
 
 
 def record_path(seed: int, label: str, kinds: str) -> Path:
-    """`kinds`: the config's stage kinds joined by '-' (records of different pipelines never
-    mix)."""
+    """`kinds`: the config's stage kinds joined by '-', plus '+tag' for a variant (records of
+    different pipelines never mix)."""
     return RECORDS / kinds / f"s{seed}_{label.replace(' ', '_').replace('+', '')}.json"
+
+
+def copy_warm_start(source: Path, run_dir: Path) -> None:
+    """Copy `source`'s finished SFT and RFT stage folders into `run_dir` (the pipeline skips
+    finished stages), so RL variants start from one policy. Refuses a source whose warm start
+    is unfinished and a `run_dir` that already has different ones."""
+    import shutil
+
+    stages = sorted(source.glob("*-*/stage.json"))
+    warm = [m.parent for m in stages if json.loads(m.read_text())["kind"] in ("sft", "rft")]
+    if not warm:
+        raise SystemExit(f"--warm-start-from: no finished sft/rft stage in {source}")
+    for folder in warm:
+        target = run_dir / folder.name
+        if target.exists():
+            if (target / "stage.json").read_text() != (folder / "stage.json").read_text():
+                raise SystemExit(f"--warm-start-from: {target} exists and differs from {folder}")
+            continue
+        shutil.copytree(folder, target)
 
 
 def stage_kinds(config: str, overrides: list[str]) -> str:
@@ -141,7 +170,7 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
     if len(rl) > 1:  # tells the first RL stage from the refreshed one
         policies["after RL 1"] = rl[0]
     policies = {label: policies[label] for label in POLICIES if label in policies}
-    kinds = "-".join(s["kind"] for s in stages)
+    kinds = "-".join(s["kind"] for s in stages) + (f"+{args.tag}" if args.tag else "")
     done: dict[str | None, dict] = {}
     for label, init in policies.items():
         if args.policies and label not in args.policies:
@@ -172,12 +201,13 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
-def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
-    kinds = stage_kinds(config, overrides)
+def report(seeds: list[int], k: int, config: str, overrides: list[str], tag: str = "") -> None:
+    kinds = stage_kinds(config, overrides) + (f"+{tag}" if tag else "")
+    name = f"swe_pipeline_{tag}" if tag else "swe_pipeline"
     rows = [json.loads(record_path(s, lab, kinds).read_text()) for s in seeds
             for lab in POLICIES if record_path(s, lab, kinds).exists()]
     done = sorted({r["seed"] for r in rows})
-    table = Table(title=f"SWE pipeline, held-out resolve rate (seeds {done}, k={k})")
+    table = Table(title=f"SWE pipeline {kinds}, resolve rates (seeds {done}, k={k})")
     for col in ("policy", "pass@1", f"pass@{k}", "train pass@1", f"train pass@{k}",
                 "patch rate", "malformed turns", "episodes/min", "grading s/episode"):
         table.add_column(col)
@@ -224,12 +254,12 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str]) -> None:
         print(f"grading a patch: {gold['gold']:.2f} s per task (gold), {gold['empty']:.2f} s "
               f"(empty), over {gold['tasks']} tasks (swe_suite.json)")
     RESULTS.mkdir(exist_ok=True)
-    out = {"config": config, "overrides": overrides, "seeds": done, "k": k,
+    out = {"config": config, "overrides": overrides, "tag": tag, "seeds": done, "k": k,
            "summary": summary, "pipelines": pipelines, "gold_check_grading_seconds": gold,
            "rows": rows, "machine": machine_state()}
-    (RESULTS / "swe_pipeline.json").write_text(json.dumps(out, indent=1))
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1))
     if summary:
-        plot(summary, k, RESULTS / "swe_pipeline.png")
+        plot(summary, k, RESULTS / f"{name}.png")
 
 
 def gold_grading_seconds() -> dict | None:
@@ -258,13 +288,22 @@ def main() -> None:
     p.add_argument("--policies", nargs="+", choices=POLICIES, metavar="POLICY",
                    help=f"evaluate only these of {POLICIES} (a second process can take some "
                    "while another evaluates the rest)")
+    p.add_argument("--tag", default="", help="a variant's name: its records and report are "
+                   "kept apart from the config's own")
+    p.add_argument("--warm-start-from", action="append", default=[], metavar="SEED=PATH",
+                   help="copy PATH's finished SFT and RFT stages into SEED's run first (RL "
+                   "variants from the same warm start)")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args()
     reuse = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.use_run}
+    warm = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.warm_start_from}
     if not args.report:
         for seed in args.seeds:
-            run_seed(args, seed, reuse.get(seed, Path(args.runs) / f"seed{seed}"))
-    report(args.seeds, args.k, args.config, args.overrides)
+            run_dir = reuse.get(seed, Path(args.runs) / f"seed{seed}")
+            if seed in warm:
+                copy_warm_start(warm[seed], run_dir)
+            run_seed(args, seed, run_dir)
+    report(args.seeds, args.k, args.config, args.overrides, args.tag)
 
 
 def plot(summary: dict, k: int, path: Path) -> None:
