@@ -14,7 +14,8 @@ samples, pass@k = share of tasks solved at least once (the unbiased estimator of
 per graded episode (env metric grade_seconds).
 
 Every (seed, policy) result is stored in benchmarks/results/swe_pipeline_runs/<stage kinds>/
-(e.g. sft-rft-rl-rl) as it finishes, each split's (held-out, training) in its evaluation folder,
+(e.g. sft-rft-rl-rl) as it finishes, each split's (held-out, training) in its evaluation folder
+(pass_at_k.json, and the sampled episodes in episodes.jsonl),
 so a killed benchmark resumes where it stopped and seeds can run as separate processes;
 `--use-run SEED=PATH` takes a finished pipeline run (e.g. the main job's runs/swe, seed 0) for
 that seed instead of training it again. Prints a table, writes
@@ -79,6 +80,8 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
     finally:
         s.close()
     minutes = (time.time() - t0) / 60
+    with open(out / "episodes.jsonl", "w") as f:  # the episodes' text, for failure analysis
+        f.writelines(e.to_json() + "\n" for e in eps)
     by_task: dict[str, list[bool]] = {}
     for e in eps:
         by_task.setdefault(e.task_id, []).append(solved(e, 1.0))
