@@ -2,25 +2,12 @@
 stage pipeline serves, which evaluations are practicum's before/after, how mini-swe-agent's
 replies are read from a trajectory, and the table's arithmetic."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))  # the benchmark imports benchmarks/_machine.py
-    spec = importlib.util.spec_from_file_location("benchmarks_agents_baseline",
-                                                  BENCH / "agents_baseline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(BENCH))
+BENCHMARK = "agents_baseline.py"
 
 
 def _eval(path: Path, episodes: list[tuple[str, bool, float]], tokens: float = 10.0) -> None:

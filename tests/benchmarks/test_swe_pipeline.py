@@ -1,25 +1,12 @@
 """The SWE pipeline benchmark's pure parts (benchmarks/swe_pipeline.py): where a variant's
 records go and how an RL variant takes another run's warm start."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))  # the benchmark imports benchmarks/_machine.py
-    spec = importlib.util.spec_from_file_location("benchmarks_swe_pipeline",
-                                                  BENCH / "swe_pipeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(BENCH))
+BENCHMARK = "swe_pipeline.py"
 
 
 def _stage(run: Path, index: int, kind: str) -> Path:
