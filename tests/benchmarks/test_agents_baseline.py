@@ -5,7 +5,6 @@ replies are read from a trajectory, and the table's arithmetic."""
 import json
 from pathlib import Path
 
-
 BENCHMARK = "agents_baseline.py"
 
 
