@@ -1,5 +1,5 @@
 """The learner in one process vs sharded over 2 gloo ranks on the CPU (`runtime.learner_ranks`,
-practicum.sharded): learner tokens/s, parameters each process holds, and whether both end with
+practicum.learner.sharded): learner tokens/s, parameters each process holds, and whether both end with
 the same weights.
 
 SmolLM2-135M-Instruct (LoRA, or full fine-tuning with --full), one synthetic batch per step
@@ -82,7 +82,7 @@ def rank_main(rank: int, args, world: int, port: int, out: str) -> None:
                       WORLD_SIZE=str(world))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     from practicum.runtime.placement import policy_config
-    from practicum.sharded import init_ranks, sharded_learner
+    from practicum.learner.sharded import init_ranks, sharded_learner
 
     init_ranks("cpu", timeout_s=1800)
     cfg = config(args.full)

@@ -119,7 +119,7 @@ def one_process_learner(cfg: Config):
 
 def sharded(cfg: Config):
     from practicum.runtime.placement import policy_config
-    from practicum.sharded import init_ranks, sharded_learner
+    from practicum.learner.sharded import init_ranks, sharded_learner
 
     init_ranks("cpu", timeout_s=120)
     return sharded_learner(cfg, policy_config(cfg))

@@ -13,7 +13,7 @@ from practicum.rft import finetune, rft_config, run_rft
 from practicum.runtime.session import open_session
 from practicum.store import EpisodeStore
 from tests.fake_device import DEVICE, on_fake_device
-from tests.test_learner import BigramPolicy, FakeDeviceBigram, config, random_table
+from tests.learner.test_step import BigramPolicy, FakeDeviceBigram, config, random_table
 
 
 def rft_overrides(model_dir, out):

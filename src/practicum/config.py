@@ -279,7 +279,7 @@ class RuntimeConfig(Section):
                                     "on a GPU).")
     learner_ranks: int = Field(
         1, ge=1, description="Processes the learner is sharded over with FSDP2 "
-        "(practicum.sharded; N ranks train exactly as one process): 1 = one process. Above 1: "
+        "(practicum.learner.sharded; N ranks train exactly as one process): 1 = one process. Above 1: "
         "with backend=ray and ray_learner=actor, a Ray actor group in a placement group, one "
         "bundle of ray_learner_cpus / ray_learner_gpus per rank; or the ranks of a torchrun "
         "launch (`torchrun --nproc-per-node N -m practicum.cli train ...`, N = learner_ranks), "

@@ -33,7 +33,7 @@ def test_a_skipped_batch_does_not_stop_a_run_that_recovers(tiny_model_dir, tmp_p
                                                           toy_overrides, train_run, monkeypatch):
     """One masked batch in the middle of a run: the run still reaches train.steps, and the
     summary counts the skipped batch."""
-    import practicum.learner as learner_mod
+    import practicum.learner.step as learner_mod
 
     real, calls = learner_mod.Learner.train_step, [0]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import practicum.learner as learner_mod
+import practicum.learner.checkpoint as checkpoint_mod
 from practicum.config import load_config
 from practicum.store import EpisodeStore, read_ledger
 
@@ -138,7 +138,7 @@ def test_a_run_killed_anywhere_resumes_exactly(point, reference, peaked_model_di
                         and (Path(dst).parent / ".aside_step_000005").exists()):
                     raise Crash("mid re-save")
                 return replace(src, dst)
-            m.setattr(learner_mod.os, "replace", flaky)
+            m.setattr(checkpoint_mod.os, "replace", flaky)
         with pytest.raises(Crash):
             train_run(cfg)
     if point == "mid-checkpoint re-save":

@@ -1,4 +1,4 @@
-"""The sharded learner's ranks (`practicum.sharded`) behind the runtime's `Learner` protocol.
+"""The sharded learner's ranks (`practicum.learner.sharded`) behind the runtime's `Learner` protocol.
 
     RankWorker        one rank: joins the process group, holds its shard and its `Learner`;
                       each call (train_step, export, save, load) is a collective that every
@@ -55,7 +55,7 @@ class RankWorker(LearnerWorker):
     def join(self, env: dict[str, str] | None = None) -> int:
         """Join the process group (`env`: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; else
         torchrun's) and load this rank's shard."""
-        from practicum.sharded import init_ranks, sharded_learner
+        from practicum.learner.sharded import init_ranks, sharded_learner
 
         os.environ.update(env or {})
         init_ranks(pick_device(self.policy.device).type, self.collective_timeout)

@@ -26,14 +26,10 @@ model's forward is a collective.
 from __future__ import annotations
 
 import math
-import os
-import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.distributed.tensor import DTensor
@@ -62,6 +58,8 @@ from practicum.batch import (
 from practicum.config import Config
 from practicum.engine.base import QuietPart, Trainable
 from practicum.episode import Episode
+from practicum.learner.checkpoint import load_checkpoint, save_checkpoint
+from practicum.learner.ranks import Ranks, split_even, split_ranks
 
 
 def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
@@ -73,49 +71,6 @@ def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
         return 1.0
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
     return 0.5 * (1 + math.cos(math.pi * frac)) if schedule == "cosine" else 1.0 - frac
-
-
-def split_even(items: list, parts: int) -> list[list]:
-    """`items` cut into `parts` contiguous chunks whose sizes differ by at most one."""
-    parts = max(1, min(parts, len(items)))
-    size, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for k in range(parts):
-        end = start + size + (k < extra)
-        out.append(items[start:end])
-        start = end
-    return out
-
-
-class Ranks:
-    """How a learner's step spans processes: here, one process (the identity). The sharded
-    learner's ranks (`practicum.sharded.GroupRanks`) override each method."""
-
-    rank, world = 0, 1
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Each value added up over the ranks."""
-        return values
-
-    def max(self, value: float) -> float:
-        return value
-
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The optimizer's whole state in one process's layout (`Optimizer.state_dict`)."""
-        return optimizer.state_dict()
-
-    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        optimizer.load_state_dict(state)
-
-    def barrier(self) -> None:
-        """Wait until every rank got here."""
-
-
-def split_ranks(rows: list, world: int) -> list[list]:
-    """`rows` cut into `world` contiguous parts (some empty when there are fewer rows)."""
-    size, extra = divmod(len(rows), world)
-    bounds = [k * size + min(k, extra) for k in range(world + 1)]
-    return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
 
 
 class Learner(QuietPart):
@@ -299,91 +254,9 @@ class Learner(QuietPart):
         loss, clipped = ppo_clip_loss(logp, prox, tb.advantages, algo.clip_low, algo.clip_high)
         return loss * truncated_importance_weights(prox, tb.behaviour_logp, algo.is_cap), clipped
 
-    # -- checkpoints ----------------------------------------------------------------------------
+    # -- checkpoints (practicum.learner.checkpoint) ---------------------------------------------
     def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
-        """Write checkpoints/step_N atomically, then point `latest` at it.
-
-        Written to a temp dir first; an existing step_N (a re-save at the same step) is moved
-        aside before the rename and deleted only after `latest` points at the new one, so a
-        crash at any moment leaves a complete checkpoint that `latest_checkpoint` finds.
-        """
-        final = ckpt_root / f"step_{self.step:06d}"
-        tmp = ckpt_root / f".tmp_{final.name}"
-        aside = ckpt_root / f".aside_{final.name}"
-        writer = self.ranks.rank == 0  # sharded: every rank gathers, rank 0 writes
-        if writer:
-            ckpt_root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-        optimizer = self.ranks.optimizer_state(self.optimizer)
-        self.model.save(tmp / "policy")
-        if writer:
-            torch.save({
-                "step": self.step, "optimizer": optimizer,
-                "scheduler": self.scheduler.state_dict(), "baselines": self.baselines.state_dict(),
-                "extra": extra,
-                "rng": _rng_state(),
-            }, tmp / "trainer.pt")
-            if final.exists():
-                shutil.rmtree(aside, ignore_errors=True)
-                os.replace(final, aside)
-            os.replace(tmp, final)
-            latest_tmp = ckpt_root / ".latest.tmp"
-            latest_tmp.write_text(final.name)
-            latest_tmp.replace(ckpt_root / "latest")
-            for stale in ckpt_root.glob(".aside_step_*"):  # incl. one a crash left behind
-                shutil.rmtree(stale, ignore_errors=True)
-            for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
-        self.ranks.barrier()
-        return final
+        return save_checkpoint(self, ckpt_root, extra, keep)
 
     def load(self, ckpt: Path) -> dict[str, Any]:
-        self.model.load_weights(ckpt / "policy")
-        state = read_trainer_state(ckpt)  # the optimizer moves its state to the params' device
-        self.ranks.load_optimizer_state(self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = state["step"]
-        if "baselines" in state:
-            self.baselines.load_state_dict(state["baselines"])
-        _set_rng_state(state["rng"])
-        return state["extra"]
-
-
-def read_trainer_state(ckpt: Path) -> dict[str, Any]:
-    """A checkpoint's trainer.pt (step, optimizer, scheduler, baselines, extra, RNG states), read
-    onto the CPU wherever it was written: a GPU learner's checkpoint opens on a CPU driver."""
-    return torch.load(Path(ckpt) / "trainer.pt", map_location="cpu", weights_only=False)
-
-
-def _rng_state() -> dict[str, Any]:
-    """The random generators of this process (the one that trains: with
-    runtime.ray_learner=actor, the actor), CUDA's too on a GPU (dropout draws from them)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    saved = state.get("cuda", [])
-    if saved and torch.cuda.is_available():  # the devices both machines have
-        for i in range(min(len(saved), torch.cuda.device_count())):
-            torch.cuda.set_rng_state(saved[i], i)
-
-
-def latest_checkpoint(ckpt_root: Path) -> Path | None:
-    """The checkpoint `latest` points at; if a crash hit a re-save between moving the old one
-    aside and renaming the new one, that moved-aside copy; else None."""
-    pointer = ckpt_root / "latest"
-    if not pointer.is_file():
-        return None
-    name = pointer.read_text().strip()
-    for path in (ckpt_root / name, ckpt_root / f".aside_{name}"):
-        if (path / "trainer.pt").is_file():
-            return path
-    return None
+        return load_checkpoint(self, ckpt)

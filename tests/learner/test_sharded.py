@@ -1,4 +1,4 @@
-"""sharded.py: the learner over 2 real gloo processes (FSDP2) equals one process, and its
+"""learner/sharded.py: the learner over 2 real gloo processes (FSDP2) equals one process, and its
 checkpoints resume exactly onto any number of ranks."""
 
 import pytest

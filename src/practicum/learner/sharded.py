@@ -4,7 +4,7 @@
 
 Each decoder layer, then the whole model, is one FSDP2 unit: a rank keeps 1/N of every
 parameter, gradient and AdamW moment, and gathers a layer's full weights only while it runs.
-The step code is `practicum.learner.Learner`'s: each rank trains on its part of every mini-batch
+The step code is `practicum.learner.step.Learner`'s: each rank trains on its part of every mini-batch
 with the whole mini-batch's normaliser, and FSDP's reduce-scatter *sums* the ranks' gradients
 (its default averages over ranks: `set_gradient_divide_factor(1)`), so N ranks make the update
 one process makes. Gradient clipping takes the norm over every shard (DTensor gradients). With
@@ -44,7 +44,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from practicum.engine.base import WeightUpdate
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.errors import PracticumError
-from practicum.learner import Learner, Ranks
+from practicum.learner.ranks import Ranks
+from practicum.learner.step import Learner
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 """Gathered full tensors, on rank 0's CPU (the other ranks get none)."""

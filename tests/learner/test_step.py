@@ -1,4 +1,4 @@
-"""learner.py: the PPO update wired to batch.py and algo/, checked on a bigram stand-in policy.
+"""learner/step.py: the PPO update wired to batch.py and algo/, checked on a bigram stand-in policy.
 
 Most tests start from the all-zero table, where every next-token distribution is uniform over
 V = 8 tokens (log-prob U = -log 8), and make one update with ratio 1. The loss is then, to first
@@ -22,14 +22,8 @@ from torch import nn
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
-from practicum.learner import (
-    Learner,
-    Ranks,
-    latest_checkpoint,
-    read_trainer_state,
-    split_even,
-    split_ranks,
-)
+from practicum.learner import Learner, latest_checkpoint, read_trainer_state
+from practicum.learner.ranks import Ranks, split_even, split_ranks
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
 
 V = 8

@@ -1,0 +1,53 @@
+"""How one learner step spans processes: the identity for one process, and how rows are split.
+
+`practicum.learner.sharded.GroupRanks` overrides `Ranks` for a process group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def split_even(items: list, parts: int) -> list[list]:
+    """`items` cut into `parts` contiguous chunks whose sizes differ by at most one."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (k < extra)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+class Ranks:
+    """How a learner's step spans processes: here, one process (the identity). The sharded
+    learner's ranks (`practicum.sharded.GroupRanks`) override each method."""
+
+    rank, world = 0, 1
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Each value added up over the ranks."""
+        return values
+
+    def max(self, value: float) -> float:
+        return value
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's whole state in one process's layout (`Optimizer.state_dict`)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+    def barrier(self) -> None:
+        """Wait until every rank got here."""
+
+
+def split_ranks(rows: list, world: int) -> list[list]:
+    """`rows` cut into `world` contiguous parts (some empty when there are fewer rows)."""
+    size, extra = divmod(len(rows), world)
+    bounds = [k * size + min(k, extra) for k in range(world + 1)]
+    return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
