@@ -133,9 +133,9 @@ def timed_learner_and_sampler(learner_seconds: float):
     steps, calls = [], []
     train_step, generate = Learner.train_step, HFSampler.generate
 
-    def padded_train_step(self, episodes):
+    def padded_train_step(self, batch):
         t0 = time.perf_counter()
-        metrics = train_step(self, episodes)
+        metrics = train_step(self, batch)
         time.sleep(max(0.0, learner_seconds - (time.perf_counter() - t0)))
         steps.append((t0, time.perf_counter()))
         if metrics is not None:

@@ -60,11 +60,13 @@ def config(full: bool):
 
 
 def train(learner, args) -> dict:
+    from practicum.batch import rl_batch_of
+
     """Train `args.steps` batches; tokens/s over all but the first (warm-up)."""
     seconds, tokens = 0.0, 0.0
     for step in range(args.steps):
         t = time.perf_counter()
-        m = learner.train_step(batch(step, args.rows, args.length))
+        m = learner.train_step(rl_batch_of(batch(step, args.rows, args.length), learner.cfg))
         if step:
             seconds += time.perf_counter() - t
             tokens += m["train_tokens"] * m["updates"]

@@ -133,7 +133,7 @@ def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
 
 def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     from practicum.config import load_config
-    from practicum.rft import run_rft
+    from practicum.runtime.rft import run_rft
 
     res: dict[str, dict[str, float]] = {}
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_rl"))

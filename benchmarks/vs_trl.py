@@ -91,6 +91,7 @@ def practicum_side(args, path: Path):
 
 def practicum_iteration(trainable, sampler, learner, prompt: list[int], cfg, seed: int) -> dict:
     """Sample the group, score it, train on it, publish the new adapter; seconds per phase."""
+    from practicum.batch import rl_batch_of
     from practicum.engine.base import SamplingParams
     from practicum.episode import Episode, Turn
 
@@ -105,7 +106,7 @@ def practicum_iteration(trainable, sampler, learner, prompt: list[int], cfg, see
                               finish_reason=s.finish_reason)],
                         reward=arithmetic_reward(s.text))
                 for s in samples]
-    stats = learner.train_step(episodes)
+    stats = learner.train_step(rl_batch_of(episodes, cfg))
     t2 = time.perf_counter()
     sampler.load_weights(trainable.export_weights(learner.step))
     t3 = time.perf_counter()
@@ -144,6 +145,7 @@ def profile_learner(trainable, sampler, learner, prompt, cfg, seed: int, top: in
     """Top operators (self CPU time) of one practicum iteration's learner step."""
     from torch.profiler import ProfilerActivity, profile
 
+    from practicum.batch import rl_batch_of
     from practicum.engine.base import SamplingParams
     from practicum.episode import Episode, Turn
 
@@ -153,7 +155,7 @@ def profile_learner(trainable, sampler, learner, prompt, cfg, seed: int, top: in
     eps = [Episode("arith", "gp", prompt, [Turn(s.token_ids, s.logprobs, sampler.version)],
                    reward=arithmetic_reward(s.text)) for s in samples]
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        learner.train_step(eps)
+        learner.train_step(rl_batch_of(eps, cfg))
     rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in rows) or 1
     return [{"op": e.key, "self_seconds": e.self_cpu_time_total / 1e6,

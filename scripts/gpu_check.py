@@ -322,6 +322,7 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
 
     from practicum.config import load_config
     from practicum.engine.factory import load_trainable
+    from practicum.batch import rl_batch_of
     from practicum.learner import Learner
     from practicum.runtime.placement import policy_config
     from practicum.learner.sharded import init_ranks, sharded_learner
@@ -351,7 +352,7 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
             vocab = len(learner.model.tokenizer)
             seconds = tokens = 0.0
             for step in range(size.steps):
-                m = learner.train_step(synthetic_batch(step, size, vocab))
+                m = learner.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
                 seconds += m["learner_seconds"]
                 tokens += m["train_tokens"] * m["updates"]
             weights[kind] = {k: v.float().cpu() for k, v in

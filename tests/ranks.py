@@ -65,6 +65,22 @@ def _enter(rank: int, fn, args) -> None:
             dist.destroy_process_group()
 
 
+def rl_step(learner, episodes, baselines=None):
+    """One RL step as the session runs it (`Session.train_step`): the rows built here
+    (`rl_batch`), trained by `learner`; the learner's metrics plus the driver's, or None."""
+    from practicum.algo.baselines import TaskBaselines
+    from practicum.batch import rl_batch
+
+    cfg = learner.cfg
+    if baselines is None:
+        baselines = TaskBaselines(cfg.algo.baseline_window)
+    built = rl_batch(episodes, cfg, baselines)
+    if built is None:
+        return None
+    out = learner.train_step(built[0])
+    return None if out is None else {**out, **built[1]}
+
+
 # -- a batch and a config for the tiny model -------------------------------------------------
 def episodes(seed: int, even: bool = False) -> list[Episode]:
     """Two groups (5 and 4 episodes) sharing a 6-token prompt each, rewards 0 / 1, replies of
@@ -86,6 +102,40 @@ def episodes(seed: int, even: bool = False) -> list[Episode]:
                                   [-rng.uniform(0.5, 6.0) for _ in range(4)], 0,
                                   context_ids=[rng.randrange(100, 5000) for _ in range(5)]))
             out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, turns, reward=float(k % 2)))
+    return out
+
+
+def sft_batch(seed: int):
+    """The cross-entropy `TrainBatch` of `episodes(seed)`: every row's sampled tokens."""
+    from practicum.finetune import sft_rows
+    from practicum.learner.rows import TrainBatch
+
+    return TrainBatch(sft_rows(episodes(seed)), "cross_entropy")
+
+
+def poison_next_gradient(learner) -> None:
+    """This process's next forward under grad returns NaN log-probs: its update's gradient is
+    NaN on every rank once the ranks' gradients are reduced (a fault injected into one rank)."""
+    real, fired = learner.model.token_logprobs, []
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not torch.is_grad_enabled() or fired:
+            return out
+        fired.append(True)
+        nan = float("nan")
+        return (out[0] * nan, out[1]) if isinstance(out, tuple) else out * nan
+
+    learner.model.token_logprobs = poisoned
+
+
+def optimizer_snapshot(learner) -> list[torch.Tensor]:
+    """This process's optimizer state (its shards when sharded), step counts included."""
+    out = []
+    for state in learner.optimizer.state.values():
+        for v in state.values():
+            v = v.to_local() if hasattr(v, "to_local") else v
+            out.append(v.detach().clone() if torch.is_tensor(v) else torch.tensor(v))
     return out
 
 
@@ -128,9 +178,11 @@ def sharded(cfg: Config):
 # -- what the ranks run --------------------------------------------------------------------
 def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
                      even: bool = False) -> None:
-    """Train one step per seed's batch; rank 0 saves the weights and metrics to `out`."""
+    """Train one RL step per seed's batch, then one SFT step; rank 0 saves the weights and
+    metrics to `out`."""
     learner = sharded(cfg)
-    metrics = [learner.train_step(episodes(s, even)) for s in seeds]
+    metrics = [rl_step(learner, episodes(s, even)) for s in seeds]
+    metrics.append(learner.train_step(sft_batch(9)))  # then SFT, through the same step
     weights = trainable_weights(learner)
     if rank == 0:
         torch.save({"weights": weights, "metrics": metrics, "step": learner.step}, out)
@@ -143,11 +195,29 @@ def train_save_resume(rank: int, cfg: Config, ckpt_root: Path, seeds: list[int],
     if resume_from is not None:
         learner.load(resume_from)
     for s in seeds:
-        learner.train_step(episodes(s))
+        rl_step(learner, episodes(s))
         learner.save(ckpt_root, {"seed": s})
     weights = trainable_weights(learner)
     if rank == 0:
         torch.save({"weights": weights, "step": learner.step}, out)
+
+
+def skip_a_poisoned_step(rank: int, cfg: Config, ckpt_root: Path, out: Path) -> None:
+    """Step 1 trains; in step 2 rank 1's gradient is NaN, so every rank skips the update;
+    a checkpoint; step 3 trains. Each rank writes what it saw to out/rank<r>.pt."""
+    learner = sharded(cfg)
+    rl_step(learner, episodes(1))
+    weights, moments = trainable_weights(learner), optimizer_snapshot(learner)
+    if rank == 1:
+        poison_next_gradient(learner)
+    skipped = rl_step(learner, episodes(2))
+    unchanged = all(torch.equal(a, b) for a, b in zip(moments, optimizer_snapshot(learner)))
+    after_skip = trainable_weights(learner)
+    learner.save(ckpt_root, {})
+    trained = rl_step(learner, episodes(3))
+    torch.save({"weights": weights, "after_skip": after_skip, "final": trainable_weights(learner),
+                "optimizer_unchanged": unchanged, "skipped": skipped, "trained": trained,
+                "step": learner.step}, out / f"rank{rank}.pt")
 
 
 # -- the weight group (practicum.engine.weight_group) -----------------------------------------

@@ -6,15 +6,15 @@ import torch
 from practicum.algo.baselines import TaskBaselines
 from practicum.batch import (
     group_index,
-    pad_rows,
     shaped_rewards,
-    token_batch,
     trainable,
+    train_rows,
     training_rows,
     turn_advantages,
     turn_duration_weights,
 )
 from practicum.config import AlgoConfig
+from practicum.learner.rows import pad_rows, token_batch
 from practicum.episode import Episode, Turn
 
 
@@ -211,8 +211,8 @@ def test_training_rows_keep_batch_indices_and_skip_excluded_episodes():
 def test_token_batch_pads_rows_on_the_right():
     rows = training_rows([three_turns_two_segments(), episode(0.0, [turn([2], [-0.5])])],
                          [True, True])
-    tb = token_batch(rows, [torch.zeros(3), torch.zeros(1)], [torch.ones(3), torch.ones(1)],
-                     pad_id=99)
+    tb = token_batch(train_rows(rows, [torch.zeros(3), torch.zeros(1)],
+                                [torch.ones(3), torch.ones(1)]), pad_id=99)
     assert tb.input_ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 99], [1, 2, 99, 99, 99]]
     assert tb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
     assert tb.loss_mask.tolist() == [[0, 0, 1, 1, 0], [0, 1, 0, 1, 0], [0, 1, 0, 0, 0]]
@@ -226,8 +226,8 @@ def test_token_batch_puts_each_turn_value_on_that_turn_sampled_tokens():
     # episode 1: turn 0 -> position 1 of row 2.  Everything else (prompt, observations,
     # padding) gets 0.
     rows = training_rows([three_turns_two_segments(), episode(0.0, [turn([2])])], [True, True])
-    tb = token_batch(rows, [torch.tensor([10.0, 11.0, 12.0]), torch.tensor([20.0])],
-                     [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0])], pad_id=99)
+    tb = token_batch(train_rows(rows, [torch.tensor([10.0, 11.0, 12.0]), torch.tensor([20.0])],
+                                [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0])]), pad_id=99)
     assert tb.advantages.tolist() == [[0, 0, 10, 10, 0], [0, 11, 0, 12, 0], [0, 20, 0, 0, 0]]
     assert tb.weights.tolist() == [[0, 0, 1, 1, 0], [0, 2, 0, 3, 0], [0, 4, 0, 0, 0]]
 
@@ -255,8 +255,8 @@ def test_token_batch_replays_the_grammar_of_constrained_turns_only(tokenizer):
     eps = [episode(1.0, [constrained, turn([5, 6])], prompt=(1, 2)),
            episode(0.0, [turn([3])])]
     rows = training_rows(eps, [True, True])
-    tb = token_batch(rows, [torch.zeros(2), torch.zeros(1)], [torch.ones(2), torch.ones(1)],
-                     pad_id=0, tokenizer=tokenizer)
+    tb = token_batch(train_rows(rows, [torch.zeros(2), torch.zeros(1)],
+                                [torch.ones(2), torch.ones(1)]), pad_id=0, tokenizer=tokenizer)
     n = len(reply)
     g = grammars_for(tokenizer)
     assert tb.allowed.shape == (2, 2 + n + 4, g.width) and tb.allowed.dtype == torch.int32
@@ -269,7 +269,7 @@ def test_token_batch_replays_the_grammar_of_constrained_turns_only(tokenizer):
 
 def test_token_batch_without_constrained_rows_has_no_masks_and_needs_no_tokenizer():
     rows = training_rows([episode(0.0, [turn([2, 3])])], [True])
-    tb = token_batch(rows, [torch.zeros(1)], [torch.ones(1)], pad_id=0)
+    tb = token_batch(train_rows(rows, [torch.zeros(1)], [torch.ones(1)]), pad_id=0)
     assert tb.allowed is None and tb.to("cpu").allowed is None
 
 
@@ -277,5 +277,5 @@ def test_constrained_rows_without_a_tokenizer_are_refused():
     t = turn([2, 3])
     t.grammar = "start: /[a-z]+/"
     with pytest.raises(ValueError, match="need the tokenizer"):
-        token_batch(training_rows([episode(0.0, [t])], [True]), [torch.zeros(1)],
-                    [torch.ones(1)], pad_id=0)
+        token_batch(train_rows(training_rows([episode(0.0, [t])], [True]), [torch.zeros(1)],
+                               [torch.ones(1)]), pad_id=0)

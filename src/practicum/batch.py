@@ -1,14 +1,16 @@
-"""From episodes to training rows and per-token tensors: rewards -> advantages -> token weights.
+"""From episodes to the learner's rows: rewards -> advantages -> per-token weights (the driver).
+
+    batch = rl_batch(episodes, cfg, baselines)    # a `TrainBatch` for `Learner.train_step`
 
 An episode gives one row per segment (`Episode.segments`); advantages and weights are per turn
 and reach tokens through each position's turn index. This module only composes the pure
-functions in `practicum.algo`; it holds no formula.
+functions in `practicum.algo`; it holds no formula. The learner's ranks receive the rows and
+only compute (`practicum.learner.rows`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -17,9 +19,9 @@ from practicum.algo.advantages import flow_grpo_advantages, group_advantages, rl
 from practicum.algo.baselines import TaskBaselines
 from practicum.algo.shaping import overlong_penalty, step_penalty
 from practicum.algo.weights import broadcast_turn_weights, duration_weights
-from practicum.config import AlgoConfig
-from practicum.engine.constraint import grammars_for
+from practicum.config import AlgoConfig, Config
 from practicum.episode import Episode, Segment
+from practicum.learner.rows import TrainBatch, TrainRow
 
 
 def shaped_rewards(episodes: list[Episode], algo: AlgoConfig, response_budget: int) -> Tensor:
@@ -101,77 +103,44 @@ def training_rows(episodes: list[Episode], include: list[bool]) -> list[Row]:
     return [Row(i, seg) for i, e in enumerate(episodes) if include[i] for seg in e.segments()]
 
 
-@dataclass
-class TokenBatch:
-    """Right-padded [B, T] tensors for a micro-batch of rows. Position t holds token t; its
-    log-prob is predicted from positions < t, so mask/advantages/weights refer to the token at t."""
-
-    input_ids: Tensor
-    attention_mask: Tensor
-    loss_mask: Tensor
-    behaviour_logp: Tensor
-    advantages: Tensor
-    weights: Tensor
-    allowed: Tensor | None = None
-    """[B, T, W] packed int32 masks of the tokens position t was sampled among, replayed from
-    the grammar of its turn (`practicum.engine.constraint`; all bits set where unconstrained);
-    None when no row was sampled under a grammar."""
-
-    def to(self, device: torch.device | str) -> TokenBatch:
-        """The same batch on `device` (the model's: the loss mixes these with its log-probs)."""
-        return TokenBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device)
-                            for f in fields(self)))
+def train_row(row: Row, turn_adv: Tensor, turn_w: Tensor) -> TrainRow:
+    """The learner's row for a segment: its turns' advantages and weights on their sampled
+    tokens (0 elsewhere)."""
+    seg = row.segment
+    turn = torch.tensor(seg.turn_index, dtype=torch.long)
+    return TrainRow(list(seg.input_ids), [float(m) for m in seg.loss_mask],
+                    broadcast_turn_weights(turn_adv.float(), turn).tolist(),
+                    broadcast_turn_weights(turn_w.float(), turn).tolist(),
+                    [float(x) for x in seg.behaviour_logprobs], list(seg.constrained))
 
 
-def token_batch(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor],
-                pad_id: int, device: torch.device | str = "cpu",
-                tokenizer: Any = None) -> TokenBatch:
-    """The rows' tensors on `device`; per-turn advantages/weights land on each turn's sampled
-    tokens; `allowed` replays each constrained turn's grammar over its sampled ids (with
-    `tokenizer`, the sampler's). Built on the CPU (row by row) and moved once."""
-    T = max(len(r.segment.input_ids) for r in rows)
-    B = len(rows)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attn = torch.zeros(B, T, dtype=torch.long)
-    mask = torch.zeros(B, T)
-    blp = torch.zeros(B, T)
-    turn = torch.full((B, T), -1, dtype=torch.long)  # index into the flat per-turn vectors
-    offset = 0
-    for b, r in enumerate(rows):
-        seg, n = r.segment, len(r.segment.input_ids)
-        ids[b, :n] = torch.tensor(seg.input_ids)
-        attn[b, :n] = 1
-        mask[b, :n] = torch.tensor(seg.loss_mask, dtype=torch.float32)
-        blp[b, :n] = torch.tensor(seg.behaviour_logprobs)
-        local = torch.tensor(seg.turn_index, dtype=torch.long)
-        turn[b, :n] = torch.where(local >= 0, local + offset, local)
-        offset += len(turn_adv[r.episode])
-    flat_adv = torch.cat([turn_adv[r.episode].float() for r in rows])
-    flat_w = torch.cat([turn_w[r.episode].float() for r in rows])
-    return TokenBatch(ids, attn, mask, blp, broadcast_turn_weights(flat_adv, turn),
-                      broadcast_turn_weights(flat_w, turn),
-                      allowed_masks(rows, T, tokenizer)).to(device)
+def train_rows(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor]) -> list[TrainRow]:
+    """`train_row` of each row, with its episode's per-turn advantages and weights."""
+    return [train_row(r, turn_adv[r.episode], turn_w[r.episode]) for r in rows]
 
 
-def allowed_masks(rows: list[Row], width: int, tokenizer: Any) -> Tensor | None:
-    """[B, width, W] packed masks: every bit set, except on the sampled positions of
-    constrained turns, which get their grammar's replayed masks; None when no turn is."""
-    if not any(r.segment.constrained for r in rows):
+def rl_batch(episodes: list[Episode], cfg: Config, baselines: TaskBaselines
+             ) -> tuple[TrainBatch, dict[str, float]] | None:
+    """One RL step's `TrainBatch` (the PPO family on advantages, `train.mini_batches` x
+    `train.epochs` updates) and the driver's metrics of it; None when no row has a token to
+    train on (every episode masked), and then the running baselines are left as they were."""
+    algo = cfg.algo
+    rewards = shaped_rewards(episodes, algo, cfg.sampling.max_new_tokens * cfg.rollout.max_turns)
+    adv = turn_advantages(episodes, rewards, algo, baselines)
+    include = trainable(episodes, algo)
+    wts = turn_duration_weights(episodes, algo, include)
+    rows = [r for r in training_rows(episodes, include) if r.tokens]
+    if not rows:
         return None
-    if tokenizer is None:
-        raise ValueError("token_batch: rows sampled under a grammar need the tokenizer")
-    grammars = grammars_for(tokenizer)
-    out = torch.full((len(rows), width, grammars.width), -1, dtype=torch.int32)
-    for b, r in enumerate(rows):
-        for start, end, grammar in r.segment.constrained:
-            out[b, start:end] = grammars.replay(grammar, tuple(r.segment.input_ids[start:end]))
-    return out
+    if algo.advantage == "baseline":
+        baselines.update([e.task_id for e in episodes], rewards.tolist())
+    batch = TrainBatch(train_rows(rows, adv, wts), "policy_gradient",
+                       mini_batches=cfg.train.mini_batches, epochs=cfg.train.epochs)
+    return batch, {"reward_shaped_mean": rewards.mean().item()}
 
 
-def pad_rows(values: list[Tensor], width: int) -> Tensor:
-    """Stack per-row 1-D tensors into [B, width], zero-padded on the right, on their device."""
-    device = values[0].device if values else "cpu"
-    out = torch.zeros(len(values), width, device=device)
-    for b, v in enumerate(values):
-        out[b, :len(v)] = v
-    return out
+def rl_batch_of(episodes: list[Episode], cfg: Config) -> TrainBatch | None:
+    """`rl_batch` with fresh running baselines, for callers outside a session (benchmarks);
+    None when no row has a token to train on."""
+    built = rl_batch(episodes, cfg, TaskBaselines(cfg.algo.baseline_window))
+    return None if built is None else built[0]

@@ -35,17 +35,26 @@ def cmd_train(args) -> int:
 
 
 def cmd_rft(args) -> int:
-    from practicum.rft import run_rft
+    from practicum.runtime.placement import serve_learner_rank
+    from practicum.runtime.rft import rft_config, run_rft
 
-    summary = run_rft(_config(args), progress=not args.quiet)
+    cfg = _config(args)
+    if serve_learner_rank(rft_config(cfg)):  # torchrun rank > 0: the stage's learner calls
+        return 0
+    summary = run_rft(cfg, progress=not args.quiet)
     print(json.dumps(summary, indent=1))
     return 0
 
 
 def cmd_sft(args) -> int:
-    from practicum.sft import run_sft
+    from practicum.finetune import stage_config
+    from practicum.runtime.placement import serve_learner_rank
+    from practicum.runtime.sft import run_sft
 
-    summary = run_sft(_config(args), progress=not args.quiet)
+    cfg = _config(args)
+    if serve_learner_rank(stage_config(cfg, "sft", cfg.sft)):  # torchrun rank > 0
+        return 0
+    summary = run_sft(cfg, progress=not args.quiet)
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -225,6 +225,10 @@ class TrainConfig(Section):
         "holds one GRPO group, whose shared prompt the learner runs once.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm per update.")
     checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
+    max_nonfinite_in_row: int = Field(
+        3, ge=1, description="A non-finite gradient norm skips that optimizer update on every "
+        "rank (weights and optimizer state unchanged; counted as train/skipped_nonfinite); this "
+        "many such updates in a row stop the run with an error naming the step.")
     max_skipped_batches: int = Field(
         4, ge=1, description="Stop with an error after this many batches in a row had nothing "
         "to train on (every group's rewards equal, or every episode stale).")

@@ -6,7 +6,7 @@ or never solves, then RL again with more turns and a longer context. Here each s
 
     {name, kind: sft | rft | rl, overrides: {dotted.key: value}, curriculum_refresh: bool}
 
-(sft: a warm start on demonstrations or a teacher's trajectories, `practicum.sft`)
+(sft: a warm start on demonstrations or a teacher's trajectories, `practicum.runtime.sft`)
 
 run in RUN/<index>-<name>/ with the run's config plus its overrides, starting from the
 previous stage's policy (`model.init`). A finished stage leaves RUN/<i>-<name>/stage.json and
@@ -140,9 +140,9 @@ def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
     keep = refresh(cfg, index, sub) if stage.curriculum_refresh else None
     if stage.kind in ("rft", "sft"):
         if stage.kind == "rft":
-            from practicum.rft import run_rft as run
+            from practicum.runtime.rft import run_rft as run
         else:
-            from practicum.sft import run_sft as run
+            from practicum.runtime.sft import run_sft as run
 
         summary = run(sub, progress)
         policy = Path(summary["policy"])

@@ -19,12 +19,14 @@ import pytest
 import torch
 from torch import nn
 
+from practicum.algo.baselines import TaskBaselines
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
 from practicum.learner import Learner, latest_checkpoint, read_trainer_state
 from practicum.learner.ranks import Ranks, split_even, split_ranks
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
+from tests.ranks import rl_step
 
 V = 8
 U = -math.log(V)
@@ -177,7 +179,7 @@ def random_table(seed=0):
 def test_grpo_advantage_reaches_each_episode_tokens(scale_by_std, a):
     # rewards 1, 0 -> A = +-0.7071 (std-scaled) or +-0.5; 2 tokens
     learner = make_learner(algo={"advantage": "grpo", "scale_by_std": scale_by_std})
-    learner.train_step([episode(1.0, [turn([2])], prompt=(1,)),
+    rl_step(learner, [episode(1.0, [turn([2])], prompt=(1,)),
                         episode(0.0, [turn([4])], prompt=(3,))])
     assert torch.allclose(grad(learner), uniform_grad((1, 2, a / 2), (3, 4, -a / 2)), atol=1e-6)
 
@@ -185,7 +187,7 @@ def test_grpo_advantage_reaches_each_episode_tokens(scale_by_std, a):
 def test_rloo_advantage_reaches_each_episode_tokens():
     # rewards 1, 0, .5 -> A = 1 - .25 = .75, 0 - .75 = -.75, .5 - .5 = 0; 3 tokens
     learner = make_learner(algo={"advantage": "rloo"})
-    learner.train_step([episode(1.0, [turn([2])], prompt=(1,)),
+    rl_step(learner, [episode(1.0, [turn([2])], prompt=(1,)),
                         episode(0.0, [turn([4])], prompt=(3,)),
                         episode(0.5, [turn([6])], prompt=(5,))])
     assert torch.allclose(grad(learner), uniform_grad((1, 2, 0.75 / 3), (3, 4, -0.75 / 3)),
@@ -199,7 +201,7 @@ def test_flow_grpo_advantage_counts_turns_not_episodes():
     failed = episode(0.0, [], prompt=(7,))
     failed.failure = "environment crashed"
     learner = make_learner(algo={"advantage": "flow_grpo", "scale_by_std": True})
-    learner.train_step([episode(1.0, [turn([2], obs=[3]), turn([4])], prompt=(1,)),
+    rl_step(learner, [episode(1.0, [turn([2], obs=[3]), turn([4])], prompt=(1,)),
                         episode(0.0, [turn([6])], prompt=(5,)), failed])
     expected = uniform_grad((1, 2, 0.57735 / 3), (3, 4, 0.57735 / 3), (5, 6, -1.15470 / 3))
     assert torch.allclose(grad(learner), expected, atol=1e-5)
@@ -214,7 +216,7 @@ def two_tasks(rewards: dict[str, float]):
 def test_baseline_first_batch_falls_back_to_its_own_mean():
     # no history: b = batch mean .5 for both -> A = +.5 (task a), -.5 (task b); 2 tokens
     learner = make_learner(algo={"advantage": "baseline"})
-    learner.train_step(two_tasks({"a": 1.0, "b": 0.0}))
+    rl_step(learner, two_tasks({"a": 1.0, "b": 0.0}))
     assert torch.allclose(grad(learner), uniform_grad((1, 2, 0.25), (3, 2, -0.25)), atol=1e-6)
 
 
@@ -222,13 +224,13 @@ def test_baseline_uses_only_earlier_batches_then_records_this_one():
     # after batch 1, history a: [1], b: [0].  Batch 2: a earns 0 -> A = 0 - 1 = -1;
     # c is new -> b = mean of all history .5 -> A = 1 - .5 = +.5; 2 tokens
     learner = make_learner(algo={"advantage": "baseline"})
-    learner.train_step(two_tasks({"a": 1.0, "b": 0.0}))
+    baselines = TaskBaselines()  # the driver's (Session.baselines)
+    rl_step(learner, two_tasks({"a": 1.0, "b": 0.0}), baselines)
     with torch.no_grad():
         learner.model.table.zero_()  # back to uniform, so the gradient reads the advantages
-    learner.train_step(two_tasks({"a": 0.0, "c": 1.0}))
+    rl_step(learner, two_tasks({"a": 0.0, "c": 1.0}), baselines)
     assert torch.allclose(grad(learner), uniform_grad((1, 2, -0.5), (3, 2, 0.25)), atol=1e-6)
-    assert learner.baselines.state_dict()["history"] == {"a": [1.0, 0.0], "b": [0.0],
-                                                         "c": [1.0]}
+    assert baselines.state_dict()["history"] == {"a": [1.0, 0.0], "b": [0.0], "c": [1.0]}
 
 
 # -- off-policy corrections -----------------------------------------------------------------------
@@ -248,7 +250,7 @@ def test_off_policy_correction(off_policy, is_cap, c2, c3, c5):
     # 2 and 5, 1/24 (pi / mu = 3) for token 3.  A = +.5 for 2 and 3, -.5 for 5; 3 tokens.
     half, three = U + math.log(2), U - math.log(3)
     learner = make_learner(algo={"off_policy": off_policy, "is_cap": is_cap})
-    learner.train_step([episode(1.0, [turn([2, 3], [half, three])], prompt=(1,)),
+    rl_step(learner, [episode(1.0, [turn([2, 3], [half, three])], prompt=(1,)),
                         episode(0.0, [turn([5], [half])], prompt=(4,))])
     assert torch.allclose(grad(learner), uniform_grad((1, 2, c2), (2, 3, c3), (4, 5, c5)),
                           atol=1e-6)
@@ -267,7 +269,7 @@ def kl_setup(kl_coef):
 def test_kl_metric_is_k3_of_the_policy_against_the_frozen_base():
     # k3 = exp(ref - logp) - (ref - logp) - 1 = (1/8)/(1/2) - log(1/4) - 1 = .25 + 1.386294 - 1
     learner, batch = kl_setup(0.1)
-    stats = learner.train_step(batch)
+    stats = rl_step(learner, batch)
     assert stats["kl_ref"] == pytest.approx(0.636294, abs=1e-6)
 
 
@@ -276,7 +278,7 @@ def test_kl_gradient_pulls_toward_the_frozen_base():
     # grad row 1 = .3 * .75 * (onehot(2) - pi): +.1125 on token 2, -.225 / 14 elsewhere,
     # so a descent step lowers pi(2 | 1) from .5 toward the base's 1/8.
     learner, batch = kl_setup(0.3)
-    learner.train_step(batch)
+    rl_step(learner, batch)
     pi = torch.full((V,), 1 / 14)
     pi[2] = 0.5
     expected = torch.zeros(V, V)
@@ -290,7 +292,7 @@ def test_duration_weights_scale_each_turn_tokens():
     # dt: winner's turns 1 and 3, loser's .01 -> floor .05; mean 4.05 / 3 = 1.35
     #   -> w = .740741, 2.222 capped at 2, .037037.  A = +-.5; 3 tokens
     learner = make_learner(algo={"duration_weights": True, "duration_cap": 2.0})
-    learner.train_step([episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
+    rl_step(learner, [episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
                         episode(0.0, [turn([6], dt=0.01)], prompt=(5,))])
     expected = uniform_grad((1, 2, 0.5 * 0.740741 / 3), (3, 4, 0.5 * 2.0 / 3),
                             (5, 6, -0.5 * 0.037037 / 3))
@@ -299,7 +301,7 @@ def test_duration_weights_scale_each_turn_tokens():
 
 def test_without_duration_weights_turns_weigh_the_same():
     learner = make_learner(algo={"duration_weights": False})
-    learner.train_step([episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
+    rl_step(learner, [episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
                         episode(0.0, [turn([6], dt=0.01)], prompt=(5,))])
     expected = uniform_grad((1, 2, 0.5 / 3), (3, 4, 0.5 / 3), (5, 6, -0.5 / 3))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
@@ -314,7 +316,7 @@ def test_without_duration_weights_turns_weigh_the_same():
 ])
 def test_mask_overlong_keeps_overlong_episodes_out_of_the_loss(mask_overlong, expected):
     learner = make_learner(algo={"mask_overlong": mask_overlong})
-    learner.train_step([episode(1.0, [turn([2])], overlong=True),
+    rl_step(learner, [episode(1.0, [turn([2])], overlong=True),
                         episode(0.0, [turn([4])], prompt=(3,))])
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
@@ -322,7 +324,7 @@ def test_mask_overlong_keeps_overlong_episodes_out_of_the_loss(mask_overlong, ex
 def test_a_batch_with_nothing_to_train_changes_nothing():
     learner = make_learner(train={"warmup_steps": 2})
     failed = episode(0.0, [], prompt=(5,))
-    stats = learner.train_step([episode(1.0, [turn([2])], overlong=True),
+    stats = rl_step(learner, [episode(1.0, [turn([2])], overlong=True),
                                 episode(0.0, [turn([4])], prompt=(3,), overlong=True), failed])
     assert stats is None
     assert torch.equal(learner.model.table, torch.zeros(V, V))
@@ -342,7 +344,7 @@ def test_reward_shaping_enters_the_advantages(shaping):
     # shaped rewards: winner 1 - .5 = .5 (3 tokens in 2 turns), loser 0 (1 token)
     #   -> A = +-.25 (not +-.5); 4 tokens
     learner = make_learner(**shaping)
-    stats = learner.train_step([episode(1.0, [turn([2, 3]), turn([4])]),
+    stats = rl_step(learner, [episode(1.0, [turn([2, 3]), turn([4])]),
                                 episode(0.0, [turn([6])], prompt=(5,))])
     expected = uniform_grad((1, 2, 0.25 / 4), (2, 3, 0.25 / 4), (3, 4, 0.25 / 4),
                             (5, 6, -0.25 / 4))
@@ -360,7 +362,7 @@ def test_reward_shaping_enters_the_advantages(shaping):
 def test_loss_aggregation(loss_agg, c_win, c_lose, micro_batch_size):
     learner = make_learner(algo={"loss_agg": loss_agg},
                            train={"micro_batch_size": micro_batch_size})
-    learner.train_step([episode(1.0, [turn([2, 3, 4])]), episode(0.0, [turn([6])], prompt=(5,))])
+    rl_step(learner, [episode(1.0, [turn([2, 3, 4])]), episode(0.0, [turn([6])], prompt=(5,))])
     expected = uniform_grad((1, 2, c_win), (2, 3, c_win), (3, 4, c_win), (5, 6, c_lose))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
@@ -377,7 +379,7 @@ def test_micro_batches_accumulate_the_full_batch_gradient(loss_agg):
     grads = {}
     for m in (1, 2, 5):  # 5 rows: one row per pass, uneven passes, everything at once
         learner = make_learner(random_table(), **mixed_config(loss_agg, m))
-        learner.train_step(mixed_batch())
+        rl_step(learner, mixed_batch())
         grads[m] = grad(learner).clone()
     assert grads[5].abs().max() > 0.01
     assert torch.allclose(grads[1], grads[5], atol=1e-6)
@@ -397,11 +399,11 @@ def test_two_ranks_gradients_add_up_to_the_one_process_gradient(loss_agg):
     whole batch's tokens (or sequences), so the sum FSDP's reduce-scatter takes is the
     one-process gradient."""
     one = make_learner(random_table(), **mixed_config(loss_agg, 2))
-    one.train_step(mixed_batch())
+    rl_step(one, mixed_batch())
     ranks = [Learner(BigramPolicy(random_table()), config(**mixed_config(loss_agg, 2)),
                      OneOfTwoRanks(k)) for k in (0, 1)]
     for learner in ranks:
-        learner.train_step(mixed_batch())
+        rl_step(learner, mixed_batch())
     assert grad(one).abs().max() > 0.01
     assert torch.allclose(grad(ranks[0]) + grad(ranks[1]), grad(one), atol=1e-6)
     assert not torch.allclose(grad(ranks[0]), grad(one), atol=1e-3)
@@ -428,7 +430,7 @@ def test_micro_batches_give_the_same_weights_after_several_updates(loss_agg):
     for m in (1, 2, 5):
         learner = make_learner(random_table(), **mixed_config(loss_agg, m, mini_batches=2,
                                                               epochs=2))
-        learner.train_step(mixed_batch())
+        rl_step(learner, mixed_batch())
         tables[m] = learner.model.table.detach().clone()
     assert not torch.allclose(tables[5], random_table(), atol=1e-2)
     assert torch.allclose(tables[1], tables[5], atol=1e-5)
@@ -455,8 +457,8 @@ def test_a_model_on_another_device_trains_as_on_the_cpu(off_policy, loss_agg):
     cpu = make_learner(random_table(), **sections)
     with on_fake_device():
         fake = Learner(FakeDeviceBigram(random_table()), config(**sections))
-        stats = fake.train_step(mixed_batch())
-    expected = cpu.train_step(mixed_batch())
+        stats = rl_step(fake, mixed_batch())
+    expected = rl_step(cpu, mixed_batch())
     assert fake.model.table.device == DEVICE
     for key in ("loss", "clip_frac", "approx_kl", "grad_norm", "entropy", "kl_ref",
                 "logprob_gap"):
@@ -478,7 +480,7 @@ def four_updates(clip_high=0.28, clip_low=0.2):
 
 def test_first_update_has_ratio_one():
     learner, batch = four_updates()
-    stats = learner.train_step(batch)
+    stats = rl_step(learner, batch)
     assert stats["updates"] == 4
     assert stats["approx_kl_per_update"][0] == pytest.approx(0.0, abs=1e-12)
     assert stats["clip_frac_per_update"][0] == 0.0
@@ -487,7 +489,7 @@ def test_first_update_has_ratio_one():
 def test_clipping_binds_from_the_second_update():
     # update 2: winner ratio 1.598 > 1.28 and loser .588 < .8 -> both clipped
     learner, batch = four_updates()
-    stats = learner.train_step(batch)
+    stats = rl_step(learner, batch)
     assert stats["clip_frac_per_update"][1] == 1.0
     assert stats["clip_frac"] > 0
 
@@ -497,7 +499,7 @@ def test_clip_high_changes_a_multi_update_step():
     tables = []
     for clip_high in (0.28, 10.0):
         learner, batch = four_updates(clip_high)
-        learner.train_step(batch)
+        rl_step(learner, batch)
         tables.append(learner.model.table.detach().clone())
     assert (tables[0] - tables[1]).abs().max() > 1e-3
 
@@ -509,7 +511,7 @@ def test_clip_low_alone_moves_the_floor_in_the_default_tis_path():
     fracs, tables = [], []
     for clip_low in (0.2, 0.5):
         learner, batch = four_updates(clip_low=clip_low)
-        fracs.append(learner.train_step(batch)["clip_frac_per_update"][1])
+        fracs.append(rl_step(learner, batch)["clip_frac_per_update"][1])
         tables.append(learner.model.table.detach().clone())
     assert fracs == [1.0, 0.5]
     assert (tables[0] - tables[1]).abs().max() > 1e-3
@@ -519,7 +521,7 @@ def test_clip_high_does_not_matter_with_one_update():
     tables = []
     for clip_high in (0.28, 10.0):
         learner = make_learner(algo={"clip_high": clip_high}, train={"lr": 0.5})
-        learner.train_step(winner_and_loser() * 2)
+        rl_step(learner, winner_and_loser() * 2)
         tables.append(learner.model.table.detach().clone())
     assert torch.equal(tables[0], tables[1])
 
@@ -527,7 +529,7 @@ def test_clip_high_does_not_matter_with_one_update():
 def test_single_update_has_ratio_one_and_no_clipping():
     # behaviour log-probs far from the policy's: TIS reweights, but the ratio is 1
     learner = make_learner(random_table(), algo={"off_policy": "tis"})
-    stats = learner.train_step(mixed_batch())
+    stats = rl_step(learner, mixed_batch())
     assert stats["updates"] == 1
     assert stats["clip_frac"] == 0.0
     assert stats["approx_kl"] == 0.0
@@ -541,7 +543,7 @@ def test_single_update_has_ratio_one_and_no_clipping():
 def test_proximal_logprobs_are_computed_once_per_step(mini_batches, epochs, proximal_passes):
     learner = make_learner(random_table(), train={"mini_batches": mini_batches,
                                                   "epochs": epochs, "micro_batch_size": 2})
-    learner.train_step(mixed_batch())
+    rl_step(learner, mixed_batch())
     assert learner.model.calls.count("nograd") == proximal_passes
 
 
@@ -560,7 +562,7 @@ def test_logprobs_are_taken_at_the_sampling_temperature(temperature, p):
     learner = make_learner(sampling={"temperature": temperature})
     with torch.no_grad():
         learner.model.table[1, 2] = math.log(7)
-    stats = learner.train_step([episode(1.0, [turn([2], [math.log(p)])])])
+    stats = rl_step(learner, [episode(1.0, [turn([2], [math.log(p)])])])
     assert stats["logprob_gap"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -571,7 +573,7 @@ def test_entropy_metric_is_the_policy_entropy_at_the_sampled_tokens():
     learner = make_learner()
     with torch.no_grad():
         learner.model.table[1, 2] = math.log(7)
-    stats = learner.train_step([episode(1.0, [turn([2])]),
+    stats = rl_step(learner, [episode(1.0, [turn([2])]),
                                 episode(0.0, [turn([4])], prompt=(3,))])
     assert stats["entropy"] == pytest.approx(1.872772, abs=1e-5)
 
@@ -581,7 +583,7 @@ def test_logged_lr_is_the_warm_up_lr_used_by_the_update():
     # warm-up 4, lr .1 -> step 0 runs at .1 * 1/4 = .025. AdamW's first step moves each
     # element with a gradient by lr * g / |g|: table[1, 2] up, table[1, 3] down by .025.
     learner = make_learner(train={"warmup_steps": 4, "lr": 0.1})
-    stats = learner.train_step(winner_and_loser())
+    stats = rl_step(learner, winner_and_loser())
     assert stats["lr"] == pytest.approx(0.025)
     assert learner.model.table[1, 2].item() == pytest.approx(0.025, rel=1e-5)
     assert learner.model.table[1, 3].item() == pytest.approx(-0.025, rel=1e-5)
@@ -596,7 +598,7 @@ def test_logged_lr_is_the_warm_up_lr_used_by_the_update():
 def test_lr_schedule_per_step(schedule, lrs):
     learner = make_learner(train={"warmup_steps": 2, "steps": 6, "schedule": schedule,
                                   "lr": 1.0})
-    logged = [learner.train_step(winner_and_loser())["lr"] for _ in range(6)]
+    logged = [rl_step(learner, winner_and_loser())["lr"] for _ in range(6)]
     assert logged == pytest.approx(lrs, abs=1e-6)
 
 
@@ -606,7 +608,7 @@ def test_each_segment_trains_as_its_own_row():
     # loser: prompt 6, samples 7.  dt 1, 3 | 2 -> mean 2 -> w = .5, 1.5 | 1.  A = +-.5.
     # 3 rows, 3 tokens; token 5 follows its context 4, not the first segment's observation 3.
     learner = make_learner(algo={"duration_weights": True})
-    stats = learner.train_step([
+    stats = rl_step(learner, [
         episode(1.0, [turn([2], obs=[3], dt=1.0), turn([5], context=[4], dt=3.0)]),
         episode(0.0, [turn([7], dt=2.0)], prompt=(6,))])
     expected = uniform_grad((1, 2, 0.5 * 0.5 / 3), (4, 5, 0.5 * 1.5 / 3), (6, 7, -0.5 / 3))
@@ -620,20 +622,20 @@ def resumable(table=None):
                         train={"warmup_steps": 3, "lr": 0.05})
 
 
-def test_load_resumes_weights_optimizer_schedule_step_and_baselines(tmp_path):
+def test_load_resumes_weights_optimizer_schedule_and_step(tmp_path):
     # the resumed learner's second step equals the original's: same weights, AdamW moments,
-    # lr (warm-up step 1: .05 * 2/3), step count and baselines (advantages of task a)
-    a = resumable()
-    a.train_step(two_tasks({"a": 1.0, "b": 0.0}))
-    ckpt = a.save(tmp_path, extra={"note": "x"})
-    b = resumable(random_table())
-    assert b.load(ckpt) == {"note": "x"}
+    # lr (warm-up step 1: .05 * 2/3) and step count (the driver's baselines travel in `extra`)
+    a, baselines = resumable(), TaskBaselines()
+    rl_step(a, two_tasks({"a": 1.0, "b": 0.0}), baselines)
+    ckpt = a.save(tmp_path, extra={"baselines": baselines.state_dict()})
+    b, resumed = resumable(random_table()), TaskBaselines()
+    resumed.load_state_dict(b.load(ckpt)["baselines"])
     assert b.step == 1
     second = two_tasks({"a": 0.0, "c": 1.0})
-    stats_a, stats_b = a.train_step(second), b.train_step(second)
+    stats_a, stats_b = rl_step(a, second, baselines), rl_step(b, second, resumed)
     assert stats_b["lr"] == stats_a["lr"] == pytest.approx(0.05 * 2 / 3)
     assert torch.equal(b.model.table, a.model.table)
-    assert b.baselines.state_dict() == a.baselines.state_dict()
+    assert resumed.state_dict() == baselines.state_dict()
 
 
 def test_load_restores_the_random_generators(tmp_path):
@@ -720,7 +722,7 @@ def saved_on_a_missing_device():
 
 def test_a_checkpoint_from_a_device_this_machine_lacks_loads_onto_the_cpu(tmp_path):
     a = resumable()
-    a.train_step(two_tasks({"a": 1.0, "b": 0.0}))
+    rl_step(a, two_tasks({"a": 1.0, "b": 0.0}))
     with saved_on_a_missing_device():
         ckpt = a.save(tmp_path, extra={"note": "x"})
     with pytest.raises(RuntimeError, match=MISSING):  # the tensors do claim the missing device
@@ -841,7 +843,7 @@ def test_policy_proximal_and_reference_logprobs_replay_the_grammar(hf_engine, mo
         return original(*args, allowed=allowed, **kw)
 
     monkeypatch.setattr(learner.model, "token_logprobs", recording)
-    stats = learner.train_step(eps)
+    stats = rl_step(learner, eps)
     assert {k for k, _ in calls} == {"grad", "proximal", "base"} and all(a for _, a in calls)
     # the learner scores exactly what the sampler sampled from: the masked distribution
     assert stats["logprob_gap_max"] < 1e-4 and stats["kl_ref"] >= 0
@@ -851,7 +853,7 @@ def test_without_the_replayed_mask_the_learner_would_be_far_off(hf_engine):
     eps = constrained_group(hf_engine, TOOL, [1.0, 0.0])
     for e in eps:
         e.turns[0].grammar = None  # pretend the turns were free: scored under the full softmax
-    assert hf_learner(hf_engine).train_step(eps)["logprob_gap"] > 1.0
+    assert rl_step(hf_learner(hf_engine), eps)["logprob_gap"] > 1.0
 
 
 def test_a_turn_whose_tokens_are_all_forced_contributes_nothing(hf_engine):
@@ -859,10 +861,10 @@ def test_a_turn_whose_tokens_are_all_forced_contributes_nothing(hf_engine):
     assert all(lp == 0.0 for e in eps for lp in e.turns[0].logprobs)  # every token forced
     learner = hf_learner(hf_engine, train={"mini_batches": 1, "warmup_steps": 0, "lr": 1e-2})
     before = [p.detach().clone() for p in learner.params]
-    stats = learner.train_step(eps)
+    stats = rl_step(learner, eps)
     assert stats["grad_norm"] == 0.0 and stats["entropy"] == 0.0 and stats["logprob_gap"] == 0.0
     assert all(torch.equal(a, p) for a, p in zip(before, learner.params))
     # the same ids sampled freely would move the weights
     for e in eps:
         e.turns[0].grammar = None
-    assert learner.train_step(eps)["grad_norm"] > 0
+    assert rl_step(learner, eps)["grad_norm"] > 0

@@ -112,9 +112,9 @@ def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
     steps, calls = [], []
     train_step, generate = Learner.train_step, HFSampler.generate
 
-    def slow_train_step(self, episodes):
+    def slow_train_step(self, batch):
         t0 = time.perf_counter()
-        out = train_step(self, episodes)
+        out = train_step(self, batch)
         time.sleep(0.4)
         steps.append((t0, time.perf_counter()))
         return out

@@ -12,7 +12,15 @@ import torch
 from practicum.errors import ConfigError, TrainingError
 from practicum.runtime.placement import policy_config
 from practicum.store import EpisodeStore
-from tests.ranks import config, episodes, free_port, one_process_learner, trainable_weights
+from tests.ranks import (
+    config,
+    episodes,
+    free_port,
+    one_process_learner,
+    rl_step,
+    sft_batch,
+    trainable_weights,
+)
 from tests.runtime.test_ray_engine import bandit_run
 
 
@@ -66,8 +74,8 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_model_dir,
-                                                                          ray_here):
+def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny_model_dir,
+                                                                        ray_here):
     from practicum.runtime.learner_group import RayLearnerGroup
 
     cfg = config(tiny_model_dir, True)
@@ -75,11 +83,13 @@ def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_m
                             collective_timeout=60, export_refs=False)
     try:
         assert len(set(group.pids) | {os.getpid()}) == 3
-        metrics = group.train_step(episodes(1))
+        metrics = rl_step(group, episodes(1))
         assert group.step == 1 and metrics["updates"] == 4
-        got = {k: v.clone() for k, v in group.export_weights(1).tensors.items()}
+        assert group.train_step(sft_batch(9))["updates"] == 1  # SFT through the same step
+        got = {k: v.clone() for k, v in group.export_weights(2).tensors.items()}
         learner = one_process_learner(cfg)
-        learner.train_step(episodes(1))
+        rl_step(learner, episodes(1))
+        learner.train_step(sft_batch(9))
         assert max_diff(got, trainable_weights(learner)) < 1e-6
 
         import ray
@@ -88,11 +98,11 @@ def test_a_ray_group_trains_as_one_process_and_a_dead_rank_stops_the_step(tiny_m
         start = time.monotonic()
         with pytest.raises(TrainingError, match=r"learner rank 1 failed during train_step .*"
                                                 r"the step was not taken"):
-            group.train_step(episodes(2))
+            rl_step(group, episodes(2))
         assert time.monotonic() - start < 30  # not the 60 s collective timeout
-        assert group.step == 1 and group.handles == []
+        assert group.step == 2 and group.handles == []
         with pytest.raises(TrainingError, match="the learner ranks are gone"):
-            group.train_step(episodes(2))
+            rl_step(group, episodes(2))
     finally:
         group.close()
 

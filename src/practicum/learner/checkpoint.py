@@ -1,8 +1,8 @@
-"""Checkpoints of a learner: weights, optimizer, schedule, baselines, RNG and the driver's run
+"""Checkpoints of a learner: weights, optimizer, schedule, RNG and the driver's run
 state, written atomically, and the pointer to the latest one.
 
     checkpoints/step_N/policy/      the weights (`Trainable.save`)
-    checkpoints/step_N/trainer.pt   step, optimizer, scheduler, baselines, RNG, `extra`
+    checkpoints/step_N/trainer.pt   step, optimizer, scheduler, skip counters, RNG, `extra`
     checkpoints/latest              the name of the newest complete checkpoint
 """
 
@@ -17,7 +17,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from practicum.algo.baselines import TaskBaselines
 from practicum.engine.base import Trainable
 from practicum.learner.ranks import Ranks
 
@@ -30,7 +29,8 @@ class Learner(Protocol):
     scheduler: torch.optim.lr_scheduler.LRScheduler
     ranks: Ranks
     step: int
-    baselines: TaskBaselines
+    skipped_nonfinite: int
+    nonfinite_in_row: int
 
 
 def save_checkpoint(learner: Learner, ckpt_root: Path, extra: dict[str, Any],
@@ -55,7 +55,7 @@ def save_checkpoint(learner: Learner, ckpt_root: Path, extra: dict[str, Any],
         torch.save({
             "step": learner.step, "optimizer": optimizer,
             "scheduler": learner.scheduler.state_dict(),
-            "baselines": learner.baselines.state_dict(),
+            "nonfinite": [learner.skipped_nonfinite, learner.nonfinite_in_row],
             "extra": extra,
             "rng": _rng_state(),
         }, tmp / "trainer.pt")
@@ -80,14 +80,13 @@ def load_checkpoint(learner: Learner, ckpt: Path) -> dict[str, Any]:
     learner.ranks.load_optimizer_state(learner.optimizer, state["optimizer"])
     learner.scheduler.load_state_dict(state["scheduler"])
     learner.step = state["step"]
-    if "baselines" in state:
-        learner.baselines.load_state_dict(state["baselines"])
+    learner.skipped_nonfinite, learner.nonfinite_in_row = state.get("nonfinite", (0, 0))
     _set_rng_state(state["rng"])
     return state["extra"]
 
 
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:
-    """A checkpoint's trainer.pt (step, optimizer, scheduler, baselines, extra, RNG states), read
+    """A checkpoint's trainer.pt (step, optimizer, scheduler, skip counters, extra, RNG states), read
     onto the CPU wherever it was written: a GPU learner's checkpoint opens on a CPU driver."""
     return torch.load(Path(ckpt) / "trainer.pt", map_location="cpu", weights_only=False)
 

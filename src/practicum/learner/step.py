@@ -1,26 +1,30 @@
-"""The learner: a PPO update per rollout batch, and checkpoints with exact resume.
+"""The learner: one training step for every objective, and checkpoints with exact resume.
 
-One training step (DAPO / verl style):
+One training step (DAPO / verl style) on a `TrainBatch` the driver built
+(`practicum.learner.rows`; RL: `practicum.batch.rl_batch`, SFT/RFT: `practicum.finetune`):
 
-    rows = segments of the batch's episodes (overlong episodes masked out)
     prox = log-probs of every row under the current weights, computed once, no grad
-    for epoch in train.epochs:
-        for mini-batch in train.mini_batches parts of the rows:
-            loss = PPO-clip(ratio = pi / pi_prox) x per-token weights (+ KL)  (micro-batches,
-            optimizer update                                                  gradients summed)
+           (policy gradient with more than one update)
+    for epoch in batch.epochs:
+        for mini-batch in batch.mini_batches parts of the rows:
+            loss = objective x per-token weights (+ KL)        (micro-batches, gradients summed)
+            optimizer update, skipped when the gradient norm is not finite
     lr schedule step; step += 1
 
-The first update's ratio is exactly 1, so clipping starts to bind from the second update on:
-that is what makes DAPO's clip-higher real. With a single update the proximal log-probs are
-the update's own (detached). Composes `practicum.batch` (advantages, weights) and
-`practicum.algo.losses` (objectives); the step itself is plain PyTorch.
+Objectives: `policy_gradient` is PPO-clip with the ratio pi / pi_prox (`algo.off_policy`: none,
+tis, decoupled), so the first update's ratio is exactly 1 and clipping binds from the second
+update on: that is what makes DAPO's clip-higher real; with a single update the proximal
+log-probs are the update's own (detached). `cross_entropy` is SFT / RFT's -log pi of the masked
+tokens at temperature 1 (`practicum.algo.rft.rft_loss`), token-mean over the mini-batch. The
+formulas live in `practicum.algo`; the step itself is plain PyTorch.
 
-Sharded over several processes (`practicum.sharded`), every rank runs this same step on the
-whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the normalisers
-(the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks' gradients sum
-to the one-process gradient, and the logged sums are added up across ranks. Every rank runs the
-same number of forward passes (a rank with fewer rows pads with weightless ones): a sharded
-model's forward is a collective.
+Sharded over several processes (`practicum.learner.sharded`), every rank runs this same step on
+the whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the
+normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks'
+gradients sum to the one-process gradient, and the logged sums are added up across ranks. Every
+rank runs the same number of forward passes (a rank with fewer rows pads with weightless ones):
+a sharded model's forward is a collective. The gradient norm is taken over every shard, so a
+non-finite one skips the update on every rank alike (verl and SkyRL skip such steps too).
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import torch
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from practicum.algo.baselines import TaskBaselines
 from practicum.algo.losses import (
     aggregate_loss,
     approx_kl,
@@ -44,22 +47,13 @@ from practicum.algo.losses import (
     ppo_clip_loss,
     truncated_importance_weights,
 )
-from practicum.batch import (
-    Row,
-    TokenBatch,
-    pad_rows,
-    shaped_rewards,
-    token_batch,
-    trainable,
-    training_rows,
-    turn_advantages,
-    turn_duration_weights,
-)
+from practicum.algo.rft import rft_loss
 from practicum.config import Config
 from practicum.engine.base import QuietPart, Trainable
-from practicum.episode import Episode
+from practicum.errors import TrainingError
 from practicum.learner.checkpoint import load_checkpoint, save_checkpoint
 from practicum.learner.ranks import Ranks, split_even, split_ranks
+from practicum.learner.rows import TokenBatch, TrainBatch, TrainRow, pad_rows, token_batch
 
 
 def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
@@ -87,8 +81,10 @@ class Learner(QuietPart):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.schedule))
         self.step = 0
-        self.baselines = TaskBaselines(cfg.algo.baseline_window)
-        """Per-task running baselines (algo.advantage = baseline), kept in checkpoints."""
+        self.skipped_nonfinite = 0
+        """Optimizer updates skipped for a non-finite gradient norm, over the run."""
+        self.nonfinite_in_row = 0
+        """Such updates in a row (`train.max_nonfinite_in_row` of them stop the run)."""
 
     @property
     def temperature(self) -> float:
@@ -106,59 +102,51 @@ class Learner(QuietPart):
     def save_policy(self, path: Path) -> None:
         self.model.save(path)
 
-
     # -- one training step ----------------------------------------------------------------------
-    def train_step(self, episodes: list[Episode]) -> dict[str, Any] | None:
-        """Several PPO updates on one batch (module doc). None when no row has a token to train
-        on (every episode masked): the weights and the step count stay as they were."""
-        cfg, algo = self.cfg, self.cfg.algo
+    def train_step(self, batch: TrainBatch) -> dict[str, Any] | None:
+        """`batch.epochs` passes over its `batch.mini_batches` updates (module doc). None when
+        no row has a token to train on: the weights and the step count stay as they were."""
         start = time.perf_counter()
-        rewards = shaped_rewards(episodes, algo,
-                                 cfg.sampling.max_new_tokens * cfg.rollout.max_turns)
-        adv = turn_advantages(episodes, rewards, algo, self.baselines)
-        include = trainable(episodes, algo)
-        wts = turn_duration_weights(episodes, algo, include)
-        rows = [r for r in training_rows(episodes, include) if r.tokens]
+        rows = [r for r in batch.rows if r.tokens]
         if not rows:
             return None
-        if algo.advantage == "baseline":
-            self.baselines.update([e.task_id for e in episodes], rewards.tolist())
-        minis = split_even(rows, cfg.train.mini_batches)
-        n_updates = cfg.train.epochs * len(minis)
-        prox = self._proximal(minis, adv, wts) if n_updates > 1 else None
+        pg = batch.objective == "policy_gradient"
+        minis = split_even(rows, batch.mini_batches)
+        n_updates = batch.epochs * len(minis)
+        prox = self._proximal(minis) if pg and n_updates > 1 else None
         lr = self.scheduler.get_last_lr()[0]
         updates, seen = [], []  # seen: the first epoch's stats, one per mini-batch
-        for epoch in range(cfg.train.epochs):
+        for epoch in range(batch.epochs):
             for mini in minis:
-                stats = self._update(mini, adv, wts, prox)
+                stats = self._update(mini, prox, pg)
                 if epoch == 0:
                     seen.append((stats, sum(r.tokens for r in mini)))
-                updates.append({k: stats[k] for k in ("loss", "clip_frac", "approx_kl",
-                                                      "grad_norm")})
-        total = sum(n for _, n in seen)
-        first = {k: sum(st[k] * n for st, n in seen) / total
-                 for k in ("entropy", "gap", "kl_ref")}
-        first["gap_max"] = max(st["gap_max"] for st, _ in seen)
+                updates.append(stats)
         self.scheduler.step()
         self.step += 1
         elapsed = time.perf_counter() - start
         n_tokens = sum(r.tokens for r in rows)
         mean = lambda k: sum(u[k] for u in updates) / len(updates)  # noqa: E731
-        return {
-            "loss": mean("loss"), "clip_frac": mean("clip_frac"), "approx_kl": mean("approx_kl"),
-            "grad_norm": mean("grad_norm"), "updates": float(len(updates)),
-            "clip_frac_per_update": [u["clip_frac"] for u in updates],
-            "approx_kl_per_update": [u["approx_kl"] for u in updates],
-            # entropy, trainer/sampler gap and KL to the base: over the whole batch, as the
-            # first epoch saw it (before each mini-batch's own update)
-            "entropy": first["entropy"], "logprob_gap": first["gap"],
-            "logprob_gap_max": first["gap_max"], "kl_ref": first["kl_ref"], "lr": lr,
-            "train_rows": float(len(rows)), "train_tokens": float(n_tokens),
-            "learner_tokens_per_s": n_tokens * n_updates / elapsed, "learner_seconds": elapsed,
-            "reward_shaped_mean": rewards.mean().item(),
-        }
+        out = {"loss": mean("loss"), "grad_norm": mean("grad_norm"),
+               "updates": float(len(updates)), "lr": lr,
+               "train/skipped_nonfinite": float(self.skipped_nonfinite),
+               "train_rows": float(len(rows)), "train_tokens": float(n_tokens),
+               "learner_tokens_per_s": n_tokens * n_updates / elapsed,
+               "learner_seconds": elapsed}
+        total = sum(n for _, n in seen)
+        first = {k: sum(st[k] * n for st, n in seen) / total for k in ("entropy", "gap", "kl_ref")}
+        out["entropy"] = first["entropy"]  # over the whole batch, as the first epoch saw it
+        if not pg:
+            return out
+        return {**out, "clip_frac": mean("clip_frac"), "approx_kl": mean("approx_kl"),
+                "clip_frac_per_update": [u["clip_frac"] for u in updates],
+                "approx_kl_per_update": [u["approx_kl"] for u in updates],
+                # trainer/sampler gap and KL to the base: over the whole batch, as the first
+                # epoch saw it (before each mini-batch's own update)
+                "logprob_gap": first["gap"], "kl_ref": first["kl_ref"],
+                "logprob_gap_max": max(st["gap_max"] for st, _ in seen)}
 
-    def _micro_batches(self, shares: list[list[Row]]) -> list[tuple[list[Row], bool]]:
+    def _micro_batches(self, shares: list[list[TrainRow]]) -> list[tuple[list[TrainRow], bool]]:
         """This rank's rows (shares[rank]) in micro-batches, each with whether it is live: a
         rank with fewer micro-batches than another adds weightless ones (a row of another
         rank's, live False), so every rank runs the same number of passes."""
@@ -169,78 +157,108 @@ class Learner(QuietPart):
         filler = next(rows[:1] for rows in shares if rows)
         return out + [(filler, False)] * (count - len(out))
 
+    def _tokens(self, micro: list[TrainRow], pg: bool) -> TokenBatch:
+        """A micro-batch's tensors on the model's device; grammar masks replayed for the
+        policy gradient (cross-entropy trains the unconstrained distribution, as SFT did)."""
+        return token_batch(micro, self.model.pad_id, self.device, self.model.tokenizer,
+                           replay_grammars=pg)
+
     @torch.no_grad()
-    def _proximal(self, minis: list[list[Row]], adv, wts) -> dict[int, Tensor]:
+    def _proximal(self, minis: list[list[TrainRow]]) -> dict[int, Tensor]:
         """Log-probs of this rank's rows under the weights before this step's first update, per
         row (keyed by id(row)), computed once (eval mode, no grad)."""
         parts = [split_ranks(mini, self.ranks.world) for mini in minis]
         shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.world)]
         out = {}
         for micro, live in self._micro_batches(shares):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
-                             self.model.tokenizer)
+            tb = self._tokens(micro, True)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
                                              score_mask=tb.loss_mask, allowed=tb.allowed)
             for r, lp in zip(micro, logp):
                 if live:
-                    out[id(r)] = lp[:len(r.segment.input_ids)]
+                    out[id(r)] = lp[:len(r.input_ids)]
         return out
 
-    def _update(self, mini: list[Row], adv, wts, prox: dict[int, Tensor] | None
+    def _update(self, mini: list[TrainRow], prox: dict[int, Tensor] | None, pg: bool
                 ) -> dict[str, float]:
         """One optimizer update on a mini-batch (this rank's part of it), accumulated over
-        micro-batches; normalised by the whole mini-batch's tokens (or sequences)."""
+        micro-batches; normalised by the whole mini-batch's tokens (or sequences). Skipped
+        (parameters, optimizer state and its step count untouched) when the gradient norm over
+        every shard is not finite."""
         algo = self.cfg.algo
         tokens = sum(r.tokens for r in mini)
         seqs = len(mini)
+        temperature = self.temperature if pg else 1.0
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
         for micro, live in self._micro_batches(split_ranks(mini, self.ranks.world)):
-            tb = token_batch(micro, adv, wts, self.model.pad_id, self.device,
-                             self.model.tokenizer)
+            tb = self._tokens(micro, pg)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                  self.temperature, return_entropy=True,
+                                                  temperature, return_entropy=True,
                                                   score_mask=tb.loss_mask, allowed=tb.allowed)
-            old = (logp.detach() if prox is None or not live else
-                   pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
-            token_loss, clipped = self._objective(logp, old, tb)
-            token_loss = token_loss * tb.weights
             mask = tb.loss_mask
-            if algo.kl_coef > 0:
-                with torch.no_grad(), self.model.frozen_base():
-                    ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                    self.temperature, score_mask=tb.loss_mask,
-                                                    allowed=tb.allowed)
-                kl = k3_kl(logp, ref)
-                token_loss = token_loss + algo.kl_coef * kl
-                sums["kl_ref"] += (kl.detach() * mask).sum().item() * live
             micro_tokens = mask.sum().item()
-            share = (micro_tokens / max(1, tokens) if algo.loss_agg == "token_mean"
-                     else len(micro) / max(1, seqs))
-            loss = aggregate_loss(token_loss, mask, algo.loss_agg) * (share * live)
+            if pg:
+                old = (logp.detach() if prox is None or not live else
+                       pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
+                token_loss, clipped = self._objective(logp, old, tb)
+                token_loss = token_loss * tb.weights
+                if algo.kl_coef > 0:
+                    with torch.no_grad(), self.model.frozen_base():
+                        ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
+                                                        temperature, score_mask=tb.loss_mask,
+                                                        allowed=tb.allowed)
+                    kl = k3_kl(logp, ref)
+                    token_loss = token_loss + algo.kl_coef * kl
+                    sums["kl_ref"] += (kl.detach() * mask).sum().item() * live
+                share = (micro_tokens / max(1, tokens) if algo.loss_agg == "token_mean"
+                         else len(micro) / max(1, seqs))
+                loss = aggregate_loss(token_loss, mask, algo.loss_agg) * (share * live)
+            else:  # SFT / RFT: token-mean cross-entropy over the whole mini-batch
+                loss = rft_loss(logp, mask) * (micro_tokens / max(1, tokens) * live)
             loss.backward()
             if not live:
                 continue
             with torch.no_grad():
-                gap = (old - tb.behaviour_logp).abs() * mask
                 sums["loss"] += loss.item()
-                sums["clip"] += clip_fraction(clipped, mask).item() * micro_tokens
-                sums["kl"] += approx_kl(logp.detach(), old, mask).item() * micro_tokens
                 sums["entropy"] += (ent.detach() * mask).sum().item()
-                sums["gap"] += gap.sum().item()
-                gap_max = max(gap_max, gap.max().item())
+                if pg:
+                    gap = (old - tb.behaviour_logp).abs() * mask
+                    sums["clip"] += clip_fraction(clipped, mask).item() * micro_tokens
+                    sums["kl"] += approx_kl(logp.detach(), old, mask).item() * micro_tokens
+                    sums["gap"] += gap.sum().item()
+                    gap_max = max(gap_max, gap.max().item())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
-        self.optimizer.step()
+        if isinstance(grad_norm, DTensor):  # sharded parameters: the norm over every shard
+            grad_norm = grad_norm.full_tensor()
+        norm = float(grad_norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+            self.nonfinite_in_row = 0
+        else:
+            self._skip_update(norm)
         keys = list(sums)
         sums = dict(zip(keys, self.ranks.sum([sums[k] for k in keys])))
         gap_max = self.ranks.max(gap_max)
-        if isinstance(grad_norm, DTensor):  # sharded parameters: the norm over every shard
-            grad_norm = grad_norm.full_tensor()
         d = max(1, tokens)
         return {"loss": sums["loss"], "clip_frac": sums["clip"] / d, "approx_kl": sums["kl"] / d,
                 "entropy": sums["entropy"] / d, "gap": sums["gap"] / d, "gap_max": gap_max,
-                "kl_ref": sums["kl_ref"] / d, "grad_norm": float(grad_norm)}
+                "kl_ref": sums["kl_ref"] / d, "grad_norm": norm}
+
+    def _skip_update(self, norm: float) -> None:
+        """No optimizer step for a non-finite gradient norm (every rank sees the same norm);
+        `train.max_nonfinite_in_row` such updates in a row stop the run."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.skipped_nonfinite += 1
+        self.nonfinite_in_row += 1
+        limit = self.cfg.train.max_nonfinite_in_row
+        if self.nonfinite_in_row >= limit:
+            raise TrainingError(
+                f"{self.nonfinite_in_row} optimizer updates in a row had a non-finite gradient "
+                f"norm ({norm}), the last in training step {self.step + 1}; each was skipped. "
+                f"Stopping (train.max_nonfinite_in_row={limit}): lower train.lr or look for "
+                f"a broken batch; resume from the last checkpoint with run.resume=true")
 
     def _objective(self, logp: Tensor, prox: Tensor, tb: TokenBatch) -> tuple[Tensor, Tensor]:
         """Token loss for the configured off-policy correction (algo.off_policy)."""

@@ -230,8 +230,8 @@ class TorchrunLearner(QuietPart):
                                 f"{_first_line(e)}); the step was not taken: resume from the "
                                 "last checkpoint with run.resume=true") from None
 
-    def train_step(self, episodes) -> dict[str, Any] | None:
-        metrics, self.step = self.call("train_step", episodes)
+    def train_step(self, batch) -> dict[str, Any] | None:
+        metrics, self.step = self.call("train_step", batch)
         return metrics
 
     def export_weights(self, version: int) -> WeightUpdate:

@@ -7,7 +7,8 @@ resume are all here.
     loop until train.steps:
         batch = source.next_batch()                    stored episodes, with store positions
         nothing to train on? record it, warn, count   (no step; too many in a row: error)
-        learner.train_step -> publish weights (version = step) -> source.after_update
+        rows built here (rl_batch) -> learner.train_step -> publish weights (version = step)
+        source.after_update
         ledger.record(batch), curriculum.record(batch)
         evaluate / log / checkpoint every N steps
     final evaluation, checkpoint, plot, summary.json
@@ -88,7 +89,7 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 metrics = None
                 if episodes:
                     with s.server.training():  # sampling goes on unless it runs this module
-                        metrics = s.learner.train_step(episodes)
+                        metrics = s.train_step(episodes)
                     if metrics is not None:
                         s.publish()
                 if metrics is None:  # nothing to train on: no step, a warning, a bound

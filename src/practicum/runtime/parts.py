@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from practicum.engine.base import Trainable
-    from practicum.episode import Episode
+    from practicum.learner.rows import TrainBatch
 
 
 class Part(Protocol):
@@ -46,12 +46,14 @@ class Learner(Part, Protocol):
 
     @property
     def trainable(self) -> Trainable:
-        """The model it differentiates, when it lives in this process (RFT reaches into it);
-        a learner elsewhere raises `ConfigError` naming the setting that placed it."""
+        """The model it differentiates, when it lives in this process (tests and benchmarks
+        reach into it); a learner elsewhere raises `ConfigError` naming the setting that placed
+        it."""
         ...
 
-    def train_step(self, episodes: list[Episode]) -> dict[str, Any] | None:
-        """One PPO step on a batch; None when no row had a token to train on (no step)."""
+    def train_step(self, batch: TrainBatch) -> dict[str, Any] | None:
+        """One step on rows the driver built (any objective: `practicum.learner.step`); None
+        when no row had a token to train on (no step)."""
         ...
 
     def export_weights(self, version: int) -> Any:

@@ -2,7 +2,7 @@
 
     driver                                               Ray actor
       loop, store, ledger, GenerationServer                LearnerWorker: HFTrainable + Learner
-      RayLearner.train_step(episodes) ------------------>    PPO step, optimizer, scheduler
+      RayLearner.train_step(rows) ---------------------->    the step, optimizer, scheduler
                           <----------------- metrics, step
       RayLearner.export_weights(v) --------------------->    the weights to publish, left in
                       <---- RemoteUpdate(v, ObjectRef)       Ray's object store
@@ -25,8 +25,8 @@ generators need no saving: every sampled turn and model-service call has its own
 The learner holds the only copy of the optimizer state: a call that times out
 (`runtime.ray_call_timeout_s`) or an actor that dies stops the run with `TrainingError`
 (the actor is killed); `run.resume=true` continues from the last checkpoint, and the ledger
-makes sure no episode is trained twice. Commands that reach into the trainable itself
-(`practicum rft`) need `ray_learner: driver`.
+makes sure no episode is trained twice. RFT and SFT train through the same `train_step`
+(cross-entropy rows), so they run here too.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ class LearnerWorker:
     def info(self) -> int:
         return os.getpid()
 
-    def train_step(self, episodes) -> tuple[dict | None, int]:
-        return self.learner.train_step(episodes), self.learner.step
+    def train_step(self, batch) -> tuple[dict | None, int]:
+        return self.learner.train_step(batch), self.learner.step
 
     def export(self, version: int) -> tuple[str, WeightUpdate]:
         update = self.learner.export_weights(version)  # serialised on return: a copy
@@ -138,8 +138,8 @@ class RayLearner:
                                "needs runtime.ray_learner=driver")
 
     # -- the Learner protocol -------------------------------------------------------------------
-    def train_step(self, episodes) -> dict[str, Any] | None:
-        metrics, self.step = self.call("train_step", episodes)
+    def train_step(self, batch) -> dict[str, Any] | None:
+        metrics, self.step = self.call("train_step", batch)
         return metrics
 
     def export_weights(self, version: int) -> RemoteUpdate | WeightUpdate:

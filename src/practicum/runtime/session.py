@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from practicum.algo.baselines import TaskBaselines
+from practicum.batch import rl_batch
 from practicum.config import Config, dump_config
 from practicum.engine.base import SamplingParams, Trainable
 from practicum.engine.chat import ChatFormat
@@ -60,6 +62,8 @@ class Session:
     """The batch source's state from the checkpoint (e.g. the async runtime's open groups)."""
     skipped_batches: int = 0
     """Batches with nothing to train on, over the whole run (kept in checkpoints)."""
+    baselines: TaskBaselines = field(default_factory=TaskBaselines)
+    """Per-task running baselines (algo.advantage = baseline), kept in checkpoints."""
 
     @property
     def learner(self) -> Learner:
@@ -97,6 +101,17 @@ class Session:
         builders = [self.builder(t, g, k, temperature) for t, g, k in items]
         return rollout_batch(self.server, builders, self.cfg.rollout.env_workers)
 
+    def train_step(self, episodes: list[Episode]) -> dict | None:
+        """One RL step on `episodes`: the driver builds the rows (`rl_batch`), the learner
+        trains on them; its metrics plus the driver's, or None when no row had a token to
+        train on (no step taken)."""
+        built = rl_batch(episodes, self.cfg, self.baselines)
+        if built is None:
+            return None
+        batch, metrics = built
+        out = self.learner.train_step(batch)
+        return None if out is None else {**out, **metrics}
+
     def publish(self) -> None:
         """Give the sampler the learner's weights as version `learner.step`."""
         update = self.learner.export_weights(self.learner.step)
@@ -125,7 +140,7 @@ class Session:
             self.extra = dict(source_state)
         state = {"cursor": self.cursor.position, "ledger": self.ledger.state(),
                  "curriculum": self.curriculum.state(), "skipped_batches": self.skipped_batches,
-                 "source": self.extra}
+                 "baselines": self.baselines.state_dict(), "source": self.extra}
         if self.suite.state is not None:
             state["suite"] = self.suite.state()
         return self.learner.save(self.run_dir / "checkpoints", state)
@@ -184,19 +199,24 @@ def open_session(cfg: Config) -> Session:
     chat = ChatFormat(placement.tokenizer)
     curriculum = Curriculum(cfg.curriculum)
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
-    state = read_trainer_state(ckpt)["extra"] if ckpt else {}
+    trainer_state = read_trainer_state(ckpt) if ckpt else {}
+    state = trainer_state.get("extra", {})
     s = Session(cfg=cfg, placement=placement, server=server,
                 models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
                 store=EpisodeStore(run_dir / "episodes.jsonl"),
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
-                curriculum=curriculum)
+                curriculum=curriculum, baselines=TaskBaselines(cfg.algo.baseline_window))
     if ckpt is not None:
         s.learner.load(ckpt)
         s.cursor.position = state["cursor"]
         s.curriculum.load_state(state["curriculum"])
         s.skipped_batches = state.get("skipped_batches", 0)
+        # older checkpoints kept the baselines in the learner's state
+        baselines = state.get("baselines", trainer_state.get("baselines"))
+        if baselines is not None:
+            s.baselines.load_state_dict(baselines)
         if state.get("suite") is not None and suite.load_state is not None:
             suite.load_state(state["suite"])
         s.extra = state.get("source", {})

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from practicum.batch import token_batch, training_rows, turn_advantages, turn_duration_weights
+from practicum.batch import train_rows, training_rows, turn_advantages, turn_duration_weights
+from practicum.learner.rows import token_batch
 from practicum.config import load_config
 from practicum.store import EpisodeStore
 
@@ -88,7 +89,7 @@ def test_rows_carry_their_own_turns_advantage():
                           atol=1e-4)
     rows = training_rows(eps, [True, True])
     assert [len(r.segment.input_ids) for r in rows] == [5, 4, 5]
-    tb = token_batch(rows, adv, turn_duration_weights(eps, algo), 0)
+    tb = token_batch(train_rows(rows, adv, turn_duration_weights(eps, algo)), 0)
     # row b, sampled positions only: each row's tokens carry its own turn's advantage
     got = [x for b in range(3) for x in tb.advantages[b][tb.loss_mask[b] > 0].tolist()]
     assert got == pytest.approx([0.5774] * 4 + [-1.1547] * 2, abs=1e-3)

@@ -117,8 +117,9 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     from practicum.engine.base import SamplingParams
     from practicum.engine.chat import ChatFormat
     from practicum.engine.hf import PolicyConfig, load_hf_engine
-    from practicum.batch import Row, token_batch
+    from practicum.batch import Row, train_rows
     from practicum.engine.server import GenerationServer
+    from practicum.learner.rows import token_batch
     from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode
 
     trainable, sampler = load_hf_engine(PolicyConfig(model=str(smollm2_dir), dtype="float32",
@@ -145,7 +146,8 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     # the turns were sampled under the env's tool-call grammar: the learner replays it
     assert all(t.grammar for t in ep.turns)
     zeros = [torch.zeros(len(ep.turns))]
-    tb = token_batch([Row(0, row)], zeros, zeros, trainable.pad_id, "cpu", trainable.tokenizer)
+    tb = token_batch(train_rows([Row(0, row)], zeros, zeros), trainable.pad_id, "cpu",
+                     trainable.tokenizer)
     assert tb.allowed is not None
     with torch.no_grad():
         logp = trainable.token_logprobs(tb.input_ids, tb.attention_mask, allowed=tb.allowed)[0]

@@ -15,7 +15,7 @@ from practicum.config import load_config
 from practicum.engine.chat import ChatFormat
 from practicum.engine.models import load_builtin_tokenizer
 from practicum.errors import ConfigError
-from practicum.sft import cut_at_stop, run_sft
+from practicum.runtime.sft import cut_at_stop, run_sft
 from practicum.stages import run_stages
 from practicum.store import EpisodeStore
 from practicum.envs.swe.toy_repo import write_toy_instance

@@ -5,7 +5,9 @@
     2. keep the episodes that solved their task, ended normally and were not cut by a length
        limit (`algo.rft.rft_keep`; with algo.mask_overlong, as RL does);
     3. SFT on the kept episodes' policy tokens only, malformed turns masked
-       (`algo.rft.rft_mask`, `rft_loss`), rft.epochs passes of rft.batch_size rows per update;
+       (`algo.rft.rft_mask`, `rft_loss`), rft.epochs passes of rft.batch_size rows per update:
+       each update is one `Learner.train_step` with the cross-entropy objective, so SFT runs
+       wherever the learner runs (one process, a Ray actor, sharded ranks);
     4. save the adapter to RUN/rft/policy, evaluate held-out before and after.
 
 Then RL starts from it: `practicum train CONFIG model.init=RUN/rft/policy`. Everything goes to
@@ -16,30 +18,20 @@ sampling where the store ends, and a finished one is not redone.
 from __future__ import annotations
 
 import json
-import random
 import time
 from pathlib import Path
 
-import torch
-
-from practicum.algo.rft import rft_keep, rft_loss, rft_mask
-from practicum.batch import Row, pad_rows, training_rows
+from practicum.algo.rft import rft_keep
 from practicum.config import Config
 from practicum.episode import Episode
+from practicum.finetune import finetune, stage_config
 from practicum.report import solved
 from practicum.runtime.progress import TrainProgress
 from practicum.runtime.session import Session, open_session
 
 
-def stage_config(cfg: Config, name: str) -> Config:
-    """The same config with its run folder moved to RUN/<name> (resumable, never cleared): the
-    folder of a warm-start stage (rft, sft) inside the run."""
-    run = cfg.run.model_copy(update={"out_dir": str(cfg.run_dir), "name": name, "resume": True})
-    return cfg.model_copy(update={"run": run})
-
-
 def rft_config(cfg: Config) -> Config:
-    return stage_config(cfg, "rft")
+    return stage_config(cfg, "rft", cfg.rft)
 
 
 def run_rft(cfg: Config, progress: bool = True) -> dict:
@@ -55,8 +47,9 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
         kept = [e for e in episodes  # overlong episodes: excluded as in RL (algo.mask_overlong)
                 if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
                             e.overlong and cfg.algo.mask_overlong)]
-        losses = finetune(s, kept, progress)
-        s.trainable.save(sub.run_dir / "policy")
+        losses = finetune(s.learner, kept, cfg.rft, cfg.run.seed, progress, s.run_dir,
+                          s.metrics.log)
+        s.learner.save_policy(sub.run_dir / "policy")
         s.publish()
         after = evaluate(s, "after rft", progress) if kept else \
             unchanged_eval(sub.run_dir, before)
@@ -122,59 +115,3 @@ def sample(s: Session, progress: bool) -> list[Episode]:
             bar.update(len(episodes), {"reward_mean": sum(e.reward for e in episodes)
                                        / len(episodes)})
     return episodes[: len(items)]
-
-
-def finetune(s: Session, kept: list[Episode], progress: bool, opts=None,
-             label: str = "rft sft") -> list[float]:
-    """SFT on the kept episodes' clean policy tokens; returns the loss of every update.
-    `opts` (epochs, lr, batch_size): s.cfg.rft unless given (`practicum sft` passes cfg.sft);
-    `label` prefixes the progress lines."""
-    r = opts or s.cfg.rft
-    model = s.trainable
-    rows = training_rows(kept, [True] * len(kept))
-    masks = {id(row): rft_mask(row.segment.loss_mask, row.segment.turn_index,
-                               {k for k, t in enumerate(kept[row.episode].turns) if t.malformed})
-             for row in rows}
-    rows = [row for row in rows if any(masks[id(row)])]
-    params = [p for p in model.trainable_parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=r.lr)
-    rng = random.Random(s.cfg.run.seed)
-    losses: list[float] = []
-    updates = r.epochs * -(-len(rows) // r.batch_size) if rows else 0
-    with TrainProgress(updates, 0, enabled=progress, label=label, log_dir=s.run_dir) as bar:
-        for _ in range(r.epochs if rows else 0):
-            order = rows[:]
-            rng.shuffle(order)
-            for i in range(0, len(order), r.batch_size):
-                losses.append(_sft_update(s, order[i:i + r.batch_size], masks, optimizer,
-                                          params))
-                bar.update(len(losses), {"loss": losses[-1]})
-                s.metrics.log(len(losses), {"sft_loss": losses[-1]})
-    return losses
-
-
-def _sft_update(s: Session, batch: list[Row], masks: dict, optimizer, params) -> float:
-    """One AdamW update on `batch`, token-mean over all its rows (micro-batches summed)."""
-    model, m = s.trainable, s.cfg.train.micro_batch_size
-    device = params[0].device
-    total = sum(sum(masks[id(row)]) for row in batch)
-    optimizer.zero_grad(set_to_none=True)
-    loss_sum = 0.0
-    for i in range(0, len(batch), m):
-        micro = batch[i:i + m]
-        width = max(len(row.segment.input_ids) for row in micro)
-        ids = torch.full((len(micro), width), model.pad_id, dtype=torch.long)
-        attn = torch.zeros(len(micro), width, dtype=torch.long)
-        for b, row in enumerate(micro):
-            ids[b, :len(row.segment.input_ids)] = torch.tensor(row.segment.input_ids)
-            attn[b, :len(row.segment.input_ids)] = 1
-        mask = pad_rows([torch.tensor(masks[id(row)], dtype=torch.float32) for row in micro],
-                        width)
-        ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-        logp = model.token_logprobs(ids, attn, score_mask=mask)
-        loss = rft_loss(logp, mask) * (sum(sum(masks[id(row)]) for row in micro) / total)
-        loss.backward()
-        loss_sum += loss.item()
-    torch.nn.utils.clip_grad_norm_(params, s.cfg.train.grad_clip)
-    optimizer.step()
-    return loss_sum

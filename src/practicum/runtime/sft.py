@@ -16,7 +16,7 @@ from (arXiv 2508.03501 starts its RFT from a 72B model that already solves 11%).
        are token-exact in the policy's chat format;
     2. keep the episodes the environment graded solved (its reward comes from the real tests,
        never from the actor), not failed and not cut by length, as RFT keeps them;
-    3. SFT on their policy tokens, malformed turns masked (`rft.finetune`, sft.epochs / lr /
+    3. SFT on their policy tokens, malformed turns masked (`practicum.finetune`, sft.epochs / lr /
        batch_size), save RUN/sft/policy, evaluate held-out before and after.
 
 Everything goes to RUN/sft/ (episodes.jsonl, eval/, policy/, summary.json); a finished run is
@@ -37,7 +37,8 @@ from practicum.envs.base import Env, Message, Start, StepResult, Task
 from practicum.episode import Episode
 from practicum.errors import ConfigError
 from practicum.report import solved
-from practicum.rft import evaluate, finetune, stage_config, stored_eval, unchanged_eval
+from practicum.finetune import finetune, stage_config
+from practicum.runtime.rft import evaluate, stored_eval, unchanged_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
 
@@ -137,7 +138,7 @@ def collect(s: Session, progress: bool) -> list[Episode]:
 
 
 def run_sft(cfg: Config, progress: bool = True) -> dict:
-    sub = stage_config(cfg, "sft")
+    sub = stage_config(cfg, "sft", cfg.sft)
     done = sub.run_dir / "summary.json"
     if done.exists() and (sub.run_dir / "policy").exists():
         return json.loads(done.read_text())
@@ -152,8 +153,9 @@ def run_sft(cfg: Config, progress: bool = True) -> dict:
         kept = [e for e in episodes
                 if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
                             e.overlong and cfg.algo.mask_overlong)]
-        losses = finetune(s, kept, progress, cfg.sft, label="sft")
-        s.trainable.save(sub.run_dir / "policy")
+        losses = finetune(s.learner, kept, cfg.sft, cfg.run.seed, progress, s.run_dir,
+                          s.metrics.log, label="sft")
+        s.learner.save_policy(sub.run_dir / "policy")
         s.publish()
         after = evaluate(s, "after sft", progress) if kept else \
             unchanged_eval(sub.run_dir, before)

@@ -1,19 +1,11 @@
-"""`practicum rft`: sample k episodes per task, keep the solved ones, SFT on their clean policy
-tokens, save an adapter RL can start from; resumable and not redone."""
+"""runtime/rft.py, `practicum rft`: sample k episodes per task, keep the solved ones, SFT on their
+clean policy tokens, save an adapter RL can start from; resumable and not redone."""
 
 import json
-from types import SimpleNamespace
-
-import pytest
-import torch
 
 from practicum.config import load_config
-from practicum.episode import Episode, Turn
-from practicum.rft import finetune, rft_config, run_rft
-from practicum.runtime.session import open_session
+from practicum.runtime.rft import run_rft
 from practicum.store import EpisodeStore
-from tests.fake_device import DEVICE, on_fake_device
-from tests.learner.test_step import BigramPolicy, FakeDeviceBigram, config, random_table
 
 
 def rft_overrides(model_dir, out):
@@ -44,19 +36,6 @@ def test_rft_keeps_solved_episodes_and_fits_them(tiny_model_dir, tmp_path, capsy
     assert len(EpisodeStore(out / "episodes.jsonl")) == len(episodes)
 
 
-def test_malformed_turns_are_not_imitated(tiny_model_dir, tmp_path):
-    cfg = rft_config(load_config(None, rft_overrides(tiny_model_dir, tmp_path)))
-    s = open_session(cfg)
-    try:
-        bad = Episode("toy/0", "g", [1, 2, 3], [Turn([5, 6], [-1.0, -1.0], 0, malformed=True)],
-                      reward=1.0)
-        assert finetune(s, [bad], progress=False) == []  # nothing left to train on
-        good = Episode("toy/0", "g", [1, 2, 3], [Turn([5, 6], [-1.0, -1.0], 0)], reward=1.0)
-        assert len(finetune(s, [good, bad], progress=False)) == cfg.rft.epochs
-    finally:
-        s.close()
-
-
 def test_nothing_kept_reuses_the_before_evaluation(tiny_model_dir, tmp_path):
     """No episode reaches min_reward: the adapter is unchanged, so 'after' is the 'before'
     evaluation written again (same numbers), not a second pass over the held-out tasks."""
@@ -69,25 +48,3 @@ def test_nothing_kept_reuses_the_before_evaluation(tiny_model_dir, tmp_path):
     assert after["label"] == "after" and "no episode kept" in after["reused_from"]
     assert after["episodes"] == before["episodes"]
     assert summary["eval_after"]["solved_rate"] == summary["eval_before"]["solved_rate"]
-
-
-def test_sft_on_a_model_on_another_device_trains_as_on_the_cpu():
-    # micro-batches of 2 over 3 rows, one malformed turn masked: the fake accelerator
-    # (tests/fake_device.py) raises on any CPU tensor meeting the model's log-probs
-    kept = [Episode("t", "g", [1, 2], [Turn([3, 4], [-1.0, -1.0], 0),
-                                       Turn([5], [-1.0], 0, malformed=True)], reward=1.0),
-            Episode("t", "g", [6], [Turn([7, 1, 2], [-1.0] * 3, 0)], reward=1.0),
-            Episode("u", "h", [3, 3], [Turn([2], [-1.0], 0)], reward=1.0)]
-    cfg = config(rft={"epochs": 2, "batch_size": 3, "lr": 0.1}, train={"micro_batch_size": 2})
-
-    def sft(model):
-        s = SimpleNamespace(cfg=cfg, trainable=model, run_dir=None,
-                            metrics=SimpleNamespace(log=lambda *a: None))
-        return model, finetune(s, kept, progress=False)
-
-    cpu, expected = sft(BigramPolicy(random_table()))
-    with on_fake_device():
-        fake, losses = sft(FakeDeviceBigram(random_table()))
-    assert fake.table.device == DEVICE
-    assert losses == pytest.approx(expected, rel=1e-6)
-    assert torch.allclose(fake.table.inner, cpu.table.detach(), atol=1e-6)
