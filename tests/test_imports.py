@@ -22,9 +22,15 @@ ROOT = Path(practicum.__file__).parent
 LAYERS = {
     "practicum.engine": ("practicum.envs", "practicum.runtime"),
     "practicum.envs": ("practicum.runtime",),
+    "practicum.learner": ("practicum.runtime", "practicum.envs", "practicum.episode",
+                          "practicum.batch"),
+    "practicum.finetune": ("practicum.runtime.session", "practicum.runtime.loop",
+                           "practicum.envs"),
 }
 """Package -> packages it must not import: sampling knows no environment and no loop, and an
-environment does not drive the loop."""
+environment does not drive the loop; the learner trains the rows the driver built, knowing no
+loop, session, environment or episode; SFT / RFT training knows no session and no
+environment (its stages in runtime/ do)."""
 
 
 def module_files(root: Path, package: str) -> dict[str, Path]:

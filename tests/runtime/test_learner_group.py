@@ -152,3 +152,44 @@ def _bandit_args() -> list[str]:
             "algo.mask_overlong=false"]
 
 
+
+
+@pytest.mark.slow
+def test_rft_trains_through_two_torchrun_ranks(tiny_model_dir, tmp_path):
+    """`torchrun --nproc-per-node 2 -m practicum.cli rft ...`: rank 0 samples and keeps the
+    solved episodes, both ranks train the SFT updates (one cross-entropy `train_step` each);
+    the saved adapter equals one process fine-tuning on the same kept episodes."""
+    from peft import load_peft_weights
+
+    from practicum.algo.rft import rft_keep
+    from practicum.finetune import finetune
+    from practicum.runtime.rft import rft_config
+
+    args = [f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=toy",
+            "task.options.train_size=2", "task.options.eval_size=2", "sampling.max_new_tokens=6",
+            "rollout.max_turns=1", "rollout.group_size=4", "rollout.tasks_per_step=2",
+            "rft.samples_per_task=4", "rft.min_reward=0.6", "rft.epochs=2", "rft.lr=1e-4",
+            "rft.batch_size=2", "algo.mask_overlong=false", f"run.out_dir={tmp_path}",
+            "run.name=rft", "runtime.learner_ranks=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), "-m", "practicum.cli", "rft", "--quiet", *args],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "rft" / "rft"
+    stored = list(EpisodeStore(out / "episodes.jsonl"))
+    kept = [e for e in stored if rft_keep(e.reward >= 0.6, e.failure is not None, False)]
+    assert len(stored) == 8 and 0 < len(kept) < 8
+    got = load_peft_weights(str(out / "policy"))
+
+    from practicum.config import load_config
+
+    cfg = rft_config(load_config(None, [a for a in args if not a.startswith("runtime.")]))
+    learner = one_process_learner(cfg)
+    torch.set_num_threads(1)  # as each rank
+    finetune(learner, kept, cfg.rft, cfg.run.seed)
+    want = trainable_weights(learner)
+    assert max_diff(got, want) < 1e-6
+    start = trainable_weights(one_process_learner(cfg))
+    assert max_diff(want, start) > 1e-5  # a small lr: AdamW scales rounding up to ~lr
