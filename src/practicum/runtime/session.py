@@ -147,7 +147,7 @@ class Session:
             "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
-            "backend": self.cfg.runtime.backend, **self.placement.summary(),
+            "placement": self.cfg.placement.kind, **self.placement.summary(),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
