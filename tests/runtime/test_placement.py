@@ -50,6 +50,22 @@ def test_a_device_the_machine_lacks_is_refused_before_anything_loads(monkeypatch
     assert "\n" not in str(e.value)
 
 
+def test_environments_that_keep_state_are_refused_in_ray_actors_before_anything_loads(
+        monkeypatch):
+    import practicum.engine.factory as factory
+    from practicum.envs.registry import Suite
+
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(factory, "load_lm", no_loading)
+    monkeypatch.setattr(factory, "resolve_model", no_loading)
+    stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
+    with pytest.raises(ConfigError, match=r"^config error at placement.envs: environment "
+                                          r"'calculator' keeps state .* placement.envs: null"):
+        place(load_config(None, ["placement.kind=ray"]), stateful)
+
+
 def test_an_in_process_placement_shares_the_trainable_and_holds_version_0(tiny_model_dir):
     from practicum.engine.hf import HFSampler
     from practicum.learner import Learner

@@ -1,6 +1,6 @@
 """Where each part of a run runs: the `placement:` plan (`practicum.placement_plan`), built.
 
-    placement = place(cfg)                  # learner + sampler (+ tokenizer), weights at version 0
+    placement = place(cfg, suite)           # learner + sampler (+ tokenizer), weights at version 0
     place_envs(placement, cfg, suite, ctx)  # placement.envs: environments in Ray actors
     placement.metrics() / .summary() / .close()
 
@@ -109,36 +109,34 @@ def policy_config(cfg: Config) -> PolicyConfig:
         init=m.init, seed=cfg.run.seed)
 
 
-def place(cfg: Config) -> Placement:
+def place(cfg: Config, suite: Suite | None = None) -> Placement:
     """The learner and the sampler placed as the plan says, the sampler holding the learner's
     weights as version 0. A device this machine lacks, an attention kernel it cannot run, a
-    launch that does not match the plan or an actor refused a GPU it needs is refused before
-    any part starts."""
+    launch that does not match the plan, a `suite` that cannot run in Ray actors or an actor
+    refused a GPU it needs is refused before any part starts."""
     plan = cfg.placement
     policy = policy_config(cfg)
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
-    check_launch(cfg)
-    ray = RayCluster.join(plan, policy.device) if plan.on_ray else None
+    check_launch(cfg, suite)
+    # filled in start order; a part that fails to start closes those started before it
+    placed = Placement(None, None, None,
+                       ray=RayCluster.join(plan, policy.device) if plan.on_ray else None)
     try:
-        learner = _place_learner(cfg, policy)
+        placed.learner = learner = _place_learner(cfg, policy)
+        in_process = isinstance(learner, LocalLearner)
+        placed.sampler = _place_sampler(cfg, policy, learner, in_process)
+        placed.tokenizer = (learner.trainable.tokenizer if in_process
+                            else load_tokenizer(resolve_model(policy.model)))
     except BaseException:
-        if ray is not None:
-            ray.close()
+        placed.close()
         raise
-    in_process = isinstance(learner, LocalLearner)
-    try:
-        sampler = _place_sampler(cfg, policy, learner, in_process)
-    except BaseException:
-        Placement(learner, None, None, ray=ray).close()
-        raise
-    tokenizer = (learner.trainable.tokenizer if in_process
-                 else load_tokenizer(resolve_model(policy.model)))
-    return Placement(learner, sampler, tokenizer, ray=ray)
+    return placed
 
 
-def check_launch(cfg: Config) -> None:
+def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
-    the plan has ranks (or none), and what the plan's actors need is installed here."""
+    the plan has ranks (or none), what the plan's actors need is installed here, and the
+    environments (`suite`, when given) can run in Ray actors if the plan puts them there."""
     from importlib.util import find_spec
 
     plan, world = cfg.placement, _torchrun_world()
@@ -156,6 +154,10 @@ def check_launch(cfg: Config) -> None:
         raise ConfigError("config error at placement.engine: engine.kind=vllm in an engine "
                           "actor needs vllm installed in this Python environment "
                           "(scripts/requirements-cuda.txt)")
+    if suite is not None and plan.env_actors is not None:
+        from practicum.runtime.ray_envs import refuse_stateful
+
+        refuse_stateful(suite, cfg.task.name)
 
 
 def _torchrun_world() -> int:

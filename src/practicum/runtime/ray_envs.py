@@ -375,17 +375,22 @@ class RayEnvPool:
             ray.shutdown()
 
 
+def refuse_stateful(suite: Suite, task_name: str) -> None:
+    """A suite that keeps state across episodes cannot run in Ray actors (module doc)."""
+    if suite.state is not None:
+        raise ConfigError(f"config error at placement.envs: environment {task_name!r} keeps "
+                          "state across episodes (Suite.state), which would live in the Ray "
+                          "workers instead of the checkpoint; set placement.envs: null (they "
+                          "then run in this process)")
+
+
 def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteContext,
             address: str | None = None, env_cpus: float = 0.0, warm: int = 0,
             call_timeout: float = 1800.0) -> RayEnvPool:
     """Point `suite.make_env` at a new pool of Ray env workers with `warm` workers started
     (and return the pool)."""
     require_ray("placement.envs")
-    if suite.state is not None:
-        raise ConfigError(f"config error at placement.envs: environment {task_name!r} keeps "
-                          "state across episodes (Suite.state), which would live in the Ray "
-                          "workers instead of the checkpoint; set placement.envs: null (they "
-                          "then run in this process)")
+    refuse_stateful(suite, task_name)
     pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus,
                       call_timeout=call_timeout)
     try:

@@ -171,7 +171,7 @@ def open_session(cfg: Config) -> Session:
     dump_config(cfg, run_dir / "config.yaml")
     ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir, cfg.rollout.max_turns)
     suite = build_suite(cfg.task.name, cfg.task.options, ctx)
-    placement = place(cfg)
+    placement = place(cfg, suite)
     r = cfg.rollout
     server = GenerationServer(placement.sampler, max_batch=max(
         64, r.group_size * r.tasks_per_step, cfg.runtime.num_actors)).start()
