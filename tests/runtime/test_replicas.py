@@ -1,6 +1,7 @@
-"""Sampler replicas (`placement.engine.replicas`, `practicum.runtime.replicas`) on a local Ray with two
-HF engine actors: rows spread over both and drawn as one sampler draws them, every replica holds
-the published version, and a replica killed mid-call or mid-run loses no row and no episode."""
+"""Sampler replicas (`placement.engine.replicas`, `practicum.runtime.replicas`) on a local Ray
+with two HF engine actors: rows spread over both and drawn as one sampler draws them, every
+replica holds the published version, and a replica killed mid-call or mid-run loses no row and
+no episode."""
 
 import os
 import signal
