@@ -13,10 +13,10 @@ Printed and written to benchmarks/results/async_vs_sync.json:
                 wall >= 0.85; the learner overlaps actions in async, so it can beat the bound)
 
 With --backend ray (or both) the same comparison runs with the environments in Ray actors
-(runtime.backend=ray, a local Ray started by the benchmark; results in
+(placement.kind=ray, a local Ray started by the benchmark; results in
 async_vs_sync_ray.json / async_vs_sync_both.json). The Ray worker is the isolated process
 there, so the bandit runs in it directly (task.options.process=false) instead of in a child
-process per episode as under the local backend.
+process per episode as with placement.kind=local.
 
 With --overlap, instead: an async run (local backend) whose learner step is as long as the
 actions of a step (each `Learner.train_step` padded with a sleep to --learner-seconds, default
@@ -82,7 +82,7 @@ def overrides(args, model: str, out_dir: Path, mode: str, backend: str = "local"
             "algo.mask_overlong=false",  # the random model's replies are all cut
             f"rollout.env_workers={args.actors}", f"runtime.num_actors={args.actors}",
             f"run.out_dir={out_dir}", f"run.name={mode}-{backend}", f"runtime.mode={mode}",
-            f"runtime.backend={backend}",
+            f"placement.kind={backend}",
             f"run.seed={args.seed}", f"task.options={options}", "task.options.eval_size=1",
             # under Ray the worker is the isolated process already: no child per episode
             f"task.options.process={backend == 'local'}"]
@@ -233,7 +233,7 @@ def main() -> None:
     p.add_argument("--sigma", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=("local", "ray", "both"), default="local",
-                   help="where the environments run (runtime.backend)")
+                   help="where the environments run (placement.kind: ray = in Ray actors)")
     p.add_argument("--model", default=None, help="model spec (default: a random tiny Llama)")
     p.add_argument("--overlap", action="store_true",
                    help="only the async run with a learner step as long as a step's actions")

@@ -1,4 +1,4 @@
-"""The learner in one process vs sharded over 2 gloo ranks on the CPU (`runtime.learner_ranks`,
+"""The learner in one process vs sharded over 2 gloo ranks on the CPU (`placement.ranks`,
 practicum.learner.sharded): learner tokens/s, parameters each process holds, and whether both end with
 the same weights.
 

@@ -1,4 +1,4 @@
-"""The sampler in the driver vs in a Ray engine actor (`runtime.ray_engine: actor`): sampling
+"""The sampler in the driver vs in a Ray engine actor (`placement.engine`): sampling
 tokens/s at each batch size, and the seconds one LoRA publish takes (export, copy to CPU, into
 Ray's object store, loaded and merged by the actor; in the driver: the merge alone).
 

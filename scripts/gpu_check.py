@@ -20,7 +20,7 @@ and reads back what each run wrote (metrics.jsonl, summary.json, episodes.jsonl)
   (sync: the steps' rollout_seconds, in which the learner waits; async: the generation
   server's busy seconds from summary.json, else the run's wall time).
 
-Then the learner alone, sharded with FSDP2 (`practicum.learner.sharded`, as `runtime.learner_ranks`
+Then the learner alone, sharded with FSDP2 (`practicum.learner.sharded`, as `placement.ranks`
 runs it) as a one-rank group on this device, LoRA and full fine-tuning, fp32 master weights
 with bf16 compute on a GPU, against the unsharded learner on the same synthetic batches: peak
 memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora

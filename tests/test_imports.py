@@ -190,7 +190,7 @@ def test_layers_import_downwards_only():
 def test_the_walk_sees_the_whole_package():
     graph = import_graph()
     assert "practicum.envs.mle.competitions.grading" in graph
-    assert "practicum.runtime.ray_envs" in graph["practicum.runtime.ray_engine"]  # in a function
+    assert "practicum.runtime.ray_cluster" in graph["practicum.runtime.ray_engine"]  # in a function
     assert not any("-" in m for m in graph)  # competition data folders are not modules
 
 

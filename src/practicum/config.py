@@ -6,6 +6,7 @@ Errors surface as `ConfigError("config error at train.lr: ...")`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 import re
 from typing import Annotated, Any, Literal, Union
@@ -21,6 +22,15 @@ from pydantic import (
 )
 
 from practicum.errors import ConfigError
+from practicum.placement_plan import (
+    LocalPlacement,
+    PlacementPlan,
+    check_plan,
+    migrate,
+    refuse_old_keys,
+)
+
+log = logging.getLogger(__name__)
 
 
 class Section(BaseModel):
@@ -76,22 +86,12 @@ class ModelConfig(Section):
         "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
 
 
-class EngineSection(Section):
-    """What every engine variant has."""
-
-    replicas: int = Field(1, ge=1, description="Sampler replicas: engine actors, each with its "
-                          "own copy of the weights, behind one sampler (requests spread across "
-                          "them; every replica holds the published version before sampling "
-                          "resumes; a dead one is replaced). Above 1 needs runtime.backend=ray "
-                          "and runtime.ray_engine=actor (practicum.runtime.replicas).")
-
-
-class HFEngineConfig(EngineSection):
+class HFEngineConfig(Section):
     kind: Literal["hf"] = Field("hf", description="Sampling engine: hf = transformers, with "
                                 "practicum's own KV-cached sampling loop.")
 
 
-class VLLMEngineConfig(EngineSection):
+class VLLMEngineConfig(Section):
     kind: Literal["vllm"] = Field(description="Sampling engine: vllm = vLLM's engine in its own "
                                   "venv (scripts/vllm_venv.sh); the learner stays HF + peft.")
     max_model_len: int = Field(2048, gt=0, description="vllm: context length (prompt + turn) "
@@ -102,12 +102,12 @@ class VLLMEngineConfig(EngineSection):
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="vllm on a GPU: share of the GPU's memory the engine may "
         "take (weights, activations, KV cache). None = sized when it starts to the memory then "
-        "free, less a margin, at most 0.9: beside a learner on the same GPU (runtime.ray_engine="
-        "driver) it takes what the learner left; on GPUs of its own (ray_engine=actor) vLLM's "
-        "usual 0.9 (less what its CUDA context already took).")
+        "free, less a margin, at most 0.9: beside a learner on the same GPU (the sampler in "
+        "this process) it takes what the learner left; on GPUs of its own (placement.engine: "
+        "engine actors) vLLM's usual 0.9 (less what its CUDA context already took).")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm on GPUs: GPUs one engine "
                                       "shards the model over (an engine actor then needs "
-                                      "runtime.ray_engine_gpus >= this).")
+                                      "placement.engine.gpus >= this).")
     enable_sleep_mode: bool = Field(
         False, description="vllm on a GPU beside the learner: while the learner trains the "
         "engine sleeps (weights offloaded to CPU memory, KV cache dropped) and it wakes before "
@@ -242,6 +242,8 @@ class EvalConfig(Section):
 
 
 class RuntimeConfig(Section):
+    """How batches are produced (where the parts run is `placement:`)."""
+
     mode: Literal["sync", "async"] = Field("sync", description="Runtime: sync GRPO loop or async.")
     num_actors: int = Field(8, ge=1, description="async: episodes in flight at once.")
     max_staleness: int = Field(2, ge=0, description="async: max policy versions between the "
@@ -251,64 +253,6 @@ class RuntimeConfig(Section):
         "and wait for a group about to go stale (nothing is discarded); drop = sample freely "
         "and discard groups that went stale."
     )
-    backend: Literal["local", "ray"] = Field(
-        "local", description="Where environments run: local = in this process (or its child "
-        "processes); ray = in Ray actors, one per environment in flight "
-        "(practicum.runtime.ray_envs); the sampler and the learner stay in this process "
-        "unless ray_engine / ray_learner say actor.")
-    ray_address: str | None = Field(
-        None, description="backend=ray: the Ray cluster to join (e.g. 'auto' or "
-        "'ray://head:10001'); null = start a local Ray on this machine.")
-    ray_env_cpus: float = Field(0.0, ge=0, description="backend=ray: CPUs Ray reserves for each "
-                                "environment actor (0 = schedule them anywhere; above 0, Ray "
-                                "must have that many CPUs per environment in flight).")
-    ray_engine: Literal["driver", "actor"] = Field(
-        "driver", description="backend=ray: where the sampler runs: driver = in this process; "
-        "actor = in a Ray actor that receives every published version's weights "
-        "(practicum.runtime.ray_engine; engine.kind hf only).")
-    ray_engine_cpus: float = Field(1.0, ge=0, description="backend=ray, ray_engine=actor: CPUs "
-                                   "Ray reserves for the engine actor.")
-    ray_engine_gpus: float = Field(0.0, ge=0, description="backend=ray, ray_engine=actor: GPUs "
-                                   "Ray reserves for the engine actor (above 0 it samples on "
-                                   "a GPU).")
-    ray_learner: Literal["driver", "actor"] = Field(
-        "driver", description="backend=ray: where the learner (trainable weights, optimizer, "
-        "PPO step, checkpoint writing) runs: driver = in this process; actor = in a Ray actor "
-        "that sees the run folder (practicum.runtime.ray_learner); the sampler then loads every "
-        "published version, in the driver or in the engine actor.")
-    ray_learner_cpus: float = Field(1.0, ge=0, description="backend=ray, ray_learner=actor: "
-                                    "CPUs Ray reserves for the learner actor.")
-    ray_learner_gpus: float = Field(0.0, ge=0, description="backend=ray, ray_learner=actor: "
-                                    "GPUs Ray reserves for the learner actor (above 0 it trains "
-                                    "on a GPU).")
-    learner_ranks: int = Field(
-        1, ge=1, description="Processes the learner is sharded over with FSDP2 "
-        "(practicum.learner.sharded; N ranks train exactly as one process): 1 = one process. Above 1: "
-        "with backend=ray and ray_learner=actor, a Ray actor group in a placement group, one "
-        "bundle of ray_learner_cpus / ray_learner_gpus per rank; or the ranks of a torchrun "
-        "launch (`torchrun --nproc-per-node N -m practicum.cli train ...`, N = learner_ranks), "
-        "where rank 0 runs the sampler, environments and loop (practicum.runtime.learner_group).")
-    learner_collective_timeout_s: float = Field(
-        600.0, gt=0, description="learner_ranks above 1: seconds one collective of the learner's "
-        "ranks (a weight gather, a gradient reduction) waits for a slower rank; past it the "
-        "step fails with an error instead of hanging (run.resume=true continues the run).")
-    ray_call_timeout_s: float = Field(
-        1800.0, gt=0, description="backend=ray: seconds one call to an environment actor "
-        "(reset, step, close), the engine actor (generate, load weights) or the learner actor "
-        "(train step, checkpoint) may take; a call that runs longer is treated like a dead "
-        "actor: it is killed; an env or engine call's episodes end as logged failures and the "
-        "actor is replaced; a learner call stops the run (run.resume=true continues it).")
-
-    @model_validator(mode="after")
-    def _check_ray(self) -> "RuntimeConfig":
-        if self.backend != "ray" and self.ray_address is not None:
-            raise ValueError(f"runtime.ray_address={self.ray_address!r} needs "
-                             "runtime.backend=ray")
-        for key in ("ray_engine", "ray_learner"):
-            if self.backend != "ray" and getattr(self, key) != "driver":
-                raise ValueError(f"runtime.{key}={getattr(self, key)!r} needs "
-                                 "runtime.backend=ray")
-        return self
 
 
 class CurriculumConfig(Section):
@@ -388,7 +332,12 @@ class Config(Section):
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="RL algorithm.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
-    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Runtime.")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Runtime: sync "
+                                   "or async batches, staleness.")
+    placement: PlacementPlan = Field(
+        default_factory=LocalPlacement, description="Where the learner, the sampler and the "
+        "environments run (kind: local | ray | learner_group | torchrun; "
+        "practicum.placement_plan).")
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig,
                                          description="Task filtering by solve rate.")
     rft: RftConfig = Field(default_factory=RftConfig,
@@ -401,39 +350,28 @@ class Config(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _engine_kind(cls, tree: Any) -> Any:
-        """An engine section without a kind is the default engine (hf)."""
-        if isinstance(tree, dict) and isinstance(tree.get("engine"), dict):
-            tree = {**tree, "engine": {"kind": "hf", **tree["engine"]}}
+    def _default_kinds(cls, tree: Any) -> Any:
+        """An engine section without a kind is the default engine (hf); a placement section
+        without one is local."""
+        if isinstance(tree, dict):
+            for section, kind in (("engine", "hf"), ("placement", "local")):
+                if isinstance(tree.get(section), dict):
+                    tree = {**tree, section: {"kind": kind, **tree[section]}}
         return tree
 
     @model_validator(mode="after")
-    def _check_replicas(self) -> "Config":
-        if self.engine.replicas > 1 and self.runtime.ray_engine != "actor":
-            raise ValueError(f"engine.replicas={self.engine.replicas} needs "
-                             "runtime.backend=ray and runtime.ray_engine=actor (replicas are "
-                             "engine actors)")
+    def _check_weight_sync(self) -> "Config":
+        """weight_sync=broadcast sends full weights (where the learner may sit for it:
+        `check_plan`)."""
+        engine = self.engine
+        if engine.kind == "vllm" and engine.weight_sync == "broadcast" and self.model.lora:
+            raise ValueError("engine.weight_sync=broadcast sends full weights (model.lora="
+                             "false); LoRA adapters always reach vLLM as a peft folder")
         return self
 
     @model_validator(mode="after")
-    def _check_weight_sync(self) -> "Config":
-        """weight_sync=broadcast sends full weights, and NCCL cannot join two processes on one
-        GPU: a learner in this process on a GPU its engine also takes (the first
-        tensor_parallel_size GPUs) is refused here; with device auto, at the first publish."""
-        engine = self.engine
-        if engine.kind != "vllm" or engine.weight_sync != "broadcast":
-            return self
-        if self.model.lora:
-            raise ValueError("engine.weight_sync=broadcast sends full weights (model.lora="
-                             "false); LoRA adapters always reach vLLM as a peft folder")
-        device = self.model.device
-        here = self.runtime.ray_engine == "driver" and self.runtime.ray_learner == "driver"
-        if here and device.startswith("cuda") and \
-                int(device.partition(":")[2] or 0) < engine.tensor_parallel_size:
-            raise ValueError(f"engine.weight_sync=broadcast: the learner's {device} is one of "
-                             f"the {engine.tensor_parallel_size} GPU(s) vLLM takes here, and "
-                             "NCCL cannot join two processes on one GPU: set model.device to a "
-                             "GPU beyond them, or weight_sync=memory")
+    def _check_placement(self) -> "Config":
+        check_plan(self.placement, self.engine, self.model.device, self.stages)
         return self
 
     @model_validator(mode="after")
@@ -468,7 +406,9 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
     for k in keys[:-1]:
-        node = node.setdefault(k, {})
+        if node.get(k) is None:  # absent, or a null section (e.g. placement.engine: null)
+            node[k] = {}
+        node = node[k]
         if not isinstance(node, dict):
             raise ConfigError(f"config error at {dotted}: {k} is not a section")
     node[keys[-1]] = value
@@ -486,7 +426,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+RUN_FOLDER_SIGNS = ("metrics.jsonl", "episodes.jsonl", "checkpoints")
+"""What a run folder holds beside the config.yaml its run wrote."""
+
+
+def is_run_config(path: Path) -> bool:
+    """A config.yaml that a run wrote into its run folder (read to resume, evaluate or serve
+    that run), as opposed to a config a person wrote."""
+    return path.name == "config.yaml" and any((path.parent / sign).exists()
+                                              for sign in RUN_FOLDER_SIGNS)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """The validated config of a YAML file (None = the defaults) with dotted `overrides`.
+
+    Keys that the `placement:` section replaced are refused, except in a run folder's stored
+    config.yaml, which is migrated (`practicum.placement_plan.migrate`): runs written before
+    the section existed still resume, evaluate and serve."""
     tree: dict = {}
     if path is not None:
         p = Path(path)
@@ -498,16 +454,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
             raise ConfigError(f"config error: {p} is not valid YAML: {e}") from e
         if not isinstance(tree, dict):
             raise ConfigError(f"config error: {p} must hold a mapping of sections")
+        if is_run_config(p):
+            tree, moved = migrate(tree)
+            if moved:
+                log.info("%s: old placement keys migrated to placement.kind=%s (%s)", p,
+                         tree["placement"].get("kind"), ", ".join(moved))
     for o in overrides:
         _set_dotted(tree, *parse_override(o))
+    refuse_old_keys(tree)
     try:
         cfg = Config.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
         loc = list(err["loc"])
         variant = ""
-        if loc[:1] == ["engine"] and len(loc) > 2:  # a union variant's tag sits in the path
-            variant = f" for engine.kind={loc.pop(1)}"
+        if loc[:1] in (["engine"], ["placement"]) and len(loc) > 2:  # a variant's tag
+            variant = f" for {loc[0]}.kind={loc.pop(1)}"
         where = ".".join(str(x) for x in loc)
         got = err.get("input")
         if not where:  # a cross-field check of Config itself: the message names the keys

@@ -54,7 +54,7 @@ def test_broadcast_is_for_full_weights_on_a_gpu_of_their_own():
     full = ["engine.kind=vllm", "engine.weight_sync=broadcast", "model.lora=false"]
     for ok in (["model.device=cpu"], ["model.device=cuda:1"],
                ["model.device=cuda:2", "engine.tensor_parallel_size=2"],
-               ["model.device=cuda", "runtime.backend=ray", "runtime.ray_engine=actor"]):
+               ["model.device=cuda", "placement.kind=ray", "placement.engine.gpus=1"]):
         assert load_config(None, full + ok).engine.weight_sync == "broadcast"
     with pytest.raises(ConfigError, match=r"^config error: engine.weight_sync=broadcast sends "
                                           r"full weights \(model.lora=false\)"):
@@ -66,22 +66,22 @@ def test_broadcast_is_for_full_weights_on_a_gpu_of_their_own():
 
 
 def test_vllm_in_an_engine_actor_needs_vllm_here_and_a_gpu_per_shard():
-    """Checked before anything loads (this environment has no vLLM: the CPU build lives in a
-    venv of its own)."""
+    """Checked before anything loads: a GPU per shard when the config is read, vLLM installed
+    here when the run is placed (this environment has none: the CPU build lives in a venv of
+    its own)."""
     from importlib.util import find_spec
 
     from practicum.runtime.placement import place
 
-    actor = ["engine.kind=vllm", "runtime.backend=ray", "runtime.ray_engine=actor"]
+    actor = ["engine.kind=vllm", "placement.kind=ray", "placement.engine.gpus=1"]
     if find_spec("vllm") is None:
-        with pytest.raises(ConfigError, match="engine.kind=vllm in an engine actor needs vllm "
+        with pytest.raises(ConfigError, match="^config error at placement.engine: "
+                                              "engine.kind=vllm in an engine actor needs vllm "
                                               "installed in this Python environment"):
             place(load_config(None, actor))
-    else:
-        with pytest.raises(ConfigError, match="config error at runtime.ray_engine_gpus: "
-                                              "engine.tensor_parallel_size=2"):
-            place(load_config(None, actor + ["engine.tensor_parallel_size=2",
-                                             "runtime.ray_engine_gpus=1"]))
+    with pytest.raises(ConfigError, match=r"^config error: placement.engine.gpus=1: "
+                                          r"engine.tensor_parallel_size=2 shards the model"):
+        load_config(None, actor + ["engine.tensor_parallel_size=2"])
 
 
 def test_the_multi_gpu_sampling_example_loads_in_its_three_layouts():
@@ -89,10 +89,10 @@ def test_the_multi_gpu_sampling_example_loads_in_its_three_layouts():
 
     path = Path(__file__).resolve().parents[2] / "configs" / "multi_gpu_sampling.yaml"
     colocated = load_config(path)
-    assert colocated.engine.enable_sleep_mode and colocated.runtime.ray_engine == "driver"
-    own = load_config(path, ["engine.enable_sleep_mode=false", "engine.replicas=4",
-                             "runtime.ray_engine=actor", "runtime.ray_engine_gpus=1"])
-    assert own.engine.replicas == 4 and own.runtime.ray_engine_gpus == 1
+    assert colocated.engine.enable_sleep_mode and colocated.placement.engine is None
+    own = load_config(path, ["engine.enable_sleep_mode=false",
+                             "placement.engine={gpus: 1, cpus: 2, replicas: 4}"])
+    assert own.placement.engine.replicas == 4 and own.placement.engine.gpus == 1
     nccl = load_config(path, ["model.device=cuda:1", "model.lora=false",
                               "engine.weight_sync=broadcast", "engine.enable_sleep_mode=false"])
     assert nccl.engine.weight_sync == "broadcast" and nccl.model.device == "cuda:1"

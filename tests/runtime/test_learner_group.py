@@ -1,5 +1,5 @@
 """learner_group.py: the sharded learner's ranks as a Ray actor group and under torchrun, on
-real gloo process groups; a rank that dies stops the step; actors refused a GPU they need."""
+real gloo process groups; a rank that dies stops the step."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from practicum.errors import ConfigError, TrainingError
+from practicum.errors import TrainingError
 from practicum.runtime.placement import policy_config
 from practicum.store import EpisodeStore
 from tests.ranks import (
@@ -39,38 +39,6 @@ def ray_here():
 def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys() and a
     return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
-def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(tiny_model_dir):
-    """A Ray cluster that declares a GPU: learner actors asked for 0 GPUs would silently train
-    on the CPU, so they are refused by key before any actor starts."""
-    import ray
-
-    from practicum.runtime.learner_group import RayLearnerGroup
-    from practicum.runtime.ray_envs import refuse_cpu_fallback
-    from practicum.runtime.ray_learner import RayLearner
-
-    cfg = config(tiny_model_dir, True, "model.device=auto")  # cpu here, but not by choice
-    policy = policy_config(cfg)
-    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        with pytest.raises(ConfigError, match=r"^config error at runtime.ray_learner_gpus: 0, "
-                                              r"but the Ray cluster has 1 GPU"):
-            RayLearner(cfg, policy, gpus=0)
-        with pytest.raises(ConfigError, match=r"^config error at runtime.ray_learner_gpus: 0"):
-            RayLearnerGroup(cfg, policy, 2, cpus=0, gpus=0, timeout=60, collective_timeout=60)
-        assert ray.is_initialized()  # the caller's Ray is left running
-        refuse_cpu_fallback(1, "runtime.ray_learner_gpus", "auto")  # given a GPU: fine
-        refuse_cpu_fallback(0, "runtime.ray_learner_gpus", "cpu")  # CPU on purpose: fine
-    finally:
-        ray.shutdown()
-    with pytest.raises(ConfigError, match=r"^config error at runtime.ray_engine_gpus: 0, but "
-                                          r"model.device is 'cuda:1'"):
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-        try:
-            refuse_cpu_fallback(0, "runtime.ray_engine_gpus", "cuda:1")
-        finally:
-            ray.shutdown()
 
 
 @pytest.mark.slow
@@ -110,9 +78,8 @@ def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny
 @pytest.mark.slow
 def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_path,
                                                            train_run, ray_here):
-    cfg = bandit_run(tiny_model_dir, tmp_path, "group", "runtime.backend=ray",
-                     "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0",
-                     "runtime.learner_ranks=2")
+    cfg = bandit_run(tiny_model_dir, tmp_path, "group", "placement.kind=learner_group",
+                     "placement.ranks=2", "placement.rank.cpus=0")
     summary = train_run(cfg)
     assert summary["steps"] == 2 and len(set(summary["learner_rank_pids"])) == 2
     stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
@@ -127,7 +94,7 @@ def test_a_run_trains_with_two_learner_ranks_under_torchrun(tiny_model_dir, tmp_
     cfg = bandit_run(tiny_model_dir, tmp_path, "torchrun")
     args = [*_bandit_args(), f"model.model={tiny_model_dir}", "model.dtype=float32",
             "model.lora=false", f"run.out_dir={tmp_path}", "run.name=torchrun",
-            "runtime.learner_ranks=2"]
+            "placement={kind: torchrun, ranks: 2}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -170,7 +137,7 @@ def test_rft_trains_through_two_torchrun_ranks(tiny_model_dir, tmp_path):
             "rollout.max_turns=1", "rollout.group_size=4", "rollout.tasks_per_step=2",
             "rft.samples_per_task=4", "rft.min_reward=0.6", "rft.epochs=2", "rft.lr=1e-4",
             "rft.batch_size=2", "algo.mask_overlong=false", f"run.out_dir={tmp_path}",
-            "run.name=rft", "runtime.learner_ranks=2"]
+            "run.name=rft", "placement={kind: torchrun, ranks: 2}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -185,7 +152,7 @@ def test_rft_trains_through_two_torchrun_ranks(tiny_model_dir, tmp_path):
 
     from practicum.config import load_config
 
-    cfg = rft_config(load_config(None, [a for a in args if not a.startswith("runtime.")]))
+    cfg = rft_config(load_config(None, [a for a in args if not a.startswith("placement")]))
     learner = one_process_learner(cfg)
     torch.set_num_threads(1)  # as each rank
     finetune(learner, kept, cfg.rft, cfg.run.seed)

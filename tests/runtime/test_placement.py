@@ -11,33 +11,29 @@ from practicum.errors import ConfigError
 from practicum.runtime.placement import Placement, place
 
 SRC = Path(practicum.__file__).parent
-PLACEMENT_KEYS = {"ray_engine", "ray_learner", "ray_engine_gpus", "ray_learner_gpus",
-                  "ray_engine_cpus", "ray_learner_cpus", "learner_ranks"}
 
 
-def placement_reads(path: Path) -> set[str]:
-    """The placement settings a module reads: runtime.ray_* keys, runtime.backend, engine.kind."""
-    found = set()
+def plan_reads(path: Path) -> int:
+    """How often a module reads the placement plan (`cfg.placement`, `x.cfg.placement`) or
+    the engine kind (`engine.kind`)."""
+    found = 0
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Attribute):
             continue
         owner = node.value.attr if isinstance(node.value, ast.Attribute) else \
             getattr(node.value, "id", "")
-        if node.attr in PLACEMENT_KEYS or (node.attr == "backend" and owner in ("runtime", "rt")) \
-                or (node.attr == "kind" and owner == "engine"):
-            found.add(node.attr)
+        found += (node.attr == "placement" and owner == "cfg") or \
+            (node.attr == "kind" and owner == "engine")
     return found
 
 
-def test_placement_flags_are_read_in_the_placement_module_only():
+def test_the_plan_is_read_in_the_placement_module_only():
     """Nothing in the runtime, the loop or the session branches on where a part runs."""
-    readers = {path.name: placement_reads(path) for path in (SRC / "runtime").glob("*.py")
+    readers = {path.name: plan_reads(path) for path in (SRC / "runtime").glob("*.py")
                if path.name != "placement.py"}
-    readers = {k: v for k, v in readers.items() if v}
-    # the summary names the backend it ran with: a report, not a branch
-    assert readers == {"session.py": {"backend"}}
-    assert placement_reads(SRC / "runtime" / "placement.py") >= {"ray_engine", "ray_learner",
-                                                                 "backend", "kind"}
+    # the summary names the plan's kind it ran with: a report, not a branch
+    assert {k: v for k, v in readers.items() if v} == {"session.py": 1}
+    assert plan_reads(SRC / "runtime" / "placement.py") >= 5
 
 
 def test_a_device_the_machine_lacks_is_refused_before_anything_loads(monkeypatch, tmp_path):
@@ -52,6 +48,22 @@ def test_a_device_the_machine_lacks_is_refused_before_anything_loads(monkeypatch
     with pytest.raises(ConfigError, match=r"^config error at model.device: ") as e:
         place(cfg)
     assert "\n" not in str(e.value)
+
+
+def test_environments_that_keep_state_are_refused_in_ray_actors_before_anything_loads(
+        monkeypatch):
+    import practicum.engine.factory as factory
+    from practicum.envs.registry import Suite
+
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(factory, "load_lm", no_loading)
+    monkeypatch.setattr(factory, "resolve_model", no_loading)
+    stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
+    with pytest.raises(ConfigError, match=r"^config error at placement.envs: environment "
+                                          r"'calculator' keeps state .* placement.envs: null"):
+        place(load_config(None, ["placement.kind=ray"]), stateful)
 
 
 def test_an_in_process_placement_shares_the_trainable_and_holds_version_0(tiny_model_dir):
@@ -100,23 +112,26 @@ def test_every_part_is_closed_once_in_reverse_start_order_even_when_one_fails():
     assert log == ["envs", "sampler", "learner"]
 
 
-def test_learner_ranks_need_a_ray_group_or_a_torchrun_launch(monkeypatch, tmp_path):
-    """Refused by key before anything loads: N ranks without Ray actors or torchrun, and a
-    torchrun launch whose process count the config does not name."""
+def test_a_launch_that_does_not_match_the_plan_is_refused_before_anything_loads(
+        monkeypatch, tmp_path):
+    """torchrun ranks without torchrun, and a torchrun launch whose process count the plan
+    does not name, are refused by key (a follower refuses as rank 0 does, before joining)."""
     from practicum.runtime.placement import serve_learner_rank
 
-    cfg = load_config(None, ["runtime.learner_ranks=2", f"run.out_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match=r"^config error at runtime.learner_ranks: 2 ranks run "
-                                          r"as a Ray actor group .* or under `torchrun"):
-        place(cfg)
+    torchrun = load_config(None, ["placement.kind=torchrun", "placement.ranks=2",
+                                  f"run.out_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"^config error at placement.kind: torchrun ranks "
+                                          r"are the processes of `torchrun --nproc-per-node 2"):
+        place(torchrun)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "1")
-    with pytest.raises(ConfigError, match=r"^config error at runtime.learner_ranks: torchrun "
-                                          r"started 4 processes, so set "
-                                          r"runtime.learner_ranks=4"):
-        serve_learner_rank(cfg)  # a follower refuses as rank 0 does, before joining
+    for cfg in (torchrun, load_config(None, [f"run.out_dir={tmp_path}"])):
+        with pytest.raises(ConfigError, match=r"^config error at placement: torchrun started 4 "
+                                              r"processes, so set placement: \{kind: torchrun, "
+                                              r"ranks: 4\}$"):
+            serve_learner_rank(cfg)
     monkeypatch.setenv("RANK", "0")
-    assert serve_learner_rank(cfg) is False  # rank 0 drives: placement refuses it there
+    assert serve_learner_rank(torchrun) is False  # rank 0 drives: placement refuses it there
     with pytest.raises(ConfigError, match="torchrun started 4 processes"):
-        place(cfg)
+        place(torchrun)

@@ -1,4 +1,4 @@
-"""The sampler and the learner in Ray actors (`runtime.ray_engine` / `ray_learner: actor`) on
+"""The sampler and the learner in Ray actors (`placement.engine` / `placement.learner`) on
 a local Ray: the same tokens and log-probs as the in-driver sampler for the same seeds and
 published weights, a killed or timed-out engine is replaced by one holding the last weights, and
 a short real training run with both in actors trains like one in the driver."""
@@ -120,19 +120,21 @@ def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler
 
 
 def test_ray_placement_options_are_checked():
-    for key in ("ray_engine", "ray_learner"):
-        with pytest.raises(ConfigError, match=f"runtime.{key}='actor' needs runtime.backend=ray"):
-            load_config(None, [f"runtime.{key}=actor"])
-    from practicum.runtime.placement import place
     from practicum.runtime.ray_learner import RayLearner
 
-    cfg = load_config(None, ["runtime.backend=ray", "runtime.ray_learner=actor",
-                             "engine.kind=vllm"])
-    with pytest.raises(ConfigError, match="runtime.ray_engine: Ray actors run the hf engine only"):
-        place(cfg)
+    for key in ("engine", "learner"):  # actors are sections of a Ray plan only
+        with pytest.raises(ConfigError, match=f"^config error at placement.{key}: unknown key "
+                                              "for placement.kind=local"):
+            load_config(None, [f"placement.{key}.cpus=0"])
+    for plan in (["placement.kind=ray", "placement.learner.cpus=0"],
+                 ["placement.kind=learner_group", "placement.ranks=2"]):
+        with pytest.raises(ConfigError, match=r"^config error: placement.(learner|kind=learner_"
+                                              r"group): a learner in Ray actors publishes to "
+                                              r"engine.kind=hf only"):
+            load_config(None, [*plan, "engine.kind=vllm"])
     # the trainable only exists in the learner actor: refused by name (e.g. by `practicum rft`)
     remote = RayLearner.__new__(RayLearner)
-    with pytest.raises(ConfigError, match="runtime.ray_learner: the trainable lives in the "
+    with pytest.raises(ConfigError, match="placement.learner: the trainable lives in the "
                                           "learner actor"):
         remote.trainable
 
@@ -216,9 +218,8 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     monkeypatch.setattr(ray_learner.RayLearner, "close", learner_close)
     runs = {}
     for name, where in (("driver", []),
-                        ("actors", ["runtime.backend=ray", "runtime.ray_engine=actor",
-                                    "runtime.ray_engine_cpus=0", "runtime.ray_learner=actor",
-                                    "runtime.ray_learner_cpus=0"])):
+                        ("actors", ["placement.kind=ray", "placement.engine.cpus=0",
+                                    "placement.learner.cpus=0"])):
         cfg = bandit_run(tiny_model_dir, tmp_path, name, *where)
         seen["run_dir"] = cfg.run_dir
         summary = train_run(cfg)
@@ -268,9 +269,8 @@ def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_e
     learner's last step, and the run shuts down without abandoning an actor thread."""
     seen = ask_engine_actor_at_close(monkeypatch)
     cfg = bandit_run(tiny_model_dir, tmp_path, "async", "train.steps=3", "runtime.mode=async",
-                     "runtime.num_actors=2", "runtime.max_staleness=1", "runtime.backend=ray",
-                     "runtime.ray_engine=actor", "runtime.ray_engine_cpus=0",
-                     "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0")
+                     "runtime.num_actors=2", "runtime.max_staleness=1", "placement.kind=ray",
+                     "placement.engine.cpus=0", "placement.learner.cpus=0")
     with caplog.at_level("WARNING", logger="practicum.runtime.actors"):
         summary = train_run(cfg)
     assert summary["steps"] == 3 and summary["mode"] == "async"
@@ -318,7 +318,7 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
                           "train.checkpoint_every=2", "model.lora=true", "model.lora_dropout=0.5",
                           "train.lr=3e-2", *where)
 
-    actor = ("runtime.backend=ray", "runtime.ray_learner=actor", "runtime.ray_learner_cpus=0")
+    actor = ("placement.kind=ray", "placement.learner.cpus=0")
 
     def outcome(run_dir):
         policy = run_dir / "checkpoints" / "step_000004" / "policy"

@@ -1,4 +1,4 @@
-"""The Ray backend on a local Ray: environments in Ray actors, SIGKILLed mid-step during real
+"""Environments in Ray actors (`placement.envs`) on a local Ray, SIGKILLed mid-step during real
 tiny-model training runs (sync and async). The run trains to the end, the killed worker's
 episode is stored as a logged failure, every finished episode is in the store, the ledger
 consumes nothing twice, and a resumed run continues where the checkpoint left off."""
@@ -34,7 +34,7 @@ def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
             "rollout.group_size=2", "rollout.tasks_per_step=2", "train.steps=2",
             "train.checkpoint_every=1", "train.micro_batch_size=4", "eval.every=0",
             "sampling.max_new_tokens=4", "algo.mask_overlong=false",
-            "algo.dynamic_sampling=false", "rollout.failure_reward=-1.0", "runtime.backend=ray",
+            "algo.dynamic_sampling=false", "rollout.failure_reward=-1.0", "placement.kind=ray",
             f"run.out_dir={out_dir}",
             *extra]
 
@@ -96,7 +96,7 @@ def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_co
     killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
     summary = train_run(cfg)
     assert len(killer.killed) == 1
-    assert summary["steps"] == 3 and summary["backend"] == "ray"
+    assert summary["steps"] == 3 and summary["placement"] == "ray"
     stored, rows = audit(cfg.run_dir)
     assert len(stored) == 12  # 3 batches x 2 groups x 2 episodes: none lost
     failures = [e for e in stored if e.failure]
@@ -143,25 +143,27 @@ def test_a_sigkilled_worker_in_an_async_run_is_replaced(tiny_model_dir, tmp_path
 
 
 def test_ray_options_are_checked():
-    with pytest.raises(ConfigError, match="runtime.ray_address='auto' needs runtime.backend=ray"):
-        load_config(None, ["runtime.ray_address=auto"])
+    with pytest.raises(ConfigError, match="^config error at placement.address: unknown key for "
+                                          "placement.kind=local"):
+        load_config(None, ["placement.address=auto"])
     from practicum.runtime.ray_envs import use_ray
 
     stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
-    with pytest.raises(ConfigError, match="runtime.backend: environment 'mle' keeps state"):
+    with pytest.raises(ConfigError, match=r"^config error at placement.envs: environment 'mle' "
+                                          r"keeps state .* set placement.envs: null"):
         use_ray(stateful, "mle", {}, SuiteContext())
 
 
 @pytest.mark.slow
-def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tiny_model_dir,
-                                                                             tmp_path):
+def test_env_model_calls_cross_the_wire_and_episodes_match_envs_in_this_process(tiny_model_dir,
+                                                                                tmp_path):
     """AgentFlow's generator role calls the live policy through the model service: under Ray
     the call goes from the worker to the driver and back. Greedy held-out episodes are the
-    same as with the local backend."""
+    same as with the environments in this process."""
     from practicum.runtime.session import open_session
 
     results = {}
-    for backend in ("local", "ray"):
+    for kind in ("local", "ray"):
         cfg = load_config(None, [
             f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=flow",
             "task.options.families={arithmetic: 1}", "task.options.tools=[calculator, lookup]",
@@ -170,16 +172,16 @@ def test_env_model_calls_cross_the_wire_and_episodes_match_the_local_backend(tin
             "task.options.executor=rules", "task.options.verifier=rules",
             "task.options.generator=base", "task.options.generator_tokens=6",
             "sampling.max_new_tokens=8", "rollout.group_size=2", "rollout.tasks_per_step=1",
-            f"runtime.backend={backend}",
-            f"run.out_dir={tmp_path}", f"run.name={backend}"])
+            f"placement.kind={kind}",
+            f"run.out_dir={tmp_path}", f"run.name={kind}"])
         s = open_session(cfg)
         try:
             s.evaluate("held_out")
             pool = s.placement.envs and s.placement.envs.summary()["ray"]
         finally:
             s.close()
-        results[backend] = json.loads((cfg.run_dir / "eval" / "held_out.json").read_text())
-        if backend == "ray":
+        results[kind] = json.loads((cfg.run_dir / "eval" / "held_out.json").read_text())
+        if kind == "ray":
             assert pool["model_calls"] >= 2 and pool["workers_started"] == 2
     local, remote = results["local"]["episodes"], results["ray"]["episodes"]
     assert len(local) == 2 and all(e["failure"] is None for e in remote)

@@ -1,6 +1,7 @@
-"""Sampler replicas (`engine.replicas`, `practicum.runtime.replicas`) on a local Ray with two
-HF engine actors: rows spread over both and drawn as one sampler draws them, every replica holds
-the published version, and a replica killed mid-call or mid-run loses no row and no episode."""
+"""Sampler replicas (`placement.engine.replicas`, `practicum.runtime.replicas`) on a local Ray
+with two HF engine actors: rows spread over both and drawn as one sampler draws them, every
+replica holds the published version, and a replica killed mid-call or mid-run loses no row and
+no episode."""
 
 import os
 import signal
@@ -68,12 +69,16 @@ def test_a_shard_whose_replica_fails_reruns_on_another_and_row_arguments_follow_
     alone.close()
 
 
-def test_replicas_need_engine_actors():
-    with pytest.raises(ConfigError, match="engine.replicas=2 needs runtime.backend=ray and "
-                                          "runtime.ray_engine=actor"):
-        load_config(None, ["engine.replicas=2"])
-    with pytest.raises(ConfigError, match="engine.replicas"):
-        load_config(None, ["engine.replicas=0"])
+def test_replicas_are_engine_actors():
+    """Replicas exist only as engine actors of a Ray plan: elsewhere the key is unknown."""
+    cfg = load_config(None, ["placement.kind=ray", "placement.engine.replicas=2"])
+    assert cfg.placement.engine.replicas == 2 and cfg.placement.engine.gpus == 0
+    with pytest.raises(ConfigError, match=r"^config error at placement.engine: unknown key for "
+                                          r"placement.kind=local"):
+        load_config(None, ["placement.engine.replicas=2"])
+    with pytest.raises(ConfigError, match=r"^config error at placement.engine.replicas: Input "
+                                          r"should be greater than or equal to 1"):
+        load_config(None, ["placement.kind=ray", "placement.engine.replicas=0"])
 
 
 def actor_version(engine) -> int:
@@ -149,8 +154,8 @@ def test_a_run_with_two_replicas_samples_like_one_and_a_killed_replica_loses_no_
     monkeypatch.setattr(EngineReplicas, "load_weights", load_then_kill)
     stored = {}
     for name, where in (("driver", []),
-                        ("replicas", ["runtime.backend=ray", "runtime.ray_engine=actor",
-                                      "runtime.ray_engine_cpus=0", "engine.replicas=2"])):
+                        ("replicas", ["placement.kind=ray", "placement.engine.cpus=0",
+                                      "placement.engine.replicas=2"])):
         cfg = bandit_run(tiny_model_dir, tmp_path, name, "rollout.group_size=4", *where)
         summary = train_run(cfg)
         eps = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))

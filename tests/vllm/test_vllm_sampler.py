@@ -169,7 +169,7 @@ def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, mon
 
     trainable, sampler, _ = engine
 
-    def fresh_engine(cfg):
+    def fresh_engine(cfg, suite=None):
         """The module's engine placed as `place` would for a new run: the trainable's current
         weights published as version 0 (earlier tests moved it to later versions)."""
         from practicum.learner import Learner

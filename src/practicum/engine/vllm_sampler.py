@@ -30,7 +30,7 @@ while this process sends (the rpc blocks, so it runs in a thread beside the send
 
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
 and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
-GPUs of its own it runs in an engine actor (`runtime.ray_engine: actor`, `ray_engine_gpus`).
+GPUs of its own it runs in engine actors (`placement.engine: {gpus, replicas}` of a Ray plan).
 vLLM needs its own environment on CPU (it pins torch and transformers): `scripts/vllm_venv.sh`;
 on GPUs `scripts/requirements-cuda.txt`.
 """
@@ -89,8 +89,8 @@ def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -
     if share < 0.05:
         raise ValueError(f"only {free / 2**30:.1f} of the GPU's {total / 2**30:.1f} GiB are free: "
                          "too little for vLLM beside the learner (set "
-                         "engine.gpu_memory_utilization, or give vLLM GPUs of its own with "
-                         "runtime.ray_engine=actor)")
+                         "engine.gpu_memory_utilization, or give vLLM GPUs of its own in "
+                         "engine actors: placement.engine)")
     return round(share, 3)
 
 

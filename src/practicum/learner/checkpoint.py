@@ -93,7 +93,7 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
 
 def _rng_state() -> dict[str, Any]:
     """The random generators of this process (the one that trains: with
-    runtime.ray_learner=actor, the actor), CUDA's too on a GPU (dropout draws from them)."""
+    the learner in a Ray actor, the actor), CUDA's too on a GPU (dropout draws from them)."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(),
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():

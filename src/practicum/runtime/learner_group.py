@@ -3,11 +3,12 @@
     RankWorker        one rank: joins the process group, holds its shard and its `Learner`;
                       each call (train_step, export, save, load) is a collective that every
                       rank makes, in the same order
-    RayLearnerGroup   runtime.learner_ranks=N on Ray: N RankWorker actors in a placement group,
-                      one bundle (ray_learner_cpus, ray_learner_gpus) per rank; the group picks
+    RayLearnerGroup   placement.kind=learner_group: N RankWorker actors in a placement group,
+                      one bundle (placement.rank: cpus, gpus) per rank; the group picks
                       MASTER_ADDR / MASTER_PORT (rank 0's node, a free port) and RANK / WORLD_SIZE
-    TorchrunLearner   under torchrun: rank 0 is the driver (sampler, environments, the loop);
-                      it sends each call to ranks > 0, which run `follow` instead of a session
+    TorchrunLearner   placement.kind=torchrun: rank 0 is the driver (sampler, environments, the
+                      loop); it sends each call to ranks > 0, which run `follow` instead of a
+                      session
 
 Either way the driver holds one `Learner`; rank 0 returns the metrics, the gathered weights and
 writes the checkpoints (same format as one process: `Learner.save`).
@@ -15,7 +16,7 @@ writes the checkpoints (same format as one process: `Learner.save`).
 A rank that dies or stalls stops the step on every rank: under Ray the first failed rank ends
 the call at once (the others, waiting for it in a collective, are killed with it); under
 torchrun, torchrun ends the other ranks, and a collective that waits longer than
-`runtime.learner_collective_timeout_s` fails. The driver sees `TrainingError`; the step was not
+`placement.collective_timeout_s` fails. The driver sees `TrainingError`; the step was not
 taken, so the ledger has not recorded its episodes as trained, and `run.resume=true` continues
 from the last checkpoint.
 """
@@ -84,14 +85,13 @@ class RayLearnerGroup(RayLearner):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
+        from practicum.runtime.ray_cluster import START_SECONDS, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
         self.step, self.handles, self.pids, self.pg = 0, [], [], None
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
         try:
-            refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
             bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v} or {"CPU": 0.01}
             self.pg = placement_group([bundle] * ranks, strategy="PACK")
             ray.get(self.pg.ready(), timeout=START_SECONDS)
@@ -212,9 +212,9 @@ class TorchrunLearner(QuietPart):
 
     @property
     def trainable(self):
-        raise TrainableInActor("config error at runtime.learner_ranks: the trainable is sharded "
-                               "over the learner's ranks, so this command (it reaches into the "
-                               "model) needs runtime.learner_ranks=1")
+        raise TrainableInActor("config error at placement.kind: the trainable is sharded over "
+                               "the learner's ranks, so this command (it reaches into the "
+                               "model) needs the learner in one process (placement.kind=local)")
 
     def call(self, what: str, *args) -> Any:
         import torch.distributed as dist

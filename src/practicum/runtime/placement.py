@@ -1,23 +1,28 @@
-"""Where each part of a run runs, decided once from the config.
+"""Where each part of a run runs: the `placement:` plan (`practicum.placement_plan`), built.
 
-    placement = place(cfg)                  # learner + sampler (+ tokenizer), weights at version 0
-    place_envs(placement, cfg, suite, ctx)  # runtime.backend=ray: environments in Ray actors
+    placement = place(cfg, suite)           # learner + sampler (+ tokenizer), weights at version 0
+    place_envs(placement, cfg, suite, ctx)  # placement.envs: environments in Ray actors
     placement.metrics() / .summary() / .close()
 
-This is the only module that reads the placement settings (`runtime.ray_learner`,
-`runtime.ray_engine`, `runtime.backend`, `runtime.learner_ranks`) and the engine kind;
-everything after it holds the `Learner` and `Part` protocols (`practicum.runtime.parts`) and a
-`Sampler`:
+This is the only module that reads the plan (`cfg.placement`) and the engine kind to decide
+where a part goes; everything after it holds the `Learner` and `Part` protocols
+(`practicum.runtime.parts`) and a `Sampler`:
 
     learner   in this process (`practicum.learner.Learner` over the factory's trainable),
-              a Ray actor (`RayLearner`), or sharded over ranks (`runtime.learner_ranks`):
-              a Ray actor group (`RayLearnerGroup`) or, under torchrun, this process as rank 0
-              (`TorchrunLearner`; the other ranks call `serve_learner_rank` instead)
+              a Ray actor (kind ray, `placement.learner`: `RayLearner`), or sharded over ranks:
+              a Ray actor group (kind learner_group: `RayLearnerGroup`) or, under torchrun,
+              this process as rank 0 (kind torchrun: `TorchrunLearner`; the other ranks call
+              `serve_learner_rank` instead)
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
               trainable's weights, or with weights of its own in a Ray actor (`RayEngine`),
-              in N of them (`engine.replicas`, `EngineReplicas`) or here when the learner is
-              an actor
-    envs      in this process (and its children), or Ray actors (`RayEnvPool`)
+              in N of them (`placement.engine.replicas`, `EngineReplicas`) or here when the
+              learner is elsewhere
+    envs      in this process (and its children), or Ray actors (`placement.envs`: `RayEnvPool`)
+    ray       the Ray the actors live on (`RayCluster`), closed after them
+
+Checks come before building: the config's own ran when it was read (`check_plan`); what only
+this launch can tell (`check_launch`: torchrun's process count, installed packages) and the Ray
+cluster's GPUs (`RayCluster.join`) are checked here before any part starts.
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ from practicum.engine.hf_model import (
 from practicum.engine.models import resolve_model
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
+from practicum.learner import Learner as LocalLearner
+from practicum.placement_plan import LearnerGroupPlacement, RayPlacement, TorchrunPlacement
 from practicum.runtime.parts import Learner, Part
+from practicum.runtime.ray_cluster import RayCluster, require_ray
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +60,15 @@ class Placement:
     sampler: Sampler
     tokenizer: Any
     envs: Part | None = None
-    """runtime.backend=ray: the Ray env workers behind `suite.make_env`."""
+    """placement.envs: the Ray env workers behind `suite.make_env`."""
+    ray: RayCluster | None = None
+    """A Ray plan: the Ray its actors live on."""
     _closed: bool = field(default=False, repr=False)
 
     @property
     def parts(self) -> list[Part]:
         """Every part, in the order they are closed (the reverse of their start)."""
-        return [p for p in (self.envs, self.sampler, self.learner) if p is not None]
+        return [p for p in (self.envs, self.sampler, self.learner, self.ray) if p is not None]
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -99,72 +109,60 @@ def policy_config(cfg: Config) -> PolicyConfig:
         init=m.init, seed=cfg.run.seed)
 
 
-def place(cfg: Config) -> Placement:
-    """The learner and the sampler placed as the config says, the sampler holding the learner's
-    weights as version 0. A device this machine lacks, or an attention kernel it cannot run, is
-    refused before anything loads."""
+def place(cfg: Config, suite: Suite | None = None) -> Placement:
+    """The learner and the sampler placed as the plan says, the sampler holding the learner's
+    weights as version 0. A device this machine lacks, an attention kernel it cannot run, a
+    launch that does not match the plan, a `suite` that cannot run in Ray actors or an actor
+    refused a GPU it needs is refused before any part starts."""
+    plan = cfg.placement
     policy = policy_config(cfg)
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
-    rt = cfg.runtime
-    if cfg.engine.kind != "hf" and rt.ray_learner == "actor":
-        raise ConfigError(f"config error at runtime.ray_engine: Ray actors run the hf engine "
-                          f"only (engine.kind={cfg.engine.kind} needs its own Python "
-                          "environment)")
-    _check_vllm_actor(cfg)
-    ranks = _learner_ranks(cfg)
-    learner = _place_learner(cfg, policy, ranks)
-    in_process = rt.ray_learner == "driver" and ranks == 1
+    check_launch(cfg, suite)
+    # filled in start order; a part that fails to start closes those started before it
+    placed = Placement(None, None, None,
+                       ray=RayCluster.join(plan, policy.device) if plan.on_ray else None)
     try:
-        sampler = _place_sampler(cfg, policy, learner, in_process)
+        placed.learner = learner = _place_learner(cfg, policy)
+        in_process = isinstance(learner, LocalLearner)
+        placed.sampler = _place_sampler(cfg, policy, learner, in_process)
+        placed.tokenizer = (learner.trainable.tokenizer if in_process
+                            else load_tokenizer(resolve_model(policy.model)))
     except BaseException:
-        learner.close()
+        placed.close()
         raise
-    tokenizer = (learner.trainable.tokenizer if in_process
-                 else load_tokenizer(resolve_model(policy.model)))
-    return Placement(learner, sampler, tokenizer)
+    return placed
 
 
-def _check_vllm_actor(cfg: Config) -> None:
-    """vLLM on GPUs of its own runs in engine actors, which need vLLM in this Python
-    environment (requirements-cuda.txt; the CPU build lives in a venv of its own) and at least
-    one GPU per tensor-parallel shard."""
+def check_launch(cfg: Config, suite: Suite | None = None) -> None:
+    """What the config cannot say about this launch: torchrun started as many processes as
+    the plan has ranks (or none), what the plan's actors need is installed here, and the
+    environments (`suite`, when given) can run in Ray actors if the plan puts them there."""
     from importlib.util import find_spec
 
-    rt, engine = cfg.runtime, cfg.engine
-    if engine.kind != "vllm" or rt.ray_engine != "actor":
-        return
-    if find_spec("vllm") is None:
-        raise ConfigError("config error at runtime.ray_engine: engine.kind=vllm in an engine "
+    plan, world = cfg.placement, _torchrun_world()
+    if world > 1 and not (isinstance(plan, TorchrunPlacement) and plan.ranks == world):
+        raise ConfigError(f"config error at placement: torchrun started {world} processes, so "
+                          f"set placement: {{kind: torchrun, ranks: {world}}}")
+    if world == 1 and isinstance(plan, TorchrunPlacement):
+        raise ConfigError(f"config error at placement.kind: torchrun ranks are the processes "
+                          f"of `torchrun --nproc-per-node {plan.ranks} -m practicum.cli train "
+                          "...`; this process was not started by torchrun")
+    if plan.on_ray:
+        require_ray("placement.kind")
+    if cfg.engine.kind == "vllm" and plan.engine_actors is not None and \
+            find_spec("vllm") is None:
+        raise ConfigError("config error at placement.engine: engine.kind=vllm in an engine "
                           "actor needs vllm installed in this Python environment "
                           "(scripts/requirements-cuda.txt)")
-    if 0 < rt.ray_engine_gpus < engine.tensor_parallel_size:
-        raise ConfigError(f"config error at runtime.ray_engine_gpus: "
-                          f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards "
-                          f"the model over that many GPUs; the engine actor has "
-                          f"{rt.ray_engine_gpus:g}")
+    if suite is not None and plan.env_actors is not None:
+        from practicum.runtime.ray_envs import refuse_stateful
+
+        refuse_stateful(suite, cfg.task.name)
 
 
 def _torchrun_world() -> int:
     """The number of processes torchrun started (1 when not launched by torchrun)."""
     return int(os.environ.get("WORLD_SIZE", "1")) if "TORCHELASTIC_RUN_ID" in os.environ else 1
-
-
-def _learner_ranks(cfg: Config) -> int:
-    """runtime.learner_ranks, checked against how this process was launched."""
-    rt, world = cfg.runtime, _torchrun_world()
-    if world > 1 and cfg.stages:
-        raise ConfigError("config error at stages: a torchrun launch trains one run; launch each "
-                          "stage's `practicum train` under torchrun instead")
-    if world > 1 and (rt.learner_ranks != world or rt.ray_learner != "driver"):
-        raise ConfigError(f"config error at runtime.learner_ranks: torchrun started {world} "
-                          f"processes, so set runtime.learner_ranks={world} (with "
-                          "runtime.ray_learner=driver: the ranks are torchrun's)")
-    if world == 1 and rt.learner_ranks > 1 and (rt.backend != "ray"
-                                                or rt.ray_learner != "actor"):
-        raise ConfigError(f"config error at runtime.learner_ranks: {rt.learner_ranks} ranks run "
-                          "as a Ray actor group (runtime.backend=ray, runtime.ray_learner=actor) "
-                          f"or under `torchrun --nproc-per-node {rt.learner_ranks}`")
-    return rt.learner_ranks
 
 
 def serve_learner_rank(cfg: Config) -> bool:
@@ -174,59 +172,47 @@ def serve_learner_rank(cfg: Config) -> bool:
         return False
     from practicum.runtime.learner_group import follow
 
-    _learner_ranks(cfg)
-    follow(cfg, policy_config(cfg), cfg.runtime.learner_collective_timeout_s)
+    check_launch(cfg)
+    follow(cfg, policy_config(cfg), cfg.placement.collective_timeout_s)
     return True
 
 
-def _place_learner(cfg: Config, policy, ranks: int) -> Learner:
-    rt = cfg.runtime
-    if ranks > 1 and _torchrun_world() > 1:
+def _place_learner(cfg: Config, policy) -> Learner:
+    plan = cfg.placement
+    if isinstance(plan, TorchrunPlacement):
         from practicum.runtime.learner_group import TorchrunLearner
 
-        return TorchrunLearner(cfg, policy, rt.learner_collective_timeout_s)
-    if ranks > 1:
+        return TorchrunLearner(cfg, policy, plan.collective_timeout_s)
+    export_refs = plan.engine_actors is not None  # an engine actor takes them from the store
+    if isinstance(plan, LearnerGroupPlacement):
         from practicum.runtime.learner_group import RayLearnerGroup
 
-        return RayLearnerGroup(cfg, policy, ranks, cpus=rt.ray_learner_cpus,
-                               gpus=rt.ray_learner_gpus, timeout=rt.ray_call_timeout_s,
-                               collective_timeout=rt.learner_collective_timeout_s,
-                               address=rt.ray_address, export_refs=rt.ray_engine == "actor")
-    if rt.ray_learner == "actor":
+        return RayLearnerGroup(cfg, policy, plan.ranks, cpus=plan.rank.cpus,
+                               gpus=plan.rank.gpus, timeout=plan.call_timeout_s,
+                               collective_timeout=plan.collective_timeout_s,
+                               address=plan.address, export_refs=export_refs)
+    if isinstance(plan, RayPlacement) and plan.learner is not None:
         from practicum.runtime.ray_learner import RayLearner
 
-        return RayLearner(cfg, policy, cpus=rt.ray_learner_cpus, gpus=rt.ray_learner_gpus,
-                          timeout=rt.ray_call_timeout_s, address=rt.ray_address,
-                          export_refs=rt.ray_engine == "actor")
-    from practicum.learner import Learner as LocalLearner
-
+        return RayLearner(cfg, policy, cpus=plan.learner.cpus, gpus=plan.learner.gpus,
+                          timeout=plan.call_timeout_s, address=plan.address,
+                          export_refs=export_refs)
     return LocalLearner(load_trainable(policy), cfg)
 
 
 def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> Sampler:
-    rt = cfg.runtime
-    if rt.ray_engine == "actor":
-        from practicum.runtime.ray_envs import refuse_cpu_fallback
+    plan, actors = cfg.placement, cfg.placement.engine_actors
+    if actors is not None and actors.replicas > 1:
+        from practicum.runtime.replicas import EngineReplicas
 
-        if cfg.engine.replicas > 1:
-            from practicum.runtime.replicas import EngineReplicas
+        sampler: Any = EngineReplicas.start(cfg.engine, policy, n=actors.replicas,
+                                            cpus=actors.cpus, gpus=actors.gpus,
+                                            timeout=plan.call_timeout_s, address=plan.address)
+    elif actors is not None:
+        from practicum.runtime.ray_engine import RayEngine
 
-            sampler: Any = EngineReplicas.start(cfg.engine, policy, n=cfg.engine.replicas,
-                                                cpus=rt.ray_engine_cpus,
-                                                gpus=rt.ray_engine_gpus,
-                                                timeout=rt.ray_call_timeout_s,
-                                                address=rt.ray_address)
-        else:
-            from practicum.runtime.ray_engine import RayEngine
-
-            sampler = RayEngine(cfg.engine, policy, cpus=rt.ray_engine_cpus,
-                                gpus=rt.ray_engine_gpus, timeout=rt.ray_call_timeout_s,
-                                address=rt.ray_address)
-        try:
-            refuse_cpu_fallback(rt.ray_engine_gpus, "runtime.ray_engine_gpus", policy.device)
-        except BaseException:
-            sampler.close()
-            raise
+        sampler = RayEngine(cfg.engine, policy, cpus=actors.cpus, gpus=actors.gpus,
+                            timeout=plan.call_timeout_s, address=plan.address)
     elif in_process:  # may share the trainable's weights: holds version 0
         return build_sampler(cfg.engine, policy, learner.trainable)
     else:
@@ -240,14 +226,15 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
 
 
 def place_envs(placement: Placement, cfg: Config, suite: Suite, ctx: SuiteContext) -> None:
-    """runtime.backend=ray: point `suite.make_env` at Ray env workers, warmed for the runtime's
-    number of environments in flight; local: nothing to do (environments run here)."""
-    rt = cfg.runtime
-    if rt.backend != "ray":
+    """placement.envs: point `suite.make_env` at Ray env workers, warmed for the runtime's
+    number of environments in flight; else nothing to do (environments run here)."""
+    plan = cfg.placement
+    if plan.env_actors is None:
         return
     from practicum.runtime.ray_envs import use_ray
 
+    rt = cfg.runtime
     warm = rt.num_actors if rt.mode == "async" else \
         cfg.rollout.group_size * cfg.rollout.tasks_per_step
-    placement.envs = use_ray(suite, cfg.task.name, cfg.task.options, ctx, rt.ray_address,
-                             rt.ray_env_cpus, warm=warm, call_timeout=rt.ray_call_timeout_s)
+    placement.envs = use_ray(suite, cfg.task.name, cfg.task.options, ctx, plan.address,
+                             plan.env_actors.cpus, warm=warm, call_timeout=plan.call_timeout_s)

@@ -1,4 +1,4 @@
-"""The sampler in a Ray actor (`runtime.backend: ray`, `runtime.ray_engine: actor`).
+"""The sampler in a Ray actor (`placement.engine` of a Ray plan).
 
     driver (where `practicum train` runs)                    Ray actor (this machine or a node)
       learner + HFTrainable (the weights that train)           EngineWorker: an HF engine of
@@ -25,9 +25,11 @@ same weights, same seeds); one that timed out (or met a second death) fails with
 (`practicum.runtime.rollout`), the next turn samples from the new actor. A failed load_weights
 is complete once the fresh actor has loaded the same update.
 
-Only the HF engine runs in an actor (engine.kind hf): vLLM needs its own Python environment.
-The actor's engine is the one the factory builds for a sampler with weights of its own
-(`practicum.engine.hf.HFEngineCopy`), the same as the driver's when the learner is an actor.
+The actor's engine is the one the factory builds for a sampler of `engine.kind` with weights of
+its own (for hf `practicum.engine.hf.HFEngineCopy`, the same as the driver's when the learner
+is an actor). vLLM runs in an actor where vllm is installed in this Python environment (on
+GPUs: scripts/requirements-cuda.txt; the CPU build lives in a venv of its own, so there it runs
+in the driver only).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class RayEngine:
                  gpus: float = 0.0, timeout: float = 1800.0, address: str | None = None):
         import ray
 
-        from practicum.runtime.ray_envs import start_ray
+        from practicum.runtime.ray_cluster import start_ray
 
         self._own_ray = start_ray(address)
         self.engine_cfg, self.policy, self.timeout = engine_cfg, policy, timeout
@@ -170,7 +172,7 @@ class RayEngine:
         import ray
 
         handle = self._remote.remote(self.engine_cfg, self.policy)
-        from practicum.runtime.ray_envs import START_SECONDS
+        from practicum.runtime.ray_cluster import START_SECONDS
 
         limit = max(self.timeout, START_SECONDS)
         try:

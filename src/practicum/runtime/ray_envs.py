@@ -1,4 +1,4 @@
-"""The Ray backend (`runtime.backend: ray`): environments run in Ray actors.
+"""Environments in Ray actors (`placement.envs` of a Ray plan, the default there).
 
     driver (where `practicum train` runs)                 Ray actors (this machine or a cluster)
       sampler + GenerationServer, learner, store, ledger    EnvWorker: builds the suite from
@@ -7,8 +7,8 @@
                               <--model-service calls-----  (the env's own LLM calls)
 
 Environment execution moves: reset and step, the slow, stateful and crash-prone part. The
-learner stays in the driver, and the sampler too unless `runtime.ray_engine: actor` moves it
-into an actor of its own (`practicum.runtime.ray_engine`), so episodes come back to the same
+learner stays in the driver, and the sampler too unless `placement.engine` moves it into
+actors of its own (`practicum.runtime.ray_engine`), so episodes come back to the same
 episode store and ledger and resume works unchanged; `runtime.mode` sync and async both work,
 since the runtime only sees the `Env` contract. Nothing unpicklable crosses the wire: a worker
 builds its own suite from the task config by name, and calls carry tasks, seeds, action text
@@ -21,14 +21,14 @@ session starts the runtime's number of them in parallel before training.
 
 Faults: a worker that dies (killed, OOM, segfault) ends only the episode it was running, as a
 `StepResult(done=True, failure=reason)` with `failure_reward`, exactly like an environment child
-process dying under the local backend (`practicum.envs.process_env`). The episode is stored
+process dying in the driver (`practicum.envs.process_env`). The episode is stored
 with its reason, so none is lost; the dead worker is discarded and the next episode gets a fresh
 one (one found dead at the start of an episode is replaced and the reset retried). The episode
 is not re-run: its turns were sampled from the policy and may already be stale. Training still
 goes through the store and the ledger, so no episode is trained twice.
 
 Timeouts: a call (reset, step, close) that runs longer than `call_timeout` seconds
-(`runtime.ray_call_timeout_s`) is handled like a dead worker: the worker is killed, the episode
+(`placement.call_timeout_s`) is handled like a dead worker: the worker is killed, the episode
 ends as a logged failure (`WorkerTimedOut`; a reset is not retried, it would likely hang again)
 and the next episode gets a fresh worker. Starting a worker may take `START_SECONDS`.
 
@@ -37,7 +37,8 @@ Model service: the env's own LLM calls (policy, base, other specs) reach the dri
 while it waits (the `ChildModelService` protocol of the local child processes).
 
 Suites that keep state across episodes (`Suite.state`, e.g. MLE's solution buffer) are refused:
-that state would live in the workers, not in the checkpoint.
+that state would live in the workers, not in the checkpoint (`placement.envs: null` runs them
+in the driver).
 """
 
 from __future__ import annotations
@@ -54,16 +55,12 @@ from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.process_env import ChildModelService, EnvFailure, failed_step
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
+from practicum.runtime.ray_cluster import START_SECONDS, require_ray, start_ray
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 """How long one poll of a worker waits for its call to finish or to ask the model service."""
-
-START_SECONDS = 600.0
-"""Starting an actor (importing, building a suite or loading a model) may take at least this
-long, whatever the call timeout (meant for the calls themselves)."""
-
 
 class WorkerDied(EnvFailure):
     """The Ray actor running the environment died (killed, OOM, crashed)."""
@@ -72,36 +69,6 @@ class WorkerDied(EnvFailure):
 class WorkerTimedOut(EnvFailure):
     """A call to the Ray actor running the environment ran past the call timeout (the actor
     was killed)."""
-
-
-def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Join the running Ray, else start one (local, or the cluster at `address`); True when
-    this call started it (the caller then shuts it down)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address is None:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False)
-    else:
-        ray.init(address=address, log_to_driver=False)
-    return True
-
-
-def refuse_cpu_fallback(gpus: float, key: str, device: str) -> None:
-    """A Ray actor given no GPU on a cluster that has some would quietly run on the CPU: refused,
-    naming the key, unless model.device says cpu."""
-    import ray
-
-    have = ray.cluster_resources().get("GPU", 0)
-    if gpus == 0 and have > 0 and device != "cpu":
-        raise ConfigError(f"config error at {key}: 0, but the Ray cluster has {have:g} GPU(s): "
-                          f"the actor would run on the CPU (set {key}: 1, or model.device: cpu "
-                          "to mean it)")
-    if gpus == 0 and device.startswith("cuda"):
-        raise ConfigError(f"config error at {key}: 0, but model.device is {device!r}: an "
-                          f"actor without a GPU cannot use one (set {key}: 1)")
 
 
 class _Mailbox:
@@ -408,20 +375,22 @@ class RayEnvPool:
             ray.shutdown()
 
 
+def refuse_stateful(suite: Suite, task_name: str) -> None:
+    """A suite that keeps state across episodes cannot run in Ray actors (module doc)."""
+    if suite.state is not None:
+        raise ConfigError(f"config error at placement.envs: environment {task_name!r} keeps "
+                          "state across episodes (Suite.state), which would live in the Ray "
+                          "workers instead of the checkpoint; set placement.envs: null (they "
+                          "then run in this process)")
+
+
 def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteContext,
             address: str | None = None, env_cpus: float = 0.0, warm: int = 0,
             call_timeout: float = 1800.0) -> RayEnvPool:
     """Point `suite.make_env` at a new pool of Ray env workers with `warm` workers started
     (and return the pool)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise ConfigError("config error at runtime.backend: ray needs the ray package "
-                          "(pip install 'practicum[ray]')") from None
-    if suite.state is not None:
-        raise ConfigError(f"config error at runtime.backend: environment {task_name!r} keeps "
-                          "state across episodes (Suite.state), which would live in the Ray "
-                          "workers instead of the checkpoint; use runtime.backend=local")
+    require_ray("placement.envs")
+    refuse_stateful(suite, task_name)
     pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus,
                       call_timeout=call_timeout)
     try:

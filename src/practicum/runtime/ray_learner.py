@@ -1,4 +1,4 @@
-"""The learner in a Ray actor (`runtime.backend: ray`, `runtime.ray_learner: actor`).
+"""The learner in a Ray actor (`placement: {kind: ray, learner: {...}}`).
 
     driver                                               Ray actor
       loop, store, ledger, GenerationServer                LearnerWorker: HFTrainable + Learner
@@ -11,7 +11,7 @@
 The session gets a `RayLearner`, which implements the runtime's `Learner` protocol
 (`practicum.runtime.parts`) as the in-driver `practicum.learner.Learner` does. The sampler
 cannot share the learner's weights any more, so it loads every published version: an engine
-actor (`ray_engine: actor`), which takes it straight from the object store so the weights never
+actor (`placement.engine`), which takes it straight from the object store so the weights never
 pass through the driver, or an in-driver engine with weights of its own
 (`practicum.engine.hf.HFEngineCopy`), for which the export is fetched into the driver.
 Checkpoints are written by the actor into the run folder's path, so the actor must see the
@@ -23,7 +23,7 @@ resume state (cursor, ledger, curriculum, open groups) travels with the call. Th
 generators need no saving: every sampled turn and model-service call has its own seed.
 
 The learner holds the only copy of the optimizer state: a call that times out
-(`runtime.ray_call_timeout_s`) or an actor that dies stops the run with `TrainingError`
+(`placement.call_timeout_s`) or an actor that dies stops the run with `TrainingError`
 (the actor is killed); `run.resume=true` continues from the last checkpoint, and the ledger
 makes sure no episode is trained twice. RFT and SFT train through the same `train_step`
 (cross-entropy rows), so they run here too.
@@ -106,18 +106,12 @@ class RayLearner:
                  timeout: float = 1800.0, address: str | None = None, export_refs: bool = True):
         import ray
 
-        from practicum.runtime.ray_envs import START_SECONDS, refuse_cpu_fallback, start_ray
+        from practicum.runtime.ray_cluster import START_SECONDS, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
         self.step = 0
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
-        self.handle = None
-        try:
-            refuse_cpu_fallback(gpus, "runtime.ray_learner_gpus", policy.device)
-        except BaseException:
-            self.close()
-            raise
         self.handle = ray.remote(LearnerWorker).options(
             num_cpus=cpus, num_gpus=gpus, max_restarts=0).remote(cfg, policy)
         try:
@@ -133,9 +127,9 @@ class RayLearner:
 
     @property
     def trainable(self):
-        raise TrainableInActor("config error at runtime.ray_learner: the trainable lives in the "
+        raise TrainableInActor("config error at placement.learner: the trainable lives in the "
                                "learner actor, so this command (it reaches into the model) "
-                               "needs runtime.ray_learner=driver")
+                               "needs the learner here (placement.learner: null)")
 
     # -- the Learner protocol -------------------------------------------------------------------
     def train_step(self, batch) -> dict[str, Any] | None:

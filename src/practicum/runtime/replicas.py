@@ -1,5 +1,5 @@
-"""Sampler replicas (`engine.replicas: N`, `runtime.ray_engine: actor`): N engine actors behind
-one `practicum.engine.base.Sampler`.
+"""Sampler replicas (`placement.engine.replicas: N`): N engine actors behind one
+`practicum.engine.base.Sampler`.
 
     replicas = EngineReplicas.start(engine_cfg, policy, n=2, cpus=1, gpus=1)
     replicas.generate(prompts, params, seeds)   # rows split across the replicas, in parallel
@@ -85,7 +85,7 @@ class EngineReplicas:
         import ray
 
         from practicum.runtime.ray_engine import RayEngine
-        from practicum.runtime.ray_envs import start_ray
+        from practicum.runtime.ray_cluster import start_ray
 
         own_ray = start_ray(address)
         started: list[RayEngine] = []

@@ -162,7 +162,7 @@ class Session:
             "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
             "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
-            "backend": self.cfg.runtime.backend, **self.placement.summary(),
+            "placement": self.cfg.placement.kind, **self.placement.summary(),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -186,7 +186,7 @@ def open_session(cfg: Config) -> Session:
     dump_config(cfg, run_dir / "config.yaml")
     ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, run_dir, cfg.rollout.max_turns)
     suite = build_suite(cfg.task.name, cfg.task.options, ctx)
-    placement = place(cfg)
+    placement = place(cfg, suite)
     r = cfg.rollout
     server = GenerationServer(placement.sampler, max_batch=max(
         64, r.group_size * r.tasks_per_step, cfg.runtime.num_actors)).start()
