@@ -26,6 +26,7 @@ from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
 from practicum.errors import PracticumError
 from practicum.learner import Learner, latest_checkpoint, read_trainer_state
+from practicum.learner import checkpoint
 from practicum.learner.checkpoint import restore_rng_state, rng_state
 from practicum.learner.ranks import Ranks, split_even, split_ranks
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
@@ -796,6 +797,27 @@ def test_crash_between_the_two_renames_falls_back_to_the_moved_aside_copy(tmp_pa
     learner.step = 1  # the resumed run saves its next step: the moved-aside copy goes
     learner.save(tmp_path, extra={})
     assert not list(tmp_path.glob(".aside_*"))
+
+
+def test_a_crash_while_writing_the_shards_leaves_the_last_checkpoint(tmp_path, monkeypatch):
+    learner = resumable()
+    learner.save(tmp_path, extra={"version": "old"})
+    learner.step = 1
+    real_save = checkpoint.dcp.save
+
+    def crash(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise OSError("simulated crash")
+
+    monkeypatch.setattr(checkpoint.dcp, "save", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        learner.save(tmp_path, extra={"version": "new"})
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_000000"
+    assert resumable().load(latest_checkpoint(tmp_path)) == {"version": "old"}
+    learner.save(tmp_path, extra={"version": "new"})  # the half-written temp dir is replaced
+    assert resumable().load(latest_checkpoint(tmp_path)) == {"version": "new"}
+    assert not list(tmp_path.glob(".tmp_*"))
 
 
 def test_save_keeps_the_newest_checkpoints(tmp_path):

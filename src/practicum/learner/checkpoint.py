@@ -15,7 +15,8 @@ resumes at any number of ranks, one process included.
 
 DCP reads each saved shard into whatever layout the loading ranks have, so N ranks, M ranks and
 one process (no process group) read the same files (`torch.distributed.checkpoint.state_dict`
-names the tensors by parameter, not by rank). No rank ever holds more than its own shards.
+names the tensors by parameter, not by rank). For `state/` no rank gathers anything: each holds
+and writes only its own shards, and reads only the pieces its new shards need.
 
 Commit: every rank writes into `.tmp_step_N/`, all wait, rank 0 renames it to `step_N` and moves
 `latest`, all wait. A crash at any moment leaves the last complete checkpoint in place. The ranks
@@ -120,6 +121,8 @@ def save_checkpoint(learner: Learner, ckpt_root: Path, extra: dict[str, Any],
         latest_tmp.replace(ckpt_root / "latest")
         for stale in ckpt_root.glob(".aside_step_*"):  # incl. one a crash left behind
             shutil.rmtree(stale, ignore_errors=True)
+        for probe in ckpt_root.glob(".probe_rank*"):  # a crash's; this save's are gone
+            probe.unlink(missing_ok=True)
         for old in sorted(ckpt_root.glob("step_*"))[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     ranks.barrier()
