@@ -45,6 +45,7 @@ from practicum.errors import PracticumError
 from practicum.learner.ranks import Ranks
 from practicum.learner.step import Learner
 
+
 def init_ranks(device_type: str, timeout_s: float) -> None:
     """Join the process group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (set by
     torchrun or by the Ray learner group): nccl on GPU, gloo on CPU. A collective that waits
