@@ -188,18 +188,65 @@ def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
         torch.save({"weights": weights, "metrics": metrics, "step": learner.step}, out)
 
 
-def train_save_resume(rank: int, cfg: Config, ckpt_root: Path, seeds: list[int],
-                      resume_from: Path | None, out: Path) -> None:
-    """Resume from `resume_from` (if any), train on `seeds`, checkpoint after every step."""
+def save_at_two_ranks(rank: int, lora: Config, full: Config, root: Path, resume: list[Path],
+                      out: Path) -> None:
+    """What 2 ranks do for the checkpoint tests (one spawn for all, to keep CI short):
+    1. try to checkpoint into a folder of each rank's own (two nodes with local disks): refused;
+    2. LoRA (uneven batches) and full fine-tuning (even ones): steps 1 and 2, checkpointing
+       into root / "lora" and root / "full" after each;
+    3. the LoRA learner resumes each checkpoint in `resume` and trains step 3.
+    Rank 0 saves to `out`: the refusals' texts and, per resumed checkpoint, step 3's metrics
+    and the weights after it."""
+    from practicum.errors import PracticumError
+
+    report = {"resumed": []}
+    lora_learner = learner = sharded(lora)
+    try:
+        learner.save(root / f"node{rank}" / "checkpoints", {})
+        refused = None
+    except PracticumError as err:
+        refused = str(err)
+    report["refused"] = learner.ranks.gather(refused)
+    for name, cfg in (("lora", lora), ("full", full)):
+        if name == "full":
+            learner = sharded(cfg)
+        for s in (1, 2):
+            rl_step(learner, episodes(s, even=name == "full"))
+            learner.save(root / name, {"seed": s})
+    for ckpt in resume:  # into the trained learner: loading replaces all of its state
+        lora_learner.load(ckpt)
+        metrics = rl_step(lora_learner, episodes(3))
+        report["resumed"].append({"metrics": metrics, "step": lora_learner.step,
+                                  "weights": trainable_weights(lora_learner)})
+    if rank == 0:
+        torch.save(report, out)
+
+
+def resume_and_train(rank: int, cfg: Config, ckpt: Path, seed: int, out: Path) -> None:
+    """Resume `ckpt`, train one step on `seed`'s batch; rank 0 saves its metrics, the weights
+    after it and the step to `out`."""
     learner = sharded(cfg)
-    if resume_from is not None:
-        learner.load(resume_from)
-    for s in seeds:
-        rl_step(learner, episodes(s))
-        learner.save(ckpt_root, {"seed": s})
+    learner.load(ckpt)
+    metrics = rl_step(learner, episodes(seed))
     weights = trainable_weights(learner)
     if rank == 0:
-        torch.save({"weights": weights, "step": learner.step}, out)
+        torch.save({"metrics": metrics, "weights": weights, "step": learner.step}, out)
+
+
+# -- checkpoints as an earlier practicum wrote them -------------------------------------------
+def save_format_1(learner, ckpt_root: Path, extra: dict) -> Path:
+    """A one-process checkpoint in format 1 (before sharded checkpoints): the policy folder, and
+    trainer.pt holding the whole optimizer state in one process's layout."""
+    from practicum.learner.checkpoint import rng_state
+
+    ckpt = ckpt_root / f"step_{learner.step:06d}"
+    learner.model.save(ckpt / "policy")
+    torch.save({"step": learner.step, "optimizer": learner.optimizer.state_dict(),
+                "scheduler": learner.scheduler.state_dict(),
+                "baselines": {"window": 32, "history": {}}, "extra": extra,
+                "rng": rng_state()}, ckpt / "trainer.pt")
+    (ckpt_root / "latest").write_text(ckpt.name)
+    return ckpt
 
 
 def skip_a_poisoned_step(rank: int, cfg: Config, ckpt_root: Path, out: Path) -> None:

@@ -1,11 +1,14 @@
 """learner/sharded.py: the learner over 2 real gloo processes (FSDP2) equals one process, and its
-checkpoints resume exactly onto any number of ranks."""
+checkpoints (learner/checkpoint.py) resume exactly at any number of ranks."""
+
+import socket
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from practicum.errors import TrainingError
-
+from practicum.learner import latest_checkpoint, read_trainer_state
 from tests.ranks import (
     optimizer_snapshot,
     poison_next_gradient,
@@ -15,9 +18,11 @@ from tests.ranks import (
     config,
     episodes,
     one_process_learner,
+    resume_and_train,
+    save_at_two_ranks,
+    save_format_1,
     spawn,
     train_and_report,
-    train_save_resume,
     trainable_weights,
 )
 
@@ -82,36 +87,115 @@ def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
         assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
 
 
+# -- checkpoints: saved at 2 ranks, resumed at 1, 3 and 4 (and 1 -> 2) ---------------------------
+def configs(model_dir) -> dict:
+    """LoRA (uneven batches) and full fine-tuning (even batches: the ranks' micro-batches hold
+    the rows one process's do), with a warm-up so that the restored schedule matters."""
+    return {name: config(model_dir, name == "lora", "train.warmup_steps=2")
+            for name in ("lora", "full")}
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_model_dir, tmp_path_factory):
+    """Uninterrupted one-process runs of steps 1 to 3: step 3's metrics and the weights after
+    it. The LoRA run also checkpoints step 2, in this format and in format 1."""
+    root = tmp_path_factory.mktemp("straight")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = {}
+    try:
+        for name, cfg in configs(tiny_model_dir).items():
+            learner = one_process_learner(cfg)
+            for s in (1, 2, 3):
+                metrics = rl_step(learner, episodes(s, even=name == "full"))
+                if s == 2 and name == "lora":
+                    out["checkpoints"] = [learner.save(root / "now", {"seed": 2}),
+                                          save_format_1(learner, root / "format_1", {"seed": 2})]
+            out[name] = {"metrics": metrics, "weights": trainable_weights(learner)}
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory, straight):
+    """One spawn of 2 ranks (`tests.ranks.save_at_two_ranks`): its report, and the folder that
+    holds its checkpoints (lora/, full/) and the refused per-rank folders (node0/, node1/)."""
+    root = tmp_path_factory.mktemp("two_ranks")
+    cfgs = configs(tiny_model_dir)
+    spawn(2, save_at_two_ranks, cfgs["lora"], cfgs["full"], root, straight["checkpoints"],
+          root / "report.pt")
+    return torch.load(root / "report.pt", weights_only=False), root
+
+
+def assert_same_step(metrics: dict, weights: dict, want: dict) -> None:
+    """Step 3 as the uninterrupted one-process run took it: weights within 1e-6, same loss."""
+    assert max_diff(weights, want["weights"]) < 1e-6
+    assert metrics["loss"] == pytest.approx(want["metrics"]["loss"], rel=1e-6, abs=1e-9)
+    assert metrics["lr"] == pytest.approx(want["metrics"]["lr"])
+
+
 @pytest.mark.slow
-def test_a_checkpoint_resumes_exactly_from_two_ranks_onto_one_and_back(tiny_model_dir, tmp_path):
-    """The ranks stop after step 2's checkpoint (as if killed during step 3); one process
-    resumes it, and two ranks resume a one-process checkpoint: both end where an uninterrupted
-    run ends (LoRA; optimizer moments, schedule and step restored)."""
-    from practicum.learner import latest_checkpoint
+def test_ranks_that_do_not_share_the_checkpoint_folder_are_refused(two_ranks):
+    """Each rank was handed a folder of its own for the checkpoints, as two nodes with local
+    disks would be: both refuse in one line naming the folder and who cannot see whom, and
+    leave nothing behind."""
+    report, root = two_ranks
+    host = socket.gethostname()
+    for rank, text in enumerate(report["refused"]):
+        folder = root / f"node{rank}" / "checkpoints"
+        assert text.startswith(f"checkpoint folder {folder} is not shared by the learner ranks")
+        assert "\n" not in text
+        assert f"rank {rank} ({host}) does not see the files of rank(s) [{1 - rank}]" in text
+        assert not list(folder.iterdir())
 
-    cfg = config(tiny_model_dir, True, "train.warmup_steps=2")  # the schedule matters
-    spawn(2, train_save_resume, cfg, tmp_path / "ranks", [1, 2], None, tmp_path / "a.pt")
-    ranks_ckpt = latest_checkpoint(tmp_path / "ranks")
-    assert ranks_ckpt.name == "step_000002" and (ranks_ckpt / "policy" / "policy.json").is_file()
 
-    straight = one_process_learner(cfg)
-    for s in (1, 2, 3):
-        rl_step(straight, episodes(s))
-        if s == 2:
-            straight.save(tmp_path / "one", {})
-    want = trainable_weights(straight)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lora", "full"])
+def test_a_checkpoint_saved_at_two_ranks_resumes_in_one_process(two_ranks, straight,
+                                                                 tiny_model_dir, name):
+    _, root = two_ranks
+    ckpt = latest_checkpoint(root / name)
+    assert ckpt.name == "step_000002"
+    assert sorted(p.name for p in (ckpt / "state").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]  # each rank wrote its shards
+    assert sorted(p.name for p in (ckpt / "rng").iterdir()) == ["rank_0.pt", "rank_1.pt"]
+    assert (ckpt / "policy" / "policy.json").is_file()
+    assert read_trainer_state(ckpt)["extra"] == {"seed": 2}
+    learner = one_process_learner(configs(tiny_model_dir)[name])
+    learner.load(ckpt)
+    assert learner.step == 2
+    saved = {}  # the ranks' gathered weights, as exported beside the shards
+    for f in (ckpt / "policy").glob("*.safetensors"):
+        saved.update(load_file(f))
+    loaded = trainable_weights(learner)
+    assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)
+    metrics = rl_step(learner, episodes(3, even=name == "full"))
+    assert_same_step(metrics, trainable_weights(learner), straight[name])
 
-    resumed = one_process_learner(cfg)  # 2 ranks -> 1 process
-    resumed.load(ranks_ckpt)
-    assert resumed.step == 2
-    rl_step(resumed, episodes(3))
-    assert max_diff(trainable_weights(resumed), want) < 1e-6
 
-    spawn(2, train_save_resume, cfg, tmp_path / "ranks_b", [3],  # 1 process -> 2 ranks
-          latest_checkpoint(tmp_path / "one"), tmp_path / "b.pt")
-    got = torch.load(tmp_path / "b.pt", weights_only=False)
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [3, 4])
+def test_a_checkpoint_saved_at_two_ranks_resumes_at_three_and_four_ranks(
+        two_ranks, straight, tiny_model_dir, tmp_path, world):
+    """LoRA: the ranks split step 3's mini-batches of 5 rows 2/2/1 or 2/1/1/1."""
+    _, root = two_ranks
+    spawn(world, resume_and_train, configs(tiny_model_dir)["lora"],
+          latest_checkpoint(root / "lora"), 3, tmp_path / "got.pt")
+    got = torch.load(tmp_path / "got.pt", weights_only=False)
     assert got["step"] == 3
-    assert max_diff(got["weights"], want) < 1e-6
+    assert_same_step(got["metrics"], got["weights"], straight["lora"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 1], ids=["format_2", "format_1"])
+def test_a_one_process_checkpoint_resumes_at_two_ranks(two_ranks, straight, index):
+    """LoRA, into 2 ranks that had trained on (their state is replaced); format 1 is an earlier
+    practicum's (the whole optimizer in one process's layout in trainer.pt)."""
+    report, _ = two_ranks
+    got = report["resumed"][index]
+    assert got["step"] == 3
+    assert_same_step(got["metrics"], got["weights"], straight["lora"])
 
 
 @pytest.mark.slow
@@ -120,8 +204,6 @@ def test_a_nan_gradient_on_one_rank_skips_the_update_on_every_rank(tiny_model_di
     state, step counts included, unchanged; counted once), step 3 trains; one process that
     skips the same step ends equal, and so does one that resumes the ranks' checkpoint taken
     right after the skipped step."""
-    from practicum.learner import latest_checkpoint
-
     cfg = config(tiny_model_dir, True, "train.epochs=1", "train.mini_batches=1")
     spawn(2, skip_a_poisoned_step, cfg, tmp_path / "ckpt", tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]

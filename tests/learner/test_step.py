@@ -8,9 +8,11 @@ d logp(x | a) / d table[a] = onehot(x) - 1/8, so the gradient is hand-computable
 land in different rows of the table.
 """
 
+import io
 import math
 import os
 import random
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,10 +25,13 @@ from practicum.algo.baselines import TaskBaselines
 from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
+from practicum.errors import PracticumError
 from practicum.learner import Learner, latest_checkpoint, read_trainer_state
+from practicum.learner import checkpoint
+from practicum.learner.checkpoint import restore_rng_state, rng_state
 from practicum.learner.ranks import Ranks, split_even, split_ranks
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
-from tests.ranks import rl_step
+from tests.ranks import rl_step, save_format_1
 
 V = 8
 U = -math.log(V)
@@ -69,6 +74,10 @@ class BigramPolicy(nn.Module):
 
     def trainable_parameters(self):
         return [self.table]
+
+    @property
+    def module(self):
+        return self
 
     @contextmanager
     def frozen_base(self):
@@ -664,30 +673,36 @@ def fake_cuda(monkeypatch, devices: int, states: list[torch.Tensor]) -> list[tup
     return restored
 
 
-def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(tmp_path, monkeypatch):
-    """Dropout on a GPU draws from CUDA's generators: a checkpoint written where CUDA is
-    available holds them, and loading it there sets them back."""
+def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(monkeypatch):
+    """Dropout on a GPU draws from CUDA's generators: a checkpoint's generator state taken where
+    CUDA is available holds them (through a file, as each rank writes it), and restoring it
+    there sets them back."""
     states = [torch.tensor([1, 2], dtype=torch.uint8)]
     restored = fake_cuda(monkeypatch, 1, states)
-    learner = resumable()
-    ckpt = learner.save(tmp_path, extra={})
-    learner.load(ckpt)
+    restore_rng_state(through_a_file(rng_state()))
     assert len(restored) == 1 and torch.equal(restored[0][0], states[0])
-    fake_cuda(monkeypatch, 0, [])  # a CPU checkpoint has none
-    learner.load(learner.save(tmp_path, extra={}))
+    fake_cuda(monkeypatch, 0, [])  # taken on a CPU machine: none
+    restore_rng_state(through_a_file(rng_state()))
     assert len(restored) == 1
 
 
 @pytest.mark.parametrize("present, restored_on", [(2, [0, 1]), (4, [0, 1, 2]), (0, [])])
-def test_cuda_generators_restore_on_the_devices_both_machines_have(tmp_path, monkeypatch,
-                                                                   present, restored_on):
-    # written with 3 GPUs; read back with 2, 4 or none (a CPU driver)
+def test_cuda_generators_restore_on_the_devices_both_machines_have(monkeypatch, present,
+                                                                   restored_on):
+    # taken with 3 GPUs; restored with 2, 4 or none (a CPU driver)
     states = [torch.tensor([k], dtype=torch.uint8) for k in range(3)]
     fake_cuda(monkeypatch, 3, states)
-    ckpt = resumable().save(tmp_path, extra={})
+    saved = through_a_file(rng_state())
     restored = fake_cuda(monkeypatch, present, [])
-    resumable().load(ckpt)
+    restore_rng_state(saved)
     assert [(int(s[0]), i) for s, i in restored] == [(i, i) for i in restored_on]
+
+
+def through_a_file(state):
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, map_location="cpu", weights_only=False)
 
 
 MISSING = "fakegpu"
@@ -726,10 +741,9 @@ def test_a_checkpoint_from_a_device_this_machine_lacks_loads_onto_the_cpu(tmp_pa
     with saved_on_a_missing_device():
         ckpt = a.save(tmp_path, extra={"note": "x"})
     with pytest.raises(RuntimeError, match=MISSING):  # the tensors do claim the missing device
-        torch.load(ckpt / "trainer.pt", weights_only=False)
+        torch.load(ckpt / "rng" / "rank_0.pt", weights_only=False)
     state = read_trainer_state(ckpt)
     assert state["step"] == 1 and state["extra"] == {"note": "x"}
-    assert state["optimizer"]["state"][0]["exp_avg"].device.type == "cpu"
     b = resumable(random_table())
     assert b.load(ckpt) == {"note": "x"}
     assert torch.equal(b.model.table, a.model.table)
@@ -786,6 +800,27 @@ def test_crash_between_the_two_renames_falls_back_to_the_moved_aside_copy(tmp_pa
     assert not list(tmp_path.glob(".aside_*"))
 
 
+def test_a_crash_while_writing_the_shards_leaves_the_last_checkpoint(tmp_path, monkeypatch):
+    learner = resumable()
+    learner.save(tmp_path, extra={"version": "old"})
+    learner.step = 1
+    real_save = checkpoint.dcp.save
+
+    def crash(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise OSError("simulated crash")
+
+    monkeypatch.setattr(checkpoint.dcp, "save", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        learner.save(tmp_path, extra={"version": "new"})
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path) == tmp_path / "step_000000"
+    assert resumable().load(latest_checkpoint(tmp_path)) == {"version": "old"}
+    learner.save(tmp_path, extra={"version": "new"})  # the half-written temp dir is replaced
+    assert resumable().load(latest_checkpoint(tmp_path)) == {"version": "new"}
+    assert not list(tmp_path.glob(".tmp_*"))
+
+
 def test_save_keeps_the_newest_checkpoints(tmp_path):
     learner = resumable()
     for step in range(3):
@@ -793,6 +828,58 @@ def test_save_keeps_the_newest_checkpoints(tmp_path):
         learner.save(tmp_path, extra={}, keep=2)
     assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_000001", "step_000002"]
     assert latest_checkpoint(tmp_path) == tmp_path / "step_000002"
+
+
+def test_a_checkpoint_holds_trainer_state_shards_generators_and_policy(tmp_path):
+    learner = resumable()
+    rl_step(learner, two_tasks({"a": 1.0, "b": 0.0}))
+    ckpt = learner.save(tmp_path, extra={"note": "x"})
+    assert sorted(p.name for p in ckpt.iterdir()) == ["policy", "rng", "state", "trainer.pt"]
+    assert sorted(p.name for p in (ckpt / "state").iterdir()) == [".metadata", "__0_0.distcp"]
+    assert [p.name for p in (ckpt / "rng").iterdir()] == ["rank_0.pt"]
+    assert not list(tmp_path.glob(".*"))  # no temp dir, probe or pointer left over
+    shutil.rmtree(ckpt / "state")  # the driver reads the run state without the model state
+    state = read_trainer_state(ckpt)
+    assert (state["step"], state["extra"], state["world"]) == (1, {"note": "x"}, 1)
+
+
+def test_saving_before_the_first_update_changes_no_update(tmp_path):
+    """An optimizer that never stepped has no moments; the checkpoint must not create them
+    (AdamW's bias correction would then count one step too many), and loading it clears those
+    of a learner that did step."""
+    batches = [two_tasks({"a": 1.0, "b": 0.0}), two_tasks({"a": 0.0, "c": 1.0})]
+    saved, plain, stepped = resumable(), resumable(), resumable(random_table())
+    ckpt = saved.save(tmp_path, extra={})
+    assert not saved.optimizer.state and not read_trainer_state(ckpt)["moments"]
+    rl_step(stepped, batches[1])
+    stepped.load(ckpt)
+    for batch in batches:
+        for learner in (saved, plain, stepped):
+            rl_step(learner, batch)
+    assert torch.equal(saved.model.table, plain.model.table)
+    assert torch.equal(stepped.model.table, plain.model.table)
+
+
+def test_a_format_1_checkpoint_loads_in_one_process(tmp_path):
+    """An earlier practicum's checkpoint (the whole optimizer state inside trainer.pt)."""
+    a = resumable()
+    rl_step(a, two_tasks({"a": 1.0, "b": 0.0}))
+    ckpt = save_format_1(a, tmp_path, {"note": "x"})
+    assert latest_checkpoint(tmp_path) == ckpt
+    b = resumable(random_table())
+    assert b.load(ckpt) == {"note": "x"} and b.step == 1
+    second = two_tasks({"a": 0.0, "c": 1.0})
+    rl_step(a, second)
+    rl_step(b, second)
+    assert torch.equal(b.model.table, a.model.table)
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line(tmp_path):
+    ckpt = resumable().save(tmp_path, extra={})
+    torch.save({**read_trainer_state(ckpt), "format": 3}, ckpt / "trainer.pt")
+    with pytest.raises(PracticumError, match=r"^checkpoint .* has format 3; this practicum "
+                                             r"reads formats 1 and 2 [^\n]*$"):
+        resumable().load(ckpt)
 
 
 def test_no_checkpoint_without_a_pointer(tmp_path):

@@ -150,6 +150,12 @@ class Trainable(Protocol):
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...
 
+    @property
+    def module(self) -> nn.Module:
+        """The torch module holding the trainable parameters: checkpoints name the weights and
+        the optimizer state by its parameter names."""
+        ...
+
     def frozen_base(self) -> AbstractContextManager[Any]:
         """Inside the block, token_logprobs are the frozen base model's (the KL reference)."""
         ...

@@ -171,6 +171,11 @@ class HFTrainable:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    @property
+    def module(self) -> torch.nn.Module:
+        """The model being trained (peft-wrapped with LoRA)."""
+        return self.model
+
     @contextmanager
     def frozen_base(self) -> Iterator[HFTrainable]:
         """Within the block token_logprobs are the frozen base model's (the KL reference):

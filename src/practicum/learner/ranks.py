@@ -27,6 +27,9 @@ class Ranks:
     learner's ranks (`practicum.sharded.GroupRanks`) override each method."""
 
     rank, world = 0, 1
+    in_group = False
+    """Whether the ranks form a torch.distributed process group (the default one), through
+    which collective file formats (`torch.distributed.checkpoint`) coordinate."""
 
     def sum(self, values: list[float]) -> list[float]:
         """Each value added up over the ranks."""
@@ -35,11 +38,13 @@ class Ranks:
     def max(self, value: float) -> float:
         return value
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The optimizer's whole state in one process's layout (`Optimizer.state_dict`)."""
-        return optimizer.state_dict()
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value` (a small picklable object), in rank order, on every rank."""
+        return [value]
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        """Restore the optimizer from its whole state in one process's layout
+        (`Optimizer.state_dict()`, as format-1 checkpoints hold it)."""
         optimizer.load_state_dict(state)
 
     def barrier(self) -> None:

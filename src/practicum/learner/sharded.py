@@ -14,11 +14,10 @@ On a GPU, weights are kept in fp32 (the master copy AdamW updates) and gathered 
 bf16, gradients reduced in fp32 (`MixedPrecisionPolicy`); on a CPU nothing is cast. Backend: nccl
 on GPU, gloo on CPU.
 
-Checkpoints and exports are gathered full tensors in one process's layout (the policy folder and
-an `Optimizer.state_dict()` keyed by parameter index), the format `Learner.save` writes in one
-process: so a checkpoint resumes onto any number of ranks, one process included. This costs
-rank 0 the full state in CPU memory while saving (small with LoRA; for full fine-tuning of a
-large model `torch.distributed.checkpoint`'s sharded files would avoid it, not done here).
+Checkpoints stay sharded: each rank writes its own shards of the weights and the AdamW state
+(`practicum.learner.checkpoint`, torch.distributed.checkpoint), readable at any number of ranks,
+one process included. Exports (the policy folder, a sampler's weights) are gathered full
+tensors in one process's layout.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from torch import Tensor, nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
-    get_optimizer_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
 )
@@ -46,9 +44,6 @@ from practicum.engine.hf_trainable import HFTrainable
 from practicum.errors import PracticumError
 from practicum.learner.ranks import Ranks
 from practicum.learner.step import Learner
-
-FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-"""Gathered full tensors, on rank 0's CPU (the other ranks get none)."""
 
 
 def init_ranks(device_type: str, timeout_s: float) -> None:
@@ -127,6 +122,11 @@ class ShardedTrainable:
     def trainable_parameters(self) -> list[nn.Parameter]:
         return self.inner.trainable_parameters()
 
+    @property
+    def module(self) -> nn.Module:
+        """The sharded model (its parameters DTensors), named as the unsharded one."""
+        return self.inner.model
+
     @contextmanager
     def frozen_base(self) -> Iterator[ShardedTrainable]:
         if self.inner.cfg.lora:  # the same sharded model, adapter off
@@ -179,8 +179,10 @@ def _rank() -> int:
 
 
 class GroupRanks(Ranks):
-    """The process group's ranks, for `Learner` (statistics summed, optimizer state gathered
-    into and restored from one process's layout)."""
+    """The process group's ranks, for `Learner` (statistics summed; a format-1 checkpoint's
+    optimizer state, in one process's layout, restored into each rank's shards)."""
+
+    in_group = True
 
     def __init__(self, model: ShardedTrainable):
         self.model = model
@@ -196,15 +198,10 @@ class GroupRanks(Ranks):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.item()
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """`Optimizer.state_dict()` of the unsharded model (on rank 0; {} elsewhere)."""
-        full = get_optimizer_state_dict(self.model.inner.model, optimizer, options=FULL)
-        if self.rank != 0:
-            return {}
-        index = {name: i for i, name in enumerate(self.model.names)}
-        groups = [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]
-        return {"state": {index[n]: s for n, s in full["state"].items()},
-                "param_groups": groups}
+    def gather(self, value: Any) -> list[Any]:
+        out = [None] * self.world
+        dist.all_gather_object(out, value)
+        return out
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         names = self.model.names

@@ -10,8 +10,9 @@
                       loop); it sends each call to ranks > 0, which run `follow` instead of a
                       session
 
-Either way the driver holds one `Learner`; rank 0 returns the metrics, the gathered weights and
-writes the checkpoints (same format as one process: `Learner.save`).
+Either way the driver holds one `Learner`; rank 0 returns the metrics and the gathered weights;
+every rank writes its shards of a checkpoint (`practicum.learner.checkpoint`: the format one
+process writes too), so the run folder must be on a filesystem every rank's node mounts.
 
 A rank that dies or stalls stops the step on every rank: under Ray the first failed rank ends
 the call at once (the others, waiting for it in a collective, are killed with it); under
