@@ -270,8 +270,23 @@ def _split_config_arg(args) -> None:
         args.config = None
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; `key=value` overrides may come before or after the flags
+    (`practicum audit ENV --tasks 4 run.seed=1`), in the order given. argparse alone ends the
+    positional list at the first flag (and `parse_intermixed_args` refuses subcommands), so
+    what it leaves over is appended to the command's overrides when every piece is one."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or \
+                any(x.startswith("-") or "=" not in x for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _split_config_arg(args)
