@@ -46,6 +46,9 @@ SPRAY_RANGE = (100, 2000)
 POLARITIES = ("yes", "no", "true", "false", "True", "False", "Yes", "No", "correct",
               "incorrect", "positive", "negative", "valid", "invalid")
 OPTION_LETTERS = tuple("ABCDEFGHIJ")
+SPRAY_ATTACKS = ("candidate spray (one reply)", "candidate spray (one per line)")
+"""Their names: an environment whose prompt shows complete actions (options a policy may
+pick) lists them in `AuditSpec.attempts`, as it does "prompt echo"."""
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -115,8 +118,7 @@ def text_attacks(spec: AuditSpec) -> list[Attack]:
             Attack("judge-directed instruction", judge),
             Attack("random tool calls", random_tools),
             Attack("malformed tool calls", malformed_tools),
-            Attack("candidate spray (one reply)", spray_reply),
-            Attack("candidate spray (one per line)", spray_lines)]
+            Attack(SPRAY_ATTACKS[0], spray_reply), Attack(SPRAY_ATTACKS[1], spray_lines)]
 
 
 # -- candidate spray ----------------------------------------------------------------------------
