@@ -154,7 +154,13 @@ def test_a_judge_that_obeys_instructions_is_caught(tmp_path, judged_entry_point,
     assert v["judge-directed instruction"] == "undue credit"
     assert v["say please"] == "contained" and v["honest reference"] == "reference"
     assert report["honest"] == 1.0
-    assert "undue credit" in capsys.readouterr().out  # the table says it too
+    out = capsys.readouterr().out
+    assert "undue credit" in out  # the table says it too
+    # not a terminal: counted lines, the first at once and the last at the end
+    counted = [line.split("  ")[0] for line in out.splitlines() if line.startswith("audit ")]
+    total = 2 * len(report["results"])
+    assert counted[0] == f"audit judged 0/{total}"
+    assert counted[-1] == f"audit judged {total}/{total}"
     code, report = audit(tmp_path, "judged", "task.options.persuadable=false", "--tasks", "2")
     assert code == 0 and verdicts(report)["judge-directed instruction"] == "contained"
 

@@ -87,7 +87,11 @@ def cmd_eval(args) -> int:
         if args.checkpoint:
             s.learner.load(Path(args.checkpoint))
             s.publish()
-        result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}")
+        from practicum.runtime.progress import counting
+
+        with counting("evaluating", len(s.eval_tasks), log_dir=s.run_dir) as count:
+            result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}",
+                                lambda episode: count.advance())
     finally:
         s.close()
     print(json.dumps(result, indent=1))
@@ -163,7 +167,7 @@ def cmd_audit(args) -> int:
         cfg = load_config(None, [f"task.name={target}", *args.overrides])
     ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None, cfg.rollout.max_turns)
     report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
-                       max_turns=cfg.rollout.max_turns, only=args.attack)
+                       max_turns=cfg.rollout.max_turns, only=args.attack, progress=True)
     Console(width=160).print(audit_table(report))
     if args.json:
         write_json([report], Path(args.json))
