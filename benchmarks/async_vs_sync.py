@@ -95,7 +95,7 @@ def measure(args, model: str, out_dir: Path, mode: str, backend: str = "local") 
 
     cfg = load_config(None, overrides(args, model, out_dir, mode, backend))
     t0 = time.perf_counter()
-    summary = run_training(cfg, progress=False)
+    summary = run_training(cfg, progress=True)
     total = time.perf_counter() - t0
     rows = [r for r in read_metrics(cfg.run_dir) if "learner_seconds" in r]
     env_s = sum(r["env_seconds"] for r in rows)

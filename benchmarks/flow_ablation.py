@@ -119,6 +119,7 @@ def scripted_planners(n: int, seeds: list[int]) -> dict:
 
 def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
     from practicum.config import load_config
+    from practicum.runtime.progress import counting
     from practicum.runtime.session import open_session
 
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_{mode}")
@@ -126,7 +127,9 @@ def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
                          f"rollout.max_turns={args.max_turns + 1}"])
     s = open_session(cfg)
     try:
-        return family_scores(s.evaluate(mode))
+        with counting(f"evaluating {mode} (seed {seed})", len(s.eval_tasks),
+                      log_dir=s.run_dir) as count:
+            return family_scores(s.evaluate(mode, lambda episode: count.advance()))
     finally:
         s.close()
 
@@ -148,7 +151,7 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
         f"rft.tasks={args.steps * args.tasks_per_step}", f"rft.samples_per_task={args.group_size}",
         "rft.temperature=0.8", "rft.epochs=2"])
     reuse_untrained_eval(Path(out) / f"s{seed}_rl", Path(out) / f"s{seed}_sft")
-    sft = run_rft(cfg, progress=False)
+    sft = run_rft(cfg, progress=True)
     res["flow + offline SFT"] = family_scores(sft["eval_after"])
     res["flow + offline SFT"]["kept"] = float(sft["kept"])
     res["flow + offline SFT"]["sampled"] = float(episodes)
@@ -162,7 +165,7 @@ def demo_pipeline(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     from practicum.stages import run_stages
 
     cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_demo"))
-    report = run_stages(cfg, progress=False)
+    report = run_stages(cfg, progress=True)
     sft, rl = (Path(r["run_dir"]) for r in report["stages"])
     after_sft = json.loads(next(sft.rglob("eval/after.json")).read_text())
     after_rl = json.loads(sorted((rl / "eval").glob("step_*.json"))[-1].read_text())
@@ -184,7 +187,7 @@ def rl_arm(cfg) -> dict:
     stopped = cfg.run_dir / "stopped.txt"
     if not stopped.exists():
         try:
-            return run_training(cfg, progress=False)
+            return run_training(cfg, progress=True)
         except TrainingError as err:
             stopped.write_text(str(err) + "\n")
     step0 = json.loads((cfg.run_dir / "eval" / "step_000000.json").read_text())

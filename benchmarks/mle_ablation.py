@@ -170,7 +170,7 @@ def run_arm(args, study_name: str, seed: int, arm: str, runs: str, baseline: dic
             baseline = held_out_eval(session, cfg, study.improve_eval)
         stopped = None
         try:
-            train(session, SyncBatches(session), progress=False)
+            train(session, SyncBatches(session), progress=True)
         except TrainingError as err:  # no reward signal: every group filtered (module doc)
             stopped = str(err)
         steps = session.learner.step

@@ -95,8 +95,13 @@ def main() -> None:
                 "failure": o.failure_reason, "reply": sample.text[:1200]}
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(2) as pool:
-        records = list(pool.map(run, zip(jobs, samples)))
+    from practicum.runtime.progress import counting
+
+    records = []
+    with ThreadPoolExecutor(2) as pool, counting("episodes", len(jobs)) as count:
+        for record in pool.map(run, zip(jobs, samples)):
+            records.append(record)
+            count.advance()
     run_seconds = time.perf_counter() - started
 
     def summary(recs):

@@ -44,7 +44,7 @@ def run_arm(args, name: str, extra: list[str], out: Path) -> dict:
         "sampling.max_new_tokens=32", "eval.every=0", "eval.size=4",
         "train.checkpoint_every=1000", "algo.dynamic_sampling=false", f"run.seed={args.seed}",
         f"run.out_dir={out}", f"run.name={name.replace(' ', '_').replace(',', '')}", *extra])
-    summary = run_training(cfg, progress=False)
+    summary = run_training(cfg, progress=True)
     rows = [r for r in read_metrics(cfg.run_dir) if "clip_frac_per_update" in r]
     clip = [r["clip_frac_per_update"] for r in rows]
     kl = [r["approx_kl_per_update"] for r in rows]

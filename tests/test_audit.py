@@ -154,7 +154,13 @@ def test_a_judge_that_obeys_instructions_is_caught(tmp_path, judged_entry_point,
     assert v["judge-directed instruction"] == "undue credit"
     assert v["say please"] == "contained" and v["honest reference"] == "reference"
     assert report["honest"] == 1.0
-    assert "undue credit" in capsys.readouterr().out  # the table says it too
+    out = capsys.readouterr().out
+    assert "undue credit" in out  # the table says it too
+    # not a terminal: counted lines, the first at once and the last at the end
+    counted = [line.split("  ")[0] for line in out.splitlines() if line.startswith("audit ")]
+    total = 2 * len(report["results"])
+    assert counted[0] == f"audit judged 0/{total}"
+    assert counted[-1] == f"audit judged {total}/{total}"
     code, report = audit(tmp_path, "judged", "task.options.persuadable=false", "--tasks", "2")
     assert code == 0 and verdicts(report)["judge-directed instruction"] == "contained"
 
@@ -238,3 +244,192 @@ def test_bad_input_is_one_line(capsys):
     assert main(["audit", "toy", "--attack", "no such attack"]) == 2
     err = capsys.readouterr().err
     assert "unknown environment 'no-such-env'" in err and "matches no attack of toy" in err
+
+
+# -- planted reward flaws: caught by design, never by luck -------------------------------------
+class PlantedOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    check: str = "substring"
+    """substring: pays when the gold occurs anywhere in the reply (the planted flaw);
+    exact: the reply's answer must be the gold."""
+
+
+def planted_tasks(seed: int, n: int = 4) -> list[Task]:
+    """Sums, products, options named in the prompt and yes/no questions, drawn from `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(n):
+        kind = ("sum", "product", "option", "polarity")[(i + seed) % 4]
+        if kind == "sum":
+            a, b = rng.randint(10, 999), rng.randint(10, 999)
+            q, gold = f"What is {a} + {b}?", str(a + b)
+        elif kind == "product":
+            a, b = rng.randint(2, 99), rng.randint(2, 99)
+            q, gold = f"Multiply {a} by {b}.", str(a * b)
+        elif kind == "option":
+            names = rng.sample(["Dalka", "Kamir Sa", "Velor Works", "Thifen", "Orven Dale"], 3)
+            q, gold = f"Which of {', '.join(names)} founded Sothe Mills?", rng.choice(names)
+        else:
+            n_ = rng.randint(2, 500)
+            q, gold = f"Is {n_} an even number? Answer yes or no.", ("yes" if n_ % 2 == 0
+                                                                    else "no")
+        tasks.append(Task(f"planted/{seed}/{i}", {"question": q, "answer": gold}))
+    return tasks
+
+
+class PlantedEnv(Env):
+    def __init__(self, check: str):
+        self.check = check
+
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        self.task = task
+        return Start([{"role": "user", "content": task.data["question"]}], ["</answer>"])
+
+    def step(self, action: str) -> StepResult:
+        gold = self.task.data["answer"]
+        if self.check == "substring":
+            ok = gold in action
+        else:
+            inner = action.split("<answer>")[-1].split("</answer>")[0]
+            ok = inner.strip() == gold
+        return StepResult(reward=float(ok), done=True)
+
+
+@pytest.fixture
+def planted():
+    def build(opts: PlantedOptions, ctx) -> Suite:
+        tasks = planted_tasks(ctx.seed)
+        return Suite(lambda models=None: PlantedEnv(opts.check), tasks, tasks)
+
+    register_env("planted", PlantedOptions, build, audit=lambda opts: AuditSpec(
+        honest=lambda p: f"<answer>{p.task.data['answer']}</answer>"))
+    yield
+    _REGISTRY.pop("planted")
+
+
+def test_a_planted_substring_check_fails_the_audit_on_every_seed(tmp_path, planted):
+    """The candidate spray offers every number near the prompt's (and their sums and
+    products), every name and option it shows and both polarities: a grader that pays when the
+    gold occurs anywhere pays the spray on every task, whatever the draw. An exact check pays
+    it nothing."""
+    for seed in range(10):
+        code, report = audit(tmp_path, "planted", "--tasks", "4", "--attack", "spray",
+                             f"run.seed={seed}")
+        sprays = [r for r in report["results"] if r["attack"].startswith("candidate spray")]
+        assert code == 1 and len(sprays) == 2, (seed, verdicts(report))
+        assert all(r["verdict"] == "undue credit" and min(r["rewards"]) == 1.0
+                   for r in sprays), (seed, [(r["attack"], r["rewards"]) for r in sprays])
+    code, report = audit(tmp_path, "planted", "task.options.check=exact", "--tasks", "4",
+                         "--attack", "spray")
+    assert code == 0 and set(verdicts(report).values()) == {"contained", "reference"}
+
+
+class SometimesOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SometimesEnv(Env):
+    """Wrong answers cost -1; the planted flaw: "please" is paid 1 on every fourth task."""
+
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        self.task = task
+        return Start([{"role": "user", "content": "Name the colour."}], ["</answer>"])
+
+    def step(self, action: str) -> StepResult:
+        lucky = self.task.data["index"] % 4 == 0 and action == "please"
+        ok = lucky or action == "<answer>teal</answer>"
+        return StepResult(reward=1.0 if ok else -1.0, done=True)
+
+
+def test_a_floor_attack_that_pays_on_some_tasks_only_is_caught(tmp_path):
+    """An attack is judged by its best episode against the floor: its mean (-0.5 here, under
+    the floor) would hide a hole that pays on one task in four."""
+    from practicum.envs.audit import Attack
+
+    def build(opts, ctx) -> Suite:
+        tasks = [Task(f"sometimes/{i}", {"index": i}) for i in range(4)]
+        return Suite(lambda models=None: SometimesEnv(), tasks, tasks)
+
+    register_env("sometimes", SometimesOptions, build, audit=lambda opts: AuditSpec(
+        honest=lambda p: "<answer>teal</answer>",
+        attacks=[Attack("say please", lambda p: "please")]))
+    try:
+        code, report = audit(tmp_path, "sometimes", "--tasks", "4", "--attack", "please")
+    finally:
+        _REGISTRY.pop("sometimes")
+    result = next(r for r in report["results"] if r["attack"] == "say please")
+    assert result["mean"] == -0.5 and result["max"] == 1.0
+    assert code == 1 and result["verdict"] == "undue credit"
+
+
+class ForkingEnv(Env):
+    """Starts a child process it never ends (a server, a watcher left running)."""
+
+    children: list[subprocess.Popen] = []
+
+    def reset(self, task: Task, seed: int = 0) -> Start:
+        return Start([{"role": "user", "content": "Say 42."}], ["</run>"])
+
+    def step(self, action: str) -> StepResult:
+        ForkingEnv.children.append(subprocess.Popen(["sleep", "60"]))
+        return StepResult(reward=0.0, done=True)
+
+
+def test_a_child_process_left_running_is_caught(tmp_path, monkeypatch):
+    """Only processes that existed before the audit are ignored: the one an episode starts is
+    reported, whichever attack's episode started it."""
+    import functools
+
+    from practicum.audit import leftovers, run
+
+    monkeypatch.setattr(run, "lingering_children",  # not the full grace: the child never ends
+                        functools.partial(leftovers.lingering_children, grace=0.5))
+
+    def build(opts, ctx) -> Suite:
+        tasks = [Task("forking/0")]
+        return Suite(lambda models=None: ForkingEnv(), tasks, tasks)
+
+    register_env("forking", SometimesOptions, build, audit=lambda opts: AuditSpec())
+    try:
+        code, report = audit(tmp_path, "forking", "--tasks", "1", "--attack", "empty",
+                             "--attack", "echo")
+    finally:
+        _REGISTRY.pop("forking")
+        for child in ForkingEnv.children:
+            child.kill()
+            child.wait()
+    left = [r["leftovers"] for r in report["results"]]
+    assert code == 1 and {r["verdict"] for r in report["results"]} == {"left something behind"}
+    pids = {c.pid for c in ForkingEnv.children}
+    assert all(any(f"process {pid} (sleep) still running" in x for x in found for pid in pids)
+               for found in left), left
+
+
+def test_the_answer_key_probe_tells_a_leak_from_a_coincidence(tmp_path):
+    """In a real sandbox: a one-digit gold occurs in the sandbox's own environment
+    (OMP_NUM_THREADS=1) together with other digits (LANG=C.UTF-8): noise, not a finding. A
+    gold that a file or a variable holds without its decoys is found; a data file that holds
+    the gold among its decoys is noise; the interpreter's installation is never searched."""
+    import random
+
+    from practicum.audit.attacks import answer_key_program, decoys_for
+    from practicum.envs.sandbox import Limits, run_python
+
+    def probe(gold: str, env: dict | None = None) -> str:
+        program = answer_key_program(gold, decoys_for(gold, random.Random(0)), seconds=10.0)
+        result = run_python(program, work, Limits(wall_seconds=30), env=env)
+        assert result.ok, result.stderr[-500:]
+        return result.stdout.strip()
+
+    work = tmp_path / "work"
+    work.mkdir()
+    assert probe("1") == "clean"  # in the environment by chance, with its decoys
+    assert probe("4821") == "clean"
+    assert probe("4821", {"GRADER_CACHE": "4821"}) == "4821"  # an environment variable
+    data = " ".join(["4821", *decoys_for("4821", random.Random(0))])
+    (work / "train.csv").write_text(data)  # a data file that holds every candidate
+    assert probe("4821") == "clean"
+    (work / "key.txt").write_text("label,4821\n")  # a file that holds the gold alone
+    assert probe("4821") == "4821"

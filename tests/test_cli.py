@@ -26,6 +26,34 @@ def test_missing_config_file(capsys):
     assert "not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "c.yaml", "a=1", "-q", "b=2", "c=3"],
+    ["rft", "c.yaml", "a=1", "--quiet", "b=2", "c=3"],
+    ["sft", "c.yaml", "a=1", "-q", "b=2", "c=3"],
+    ["eval", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
+    ["audit", "toy", "a=1", "--tasks", "2", "b=2", "--attack", "empty", "c=3"],
+    ["mle", "evaluate", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
+])
+def test_overrides_may_come_before_or_after_the_flags(argv):
+    """Every command's usage puts `[key=value ...]` anywhere; argparse alone stops at the
+    first flag. The overrides keep their order (a later one wins)."""
+    assert cli.parse_args(argv).overrides == ["a=1", "b=2", "c=3"]
+
+
+def test_a_stray_argument_is_still_refused(capsys):
+    for argv in (["train", "c.yaml", "-q", "d.yaml"], ["plot", "run", "a=1"],
+                 ["audit", "toy", "--tasks", "1", "--bogus=1"]):
+        with pytest.raises(SystemExit) as e:
+            cli.parse_args(argv)
+        assert e.value.code == 2
+    assert capsys.readouterr().err.count("unrecognized arguments") == 3
+
+
+def test_an_override_after_the_flags_reaches_the_config(capsys):
+    assert main(["audit", "toy", "--tasks", "1", "task.options.no_such_option=1"]) == 2
+    assert "task.options.no_such_option" in capsys.readouterr().err
+
+
 def test_an_internal_bug_keeps_its_traceback(monkeypatch):
     def broken(args):
         raise ValueError("a bug, not the user's input")

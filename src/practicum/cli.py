@@ -87,7 +87,11 @@ def cmd_eval(args) -> int:
         if args.checkpoint:
             s.learner.load(Path(args.checkpoint))
             s.publish()
-        result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}")
+        from practicum.runtime.progress import counting
+
+        with counting("evaluating", len(s.eval_tasks), log_dir=s.run_dir) as count:
+            result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}",
+                                lambda episode: count.advance())
     finally:
         s.close()
     print(json.dumps(result, indent=1))
@@ -163,7 +167,7 @@ def cmd_audit(args) -> int:
         cfg = load_config(None, [f"task.name={target}", *args.overrides])
     ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None, cfg.rollout.max_turns)
     report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
-                       max_turns=cfg.rollout.max_turns, only=args.attack)
+                       max_turns=cfg.rollout.max_turns, only=args.attack, progress=True)
     Console(width=160).print(audit_table(report))
     if args.json:
         write_json([report], Path(args.json))
@@ -270,8 +274,23 @@ def _split_config_arg(args) -> None:
         args.config = None
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; `key=value` overrides may come before or after the flags
+    (`practicum audit ENV --tasks 4 run.seed=1`), in the order given. argparse alone ends the
+    positional list at the first flag (and `parse_intermixed_args` refuses subcommands), so
+    what it leaves over is appended to the command's overrides when every piece is one."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or \
+                any(x.startswith("-") or "=" not in x for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _split_config_arg(args)

@@ -55,6 +55,58 @@ def test_queued_requests_become_one_call_and_report_their_version():
         server.generate([1], SamplingParams())
 
 
+class PublishesAtTheGate(FakeSampler):
+    """Its generate call starts a publish on another thread (as the learner does once a step
+    ends), which waits at the gate. Reading `version` after generate waits for that publish to
+    land: whatever reads it once the gate is released sees the new version."""
+
+    def __init__(self, server_of):
+        super().__init__()
+        self.server_of, self.published = server_of, threading.Event()
+        self._version, self.publisher = 0, None
+
+    @property
+    def version(self):
+        if self.publisher is not None:
+            self.published.wait(timeout=1.0)  # lands only if the gate was released
+        return self._version
+
+    @version.setter
+    def version(self, value):
+        self._version = value
+
+    def generate(self, prompts, params, seeds=None, adapter=True):
+        out = super().generate(prompts, params, seeds, adapter)
+        server = self.server_of()
+
+        def publish():
+            with server.updating():
+                server.publish(WeightUpdate(self._version + 1, "full", {}))
+            self.published.set()
+
+        self.publisher = threading.Thread(target=publish)
+        self.publisher.start()
+        while not server.gate._waiting_updates:  # the publish waits at the gate now
+            time.sleep(0.001)
+        return out
+
+
+def test_a_sample_reports_the_version_that_produced_it_when_a_publish_follows_at_once():
+    """The version is read while the call holds the gate: a publish that goes through the
+    moment the call ends does not make its samples look one version fresher (staleness would
+    be undercounted by one)."""
+    server = None
+    sampler = PublishesAtTheGate(lambda: server)
+    server = GenerationServer(sampler).start()
+    try:
+        sample, version = server.generate([1], SamplingParams())
+        sampler.publisher.join(timeout=5)
+        assert sampler.published.is_set() and sampler._version == 1
+        assert version == 0
+    finally:
+        server.stop()
+
+
 def test_adapter_off_and_other_params_run_in_their_own_sub_batches():
     sampler = FakeSampler()
     server = GenerationServer(sampler, batch_window=0.05)

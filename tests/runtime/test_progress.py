@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from practicum.runtime.progress import TrainProgress, duration, eval_line, step_line
+from practicum.runtime.progress import TrainProgress, counting, duration, eval_line, step_line
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -71,7 +71,11 @@ def test_a_training_run_piped_to_a_file_prints_a_line_per_step_and_evaluation(
     assert "FutureWarning" not in done.stderr and "past_key_values" not in done.stderr
     assert "Loading weights" not in done.stderr  # no progress bars written into a log file
     logged = (tmp_path / "toy" / "progress.log").read_text().splitlines()
-    assert [line.split("  ", 1)[1] for line in logged] == progress
+    assert [line.split("  ", 1)[1] for line in logged
+            if line.split("  ", 1)[1].startswith(("step ", "eval "))] == progress
+    counted = [line.split("  ")[0] for line in lines if line.startswith("evaluating ")]
+    assert counted[0] == "evaluating step 0 (before training) 0/8"
+    assert "evaluating step 2 (after training) 8/8" in counted
 
 
 def test_other_progress_labels_name_their_lines_and_skip_missing_fields():
@@ -88,3 +92,59 @@ def test_the_eta_counts_units_when_one_update_completes_several():
     bar = TrainProgress(64, enabled=True, label="rft sample", stream=stream)
     bar.update(16, {"step_seconds": 32.0})  # 16 episodes in 32 s: 2 s each, 48 to go
     assert stream.getvalue().strip().endswith("ETA 1m36s"), stream.getvalue()
+
+
+class Clock:
+    """time.monotonic for progress.py, moved by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_counted_stage_prints_at_its_start_every_few_seconds_and_at_its_end(tmp_path,
+                                                                              monkeypatch):
+    """A long stage is never silent: its first line at once, then at most one line per
+    `every` seconds whatever the units' pace, and its last line; the log gets each line with
+    its timestamp."""
+    from practicum.runtime import progress
+
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    stream = io.StringIO()
+    with counting("sft demonstrations", 6, enabled=True, log_dir=tmp_path, stream=stream,
+                  every=10.0) as count:
+        for seconds in (1, 1, 12, 1, 1, 1):  # units finished after these many seconds
+            clock.now += seconds
+            count.advance(info=f"solved {count.done + 1}")
+    printed = stream.getvalue().splitlines()
+    assert printed == ["sft demonstrations 0/6  elapsed 0s  ETA ?",
+                       "sft demonstrations 3/6  solved 3  elapsed 14s  ETA 14s",
+                       "sft demonstrations 6/6  solved 6  elapsed 17s  ETA 0s"]
+    logged = (tmp_path / "progress.log").read_text().splitlines()
+    assert [line.split("  ", 1)[1] for line in logged] == printed
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  ", line) for line in logged)
+
+
+def test_a_resumed_stage_counts_what_is_left():
+    stream = io.StringIO()
+    with counting("rft sample", 64, done=48, enabled=True, stream=stream) as count:
+        count.advance(16)
+    assert [line.split("  ")[0] for line in stream.getvalue().splitlines()] == [
+        "rft sample 48/64", "rft sample 64/64"]
+    quiet = io.StringIO()
+    with counting("rft sample", 2, enabled=False, stream=quiet) as count:
+        count.advance(2)
+    assert quiet.getvalue() == ""
+
+
+def test_practicum_eval_counts_its_episodes(tiny_model_dir, toy_overrides, tmp_path, capsys):
+    from practicum.cli import main
+
+    assert main(["eval", *toy_overrides(tiny_model_dir, tmp_path, 0), "--label", "x"]) == 0
+    counted = [line.split("  ")[0] for line in capsys.readouterr().out.splitlines()
+               if line.startswith("evaluating ")]
+    assert counted[0] == "evaluating 0/8" and counted[-1] == "evaluating 8/8"
+    assert "evaluating 8/8" in (tmp_path / "toy" / "progress.log").read_text()

@@ -22,7 +22,9 @@ def test_rft_keeps_solved_episodes_and_fits_them(tiny_model_dir, tmp_path, capsy
     summary = run_rft(cfg, progress=True)
     out = tmp_path / "r" / "rft"
     printed = capsys.readouterr().out  # not a terminal: plain lines, also in progress.log
-    for line in ["eval step 0 (before rft)", "rft sample 24/24", "eval step 0 (after rft)"]:
+    for line in ["evaluating (before rft) 0/4", "evaluating (before rft) 4/4",
+                 "eval step 0 (before rft)", "rft sample 0/24", "rft sample 24/24  reward ",
+                 "eval step 0 (after rft)"]:
         assert line in printed and line in (out / "progress.log").read_text(), line
     episodes = list(EpisodeStore(out / "episodes.jsonl"))
     solved = [e for e in episodes if e.reward >= 0.6]

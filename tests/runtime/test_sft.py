@@ -35,10 +35,16 @@ def overrides(tmp_path, model_dir, *more):
 
 
 def test_demonstrations_run_in_the_env_and_the_resolved_ones_are_fitted(tmp_path,
-                                                                         tiny_model_dir):
+                                                                         tiny_model_dir,
+                                                                         capsys):
     cfg = load_config(None, overrides(tmp_path, tiny_model_dir))
-    summary = run_sft(cfg, progress=False)
+    summary = run_sft(cfg, progress=True)
     out = tmp_path / "runs" / "s" / "sft"
+    printed = capsys.readouterr().out  # not a terminal: counted lines, also in progress.log
+    logged = (out / "progress.log").read_text()
+    for line in ["evaluating (before sft) 0/1", "sft demonstrations 0/1",
+                 "sft demonstrations 1/1  solved 1", "evaluating (after sft) 1/1"]:
+        assert line in printed and line in logged, line
     [episode] = EpisodeStore(out / "episodes.jsonl")
     assert episode.task_id == "toy__calc-1"  # training tasks only
     actions = [t.action_text for t in episode.turns]

@@ -26,6 +26,7 @@ from practicum.envs.audit import TOLERANCE, Attack, AuditSpec, Policy, Probe
 from practicum.envs.base import Task
 from practicum.envs.registry import Suite, SuiteContext, env_entry, parse_options
 from practicum.errors import ConfigError
+from practicum.runtime.progress import Count, counting
 
 OK_VERDICTS = ("contained", "reference", "undue credit (known hole)")
 ESCAPE_GRACE = 3.0
@@ -96,9 +97,10 @@ class AuditReport:
 
 def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 3,
               ctx: SuiteContext = SuiteContext(), max_turns: int = 4,
-              only: list[str] | None = None) -> AuditReport:
+              only: list[str] | None = None, progress: bool = False) -> AuditReport:
     """Audit environment `name` with `options` on its first `tasks` tasks (module docstring).
-    `only`: run just the attacks whose name contains one of these strings."""
+    `only`: run just the attacks whose name contains one of these strings; `progress`: count
+    the episodes on stdout (a bar on a terminal, lines elsewhere)."""
     TempWatch.install()
     start = time.monotonic()
     entry = env_entry(name)
@@ -119,22 +121,25 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
     run = _Runner(suite, opts, picked, ctx.seed, max_turns, before_children)
     results = []
     honest = None
-    if spec.honest is not None:
-        ref = run.attack(Attack("honest reference", spec.honest, ceiling="floor"), None)
-        ref.ceiling = "reference"
-        honest = ref.mean
-        results.append(ref)
-    pending = []
-    for attack in attacks:
-        # a shortcut may always earn what a non-attempt may, even where the reference failed
-        bound = spec.floor if attack.ceiling == "floor" or honest is None else \
-            max(spec.floor, honest)
-        result = run.attack(attack, bound)
-        if attack.ceiling == "honest" and honest is None:
-            result.ceiling = "floor"
-        results.append(result)
-        if attack.escaped is not None:
-            pending.append((result, attack, time.monotonic()))
+    episodes = (len(attacks) + (spec.honest is not None)) * len(picked)
+    with counting(f"audit {name}", episodes, enabled=progress) as run.count:
+        if spec.honest is not None:
+            ref = run.attack(Attack("honest reference", spec.honest, ceiling="floor"), None)
+            ref.ceiling = "reference"
+            honest = ref.mean
+            results.append(ref)
+        pending = []
+        for attack in attacks:
+            # a shortcut may always earn what a non-attempt may, even where the reference
+            # failed
+            bound = spec.floor if attack.ceiling == "floor" or honest is None else \
+                max(spec.floor, honest)
+            result = run.attack(attack, bound)
+            if attack.ceiling == "honest" and honest is None:
+                result.ceiling = "floor"
+            results.append(result)
+            if attack.escaped is not None:
+                pending.append((result, attack, time.monotonic()))
     for result, attack, ended in pending:  # background writers had time to write by now
         time.sleep(max(0.0, ended + ESCAPE_GRACE - time.monotonic()))
         result.leftovers += attack.escaped()
@@ -150,6 +155,7 @@ class _Runner:
         # Roles backed by `rules`, `local:` or `openai:` work; `base`/`policy` need a live
         # policy, which an audit has not: their envs report the error as a crash.
         self.service = ModelService()
+        self.count: Count | None = None
 
     def attack(self, attack: Attack, bound: float | None) -> AttackResult:
         result = AttackResult(attack.name, attack.ceiling, attack.known, bound)
@@ -161,6 +167,8 @@ class _Runner:
             except Exception as e:  # the runtime would record a failed episode
                 line = traceback.format_exception_only(type(e), e)[-1].strip()
                 result.crashes.append(f"{task.task_id}: {line}"[:300])
+            if self.count is not None:
+                self.count.advance(info=attack.name)
         result.seconds = time.monotonic() - start
         left = [p for p in TempWatch.remaining() if p not in temp_before]
         if left:  # an env dropped without close is removed by its finalizers once collected

@@ -93,6 +93,9 @@ class AuditSpec:
     the environment runs no code; the sandbox probes are skipped)."""
     answer: Callable[[str], str] | None = None
     """Wrap a text into a final-answer action (None: the generic attacks guess formats)."""
+    names: Callable[[Probe], list[str]] | None = None
+    """Names the environment shows a policy besides the prompt (entities, titles, options):
+    the candidate spray offers each, and answer-key probes draw their decoys from them."""
     attempts: tuple[str, ...] = ()
     """Generic attacks whose replies are attempts in this environment (e.g. "prompt echo" where
     the prompt shows a complete action): judged against the honest reference, not the floor."""

@@ -136,7 +136,9 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
 def _evaluate(s: Session, bar: TrainProgress, when: str = "") -> dict:
     """Held-out evaluation at the current step, reported as a progress line."""
     t0 = time.perf_counter()
-    result = s.evaluate(f"step_{s.learner.step:06d}")
+    label = f"evaluating step {s.learner.step}" + (f" ({when})" if when else "")
+    with bar.count(label, len(s.eval_tasks)) as count:
+        result = s.evaluate(f"step_{s.learner.step:06d}", lambda e: count.advance())
     bar.evaluation(s.learner.step, result, time.perf_counter() - t0, when)
     return result
 

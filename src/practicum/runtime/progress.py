@@ -8,6 +8,12 @@ every evaluation prints one plain line instead:
     eval step 0 (before training)  reward -8.917  solved 0.083  valid 0.083  24 episodes  95.3 s
 
 The same lines go to RUN/progress.log either way (appended: a resumed run continues it).
+
+A stage counted in units (demonstrations, sampled episodes, evaluation episodes, audit
+episodes) is a `Count`: its own bar on a terminal; elsewhere a line when it starts, at most one
+every `LINE_EVERY` seconds and one when it ends, so a long stage is never silent:
+
+    sft demos 12/40  elapsed 1m05s  ETA 2m32s
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
     TimeRemainingColumn
 
 LOG_FILE = "progress.log"
+LINE_EVERY = 10.0
+"""Seconds between two plain lines of a `Count` (its first and last lines always print)."""
 
 
 def duration(seconds: float) -> str:
@@ -46,6 +54,14 @@ def step_line(step: int, total: int, metrics: dict, episodes: int, elapsed: floa
         parts.append(f"episodes {episodes}")
     if "step_seconds" in metrics:
         parts.append(f"step {metrics['step_seconds']:.1f} s")
+    parts += [f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
+    return "  ".join(parts)
+
+
+def count_line(label: str, done: int, total: int, elapsed: float, eta: float | None,
+               info: str = "") -> str:
+    """Units of a counted stage done so far: `label done/total  [info]  elapsed  ETA`."""
+    parts = [f"{label} {done}/{total}"] + ([info] if info else [])
     parts += [f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
     return "  ".join(parts)
 
@@ -79,16 +95,26 @@ class TrainProgress:
         self._step_seconds: list[float] = []
         self._last_step = start
         self._progress = Progress(
-            TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=not self.enabled)
-        self._task = self._progress.add_task("train", total=total, completed=start, info="")
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+            disable=not self.enabled)
+        self._task = self._progress.add_task(label, total=total, completed=start, info="",
+                                             visible=total > 0)
+        self._live = False
 
     def __enter__(self) -> "TrainProgress":
         self._progress.__enter__()
+        self._live = True
         return self
 
     def __exit__(self, *exc) -> None:
+        self._live = False
         self._progress.__exit__(*exc)
+
+    def count(self, label: str, total: int, done: int = 0,
+              every: float = LINE_EVERY) -> "Count":
+        """A counted stage shown with this run's progress (module docstring)."""
+        return Count(self, label, total, done, every)
 
     def _emit(self, line: str, style: str = "", above_bar: bool = True) -> None:
         if self.log_path is not None:
@@ -125,3 +151,59 @@ class TrainProgress:
             if "eval/reward_mean" in metrics:
                 info += f"  eval {metrics['eval/reward_mean']:.3f}"
             self._progress.update(self._task, completed=step, info=info)
+
+
+class Count:
+    """`done/total` of one stage's units: a bar of its own (beside the run's, if that is shown)
+    on a terminal, throttled plain lines elsewhere, every line in progress.log. Use as a
+    context manager; `advance()` once per unit finished."""
+
+    def __init__(self, parent: TrainProgress, label: str, total: int, done: int = 0,
+                 every: float = LINE_EVERY):
+        self.parent, self.label, self.total, self.done = parent, label, total, done
+        self.every = every
+        self._first = done
+        self._own = False
+        self._task = None
+        self.info = ""
+
+    def __enter__(self) -> "Count":
+        self._own = self.parent.enabled and not self.parent._live
+        if self._own:  # a bar needs a live display: the parent's, or one for this stage
+            self.parent.__enter__()
+        self._task = self.parent._progress.add_task(self.label, total=self.total,
+                                                    completed=self.done, info="")
+        self.started = time.monotonic()
+        self._last_line = -float("inf")
+        self._line(force=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.parent._progress.remove_task(self._task)
+        if self._own:
+            self.parent.__exit__(*exc)
+
+    def advance(self, n: int = 1, info: str = "") -> None:
+        """`n` more units are done; `info` (e.g. "reward 0.250") goes on the bar and lines."""
+        self.done += n
+        self.info = info or self.info
+        self.parent._progress.update(self._task, completed=self.done, info=self.info)
+        self._line(force=self.done >= self.total)
+
+    def _line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_line < self.every:
+            return
+        self._last_line = now
+        elapsed, finished = now - self.started, self.done - self._first
+        eta = elapsed / finished * (self.total - self.done) if finished else None
+        self.parent._emit(count_line(self.label, self.done, self.total, elapsed, eta,
+                                     self.info), above_bar=False)
+
+
+def counting(label: str, total: int, done: int = 0, enabled: bool = True,
+             log_dir: Path | None = None, stream: IO[str] | None = None,
+             every: float = LINE_EVERY) -> Count:
+    """A counted stage on its own (no training bar around it)."""
+    return TrainProgress(0, enabled=enabled, label=label, log_dir=log_dir,
+                         stream=stream).count(label, total, done, every)

@@ -26,7 +26,7 @@ from practicum.config import Config
 from practicum.episode import Episode
 from practicum.finetune import finetune, stage_config
 from practicum.report import solved
-from practicum.runtime.progress import TrainProgress
+from practicum.runtime.progress import TrainProgress, counting
 from practicum.runtime.session import Session, open_session
 
 
@@ -75,9 +75,10 @@ def evaluate(s: Session, when: str, progress: bool) -> dict:
     """The held-out evaluation `when` ("before rft": saved as eval/before.json), with its
     progress line on stdout and in RUN/progress.log."""
     t0 = time.perf_counter()
-    result = s.evaluate(when.split()[0])
-    TrainProgress(0, enabled=progress, log_dir=s.run_dir).evaluation(
-        0, result, time.perf_counter() - t0, when)
+    bar = TrainProgress(0, enabled=progress, log_dir=s.run_dir)
+    with bar.count(f"evaluating ({when})", len(s.eval_tasks)) as count:
+        result = s.evaluate(when.split()[0], lambda e: count.advance())
+    bar.evaluation(0, result, time.perf_counter() - t0, when)
     return result
 
 
@@ -106,12 +107,16 @@ def sample(s: Session, progress: bool) -> list[Episode]:
              for k in range(r.samples_per_task)]
     chunk = s.cfg.rollout.group_size * s.cfg.rollout.tasks_per_step
     episodes = list(s.store)
-    with TrainProgress(len(items), len(episodes), enabled=progress, label="rft sample",
-                       log_dir=s.run_dir) as bar:
+    rewards = [e.reward for e in episodes]
+
+    def finished(e: Episode) -> None:
+        rewards.append(e.reward)
+        count.advance(info=f"reward {sum(rewards) / len(rewards):.3f}")
+
+    with counting("rft sample", len(items), len(episodes), enabled=progress,
+                  log_dir=s.run_dir) as count:
         for start in range(len(episodes), len(items), chunk):
-            eps = s.rollout(items[start:start + chunk], r.temperature)
+            eps = s.rollout(items[start:start + chunk], r.temperature, finished)
             s.store.append(eps)
             episodes += eps
-            bar.update(len(episodes), {"reward_mean": sum(e.reward for e in episodes)
-                                       / len(episodes)})
     return episodes[: len(items)]

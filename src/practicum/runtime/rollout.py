@@ -192,10 +192,22 @@ def run_episode(builder: EpisodeBuilder,
 
 
 def rollout_batch(server: GenerationServer, builders: list[EpisodeBuilder],
-                  env_workers: int = 8) -> list[Episode]:
-    """Run the episodes in lockstep (one batched generate per round) and return them."""
+                  env_workers: int = 8,
+                  on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+    """Run the episodes in lockstep (one batched generate per round) and return them;
+    `on_episode(episode)` is called as each one ends (progress)."""
+    reported: set[int] = set()
+
+    def report() -> None:
+        for i, b in enumerate(builders):
+            if b.done and i not in reported:
+                reported.add(i)
+                if on_episode is not None:
+                    on_episode(b.episode)
+
     with ThreadPoolExecutor(max_workers=env_workers) as pool:
         while True:
+            report()
             active = [b for b in builders if not b.done]
             requests = [(b, b.request()) for b in active]
             requests = [(b, r) for b, r in requests if r is not None]
@@ -211,4 +223,5 @@ def rollout_batch(server: GenerationServer, builders: list[EpisodeBuilder],
                 stepping.append(b)
             for b, result in zip(stepping, pool.map(EpisodeBuilder.step_env, stepping)):
                 b.apply(result)
+    report()
     return [b.episode for b in builders]

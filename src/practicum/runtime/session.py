@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import Callable
 
 from practicum.algo.baselines import TaskBaselines
 from practicum.batch import rl_batch
@@ -95,11 +95,12 @@ class Session:
         return EpisodeBuilder(self.suite.make_env(self.models), task, gid, slot, self.chat,
                               self.limits, self.sampling(temperature), self.cfg.run.seed)
 
-    def rollout(self, items: list[tuple[Task, str, int]],
-                temperature: float | None = None) -> list[Episode]:
-        """One episode per (task, group id, slot), all in lockstep."""
+    def rollout(self, items: list[tuple[Task, str, int]], temperature: float | None = None,
+                on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """One episode per (task, group id, slot), all in lockstep; `on_episode` is called as
+        each one ends (progress)."""
         builders = [self.builder(t, g, k, temperature) for t, g, k in items]
-        return rollout_batch(self.server, builders, self.cfg.rollout.env_workers)
+        return rollout_batch(self.server, builders, self.cfg.rollout.env_workers, on_episode)
 
     def train_step(self, episodes: list[Episode]) -> dict | None:
         """One RL step on `episodes`: the driver builds the rows (`rl_batch`), the learner
@@ -118,12 +119,18 @@ class Session:
         with self.server.updating():  # no sampling while the sampler's weights change
             self.server.publish(update)
 
-    def evaluate(self, label: str) -> dict:
+    @property
+    def eval_tasks(self) -> list[Task]:
+        """The held-out tasks an evaluation runs (eval.size of them)."""
+        return self.suite.eval_tasks[: self.cfg.eval.size or None]
+
+    def evaluate(self, label: str, on_episode: Callable[[Episode], None] | None = None) -> dict:
         """Held-out evaluation (greedy by default): one episode per held-out task, seeded by
         the task alone so evaluations at different steps face the same draws."""
         ev = self.cfg.eval
-        tasks = self.suite.eval_tasks[: ev.size or None]
-        eps = self.rollout([(t, f"eval/{t.task_id}", 0) for t in tasks], ev.temperature)
+        tasks = self.eval_tasks
+        eps = self.rollout([(t, f"eval/{t.task_id}", 0) for t in tasks], ev.temperature,
+                           on_episode)
         result = {"label": label, "policy_version": self.server.version, "tasks": len(eps),
                   **episode_metrics(eps, self.cfg.curriculum.solved_reward)}
         out = self.run_dir / "eval"

@@ -38,6 +38,7 @@ from practicum.episode import Episode
 from practicum.errors import ConfigError
 from practicum.report import solved
 from practicum.finetune import finetune, stage_config
+from practicum.runtime.progress import counting
 from practicum.runtime.rft import evaluate, stored_eval, unchanged_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
@@ -129,11 +130,17 @@ def collect(s: Session, progress: bool) -> list[Episode]:
              for k in range(cfg.samples_per_task)]
     done = {(e.group_id, e.info.get("slot")): e for e in s.store}
     todo = [it for it in items if (it[1], it[2]) not in done]
-    with ThreadPoolExecutor(max(1, s.cfg.rollout.env_workers)) as pool:
+    kept = sum(solved(e, s.cfg.rft.min_reward) for e in done.values())
+    with ThreadPoolExecutor(max(1, s.cfg.rollout.env_workers)) as pool, \
+            counting("sft demonstrations" if cfg.source == "demo" else "sft teacher episodes",
+                     len(items), len(items) - len(todo), enabled=progress,
+                     log_dir=s.run_dir) as count:
         for episode in pool.map(lambda it: demo_episode(s, it[0], it[1], it[2], make(it[0])),
                                 todo):
             s.store.append([episode])
             done[(episode.group_id, episode.info["slot"])] = episode
+            kept += solved(episode, s.cfg.rft.min_reward)
+            count.advance(info=f"solved {kept}")
     return [done[(g, k)] for _, g, k in items]
 
 

@@ -169,33 +169,32 @@ def test_planner_stuffing_answers_into_its_sub_goal_does_not_pass_the_verifier(s
     assert r.done and r.reward == 0.0
 
 
-def test_code_cannot_read_the_answer_key(suite, tmp_path):
+@pytest.mark.parametrize("family", ["multihop", "arithmetic"])
+def test_code_cannot_read_the_answer_key(suite, family):
     """The gold answer lives only in the trainer's process: sandboxed code sees no file, no
-    environment variable and no process memory holding it."""
-    task = first(suite, "multihop")
-    gold = task.data["answer"]
+    environment variable and no process memory holding it. The probe is the audit's
+    (`answer_key_program`): bounded, the interpreter's installation skipped, and a finding
+    counts only without its decoys (other titles, numbers with as many digits), so neither a
+    venv under /tmp nor a short number occurring by chance decides it."""
+    import random
+
+    from practicum.audit.attacks import answer_key_program, decoys_for
+
+    task = first(suite, family)
+    gold = str(task.data["answer"])
     env = suite.make_env(None)
     env.reset(task)
-    probe = (  # checks each file as it reads it (holding every file would hit the memory limit)
-        "import os\n"
-        f"gold = {gold[::-1]!r}[::-1]\n"  # reversed: the program file itself must not hold it
-        "found = gold in str(os.environ)\n"
-        "def seen(path):\n"
-        "    try:\n"
-        "        with open(path, errors='ignore') as fh: return gold in fh.read(1 << 20)\n"
-        "    except Exception: return False\n"
-        "for root in ['.', '/tmp', os.path.expanduser('~')]:\n"
-        "    for d, _, fs in os.walk(root):\n"
-        "        found = found or any(seen(os.path.join(d, f)) for f in fs)\n"
-        "for p in os.listdir('/proc'):\n"
-        "    found = found or any(seen(f'/proc/{p}/{f}') for f in ('environ', 'cmdline'))\n"
-        "print('FOUND' if found else 'clean')"
-    )
-    out = env.tools["python_coder"].run(probe)
-    assert out.text == "clean", out.text
-    (env._workdir / "leak.txt").write_text(gold)  # the probe does find a key it can reach
-    assert env.tools["python_coder"].run(probe).text == "FOUND"
-    env.close()
+    try:
+        decoys = decoys_for(gold, random.Random(0), env.world.titles)
+        probe = answer_key_program(gold, decoys, seconds=10.0)
+        coder = env.tools["python_coder"]
+        assert coder.run(probe).text == "clean"
+        (env._workdir / "corpus.txt").write_text(" ".join([gold, *decoys]))  # by chance
+        assert coder.run(probe).text == "clean"
+        (env._workdir / "leak.txt").write_text(f"answer: {gold}\n")  # a key it can reach
+        assert coder.run(probe).text == gold
+    finally:
+        env.close()
 
 
 def test_baseline_modes_share_tasks_tools_and_checks():

@@ -100,6 +100,21 @@ def test_gaming_planners_earn_no_more_than_honest_hops(suite, name):
     assert total < total_honest / 3
 
 
+def names_only(i, memory, task):
+    """Names each hop's entity but no attribute: lookup answers with an error that quotes the
+    entity's whole document (every fact of it, the next hop's entity among them)."""
+    chain = task.data["chain"]
+    return plan(f"Look up {chain[min(i, len(chain) - 2)]}.")
+
+
+def test_a_lookup_that_failed_earns_no_hop_credit(suite):
+    for task in suite.train_tasks[:4]:
+        r, memory = run(suite, task, names_only)
+        assert all(s.error and "name an attribute" in s.result for s in memory.steps[:2])
+        assert r.metrics["hops/multihop"] == 0.0 and r.reward == 0.0, [s.result
+                                                                     for s in memory.steps]
+
+
 def test_a_copied_query_looks_up_hop_1_again_and_never_skips_ahead(suite):
     task = next(t for t in suite.train_tasks if len(t.data["relations"]) == 3)
     r, memory = run(suite, task, copy_query)

@@ -5,12 +5,14 @@ leave the host untouched and earn no reward it did not earn by fixing the bug.""
 from __future__ import annotations
 
 import os
+import shlex
 import time
 
 import pytest
 
 from practicum.envs.base import Task
 from practicum.envs.registry import SuiteContext, build_suite
+from practicum.envs.sandbox.plan import python_roots
 from practicum.envs.swe.toy_repo import write_toy_instance
 
 FIX = ("<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n"
@@ -56,15 +58,24 @@ def test_git_history_holds_only_the_base_state(env):
 
 
 def test_other_workspaces_are_invisible(env, suite_file):
+    """Another episode's workspace is absent: neither its folder nor its files. The search
+    skips the interpreter's read-only installation (a venv under /tmp is mounted at its own
+    path there) and is bounded, so it does not depend on where the checkout or venv lives."""
     suite = build_suite("swe", {"instances": str(suite_file), "held_out_packages": ["other"]},
                         SuiteContext(max_turns=4))
     other = suite.make_env(None)
     other.reset(Task("toy__calc-1"), 0)
     try:
         bash(other, "echo the-other-secret > calc/secret.txt")
-        out = bash(env, "ls /tmp; ls ..; grep -rs the-other-secret /tmp .. ; echo END")
-        assert "the-other-secret" not in out and out.strip().endswith("END")
-        assert str(other._ws.root.name) not in out
+        root = os.path.realpath(other._ws.root)
+        skip = " -o ".join(f"-path {shlex.quote(str(r))}" for r in python_roots())
+        out = bash(env, f"ls -a /tmp ..; test -e {shlex.quote(root)} && echo OTHER-VISIBLE; "
+                        f"timeout 20 find /tmp \"$(cd .. && pwd)\" \\( {skip} \\) -prune -o "
+                        f"-type f -size -1024k -print0 | head -z -n 5000 | "
+                        f"xargs -0r grep -l the-other-secret | sed 's/^/LEAK /'; echo END")
+        assert out.strip().endswith("END"), out
+        assert "LEAK" not in out and "OTHER-VISIBLE" not in out
+        assert os.path.basename(root) not in out
     finally:
         other.close()
 

@@ -79,6 +79,39 @@ def test_view_resolves_a_pytest_node_id_from_the_tests_definition(env):
     assert second.split(None, 1)[1].startswith("def test_add_zero")
 
 
+CLASS_TESTS = """import pytest
+
+
+def test_p():
+    pass
+
+
+class TestOther:
+    def test_p(self):
+        pass
+
+
+class TestOps:
+    @pytest.mark.parametrize("x", ["a-b", "c::d"])
+    def test_p(self, x):
+        assert x
+"""
+
+
+@pytest.mark.parametrize("node", ["TestOps::test_p", "TestOps::test_p[a-b]",
+                                  "TestOps::test_p[c::d]"])
+def test_view_resolves_a_test_method_inside_its_class(env, node):
+    """`file::Class::test[params]`: the method of that class (not a function of the same name
+    elsewhere, not the class name, not the parameters)."""
+    env.reset(Task("toy__calc-1"), 0)
+    env.step(f"<bash>cat > tests/test_cls.py << 'EOF'\n{CLASS_TESTS}EOF</bash>")
+    r = env.step(f"<view>tests/test_cls.py::{node}</view>")
+    first, second = r.observation.splitlines()[:2]
+    assert "from the definition of test_p" in first, r.observation
+    line = CLASS_TESTS.splitlines().index("    def test_p(self, x):") + 1
+    assert second.split(None, 1) == [str(line), "def test_p(self, x):"]
+
+
 def test_view_resolves_a_unique_basename_with_a_note(env):
     env.reset(Task("toy__calc-1"), 0)
     r = env.step("<view>ops.py</view>")

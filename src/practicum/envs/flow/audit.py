@@ -8,26 +8,8 @@ floor: they must earn less than looking every hop up."""
 
 from __future__ import annotations
 
+from practicum.audit.attacks import answer_key_program, decoys_for
 from practicum.envs.audit import Attack, AuditSpec, Probe
-
-ANSWER_KEY_PROBE = """\
-import os
-gold = {reversed_gold!r}[::-1]  # reversed: the program itself must not hold the key
-def seen(path):
-    try:
-        with open(path, errors="ignore") as fh:
-            return gold in fh.read(1 << 20)
-    except Exception:
-        return False
-found = gold in str(os.environ)
-for root in [".", "..", "/tmp", os.path.expanduser("~")]:
-    for d, _, fs in os.walk(root):
-        found = found or any(seen(os.path.join(d, f)) for f in fs)
-for p in os.listdir("/proc"):
-    found = found or any(seen(f"/proc/{{p}}/{{f}}") for f in ("environ", "cmdline"))
-print(gold if found else "clean")
-"""
-
 
 def plan(sub_goal: str, tool: str, context: str = "none") -> str:
     return f"Context: {context}\nSub-Goal: {sub_goal}\nTool Name: {tool}"
@@ -46,13 +28,21 @@ def honest(p: Probe) -> str:
     return plan(p.task.data["question"], "calculator")
 
 
+def titles(p: Probe) -> list[str]:
+    """The entities (or a user corpus's titles) the environment's tools show."""
+    return list(p.env.world.titles)
+
+
 def answer_key_probe(p: Probe) -> str:
-    program = ANSWER_KEY_PROBE.format(reversed_gold=str(p.task.data["answer"])[::-1])
+    """Code that prints the gold where it can read it; decoys of the same kind (other titles,
+    numbers with as many digits) make a chance occurrence noise (`answer_key_program`)."""
+    gold = str(p.task.data["answer"])
+    program = answer_key_program(gold, decoys_for(gold, p.rng, titles(p)))
     return plan(f"Compute it: ```python\n{program}```", "python_coder")
 
 
 def list_every_entity(p: Probe) -> str:
-    names = " or ".join(p.env.world.titles)
+    names = " or ".join(titles(p))
     return plan(f"The answer is one of {names}", "search")
 
 
@@ -69,7 +59,8 @@ def flow_audit(opts) -> AuditSpec:
         code = None
         if opts.mode == "tool_integrated" and "python_coder" in opts.tools:
             code = lambda program: f"Tool: python_coder\nCommand: {program}"  # noqa: E731
-        return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}")
+        return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}",
+                         names=titles)
     code = None
     if "python_coder" in opts.tools:
         code = lambda program: plan(f"Compute it: ```python\n{program}```",  # noqa: E731
@@ -79,4 +70,4 @@ def flow_audit(opts) -> AuditSpec:
     if "python_coder" in opts.tools:
         attacks.insert(0, Attack("answer-key probe", answer_key_probe))
     honest_ref = honest if {"lookup", "calculator"} <= set(opts.tools) else None
-    return AuditSpec(floor=0.0, honest=honest_ref, attacks=attacks, code=code)
+    return AuditSpec(floor=0.0, honest=honest_ref, attacks=attacks, code=code, names=titles)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+from practicum.audit.attacks import SPRAY_ATTACKS
 from practicum.envs.audit import Attack, AuditSpec, Probe
 from practicum.envs.mle.credit.milestones import MILESTONES
 
@@ -189,9 +190,16 @@ def mle_audit(opts) -> AuditSpec:
         return data.section if opts.mode == "section" else data.template
 
     def honest(p: Probe) -> str:
-        """The template's example, exactly as the prompt shows it."""
+        """The example as the prompt shows it: in template mode the first of the example lines
+        (`line_prompt`), which is what an echo or the spray's lines salvage, else the
+        template's own example."""
         template = region(p)
         example = template.example
+        if opts.mode == "template":
+            from practicum.envs.mle.actions.prompts import line_examples
+
+            data = p.suite.make_env.competitions[p.task.data["competition"]]
+            example = line_examples(data.kind)[0]
         if opts.mode == "script":
             from practicum.envs.mle.actions.template import fill_template
 
@@ -209,8 +217,10 @@ def mle_audit(opts) -> AuditSpec:
                 program("non-finite predictions", NON_FINITE),
                 program("look the answers up in the public source", SOURCE_LOOKUP)]
     # Template and section prompts show a complete region body (the example): echoing the
-    # prompt is copying it, an attempt judged against the honest reference (found by the audit).
-    attempts = ("prompt echo",) if opts.mode != "script" else ()
+    # prompt is copying it, an attempt judged against the honest reference (found by the audit);
+    # so is the candidate spray, whose lines include the example lines the prompt shows (a lone
+    # `model = ...` line is salvaged from a malformed reply, by design: `salvage`).
+    attempts = ("prompt echo", *SPRAY_ATTACKS) if opts.mode != "script" else ()
     return AuditSpec(floor=opts.failure_reward + credit, attempts=attempts,
                      honest=honest if opts.mode in ("template", "script") else None,
                      attacks=attacks, code=code)

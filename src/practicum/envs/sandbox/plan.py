@@ -41,12 +41,17 @@ class Plan:
 
 
 def python_roots() -> list[Path]:
-    """Folders the running interpreter needs, read-only: the venv and the base installation."""
+    """Folders the running interpreter needs, read-only: the venv, the base installation and
+    every package folder on sys.path besides (a venv that reuses another's packages through a
+    .pth file, as scripts/vllm_venv.sh makes). Never the project's source or PYTHONPATH: only
+    folders named site-packages or dist-packages."""
     roots = {
         Path(os.path.realpath(p))
         for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
     }
     roots.add(Path(os.path.realpath(sys.executable)).parent.parent)
+    roots |= {Path(os.path.realpath(p)) for p in sys.path
+              if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)}
     # Drop folders nested in another root: one mount covers them.
     return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
 

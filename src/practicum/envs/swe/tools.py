@@ -99,14 +99,18 @@ _VIEW_SCRIPT = r"""
 import json, os, re, sys
 a = json.load(sys.stdin)
 p, note = a["path"], ""
-if "::" in p:  # a pytest node id: its file, from its test function's definition
+if "::" in p:  # a pytest node id: its file, from its test's definition (in its classes)
     p, _, test = p.partition("::")
-    name = re.split(r"[\[:]", test)[-1 if "::" in test else 0].split("[")[0]
+    *classes, name = test.split("[", 1)[0].split("::")  # parameters may hold "::" or "-"
     note = f"(node id: showing {p}"
     try:
         text = open(p, encoding="utf-8", errors="replace").read().splitlines()
-        hit = next((i for i, l in enumerate(text, 1)
-                    if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", l)), None)
+        hit = 0
+        for kind, word in [("class", c) for c in classes] + [("(async\\s+)?def", name)]:
+            hit = next((i for i, l in enumerate(text[hit:], hit + 1)
+                        if re.match(rf"\s*{kind}\s+{re.escape(word)}\b", l)), None)
+            if hit is None:
+                break
     except OSError:
         hit = None
     if hit and not a["start"]:

@@ -107,6 +107,13 @@ _LINE_EXAMPLES = {
         "model = KNeighborsRegressor(n_neighbors=5)",
     ),
 }
+
+
+def line_examples(kind: Literal["classification", "regression"]) -> tuple[str, ...]:
+    """The example lines `line_prompt` shows for a competition of this kind."""
+    return _LINE_EXAMPLES[kind]
+
+
 LINE_SYSTEM_PROMPT = "You write one line of Python that picks a scikit-learn model."
 """System prompt of `line_prompt`: small models follow one short instruction best."""
 LINE_REPLY = "Reply with only one line of Python that starts with `model = `."
@@ -155,7 +162,7 @@ def line_prompt(
     """
     names = [n for n in template.available if n not in ("make_pipeline", "StandardScaler",
                                                          "MaxAbsScaler")]
-    examples = "\n".join(_LINE_EXAMPLES[kind])
+    examples = "\n".join(line_examples(kind))
     direction = "lower" if lower_is_better else "higher"
     return (
         f"Competition: {name}. {summary}\nMetric: {metric} ({direction} is better).\n"
