@@ -8,6 +8,9 @@ vLLM venv (scripts/vllm_venv.sh), under the shared lock:
     PYTHONPATH=src .venv/bin/python benchmarks/weight_sync.py --no-vllm     # HF rows only
     PYTHONPATH=src .venv-vllm/bin/python benchmarks/weight_sync.py --full-only \
         --out benchmarks/results/weight_sync_full.json     # the three full-weight vLLM paths
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/weight_sync.py --full-only --verify \
+        --out benchmarks/results/weight_sync_verify.json   # each path with and without the
+                                                           # post-sync check (verify_weights)
 
 SmolLM2-135M-Instruct, fp32, LoRA r16 on all linears (the model section's defaults). Each row
 is the median of `--repeats` publishes of fresh weights (every tensor changed), timed from
@@ -61,8 +64,10 @@ def publish_seconds(trainable, sampler, repeats: int) -> tuple[float, int]:
     return statistics.median(times), round(mb)
 
 
-def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int) -> list[dict]:
-    """One vLLM engine holding the trainable's weights; each publishing path in turn."""
+def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
+              verify: bool = False) -> list[dict]:
+    """One vLLM engine holding the trainable's weights; each publishing path in turn (with
+    `verify`, full weights: each path again with the post-sync check on)."""
     from practicum.config import VLLMEngineConfig
     from practicum.engine.vllm import build_sampler
 
@@ -74,11 +79,14 @@ def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int) -> list[
          ("broadcast, gloo weight group", "broadcast")]
     rows = []
     for label, sync in paths:
-        if sync is not None:
-            vl.options.weight_sync = sync
-        secs, mb = publish_seconds(trainable, vl, repeats)
-        rows.append({"engine": "vllm", "weights": kind, "path": label, "mb": mb,
-                     "seconds": secs, "startup_s": startup})
+        for check in (False, True) if verify and sync is not None else (False,):
+            if sync is not None:
+                vl.options.weight_sync = sync
+            vl.options.verify_weights = check
+            secs, mb = publish_seconds(trainable, vl, repeats)
+            rows.append({"engine": "vllm", "weights": kind,
+                         "path": label + (" + post-sync check" if check else ""), "mb": mb,
+                         "seconds": secs, "startup_s": startup})
     vl.close()
     return rows
 
@@ -89,6 +97,8 @@ def main() -> None:
     ap.add_argument("--no-vllm", action="store_true", help="HF rows only (no vLLM venv)")
     ap.add_argument("--full-only", action="store_true",
                     help="full weights to vLLM only (its three paths, one engine)")
+    ap.add_argument("--verify", action="store_true",
+                    help="full weights to vLLM: time each path with the post-sync check too")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).parent / "results" / "weight_sync.json")
     args = ap.parse_args()
@@ -108,7 +118,7 @@ def main() -> None:
             del copy
         del shared
         if not args.no_vllm:
-            rows += vllm_rows(trainable, policy, kind, args.repeats)
+            rows += vllm_rows(trainable, policy, kind, args.repeats, args.verify)
     table = Table(title=f"Publishing a policy version, SmolLM2-135M fp32 (median of "
                   f"{args.repeats}; cpu busy {state['busy_before']:.0%} at start)")
     for col in ("engine", "weights", "path", "MB", "seconds"):

@@ -51,7 +51,9 @@ class ModelConfig(Section):
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Weights dtype; auto = bf16 where the hardware computes it natively "
-        "(a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX) and LoRA is on, else fp32."
+        "(a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX) and LoRA is on, else fp32; a "
+        "sampler with weights of its own (vLLM, an HF copy) on such a GPU samples full "
+        "fine-tuning in bf16 too, while the learner keeps fp32 master weights."
     )
     device: str = Field(
         "auto", description="Where the learner's model (and an in-process sampler) runs: auto "
@@ -110,8 +112,12 @@ class VLLMEngineConfig(Section):
                                       "placement.engine.gpus >= this).")
     enable_sleep_mode: bool = Field(
         False, description="vllm on a GPU beside the learner: while the learner trains the "
-        "engine sleeps (weights offloaded to CPU memory, KV cache dropped) and it wakes before "
-        "each publish; sampling waits for the update. The CPU build ignores sleep (a no-op).")
+        "engine sleeps (full weights dropped, as the publish replaces them: sleep level 2; "
+        "LoRA's base offloaded to CPU memory: level 1; KV cache dropped) and wakes in the "
+        "colocated order (practicum.engine.vllm_sleep); sampling waits for the update. The "
+        "learner then creates its optimizer state before the engine starts, so the engine's "
+        "memory share leaves room for it. The CPU build cannot sleep: only the sequencing "
+        "applies.")
     enforce_eager: bool = Field(True, description="vllm: run the model eagerly (no CUDA graphs, "
                                 "no torch.compile): quicker start-up, slower decoding on a GPU; "
                                 "the CPU build needs true.")
@@ -127,6 +133,13 @@ class VLLMEngineConfig(Section):
         "GPU to GPU when the learner's weights are on a GPU vLLM does not use (e.g. "
         "model.device=cuda:2 beside an engine with tensor_parallel_size=2 on GPUs 0-1), gloo "
         "when they are CPU tensors. LoRA adapters always go through a small peft folder.")
+    verify_weights: bool = Field(
+        False, description="vllm, full fine-tuning: after every publish, compare a checksum "
+        "of each parameter the engine computes with against what the learner sent "
+        "(practicum.engine.weight_check), so a tensor that silently stays stale (tied, renamed "
+        "or sliced) stops the run. On a GPU it reads each parameter once; on CPU, where a "
+        "linear layer's kernel keeps a packed copy, it reads each back through the kernel "
+        "(about a forward pass of hidden-size tokens). On in the test suite.")
 
 
 EngineConfig = Annotated[Union[HFEngineConfig, VLLMEngineConfig], Field(discriminator="kind")]

@@ -1,5 +1,7 @@
 """The engine factory: one trainable builder, samplers from a registry of engine kinds."""
 
+import types
+
 import pytest
 
 from practicum.config import HFEngineConfig, ModelConfig, load_config
@@ -59,3 +61,25 @@ def test_hf_samplers_share_the_trainables_weights_or_hold_their_own(tiny_model_d
     assert isinstance(own, HFEngineCopy)
     assert own.sampler.lm is not trainable.lm and own.holder is not trainable
     assert not any(p.requires_grad for p in own.holder.model.parameters())
+
+
+
+def test_a_sampling_copy_of_full_finetuning_is_bf16_on_a_gpu(monkeypatch):
+    """The wiring only (no GPU here): under model.dtype=auto the copy a sampler holds is
+    loaded in bf16 on a bf16 GPU, while the learner's trainable resolves to fp32."""
+    import torch
+    from torch import nn
+
+    asked = []
+
+    def load(policy):
+        asked.append(policy)
+        return types.SimpleNamespace(model=nn.Linear(1, 1))
+
+    monkeypatch.setattr(factory, "pick_device", lambda spec: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(factory, "load_trainable", load)
+    policy = PolicyConfig(model="m", dtype="auto", lora=False)
+    factory.load_sampling_copy(policy)
+    assert asked[0].dtype == "bfloat16" and asked[0].lora is False
+    assert factory.resolve_dtype(policy, torch.device("cuda")) == torch.float32

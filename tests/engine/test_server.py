@@ -275,18 +275,23 @@ class SleepySampler(FakeSampler):
     """Like vLLM beside the learner with sleep mode: asleep through each train step (every
     call then waits: it shares the learner's GPU), and unable to sample or load while asleep."""
 
-    def __init__(self):
+    def __init__(self, drops_weights: bool = False):
         super().__init__()
         self.asleep, self.events = False, []
+        self.drops_weights = drops_weights
+        """Like vLLM with full weights: they are dropped for the step, the publish wakes it."""
+        self.awaits_weights = False
 
     def shares_trainable(self, adapter: bool) -> bool:
         return True
 
     def sleep(self):
         self.asleep = True
+        self.awaits_weights = self.drops_weights
         self.events.append("sleep")
 
     def wake_up(self):
+        assert not self.awaits_weights, "woken without its weights"
         self.asleep = False
         self.events.append("wake")
 
@@ -296,6 +301,9 @@ class SleepySampler(FakeSampler):
         return super().generate(prompts, params, seeds, adapter)
 
     def load_weights(self, update):
+        if self.awaits_weights:  # wakes around the reload
+            self.asleep = self.awaits_weights = False
+            self.events.append("wake")
         assert not self.asleep, "loaded weights while asleep"
         self.events.append(f"load v{update.version}")
         super().load_weights(update)
@@ -324,6 +332,28 @@ def test_a_sleeping_sampler_sleeps_through_the_train_step_and_wakes_before_the_p
             sampler.events[:4] == ["generate", "sleep", "wake", "generate"]
         assert sampler.events.count("sleep") == sampler.events.count("wake") == 1
         assert "load v1" in sampler.events
+    finally:
+        server.stop()
+
+
+def test_a_sampler_that_drops_its_weights_sleeps_until_the_publish():
+    """vLLM with full weights (sleep level 2): the step's end does not wake it; a request made
+    during the step, or after it, waits for the publish, which wakes it."""
+    sampler = SleepySampler(drops_weights=True)
+    server = GenerationServer(sampler, batch_window=0.01).start()
+    try:
+        with server.training():
+            during = server.submit([2, 2], SamplingParams())
+        assert server.awaits_weights
+        after = server.submit([3], SamplingParams())
+        time.sleep(0.1)
+        assert sampler.asleep and not during.done() and not after.done()
+        with server.updating():
+            server.publish(WeightUpdate(1, "full", {}))
+        assert [(s.token_ids, v) for s, v in (during.result(timeout=5),
+                                               after.result(timeout=5))] == [([2], 1), ([1], 1)]
+        assert sampler.events[:3] == ["sleep", "wake", "load v1"]
+        assert not server.awaits_weights
     finally:
         server.stop()
 

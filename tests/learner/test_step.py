@@ -860,6 +860,37 @@ def test_saving_before_the_first_update_changes_no_update(tmp_path):
     assert torch.equal(stepped.model.table, plain.model.table)
 
 
+COLOCATED = {"kind": "vllm", "enable_sleep_mode": True}
+"""An engine sleeping beside the learner: its optimizer state is created when it starts."""
+
+
+def test_eager_optimizer_state_changes_no_update(tmp_path):
+    """With a colocated engine the AdamW state exists before the first step (step 0, zero
+    moments); every update, step count and moment then equals the lazy optimizer's, over
+    several steps of two updates each (bias correction counts from the same step), and a
+    checkpoint saved before the first step resumes with the state in place."""
+    batches = [mixed_batch(), two_tasks({"a": 1.0, "b": 0.0}), mixed_batch()]
+    two_updates = {"train": {"mini_batches": 2}}
+    lazy = make_learner(random_table(), **two_updates)
+    eager = make_learner(random_table(), engine=COLOCATED, **two_updates)
+    assert not lazy.optimizer.state
+    (state,) = eager.optimizer.state.values()
+    assert state["step"].item() == 0 and not state["exp_avg"].any()
+    resumed = make_learner(random_table(3), engine=COLOCATED, **two_updates)
+    resumed.load(eager.save(tmp_path, extra={}))
+    assert resumed.optimizer.state and resumed.step == 0
+    for batch in batches:
+        for learner in (lazy, eager, resumed):
+            rl_step(learner, batch)
+    assert not torch.allclose(lazy.model.table, random_table(), atol=1e-2)
+    for learner in (eager, resumed):
+        assert torch.equal(learner.model.table, lazy.model.table)
+        (a,), (b,) = learner.optimizer.state.values(), lazy.optimizer.state.values()
+        assert a["step"].item() == b["step"].item() == 6
+        assert torch.equal(a["exp_avg"], b["exp_avg"])
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
 def test_a_format_1_checkpoint_loads_in_one_process(tmp_path):
     """An earlier practicum's checkpoint (the whole optimizer state inside trainer.pt)."""
     a = resumable()

@@ -47,3 +47,72 @@ def test_a_skipped_batch_does_not_stop_a_run_that_recovers(tiny_model_dir, tmp_p
     assert summary["steps"] == 3 and summary["skipped_batches"] == 1
     rows = read_ledger(cfg.run_dir / "consumed.jsonl")
     assert [r["step"] for r in rows] == [1, 1, 2, 3] and not rows[1]["trained"]
+
+
+class DropsWeights:
+    """The run's sampler as vLLM beside the learner with full weights (sleep level 2): its
+    weights are gone from each train step's start until a publish brings them back, and it
+    samples nothing meanwhile."""
+
+    def __init__(self, inner):
+        self.inner, self.asleep, self.awaits_weights, self.loaded = inner, False, False, []
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    def shares_trainable(self, adapter: bool) -> bool:
+        return True
+
+    def sleep(self) -> None:
+        self.asleep = self.awaits_weights = True
+
+    def wake_up(self) -> None:
+        raise AssertionError("woken without its weights")
+
+    def generate(self, *args, **kwargs):
+        assert not self.asleep, "sampled without weights"
+        return self.inner.generate(*args, **kwargs)
+
+    def load_weights(self, update) -> None:
+        self.inner.load_weights(update)
+        self.loaded.append(update.version)
+        self.asleep = self.awaits_weights = False
+
+    def metrics(self):
+        return self.inner.metrics()
+
+    def summary(self):
+        return self.inner.summary()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.timeout(120)  # without that publish the next rollout waits for ever
+def test_a_skipped_batch_still_brings_back_weights_a_sleeping_sampler_dropped(
+        tiny_model_dir, tmp_path, toy_overrides, train_run, monkeypatch):
+    """The loop publishes the unchanged weights after a step that trained nothing when the
+    sampler dropped its own for the step; otherwise the next rollout would wait forever."""
+    import practicum.learner.step as learner_mod
+    from practicum.runtime import session
+
+    real, calls = learner_mod.Learner.train_step, [0]
+
+    def once_empty(self, episodes):
+        calls[0] += 1
+        return None if calls[0] == 2 else real(self, episodes)
+
+    real_place, wrapped = session.place, []
+
+    def place_dropping(cfg, suite=None):
+        placed = real_place(cfg, suite)
+        placed.sampler = DropsWeights(placed.sampler)
+        wrapped.append(placed.sampler)
+        return placed
+
+    monkeypatch.setattr(learner_mod.Learner, "train_step", once_empty)
+    monkeypatch.setattr(session, "place", place_dropping)
+    summary = train_run(load_config(None, toy_overrides(tiny_model_dir, tmp_path, 3)))
+    assert summary["steps"] == 3 and summary["skipped_batches"] == 1
+    assert wrapped[0].loaded == [1, 1, 2, 3]  # step 1, the skipped step's reload, 2, 3

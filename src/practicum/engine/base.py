@@ -118,16 +118,22 @@ class Sampler(Protocol):
 @runtime_checkable
 class SleepingSampler(Protocol):
     """A sampler that can give its accelerator memory to a learner beside it: the generation
-    server calls `sleep` when a train step starts and `wake_up` when it ends, before the new
-    weights are published (vLLM's sleep mode). Such a sampler reports
-    `shares_trainable(...) = True` while it sleeps, so no request reaches it meanwhile."""
+    server calls `sleep` when a train step starts, and when it ends either `wake_up` or, for a
+    sampler that dropped its weights (`awaits_weights`: the publish replaces them), nothing:
+    its `load_weights` wakes it around the reload (vLLM's sleep mode, `engine.vllm_sleep`).
+    Such a sampler reports `shares_trainable(...) = True`, and no request reaches it while it
+    sleeps."""
+
+    awaits_weights: bool
+    """Asleep with its weights dropped: only `load_weights` wakes it, so the step's publish
+    must follow, even when the step trained nothing."""
 
     def sleep(self) -> None:
         """Free the memory the learner needs (a no-op unless configured to)."""
         ...
 
     def wake_up(self) -> None:
-        """Take the memory back; sampling and load_weights work again."""
+        """Take the memory back, weights kept; sampling and load_weights work again."""
         ...
 
 

@@ -8,12 +8,19 @@ from pathlib import Path
 import torch
 
 
-def auto_dtype(device: torch.device, lora: bool = True) -> torch.dtype:
-    """bf16 where the hardware computes it natively and LoRA is on, else fp32."""
+def auto_dtype(device: torch.device, lora: bool = True, sampler: bool = False) -> torch.dtype:
+    """bf16 where the hardware computes it natively and LoRA is on, else fp32.
+
+    `sampler`: the dtype of a sampler holding weights of its own (vLLM, an HF copy). On a GPU
+    with native bf16 it samples in bf16 for full fine-tuning too, while the learner keeps fp32
+    master weights and each published version is cast on the way: half the bytes per sync
+    and of the sampler's weights, and the precision the anchors sample in (prime-rl, SkyRL,
+    verl). On CPU full fine-tuning stays fp32 on both sides."""
+    if device.type == "cuda":
+        native = torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if native and (lora or sampler) else torch.float32
     if not lora:
         return torch.float32
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if _cpu_has_bf16() else torch.float32
 
 

@@ -17,6 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Protocol
 
 from practicum.engine.hf_model import (
+    DTYPES,
     FrozenReference,
     PolicyConfig,
     load_lm,
@@ -58,8 +59,11 @@ def load_trainable(policy: PolicyConfig) -> HFTrainable:
 def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
     """A frozen trainable-shaped copy of the policy for a sampler with weights of its own: the
     published versions are loaded into it (the driver publishes its starting weights, `init`
-    included, as version 0)."""
-    holder = load_trainable(replace(policy, init=None, gradient_checkpointing=False))
+    included, as version 0). Under model.dtype=auto it is bf16 on a GPU that computes it
+    natively, full fine-tuning included (`practicum.engine.device.auto_dtype`)."""
+    dtype = resolve_dtype(policy, pick_device(policy.device), sampler=True)
+    name = next(k for k, v in DTYPES.items() if v == dtype)
+    holder = load_trainable(replace(policy, dtype=name, init=None, gradient_checkpointing=False))
     holder.model.requires_grad_(False)
     return holder
 

@@ -87,7 +87,11 @@ class HFEngineCopy(QuietPart):
         return self.sampler.generate(prompts, params, seeds, adapter)
 
     def load_weights(self, update: WeightUpdate) -> None:
-        tensors = {k: v.to(self.device) for k, v in update.tensors.items()}
+        # full weights arrive in the copy's dtype (bf16 beside an fp32 learner on a GPU);
+        # adapter tensors as they are (peft keeps them in fp32, merged sampling merges in fp32)
+        dtype = self.holder.lm.dtype if update.kind == "full" else None
+        tensors = {k: v.to(self.device, dtype if v.is_floating_point() else None)
+                   for k, v in update.tensors.items()}
         with torch.no_grad():
             if update.kind == "lora":
                 from peft import set_peft_model_state_dict

@@ -118,8 +118,10 @@ def load_lm(path, dtype: torch.dtype, device: torch.device,
         path, dtype=dtype, attn_implementation=attn_implementation).to(device)
 
 
-def resolve_dtype(cfg: PolicyConfig, device: torch.device) -> torch.dtype:
-    return DTYPES[cfg.dtype] if cfg.dtype != "auto" else auto_dtype(device, cfg.lora)
+def resolve_dtype(cfg: PolicyConfig, device: torch.device, sampler: bool = False) -> torch.dtype:
+    """model.dtype, or under "auto" the device's choice (`auto_dtype`); `sampler`: for a
+    sampler with weights of its own (bf16 on a GPU for full fine-tuning too)."""
+    return DTYPES[cfg.dtype] if cfg.dtype != "auto" else auto_dtype(device, cfg.lora, sampler)
 
 
 def load_tokenizer(path):

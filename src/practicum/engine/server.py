@@ -221,8 +221,9 @@ class GenerationServer:
 
     @contextmanager
     def _sampler_asleep(self) -> Iterator[None]:
-        """A sleeping sampler (vLLM beside the learner) sleeps through the train step and is
-        awake again before the step's weights are published (`SleepingSampler`)."""
+        """A sleeping sampler (vLLM beside the learner) sleeps through the train step; it is
+        awake again when the step ends, or, having dropped its weights, once the step's
+        weights are published (`SleepingSampler`)."""
         if not isinstance(self.sampler, SleepingSampler):
             yield
             return
@@ -230,11 +231,19 @@ class GenerationServer:
         try:
             yield
         finally:
-            self.sampler.wake_up()
+            if not self.sampler.awaits_weights:
+                self.sampler.wake_up()
+
+    @property
+    def awaits_weights(self) -> bool:
+        """The sampler dropped its weights for the train step: until `publish` it samples
+        nothing, so a publish must follow the step even when it trained nothing."""
+        return isinstance(self.sampler, SleepingSampler) and self.sampler.awaits_weights
 
     def publish(self, update: WeightUpdate) -> None:
         """Hand new weights to the sampler (call inside `updating()`)."""
         self.sampler.load_weights(update)
+        self._queue.put([])  # wake the server thread for requests put off until the weights
 
     def _put(self, rows, adapter: bool) -> list[Future]:
         reqs = [_Request(list(ids), params, seed, adapter, Future()) for ids, params, seed in rows]
@@ -280,12 +289,13 @@ class GenerationServer:
 
     def _run(self, reqs: list[_Request]) -> None:
         """Sample `reqs` in one call, or defer them while the learner trains the module they
-        would run. Drops the requests their callers cancelled meanwhile (e.g. an async actor
-        at shutdown); the others can no longer be cancelled."""
+        would run, or until the weights a sleeping sampler dropped are published. Drops the
+        requests their callers cancelled meanwhile (e.g. an async actor at shutdown); the
+        others can no longer be cancelled."""
         params, adapter = reqs[0].params, reqs[0].adapter
         try:
             with self.gate.sampling(self.sampler.shares_trainable(adapter)) as allowed:
-                if not allowed:
+                if not allowed or self.awaits_weights:
                     self._deferred += reqs
                     return
                 reqs = [r for r in reqs

@@ -23,13 +23,14 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
         threads=engine_cfg.threads, gpu_memory_utilization=engine_cfg.gpu_memory_utilization,
         tensor_parallel_size=engine_cfg.tensor_parallel_size,
         enable_sleep_mode=engine_cfg.enable_sleep_mode, enforce_eager=engine_cfg.enforce_eager,
-        max_num_seqs=engine_cfg.max_num_seqs, weight_sync=engine_cfg.weight_sync), trainable)
+        max_num_seqs=engine_cfg.max_num_seqs, weight_sync=engine_cfg.weight_sync,
+        verify_weights=engine_cfg.verify_weights), trainable)
 
 
 def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
                   trainable: HFTrainable | None) -> VLLMSampler:
     path = resolve_model(policy.model)
-    dtype = resolve_dtype(policy, pick_device(policy.device))
+    dtype = resolve_dtype(policy, pick_device(policy.device), sampler=True)  # bf16 on a GPU
     tokenizer = trainable.tokenizer if trainable is not None else load_tokenizer(path)
     sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
                           lora_rank=policy.lora_r if policy.lora else None,

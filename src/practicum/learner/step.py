@@ -67,6 +67,35 @@ def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
     return 0.5 * (1 + math.cos(math.pi * frac)) if schedule == "cosine" else 1.0 - frac
 
 
+def zero_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """AdamW's state as its first step would create it, created now: step 0 and zero moments
+    for every parameter that has none yet (torch's `Adam._init_group`, non-fused, not
+    capturable: the step count is a CPU scalar). A colocated engine started after this sizes
+    its share of the GPU with the moments in place (verl PR #6912's failure is the other
+    order). No update changes: the first step finds this state and counts 0 -> 1, as it
+    would have from the state it creates."""
+    scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    for group in optimizer.param_groups:
+        if group.get("fused") or group.get("capturable"):
+            raise ValueError("zero_optimizer_state: only the default (non-fused, not "
+                             "capturable) AdamW is laid out here")
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state:
+                continue
+            state["step"] = torch.tensor(0.0, dtype=scalar)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if group.get("amsgrad"):
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def colocated_engine(cfg: Config) -> bool:
+    """A sampling engine shares the learner's GPU, sleeping through each train step: the
+    learner's optimizer state must then exist before the engine starts (`zero_optimizer_state`)."""
+    return cfg.engine.kind == "vllm" and cfg.engine.enable_sleep_mode
+
+
 class Learner(QuietPart):
     def __init__(self, model: Trainable, cfg: Config, ranks: Ranks | None = None):
         self.model, self.cfg = model, cfg
@@ -78,6 +107,10 @@ class Learner(QuietPart):
         """The model's device: every batch tensor goes there before it meets the log-probs."""
         self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay)
+        self.eager_state = colocated_engine(cfg)
+        """The optimizer state is created now, not at the first step (`colocated_engine`)."""
+        if self.eager_state:
+            zero_optimizer_state(self.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.schedule))
         self.step = 0
@@ -277,4 +310,7 @@ class Learner(QuietPart):
         return save_checkpoint(self, ckpt_root, extra, keep)
 
     def load(self, ckpt: Path) -> dict[str, Any]:
-        return load_checkpoint(self, ckpt)
+        extra = load_checkpoint(self, ckpt)
+        if self.eager_state:  # a checkpoint saved before any step brings no moments
+            zero_optimizer_state(self.optimizer)
+        return extra

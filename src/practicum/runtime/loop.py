@@ -90,7 +90,9 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                 if episodes:
                     with s.server.training():  # sampling goes on unless it runs this module
                         metrics = s.train_step(episodes)
-                    if metrics is not None:
+                    # a sampler that dropped its weights for the step (vLLM's sleep level 2)
+                    # gets them back even when the step trained nothing
+                    if metrics is not None or s.server.awaits_weights:
                         s.publish()
                 if metrics is None:  # nothing to train on: no step, a warning, a bound
                     s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
