@@ -495,8 +495,8 @@ def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tin
     with on_fake_device():
         got = run(DEVICE)
     assert len(got) == len(expected) > 3
-    for a, b in zip(got, expected):
-        assert torch.allclose(a, b, atol=1e-6)
+    for a, b in zip(got, expected):  # float rounding of reordered kernels: 1e-6 on some CPUs
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_lm_head_is_not_a_lora_target():
