@@ -1,0 +1,261 @@
+"""Building the sharded learner's model without any process holding all of it.
+
+    every rank:  sharded_trainable(policy, kl_reference) -> ShardedTrainable
+
+1. The model (and, for full fine-tuning with a KL term, its frozen reference) is built on the
+   meta device: shapes, no storage (`accelerate.init_empty_weights(include_buffers=False)`, so
+   the rotary tables and other buffers are computed as usual); LoRA is injected (peft) and each
+   decoder layer and the root are `fully_shard`ed, all still without storage.
+2. `to_empty` gives each rank storage for its shards only; the buffers get their values back.
+3. Rank 0 reads the model's safetensors files one tensor at a time (`TensorFiles`) and scatters
+   each tensor's rows: every rank receives just its shard (FSDP2 shards dim 0 in
+   `torch.chunk` pieces). No process ever holds more than one full tensor, and only rank 0
+   opens a weight file. The LoRA adapter needs no file: every rank computes its values from the
+   seed (`hf_trainable.lora_init`), as the one-process model does.
+
+A saved policy (`model.init`, or a policy folder) loads the same way (`load_policy_folder`).
+
+Precision: the weights are stored in `resolve_dtype`'s dtype (auto: bf16 for LoRA where the
+hardware computes it, fp32 for full fine-tuning: AdamW's master copy). On a GPU, full
+fine-tuning computes in bf16 (FSDP2 gathers bf16 copies, reduces gradients in fp32) and keeps its
+frozen reference in bf16 from the start; LoRA computes in the stored dtype, the adapter in fp32
+as in one process. On a CPU nothing is cast.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.tensor import DTensor
+
+from practicum.engine.hf_model import (
+    PolicyConfig,
+    check_attn_implementation,
+    load_tokenizer,
+    pick_device,
+    resolve_dtype,
+)
+from practicum.engine.device import configure_threads
+from practicum.engine.hf_trainable import (
+    HFTrainable,
+    check_policy_folder,
+    distinct_tensors,
+    lora_init,
+)
+from practicum.engine.models import resolve_model
+from practicum.errors import PracticumError
+from practicum.learner.sharded import ShardedTrainable
+from practicum.learner.tensor_files import TensorFiles
+
+
+@dataclass
+class BuiltReference:
+    """The frozen reference of full fine-tuning, already built and sharded (in
+    `HFTrainable.reference`'s place, where a `FrozenReference` would load it whole)."""
+
+    lm: nn.Module | None
+
+
+def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTrainable:
+    """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
+    fine-tuning), loaded from the model's files by rank 0 (module doc), then `policy.init` when
+    set. Every rank calls it; the process group is joined."""
+    device = rank_device(policy.device)
+    path = resolve_model(policy.model)
+    dtype = resolve_dtype(policy, device)
+    check_attn_implementation(policy.attn_implementation, device)
+    configure_threads()
+    mp = mixed_precision(device, policy.lora)
+    lm = empty_lm(path, dtype, policy.attn_implementation)
+    reference = None
+    if kl_reference and not policy.lora:
+        reference = empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
+        reference.eval().requires_grad_(False)
+    inner = HFTrainable(replace(policy, init=None), lm, load_tokenizer(path),
+                        BuiltReference(reference))
+    inner.cfg = policy
+    model = ShardedTrainable(inner, reference, mp,
+                             export_dtype=None if policy.lora else mp.param_dtype or dtype)
+    roots = [model.policy] + ([model.reference] if model.reference is not None else [])
+    materialise(roots, device)
+    inner.device = model.device = device
+    targets = base_targets(lm) + (base_targets(reference) if reference is not None else [])
+    fill(targets, TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
+         prefix=lm.base_model_prefix, source=str(path))
+    with torch.no_grad():
+        for name, p in lm.named_parameters():
+            if "lora_" in name:
+                copy_rows(p, lora_init(name, tuple(p.shape), policy.seed))
+    if policy.init:
+        load_policy_folder(model, Path(policy.init))
+    return model
+
+
+def rank_device(spec: str) -> torch.device:
+    """model.device for this rank: on CUDA, the GPU of its LOCAL_RANK (torchrun, the Ray group)."""
+    device = pick_device(spec)
+    if device.type != "cuda":
+        return device
+    index = int(os.environ.get("LOCAL_RANK", device.index or 0))
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def mixed_precision(device: torch.device, lora: bool) -> MixedPrecisionPolicy:
+    """On a GPU: full fine-tuning gathers bf16 copies of its fp32 weights, gradients are reduced
+    in fp32; LoRA computes in its stored dtype (module doc). On a CPU nothing is cast."""
+    if device.type != "cuda":
+        return MixedPrecisionPolicy()
+    bf16 = torch.cuda.is_bf16_supported()
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 and not lora else None,
+                                reduce_dtype=torch.float32)
+
+
+def empty_lm(path, dtype: torch.dtype, attn_implementation: str) -> nn.Module:
+    """The transformers CausalLM of folder `path` with its parameters on the meta device (its
+    buffers computed), tied weights tied, its generation config read as `from_pretrained` does."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(path)
+    with init_empty_weights(include_buffers=False):
+        lm = AutoModelForCausalLM.from_config(config, dtype=dtype,
+                                              attn_implementation=attn_implementation)
+    lm.tie_weights()  # not done on the meta device
+    if (Path(path) / "generation_config.json").is_file():
+        lm.generation_config = GenerationConfig.from_pretrained(path)
+    return lm
+
+
+def materialise(roots: list[nn.Module], device: torch.device) -> None:
+    """Storage on `device` for each rank's shards (`to_empty`); the buffers, which were built
+    with values and would come back uninitialised, keep them."""
+    for root in roots:
+        saved = {n: b.detach().clone() for n, b in root.named_buffers(remove_duplicate=False)}
+        root.to_empty(device=device)
+        with torch.no_grad():
+            for name, b in root.named_buffers(remove_duplicate=False):
+                b.copy_(saved[name])
+
+
+def base_targets(lm: nn.Module) -> list[tuple[str, Tensor]]:
+    """(name in the model's files, tensor) for every weight of `lm` a HF model folder holds: each
+    tied weight once, LoRA's injected layers skipped and its base layers under their original
+    names."""
+    state = distinct_tensors(lm.state_dict(keep_vars=True))[0]
+    return [(name.replace(".base_layer.", "."), t) for name, t in state.items()
+            if "lora_" not in name]
+
+
+def load_policy_folder(model: ShardedTrainable, path: Path) -> None:
+    """A folder written by `save` (`HFTrainable.save`'s format: a peft adapter, or a HF model),
+    read by rank 0 and scattered, into the trainable weights; refused in one line when it is
+    not this model's kind or lacks, or adds, weights."""
+    check_policy_folder(path, model.inner.cfg.lora)
+    state = distinct_tensors(model.inner.trainable_state())[0]
+    fill(list(state.items()), TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
+         source=str(path), exact=True)
+
+
+def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, source: str,
+         prefix: str = "", exact: bool = False) -> None:
+    """Every rank: the values of `targets` (name, tensor) from `files`, which only rank 0 has
+    (None elsewhere). A name shared by several targets (a model and its reference) is read
+    once. Names missing from the files (or, with `exact`, tensors the files add) are refused on
+    every rank at once, before any is filled. `prefix`: a model's `base_model_prefix`, which
+    some files leave out of their names."""
+    by_name: dict[str, list[Tensor]] = {}
+    for name, t in targets:
+        by_name.setdefault(name, []).append(t)
+    keys, problem = {}, None
+    if files is not None:
+        keys = {name: _file_key(files, name, prefix) for name in by_name}
+        problem = _check(files, by_name, keys, exact)
+    box = [problem]
+    dist.broadcast_object_list(box, src=0)
+    if box[0]:
+        raise PracticumError(f"{source}: {box[0]}")
+    with torch.no_grad():
+        for name, tensors in by_name.items():
+            full = files.read(keys[name]) if files is not None else None
+            for t in tensors:
+                if isinstance(t, DTensor):
+                    _scatter_rows(t, full)
+                else:
+                    _broadcast(t, full)
+
+
+def _file_key(files: TensorFiles, name: str, prefix: str) -> str | None:
+    if name in files.entries:
+        return name
+    if prefix and name.startswith(prefix + ".") and name[len(prefix) + 1:] in files.entries:
+        return name[len(prefix) + 1:]  # a base model's file (no head): names lack the prefix
+    return None
+
+
+def _check(files: TensorFiles, by_name: dict[str, list[Tensor]], keys: dict[str, str | None],
+           exact: bool) -> str | None:
+    missing = [n for n, k in keys.items() if k is None]
+    if missing:
+        return f"no weights for {missing[:5]} ({len(missing)} missing)"
+    wrong = [f"{n} {files.entries[keys[n]].shape} vs {tuple(ts[0].shape)}"
+             for n, ts in by_name.items() if files.entries[keys[n]].shape != tuple(ts[0].shape)]
+    if wrong:
+        return f"weights of another shape: {wrong[:3]}"
+    extra = sorted(set(files.entries) - set(keys.values()))
+    if exact and extra:
+        return f"weights this model does not know: {extra[:5]}"
+    return None
+
+
+def _scatter_rows(param: DTensor, full: Tensor | None) -> None:
+    """Each rank's rows of `full` (rank 0's) into its shard of `param`: FSDP2 gives rank r rows
+    [r c, (r + 1) c) of dim 0, c = ceil(rows / world). The pieces travel as bytes (one size for
+    every rank, the last ones padded), so any dtype crosses any backend."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    local = param.to_local()
+    rows = param.shape[0] if param.dim() else 1
+    per_row = param.numel() // max(rows, 1)
+    chunk = math.ceil(rows / world) * per_row
+    start = min(rank * chunk, param.numel())
+    if local.numel() != min(chunk, param.numel() - start):
+        raise RuntimeError(f"unexpected shard of {tuple(param.shape)} on rank {rank}: "
+                           f"{tuple(local.shape)}")
+    buf = torch.empty(chunk, dtype=local.dtype, device=local.device)
+    pieces = None
+    if full is not None:
+        flat = full.to(device=local.device, dtype=local.dtype).reshape(-1)
+        pieces = []
+        for r in range(world):
+            piece = flat[r * chunk:(r + 1) * chunk]
+            if piece.numel() < chunk:
+                piece = torch.cat([piece, piece.new_zeros(chunk - piece.numel())])
+            pieces.append(piece.view(torch.uint8))
+    dist.scatter(buf.view(torch.uint8), pieces, src=0)
+    local.copy_(buf[:local.numel()].view(local.shape))
+
+
+def _broadcast(tensor: Tensor, full: Tensor | None) -> None:
+    """A tensor every rank keeps whole (a buffer): rank 0's value, as bytes."""
+    buf = (full.to(device=tensor.device, dtype=tensor.dtype).contiguous() if full is not None
+           else torch.empty_like(tensor))
+    dist.broadcast(buf.reshape(-1).view(torch.uint8), src=0)
+    tensor.copy_(buf.view(tensor.shape))
+
+
+def copy_rows(param: Tensor, full: Tensor) -> None:
+    """This rank's rows of `full`, which every rank has, into its shard of `param`."""
+    if not isinstance(param, DTensor):
+        param.copy_(full)
+        return
+    local = param.to_local()
+    rows = math.ceil(param.shape[0] / dist.get_world_size())
+    start = min(dist.get_rank() * rows, param.shape[0])
+    local.copy_(full[start:start + local.shape[0]].to(device=local.device, dtype=local.dtype))
