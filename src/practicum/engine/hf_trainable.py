@@ -291,7 +291,8 @@ def check_policy_folder(path: Path, lora: bool) -> None:
         raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
     meta = json.loads((path / META).read_text())
     if meta["lora"] != lora:
-        raise PracticumError(f"{path} holds lora={meta['lora']} weights, this model has lora={lora}")
+        raise PracticumError(
+            f"{path} holds lora={meta['lora']} weights, this model has lora={lora}")
 
 
 def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
@@ -357,10 +358,10 @@ def lora_init(name: str, shape: tuple[int, ...], seed: int) -> Tensor:
 
 
 def init_adapter(lm: torch.nn.Module, seed: int) -> None:
-    """Set every LoRA parameter of `lm` to `lora_init`'s value (meta tensors are skipped)."""
+    """Set every LoRA parameter of `lm` to `lora_init`'s value."""
     with torch.no_grad():
         for name, p in lm.named_parameters():
-            if "lora_" in name and not p.is_meta:
+            if "lora_" in name:
                 p.copy_(lora_init(name, tuple(p.shape), seed))
 
 

@@ -1,48 +1,46 @@
-"""A sharded policy written as the folder `HFTrainable.save` writes, one tensor at a time.
+"""A policy written as the folder `HFTrainable.save` writes, one tensor at a time.
 
     LoRA:  adapter_config.json, adapter_model.safetensors           (a peft adapter)
     full:  config.json, generation_config.json, model.safetensors   (a HF model; or
            model-00001-of-0000N.safetensors ... + model.safetensors.index.json)
     both:  the tokenizer's files and practicum's policy.json
 
-Every rank gathers each weight in turn (`ShardedTrainable.iter_full_tensors`, in the compute
-dtype) and rank 0 appends it to its file (`tensor_files.StreamWriter`) and lets it go: rank 0
-holds one full tensor at a time beside its shards, and the folder loads with transformers,
-peft, vLLM and `HFTrainable.load_weights` like the one-process learner's.
+The weights come from `iter_full_tensors` (the sharded learner's: every rank gathers each
+weight in turn, in the compute dtype, and rank 0 writes) and each is appended to its file
+(`tensor_files.StreamWriter`) and let go: the writer holds one full tensor at a time, and the
+folder loads with transformers, peft, vLLM and `HFTrainable.load_weights` like the one-process
+learner's.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
+from torch import Tensor
 
-from practicum.engine.hf_trainable import distinct_tensors, replaced_folder, write_policy_meta
+from practicum.engine.hf_trainable import (
+    HFTrainable,
+    distinct_tensors,
+    replaced_folder,
+    write_policy_meta,
+)
 from practicum.learner.tensor_files import Planned, StreamWriter
-
-if TYPE_CHECKING:
-    from practicum.learner.sharded import ShardedTrainable
 
 SAVE_FILE_BYTES = 5 * 1024**3
 """The most bytes of weights in one safetensors file of a saved full model (the Hub's usual)."""
 
 
-def save_policy_folder(model: ShardedTrainable, path: Path, dtype: torch.dtype | None,
-                       max_file_bytes: int = SAVE_FILE_BYTES) -> None:
-    """Every rank: write `model`'s policy folder to `path` (replaced atomically by rank 0), its
-    floating weights in `dtype` (None: their own)."""
-    inner = model.inner
+def save_policy_folder(inner: HFTrainable, path: Path, tensors: Iterator[tuple[str, Tensor]],
+                       dtype: torch.dtype | None, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
+    """Write `inner`'s policy folder to `path` (replaced atomically), its weights taken one at a
+    time from `tensors`: `iter_full_tensors(dtype)`'s full tensors (floating ones in `dtype`;
+    None: their own), in the order and under the names of `inner.trainable_state()`."""
     plan = [Planned(name, _saved_dtype(t, dtype), tuple(t.shape))
             for name, t in distinct_tensors(inner.trainable_state())[0].items()]
-    tensors = model.iter_full_tensors(dtype)
-    if dist.get_rank() != 0:
-        for _ in tensors:  # the gathers rank 0 writes from
-            pass
-        return
     lora = inner.cfg.lora
     with replaced_folder(path) as tmp:
         with StreamWriter(tmp, "adapter_model" if lora else "model", plan,

@@ -1,6 +1,5 @@
-"""Building the sharded learner's model without any process holding all of it.
-
-    every rank:  sharded_trainable(policy, kl_reference) -> ShardedTrainable
+"""Building the sharded learner's model without any process holding all of it
+(`practicum.learner.sharded.sharded_trainable` runs these steps).
 
 1. The model (and, for full fine-tuning with a KL term, its frozen reference) is built on the
    meta device: shapes, no storage (`accelerate.init_empty_weights(include_buffers=False)`, so
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,23 +34,14 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import DTensor
 
-from practicum.engine.hf_model import (
-    PolicyConfig,
-    check_attn_implementation,
-    load_tokenizer,
-    pick_device,
-    resolve_dtype,
-)
-from practicum.engine.device import configure_threads
+from practicum.engine.hf_model import pick_device
 from practicum.engine.hf_trainable import (
     HFTrainable,
     check_policy_folder,
     distinct_tensors,
     lora_init,
 )
-from practicum.engine.models import resolve_model
 from practicum.errors import PracticumError
-from practicum.learner.sharded import ShardedTrainable
 from practicum.learner.tensor_files import TensorFiles
 
 
@@ -61,41 +51,6 @@ class BuiltReference:
     `HFTrainable.reference`'s place, where a `FrozenReference` would load it whole)."""
 
     lm: nn.Module | None
-
-
-def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTrainable:
-    """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
-    fine-tuning), loaded from the model's files by rank 0 (module doc), then `policy.init` when
-    set. Every rank calls it; the process group is joined."""
-    device = rank_device(policy.device)
-    path = resolve_model(policy.model)
-    dtype = resolve_dtype(policy, device)
-    check_attn_implementation(policy.attn_implementation, device)
-    configure_threads()
-    mp = mixed_precision(device, policy.lora)
-    lm = empty_lm(path, dtype, policy.attn_implementation)
-    reference = None
-    if kl_reference and not policy.lora:
-        reference = empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
-        reference.eval().requires_grad_(False)
-    inner = HFTrainable(replace(policy, init=None), lm, load_tokenizer(path),
-                        BuiltReference(reference))
-    inner.cfg = policy
-    model = ShardedTrainable(inner, reference, mp,
-                             export_dtype=None if policy.lora else mp.param_dtype or dtype)
-    roots = [model.policy] + ([model.reference] if model.reference is not None else [])
-    materialise(roots, device)
-    inner.device = model.device = device
-    targets = base_targets(lm) + (base_targets(reference) if reference is not None else [])
-    fill(targets, TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
-         prefix=lm.base_model_prefix, source=str(path))
-    with torch.no_grad():
-        for name, p in lm.named_parameters():
-            if "lora_" in name:
-                copy_rows(p, lora_init(name, tuple(p.shape), policy.seed))
-    if policy.init:
-        load_policy_folder(model, Path(policy.init))
-    return model
 
 
 def rank_device(spec: str) -> torch.device:
@@ -145,6 +100,19 @@ def materialise(roots: list[nn.Module], device: torch.device) -> None:
                 b.copy_(saved[name])
 
 
+def load_base_weights(path: Path, models: list[nn.Module], seed: int) -> None:
+    """Every rank: the weights of each sharded model in `models` (a policy, its reference) from
+    the HF model folder `path`, read once by rank 0; LoRA's adapter from `seed` (no file)."""
+    targets = [target for lm in models for target in base_targets(lm)]
+    fill(targets, TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
+         prefix=models[0].base_model_prefix, source=str(path))
+    with torch.no_grad():
+        for lm in models:
+            for name, p in lm.named_parameters():
+                if "lora_" in name:
+                    copy_rows(p, lora_init(name, tuple(p.shape), seed))
+
+
 def base_targets(lm: nn.Module) -> list[tuple[str, Tensor]]:
     """(name in the model's files, tensor) for every weight of `lm` a HF model folder holds: each
     tied weight once, LoRA's injected layers skipped and its base layers under their original
@@ -154,12 +122,12 @@ def base_targets(lm: nn.Module) -> list[tuple[str, Tensor]]:
             if "lora_" not in name]
 
 
-def load_policy_folder(model: ShardedTrainable, path: Path) -> None:
-    """A folder written by `save` (`HFTrainable.save`'s format: a peft adapter, or a HF model),
-    read by rank 0 and scattered, into the trainable weights; refused in one line when it is
-    not this model's kind or lacks, or adds, weights."""
-    check_policy_folder(path, model.inner.cfg.lora)
-    state = distinct_tensors(model.inner.trainable_state())[0]
+def load_policy_folder(inner: HFTrainable, path: Path) -> None:
+    """Every rank: a folder written by `save` (`HFTrainable.save`'s format: a peft adapter, or a
+    HF model), read by rank 0 and scattered, into the sharded trainable weights of `inner`;
+    refused in one line when it is not this model's kind or lacks, or adds, weights."""
+    check_policy_folder(path, inner.cfg.lora)
+    state = distinct_tensors(inner.trainable_state())[0]
     fill(list(state.items()), TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
          source=str(path), exact=True)
 

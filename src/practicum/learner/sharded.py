@@ -25,6 +25,7 @@ process's layout (`GroupRanks`).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,8 +42,17 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from practicum.engine.base import WeightUpdate
+from practicum.engine.device import configure_threads
+from practicum.engine.hf_model import (
+    PolicyConfig,
+    check_attn_implementation,
+    load_tokenizer,
+    resolve_dtype,
+)
 from practicum.engine.hf_trainable import HFTrainable, cast_floating, distinct_tensors
+from practicum.engine.models import resolve_model
 from practicum.errors import PracticumError
+from practicum.learner import load
 from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
 from practicum.learner.ranks import Ranks
 from practicum.learner.step import Learner
@@ -168,15 +178,21 @@ class ShardedTrainable:
     def save(self, path: Path, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
         """The policy folder `HFTrainable.save` writes (a peft adapter, or a HF model in
         safetensors files of at most `max_file_bytes` with their index), written by rank 0
-        while every rank gathers one tensor at a time, in the compute dtype."""
-        save_policy_folder(self, Path(path), self.export_dtype, max_file_bytes)
+        while every rank gathers one tensor at a time, in the compute dtype; complete on every
+        rank's return."""
+        tensors = self.iter_full_tensors(self.export_dtype)
+        if _rank() == 0:
+            save_policy_folder(self.inner, Path(path), tensors, self.export_dtype,
+                               max_file_bytes)
+        else:
+            for _ in tensors:  # the gathers rank 0 writes from
+                pass
+        dist.barrier()  # the folder is complete when any rank returns
 
     def load_weights(self, path: Path) -> None:
         """A folder written by `save` (either learner's): rank 0 reads it, each rank keeps its
         shard."""
-        from practicum.learner.load import load_policy_folder
-
-        load_policy_folder(self, Path(path))
+        load.load_policy_folder(self.inner, Path(path))
 
 
 def _rank() -> int:
@@ -223,11 +239,36 @@ class GroupRanks(Ranks):
         dist.barrier()
 
 
-def sharded_learner(cfg, policy) -> Learner:
-    """This rank's `Learner` over its shard of the policy (the process group already joined),
-    built without any rank loading the whole model (`practicum.learner.load`); on CUDA each
-    rank uses its LOCAL_RANK's GPU."""
-    from practicum.learner.load import sharded_trainable
+def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTrainable:
+    """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
+    fine-tuning) built without any rank holding the whole model (`practicum.learner.load`),
+    then `policy.init` when set. Every rank calls it; the process group is joined."""
+    device = load.rank_device(policy.device)
+    path = resolve_model(policy.model)
+    dtype = resolve_dtype(policy, device)
+    check_attn_implementation(policy.attn_implementation, device)
+    configure_threads()
+    mp = load.mixed_precision(device, policy.lora)
+    lm = load.empty_lm(path, dtype, policy.attn_implementation)
+    reference = None
+    if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
+        reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
+        reference.eval().requires_grad_(False)
+    inner = HFTrainable(replace(policy, init=None), lm, load_tokenizer(path),
+                        load.BuiltReference(reference))
+    inner.cfg = policy  # `init` is loaded below, sharded
+    model = ShardedTrainable(inner, reference, mp,
+                             export_dtype=None if policy.lora else mp.param_dtype or dtype)
+    load.materialise([r for r in (model.policy, model.reference) if r is not None], device)
+    inner.device = model.device = device
+    load.load_base_weights(path, [m for m in (lm, reference) if m is not None], policy.seed)
+    if policy.init:
+        model.load_weights(Path(policy.init))
+    return model
 
+
+def sharded_learner(cfg, policy: PolicyConfig) -> Learner:
+    """This rank's `Learner` over its shard of the policy (the process group already joined);
+    on CUDA each rank uses its LOCAL_RANK's GPU."""
     model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0)
     return Learner(model, cfg, GroupRanks(model))

@@ -50,7 +50,7 @@ def read_header(file: Path) -> dict[str, Entry]:
     out = {}
     for name, h in header.items():
         if h["dtype"] not in DTYPES:
-            raise ValueError(f"{file}: tensor {name} has dtype {h['dtype']}, which is not read here")
+            raise ValueError(f"{file}: tensor {name} has dtype {h['dtype']}, not read here")
         begin, end = h["data_offsets"]
         out[name] = Entry(Path(file), DTYPES[h["dtype"]], tuple(h["shape"]), 8 + size + begin,
                           8 + size + end)
