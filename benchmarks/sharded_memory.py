@@ -1,8 +1,9 @@
 """Host memory of the sharded learner's ranks, phase by phase, against a budget that says "no rank
 holds the whole model": 4 gloo ranks on the CPU, a random Llama read from safetensors files.
 
-For each phase (init: build the learner; step: one train_step; save: `learner.save`; resume:
-`learner.load` of that checkpoint) every rank records its peak RSS above its RSS after imports
+For each phase (init: build the learner; step: one train_step; save_policy: the policy folder a
+user serves, `learner.save_policy`; load_policy: that folder back, as `model.init` loads it;
+save: a checkpoint, `learner.save`; resume: `learner.load` of it) every rank records its peak RSS above its RSS after imports
 (Linux VmHWM, reset before each phase through /proc/self/clear_refs), and which weight files it
 opened: Python's audit hook ("open" events of *.safetensors) plus every call into the safetensors
 package (which opens files from Rust, where the hook does not see them). The budget, with
@@ -19,6 +20,11 @@ checkpoint phases run whatever src/practicum/learner/checkpoint.py does: a resum
 load a whole `trainer.pt` on every rank is skipped when the machine lacks the memory for it, and
 every run is stopped when the machine's available memory falls below `--min-available-gb`.
 Heavy: run it alone, one row at a time (it does), on an otherwise idle machine.
+
+glibc's malloc keeps freed blocks below a threshold that grows up to 32 MiB as big blocks are
+freed, so a rank's RSS keeps memory its tensors no longer use (a GPU's caching allocator would
+count it as reserved, not allocated). By default the ranks run with MALLOC_MMAP_THRESHOLD_ fixed
+at 1 MiB, so that RSS follows the tensors alive; `--glibc-default` measures without it.
 
     python benchmarks/sharded_memory.py [--rows 0.5b-full-new,1b-lora-new] [--main 743cb4e]
 """
@@ -62,7 +68,7 @@ ROWS = {
     "tiny-lora-new": {"model": "tiny", "lora": True, "code": "new"},
 }
 DEFAULT_ROWS = ("0.5b-full-main", "0.5b-full-new", "1b-lora-new")
-PHASES = ("init", "step", "save", "resume")
+PHASES = ("init", "step", "save_policy", "load_policy", "save", "resume")
 
 
 # -- the model files ---------------------------------------------------------------------------
@@ -222,6 +228,9 @@ def rank_main(rank: int, world: int, port: int, row: dict, model_dir: str, out: 
     run("init", lambda: state.update(learner=sharded_learner(cfg, policy_config(cfg))))
     learner = state["learner"]
     run("step", lambda: learner.train_step(batch(0)))
+    policy = Path(out) / "policy"
+    run("save_policy", lambda: learner.save_policy(policy))
+    run("load_policy", lambda: learner.model.load_weights(policy))
     ckpt_root = Path(out) / "checkpoints"
     run("save", lambda: state.update(ckpt=learner.save(ckpt_root, {"bench": True})))
     # today's checkpoints load trainer.pt whole on every rank: skip when that cannot fit
@@ -282,6 +291,8 @@ def run_row(name: str, row: dict, model_dir: Path, src: Path, tmp: Path, args) -
     out = tmp / f"row-{name}"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{src}:{HERE}", "HF_HUB_OFFLINE": "1"}
+    if not args.glibc_default:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     subprocess.run([sys.executable, __file__, "--worker", "--row", json.dumps(row),
@@ -354,6 +365,8 @@ def main() -> None:
                     help="stop a run when the machine's MemAvailable falls below this")
     ap.add_argument("--timeout", type=float, default=5400.0, help="seconds per row")
     ap.add_argument("--output", default="sharded_memory", help="results file stem")
+    ap.add_argument("--glibc-default", action="store_true",
+                    help="leave glibc's malloc thresholds as they are (module doc)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -403,6 +416,7 @@ def main() -> None:
                           for m in models},
                "budget": "rank peak above imports <= 1.1 (state / N + 2 largest unit); "
                          "sum <= state + N (2 largest unit)",
+               "malloc_mmap_threshold": None if args.glibc_default else 1 << 20,
                "machine": machine, "load_avg_1min_after": os.getloadavg()[0],
                "results": results}
     (OUT / f"{args.output}.json").write_text(json.dumps(payload, indent=1))

@@ -104,8 +104,8 @@ def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy) -> nn.Modul
 
 class ShardedTrainable:
     """A `Trainable` whose weights are sharded over the process group (module doc). Every call
-    is a collective: each rank makes it, in the same order. Built by
-    `practicum.learner.load.sharded_trainable` (on the meta device, then filled)."""
+    is a collective: each rank makes it, in the same order. Built by `sharded_trainable` (on
+    the meta device, then filled)."""
 
     def __init__(self, inner: HFTrainable, reference: nn.Module | None, mp: MixedPrecisionPolicy,
                  export_dtype: torch.dtype | None):
@@ -166,9 +166,10 @@ class ShardedTrainable:
             del full
 
     def export_weights(self, version: int) -> WeightUpdate | None:
-        """The full weights for a sampler in the compute dtype (rank 0; None on the others),
-        named and tied as the one-process `HFTrainable.export_weights` names them."""
-        tensors = dict(self.iter_full_tensors(self.export_dtype))
+        """The full weights for a sampler in the compute dtype, on rank 0's CPU (None on the
+        other ranks), named and tied as the one-process `HFTrainable.export_weights` names
+        them."""
+        tensors = {name: t.cpu() for name, t in self.iter_full_tensors(self.export_dtype)}
         if _rank() != 0:
             return None
         for alias, name in distinct_tensors(self.inner.trainable_state())[1].items():
