@@ -227,6 +227,8 @@ def rank_main(rank: int, world: int, port: int, row: dict, model_dir: str, out: 
 
     run("init", lambda: state.update(learner=sharded_learner(cfg, policy_config(cfg))))
     learner = state["learner"]
+    if rank == 0:
+        result["sizes"] = model_sizes(learner.model)
     run("step", lambda: learner.train_step(batch(0)))
     policy = Path(out) / "policy"
     run("save_policy", lambda: learner.save_policy(policy))
@@ -243,8 +245,6 @@ def rank_main(rank: int, world: int, port: int, row: dict, model_dir: str, out: 
     else:
         result["skipped"] = {"resume": f"each rank would load trainer.pt whole "
                                        f"({need / GIB:.1f} GiB in all)"}
-    if rank == 0:
-        result["sizes"] = model_sizes(learner.model)
     report.write_text(json.dumps({**result, "opened": opened}))
     dist.barrier()
     dist.destroy_process_group()
@@ -341,7 +341,8 @@ def table(results: list[dict]) -> str:
     for res in results:
         for e in res["judged"]:
             if not e["measured"]:
-                why = res.get("skipped", {}).get(e["phase"]) or res["status"]
+                skipped = {k: v for r in res["ranks"] for k, v in r.get("skipped", {}).items()}
+                why = skipped.get(e["phase"]) or res["status"]
                 lines.append(f"| {res['row']} | {res['code_rev']} | {e['phase']} | not run: "
                              f"{why} | | | | |")
                 continue

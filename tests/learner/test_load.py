@@ -1,8 +1,9 @@
-"""learner/load.py and the sharded save (learner/export.py): 2 gloo ranks build the model from
+"""learner/load.py and the sharded save (learner/export.py): 3 gloo ranks build the model from
 rank 0's reads of the files only, start from a saved policy (`model.init`) as one process does,
 and write a policy folder that transformers, peft and the one-process learner load back.
 
-One spawn (the `on_ranks` fixture) serves every test here."""
+One spawn (the `on_ranks` fixture) serves every test here; 3 ranks, so that shards are uneven
+(64 rows: 22, 22, 20) and the padded pieces of `learner/rows.py` are exercised."""
 
 import json
 
@@ -16,7 +17,7 @@ from tests.ranks import config, episodes, load_on_ranks, one_process_learner, sp
 @pytest.fixture(scope="module")
 def on_ranks(tiny_model_dir, tmp_path_factory):
     """Policies trained one step by one process (LoRA, full) saved as `init` folders; a folder
-    lacking weights; then 2 ranks' `load_on_ranks` with `model.init` set to them."""
+    lacking weights; then 3 ranks' `load_on_ranks` with `model.init` set to them."""
     from safetensors.torch import save_file
 
     root = tmp_path_factory.mktemp("load")
@@ -31,7 +32,7 @@ def on_ranks(tiny_model_dir, tmp_path_factory):
     cfgs = {kind: config(tiny_model_dir, kind == "lora", f"model.init={root / f'init-{kind}'}")
             for kind in ("lora", "full")}
     (root / "ranks").mkdir()
-    spawn(2, load_on_ranks, cfgs["lora"], cfgs["full"], root / "ranks")
+    spawn(3, load_on_ranks, cfgs["lora"], cfgs["full"], root / "ranks")
     return root, cfgs, torch.load(root / "ranks" / "report.pt", weights_only=False)
 
 
@@ -42,7 +43,7 @@ def opened(root, rank: int) -> list[str]:
 @pytest.mark.slow
 def test_only_rank_0_opens_the_weight_files(on_ranks, tiny_model_dir):
     root, _, _ = on_ranks
-    assert opened(root, 1) == []
+    assert opened(root, 1) == opened(root, 2) == []
     read = set(opened(root, 0))
     assert str(tiny_model_dir / "model.safetensors") in read  # the base, for both models
     assert str(root / "init-lora" / "adapter_model.safetensors") in read
@@ -133,7 +134,7 @@ def test_a_wrong_folder_is_refused_on_every_rank(on_ranks):
     """A LoRA folder into the full model, and a folder lacking weights (rank 0 finds out, every
     rank raises the same one-line error instead of waiting in a collective)."""
     root, _, _ = on_ranks
-    for rank in (0, 1):
+    for rank in (0, 1, 2):
         errors = json.loads((root / "ranks" / f"errors-{rank}.json").read_text())
         assert len(errors) == 2
         assert "holds lora=True weights" in errors[0]

@@ -3,6 +3,9 @@
     step.py        `Learner`: the update (PPO variants, cross-entropy) on a batch of rows
     ranks.py       how a step spans processes (`Ranks`, row splits)
     sharded.py     FSDP2 over a process group (`ShardedTrainable`, `GroupRanks`)
+    load.py        the sharded model built on the meta device, filled from rank 0's reads
+    export.py      a policy folder (peft adapter or HF model) written one tensor at a time
+    tensor_files.py  safetensors read and written one tensor at a time
     checkpoint.py  checkpoints with exact resume, and the `latest` pointer
 
 The learner imports nothing from the runtime loop, the session or the environments.

@@ -7,9 +7,8 @@
    decoder layer and the root are `fully_shard`ed, all still without storage.
 2. `to_empty` gives each rank storage for its shards only; the buffers get their values back.
 3. Rank 0 reads the model's safetensors files one tensor at a time (`TensorFiles`) and scatters
-   each tensor's rows: every rank receives just its shard (FSDP2 shards dim 0 in
-   `torch.chunk` pieces). No process ever holds more than one full tensor, and only rank 0
-   opens a weight file. The LoRA adapter needs no file: every rank computes its values from the
+   each tensor's rows (`rows.scatter_rows`): every rank receives just its shard. No process
+   ever holds more than one full tensor, and only rank 0 opens a weight file. The LoRA adapter needs no file: every rank computes its values from the
    seed (`hf_trainable.lora_init`), as the one-process model does.
 
 A saved policy (`model.init`, or a policy folder) loads the same way (`load_policy_folder`).
@@ -23,7 +22,6 @@ as in one process. On a CPU nothing is cast.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from practicum.engine.hf_trainable import (
     lora_init,
 )
 from practicum.errors import PracticumError
+from practicum.learner.rows import broadcast, copy_rows, scatter_rows
 from practicum.learner.tensor_files import TensorFiles
 
 
@@ -155,9 +154,9 @@ def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, source: s
             full = files.read(keys[name]) if files is not None else None
             for t in tensors:
                 if isinstance(t, DTensor):
-                    _scatter_rows(t, full)
+                    scatter_rows(t, full)
                 else:
-                    _broadcast(t, full)
+                    broadcast(t, full)
 
 
 def _file_key(files: TensorFiles, name: str, prefix: str) -> str | None:
@@ -181,49 +180,3 @@ def _check(files: TensorFiles, by_name: dict[str, list[Tensor]], keys: dict[str,
     if exact and extra:
         return f"weights this model does not know: {extra[:5]}"
     return None
-
-
-def _scatter_rows(param: DTensor, full: Tensor | None) -> None:
-    """Each rank's rows of `full` (rank 0's) into its shard of `param`: FSDP2 gives rank r rows
-    [r c, (r + 1) c) of dim 0, c = ceil(rows / world). The pieces travel as bytes (one size for
-    every rank, the last ones padded), so any dtype crosses any backend."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    local = param.to_local()
-    rows = param.shape[0] if param.dim() else 1
-    per_row = param.numel() // max(rows, 1)
-    chunk = math.ceil(rows / world) * per_row
-    start = min(rank * chunk, param.numel())
-    if local.numel() != min(chunk, param.numel() - start):
-        raise RuntimeError(f"unexpected shard of {tuple(param.shape)} on rank {rank}: "
-                           f"{tuple(local.shape)}")
-    buf = torch.empty(chunk, dtype=local.dtype, device=local.device)
-    pieces = None
-    if full is not None:
-        flat = full.to(device=local.device, dtype=local.dtype).reshape(-1)
-        pieces = []
-        for r in range(world):
-            piece = flat[r * chunk:(r + 1) * chunk]
-            if piece.numel() < chunk:
-                piece = torch.cat([piece, piece.new_zeros(chunk - piece.numel())])
-            pieces.append(piece.view(torch.uint8))
-    dist.scatter(buf.view(torch.uint8), pieces, src=0)
-    local.copy_(buf[:local.numel()].view(local.shape))
-
-
-def _broadcast(tensor: Tensor, full: Tensor | None) -> None:
-    """A tensor every rank keeps whole (a buffer): rank 0's value, as bytes."""
-    buf = (full.to(device=tensor.device, dtype=tensor.dtype).contiguous() if full is not None
-           else torch.empty_like(tensor))
-    dist.broadcast(buf.reshape(-1).view(torch.uint8), src=0)
-    tensor.copy_(buf.view(tensor.shape))
-
-
-def copy_rows(param: Tensor, full: Tensor) -> None:
-    """This rank's rows of `full`, which every rank has, into its shard of `param`."""
-    if not isinstance(param, DTensor):
-        param.copy_(full)
-        return
-    local = param.to_local()
-    rows = math.ceil(param.shape[0] / dist.get_world_size())
-    start = min(dist.get_rank() * rows, param.shape[0])
-    local.copy_(full[start:start + local.shape[0]].to(device=local.device, dtype=local.dtype))

@@ -16,8 +16,8 @@ Precision (`load.mixed_precision`): on a GPU full fine-tuning keeps fp32 weights
 copy AdamW updates) and gathers and computes in bf16, reducing gradients in fp32; LoRA keeps its
 frozen base in the compute dtype. On a CPU nothing is cast. Backend: nccl on GPU, gloo on CPU.
 
-Exports stream: `iter_full_tensors` gathers one tensor at a time, in the compute dtype, and
-rank 0 writes it to the policy folder (`save`, `practicum.learner.export`) or adds it to the
+Exports stream: `iter_full_tensors` gathers one tensor at a time on rank 0, in the compute
+dtype, and rank 0 writes it to the policy folder (`save`, `practicum.learner.export`) or adds it to the
 sampler's update (`export_weights`). The optimizer state for checkpoints is gathered into one
 process's layout (`GroupRanks`).
 """
@@ -55,6 +55,7 @@ from practicum.errors import PracticumError
 from practicum.learner import load
 from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
 from practicum.learner.ranks import Ranks
+from practicum.learner.rows import gather_rows
 from practicum.learner.step import Learner
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -155,12 +156,15 @@ class ShardedTrainable:
     def iter_full_tensors(self, dtype: torch.dtype | None = None
                           ) -> Iterator[tuple[str, Tensor]]:
         """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
-        with LoRA, every weight with full fine-tuning) one at a time, each gathered whole
-        (`full_tensor`, after a cast to `dtype` when floating) and yielded on rank 0 only, on
-        this rank's device. Every rank must run it to the end: each tensor is a collective."""
+        with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
+        floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
+        shard and hold no full tensor), yielded on rank 0 only, on its device. Every rank must
+        run it to the end: each tensor is a collective."""
         for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
-            t = cast_floating(t.detach(), dtype)
-            full = t.full_tensor() if isinstance(t, DTensor) else t
+            if isinstance(t, DTensor):
+                full = gather_rows(t, dtype if t.is_floating_point() else None)
+            else:
+                full = cast_floating(t.detach(), dtype)
             if _rank() == 0:
                 yield name, full
             del full
