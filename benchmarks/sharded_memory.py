@@ -336,15 +336,16 @@ def judge(result: dict) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     lines = ["| row | code | phase | max rank peak GB (budget) | sum of peaks GB (budget) | "
-             "within | s | ranks != 0 opening weight files |",
-             "|---|---|---|---|---|---|---|---|"]
+             "within | s | ranks != 0 opening weight files | load 1-min |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for res in results:
+        load = f"{res['load_avg_1min_before']:.1f} / {res['load_avg_1min_after']:.1f}"
         for e in res["judged"]:
             if not e["measured"]:
                 skipped = {k: v for r in res["ranks"] for k, v in r.get("skipped", {}).items()}
                 why = skipped.get(e["phase"]) or res["status"]
                 lines.append(f"| {res['row']} | {res['code_rev']} | {e['phase']} | not run: "
-                             f"{why} | | | | |")
+                             f"{why} | | | | | {load} |")
                 continue
             budget = (f" ({e['rank_budget'] / 1e9:.2f})" if "rank_budget" in e else "")
             total = (f" ({e['sum_budget'] / 1e9:.2f})" if "sum_budget" in e else "")
@@ -352,7 +353,7 @@ def table(results: list[dict]) -> str:
                 f"| {res['row']} | {res['code_rev']} | {e['phase']} | "
                 f"{e['max_rank_peak'] / 1e9:.2f}{budget} | {e['sum_of_peaks'] / 1e9:.2f}{total} | "
                 f"{'yes' if e.get('within_budget') else 'no' if 'within_budget' in e else '?'} | "
-                f"{e['seconds']:.0f} | {e['other_ranks_opening_weights'] or 'none'} |")
+                f"{e['seconds']:.0f} | {e['other_ranks_opening_weights'] or 'none'} | {load} |")
     return "\n".join(lines)
 
 
@@ -405,27 +406,34 @@ def main() -> None:
                 subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
                 src = src / "src"
             print(f"{name}: running ({rev}) ...", flush=True)
+            state = machine_state()
             res = run_row(name, row, tmp / f"llama-{row['model']}", src, tmp, args)
+            res["machine_before"] = state
             res["code_rev"] = rev
             res["params"] = counts[row["model"]]
             res["judged"] = judge(res)
             results.append(res)
             print(table([res]), flush=True)
     OUT.mkdir(exist_ok=True)
+    path = OUT / f"{args.output}.json"
+    # rows run now replace those of the same name; the others stay as they were measured
+    kept = json.loads(path.read_text())["results"] if path.is_file() else []
+    results = [r for r in kept if r["row"] not in rows] + results
+    results.sort(key=lambda r: list(ROWS).index(r["row"]))
     payload = {"benchmark": "sharded_memory", "world": WORLD, "backend": "gloo",
-               "models": {m: {**MODELS[m], "params": counts[m], "file_dtype": "bfloat16"}
-                          for m in models},
+               "models": {m: {**MODELS[m], "file_dtype": "bfloat16"} for m in MODELS
+                          if any(r["model"] == m for r in results)},
                "budget": "rank peak above imports <= 1.1 (state / N + 2 largest unit); "
                          "sum <= state + N (2 largest unit)",
                "malloc_mmap_threshold": None if args.glibc_default else 1 << 20,
                "machine": machine, "load_avg_1min_after": os.getloadavg()[0],
                "results": results}
-    (OUT / f"{args.output}.json").write_text(json.dumps(payload, indent=1))
+    path.write_text(json.dumps(payload, indent=1))
     text = table(results)
     (OUT / f"{args.output}.md").write_text(
-        f"# sharded_memory ({WORLD} gloo ranks, CPU; {machine.get('cpu', '?')}, "
-        f"avx512_bf16={machine.get('avx512_bf16')}, load before "
-        f"{machine.get('load_avg_1min', 0):.1f})\n\n{text}\n")
+        f"# sharded_memory ({WORLD} gloo ranks, CPU: {machine.get('cpu', '?')}, "
+        f"{machine.get('cpus')} cores, avx512_bf16={machine.get('avx512_bf16')}; each row's "
+        f"load average before and after it is in the JSON)\n\n{text}\n")
     print(text)
 
 
