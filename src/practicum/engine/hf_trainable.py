@@ -217,29 +217,19 @@ class HFTrainable:
                                  "target_modules": sorted(peft_cfg.target_modules)})
         return WeightUpdate(version, "full", tensors)
 
-    def export_weights(self, version: int, state_dict: dict[str, Tensor] | None = None
-                       ) -> WeightUpdate:
-        """The live trainable tensors (no copy) for a sampler to load; `state_dict`: these
-        weights instead (full tensors named as `self.model.state_dict()`)."""
-        if state_dict is not None and self.cfg.lora:
-            from peft import get_peft_model_state_dict
-
-            return self.weight_update(version, get_peft_model_state_dict(
-                self.model, state_dict=state_dict))
-        if state_dict is not None:
-            return self.weight_update(version, state_dict)
+    def export_weights(self, version: int) -> WeightUpdate:
+        """The live trainable tensors (no copy) for a sampler to load."""
         return self.weight_update(version, {k: v.detach()
                                             for k, v in self.trainable_state().items()})
 
-    def save(self, path: Path, state_dict: dict[str, Tensor] | None = None) -> None:
+    def save(self, path: Path) -> None:
         """Write the adapter (or full weights) and tokenizer to `path`, replacing it atomically.
 
         A LoRA folder is a standard peft adapter (loadable by vLLM's LoRARequest); a full one is
-        a standard HF model folder (usable as a model spec). `state_dict`: write these weights
-        (full tensors named as `self.model.state_dict()`) instead of the live ones.
+        a standard HF model folder (usable as a model spec).
         """
         with replaced_folder(Path(path)) as tmp:
-            self.model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+            self.model.save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
             write_policy_meta(tmp, self.cfg)
 
@@ -341,20 +331,22 @@ def cast_floating(tensor: Tensor, dtype: torch.dtype | None) -> Tensor:
 
 
 def lora_init(name: str, shape: tuple[int, ...], seed: int) -> Tensor:
-    """The starting value of LoRA parameter `name` (named as in the transformers model):
-    A ~ Kaiming-uniform as `nn.Linear`'s default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and
-    B = 0, so the adapter starts as the identity update (Hu et al. 2021, arXiv 2106.09685;
-    peft's default init). A comes from a generator seeded by (seed, name): any process builds
-    any parameter's value alone, so a model built on the meta device and sharded starts where
-    the one-process model starts."""
-    if ".lora_B." in name:
-        return torch.zeros(shape)
-    if ".lora_A." not in name or len(shape) != 2:
-        raise PracticumError(f"cannot initialise LoRA parameter {name} {tuple(shape)}")
+    """The starting value of LoRA parameter `name` (named as in the transformers model), peft's
+    default init (Hu et al. 2021, arXiv 2106.09685), so the adapter starts as the identity
+    update: a linear's A ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (Kaiming-uniform, `nn.Linear`'s
+    default) and B = 0; an embedding's A = 0 and B ~ N(0, 1). The random values come from a
+    generator seeded by (seed, name): any process builds any parameter's value alone, so a
+    model built on the meta device and sharded starts where the one-process model starts."""
     digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
     g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
-    bound = 1.0 / math.sqrt(shape[1])
-    return torch.empty(shape).uniform_(-bound, bound, generator=g)
+    if ".lora_B." in name or ".lora_embedding_A." in name:
+        return torch.zeros(shape)
+    if ".lora_embedding_B." in name:
+        return torch.randn(shape, generator=g)
+    if ".lora_A." in name and len(shape) == 2:
+        bound = 1.0 / math.sqrt(shape[1])
+        return torch.empty(shape).uniform_(-bound, bound, generator=g)
+    raise PracticumError(f"cannot initialise LoRA parameter {name} {tuple(shape)}")
 
 
 def init_adapter(lm: torch.nn.Module, seed: int) -> None:
