@@ -7,8 +7,9 @@ save: a checkpoint, `learner.save`; resume: `learner.load` of it) every rank rec
 (Linux VmHWM, reset before each phase through /proc/self/clear_refs), and which weight files it
 opened: Python's audit hook ("open" events of *.safetensors) plus every call into the safetensors
 package (which opens files from Rust, where the hook does not see them). The budget, with
-state = weights + gradients + AdamW moments (+ a KL reference) and unit = the largest FSDP unit
-unsharded (the root's embedding and head included):
+state = what exists after the phase (at init the weights and a KL reference; from the step on
+also gradients and AdamW moments) and unit = the largest FSDP unit unsharded (the root's
+embedding and head included):
 
     each rank:   peak above imports <= 1.1 (state / N + 2 unit)
     all ranks:   sum of peaks       <= state + N (2 unit)
@@ -307,10 +308,20 @@ def run_row(name: str, row: dict, model_dir: Path, src: Path, tmp: Path, args) -
     return result
 
 
-def judge(result: dict) -> list[dict]:
+def sizes_of(result: dict, results: list[dict]) -> dict | None:
+    """The state and unit sizes a row measured, or those of a row of the same model and kind
+    (the same weights, so the same budget) when it was stopped before measuring them."""
+    for res in [result, *results]:
+        if res["model"] == result["model"] and res["lora"] == result["lora"]:
+            found = next((r["sizes"] for r in res["ranks"] if "sizes" in r), None)
+            if found:
+                return found
+    return None
+
+
+def judge(result: dict, sizes: dict | None) -> list[dict]:
     """Per phase: the largest rank peak, the sum of peaks, their budgets, and which ranks
     other than 0 touched a weight file."""
-    sizes = next((r["sizes"] for r in result["ranks"] if "sizes" in r), None)
     out = []
     for phase in PHASES:
         peaks = [r["phases"][phase]["peak_above_imports"] for r in result["ranks"]
@@ -326,6 +337,8 @@ def judge(result: dict) -> list[dict]:
                       if p == phase and r["rank"] != 0})}
         if sizes:
             unit, state = sizes["largest_unit"], sizes["state"]
+            if phase == "init":  # no gradient or AdamW moment exists yet
+                state = sizes["weights"] + sizes["reference"]
             entry["rank_budget"] = 1.1 * (state / WORLD + 2 * unit)
             entry["sum_budget"] = state + WORLD * 2 * unit
             entry["within_budget"] = (entry["max_rank_peak"] <= entry["rank_budget"]
@@ -357,32 +370,10 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
-                    help=f"comma-separated, of {list(ROWS)}")
-    ap.add_argument("--main", default="743cb4e", help="the git revision of the 'main' rows")
-    ap.add_argument("--min-available-gb", type=float, default=3.0,
-                    help="stop a run when the machine's MemAvailable falls below this")
-    ap.add_argument("--timeout", type=float, default=5400.0, help="seconds per row")
-    ap.add_argument("--output", default="sharded_memory", help="results file stem")
-    ap.add_argument("--glibc-default", action="store_true",
-                    help="leave glibc's malloc thresholds as they are (module doc)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--row", help=argparse.SUPPRESS)
-    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
-    ap.add_argument("--src", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.worker:
-        worker(args)
-        return
+def run_rows(rows: dict, args) -> list[dict]:
+    """Write the models the rows need, run each row, return their results."""
     from _machine import machine_state
 
-    names = args.rows.split(",")
-    rows = {n: ROWS[n] for n in names}
-    machine = machine_state()
     models = sorted({r["model"] for r in rows.values()})
     params = {"0.5b": 0.5e9, "1b": 1.25e9, "tiny": 3.2e6}
     # bf16 files, and a checkpoint of up to 16 bytes a parameter (fp32 weights + AdamW)
@@ -408,24 +399,57 @@ def main() -> None:
             print(f"{name}: running ({rev}) ...", flush=True)
             state = machine_state()
             res = run_row(name, row, tmp / f"llama-{row['model']}", src, tmp, args)
-            res["machine_before"] = state
-            res["code_rev"] = rev
-            res["params"] = counts[row["model"]]
-            res["judged"] = judge(res)
+            res.update(machine_before=state, code_rev=rev, params=counts[row["model"]],
+                       malloc_mmap_threshold=None if args.glibc_default else 1 << 20)
+            res["judged"] = judge(res, sizes_of(res, []))
             results.append(res)
             print(table([res]), flush=True)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS),
+                    help=f"comma-separated, of {list(ROWS)}")
+    ap.add_argument("--main", default="743cb4e", help="the git revision of the 'main' rows")
+    ap.add_argument("--min-available-gb", type=float, default=3.0,
+                    help="stop a run when the machine's MemAvailable falls below this")
+    ap.add_argument("--timeout", type=float, default=5400.0, help="seconds per row")
+    ap.add_argument("--output", default="sharded_memory", help="results file stem")
+    ap.add_argument("--glibc-default", action="store_true",
+                    help="leave glibc's malloc thresholds as they are (module doc)")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: rebuild the table from the results file")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--src", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    from _machine import machine_state
+
+    names = [] if args.table_only else args.rows.split(",")
+    rows = {n: ROWS[n] for n in names}
+    machine = machine_state()
+    results = run_rows(rows, args) if rows else []
     OUT.mkdir(exist_ok=True)
     path = OUT / f"{args.output}.json"
     # rows run now replace those of the same name; the others stay as they were measured
     kept = json.loads(path.read_text())["results"] if path.is_file() else []
     results = [r for r in kept if r["row"] not in rows] + results
     results.sort(key=lambda r: list(ROWS).index(r["row"]))
+    for res in results:
+        res["judged"] = judge(res, sizes_of(res, results))
     payload = {"benchmark": "sharded_memory", "world": WORLD, "backend": "gloo",
                "models": {m: {**MODELS[m], "file_dtype": "bfloat16"} for m in MODELS
                           if any(r["model"] == m for r in results)},
                "budget": "rank peak above imports <= 1.1 (state / N + 2 largest unit); "
-                         "sum <= state + N (2 largest unit)",
-               "malloc_mmap_threshold": None if args.glibc_default else 1 << 20,
+                         "sum <= state + N (2 largest unit); state: the weights (+ reference) "
+                         "at init, + gradients + AdamW moments from the step on",
                "machine": machine, "load_avg_1min_after": os.getloadavg()[0],
                "results": results}
     path.write_text(json.dumps(payload, indent=1))
