@@ -154,7 +154,7 @@ def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> N
     """Build a LoRA and a fully fine-tuned sharded model from saved policies (`model.init`;
     the full one with its KL reference), save them (the full one in files of at most 200 kB),
     export them, compute log-probs of the policy and of its frozen base, and try to load a
-    folder of the wrong kind and one lacking weights. Each rank records the safetensors files
+    folder of the wrong kind, one lacking weights and one without weight files. Each rank records the safetensors files
     it opened (Python's audit hook sees every `open`) and the errors it got."""
     import json
     import sys
@@ -188,7 +188,7 @@ def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> N
                         "kind": None if update is None else update.kind,
                         "logp": logp, "base": base}
     errors = []
-    for folder in (out / "lora", out.parent / "lacking"):
+    for folder in (out / "lora", out.parent / "lacking", out.parent / "no-weights"):
         try:
             model.load_weights(folder)
         except PracticumError as err:

@@ -29,6 +29,8 @@ def on_ranks(tiny_model_dir, tmp_path_factory):
     lacking.mkdir()
     (lacking / "policy.json").write_text(json.dumps({"lora": False, "model": "x"}))
     save_file({"model.norm.weight": torch.ones(64)}, lacking / "model.safetensors")
+    (root / "no-weights").mkdir()
+    (root / "no-weights" / "policy.json").write_text(json.dumps({"lora": False, "model": "x"}))
     cfgs = {kind: config(tiny_model_dir, kind == "lora", f"model.init={root / f'init-{kind}'}")
             for kind in ("lora", "full")}
     (root / "ranks").mkdir()
@@ -131,14 +133,16 @@ def test_the_streamed_full_folder_is_a_sharded_hf_model(on_ranks, tmp_path):
 
 @pytest.mark.slow
 def test_a_wrong_folder_is_refused_on_every_rank(on_ranks):
-    """A LoRA folder into the full model, and a folder lacking weights (rank 0 finds out, every
-    rank raises the same one-line error instead of waiting in a collective)."""
+    """A LoRA folder into the full model, a folder lacking weights and one without weight
+    files (rank 0 finds out, every rank raises the same one-line error instead of waiting in a
+    collective)."""
     root, _, _ = on_ranks
     for rank in (0, 1, 2):
         errors = json.loads((root / "ranks" / f"errors-{rank}.json").read_text())
-        assert len(errors) == 2
+        assert len(errors) == 3
         assert "holds lora=True weights" in errors[0]
         assert "no weights for" in errors[1] and "model.embed_tokens.weight" in errors[1]
+        assert "holds no .safetensors file" in errors[2]
 
 
 def config_without_init(cfg):

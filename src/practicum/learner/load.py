@@ -103,8 +103,7 @@ def load_base_weights(path: Path, models: list[nn.Module], seed: int) -> None:
     """Every rank: the weights of each sharded model in `models` (a policy, its reference) from
     the HF model folder `path`, read once by rank 0; LoRA's adapter from `seed` (no file)."""
     targets = [target for lm in models for target in base_targets(lm)]
-    fill(targets, TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
-         prefix=models[0].base_model_prefix, source=str(path))
+    fill(targets, *_rank0_files(path), prefix=models[0].base_model_prefix, source=str(path))
     with torch.no_grad():
         for lm in models:
             for name, p in lm.named_parameters():
@@ -127,28 +126,40 @@ def load_policy_folder(inner: HFTrainable, path: Path) -> None:
     refused in one line when it is not this model's kind or lacks, or adds, weights."""
     check_policy_folder(path, inner.cfg.lora)
     state = distinct_tensors(inner.trainable_state())[0]
-    fill(list(state.items()), TensorFiles.in_folder(path) if dist.get_rank() == 0 else None,
-         source=str(path), exact=True)
+    fill(list(state.items()), *_rank0_files(path), source=str(path), exact=True)
 
 
-def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, source: str,
-         prefix: str = "", exact: bool = False) -> None:
+def _rank0_files(path: Path) -> tuple[TensorFiles | None, str | None]:
+    """Rank 0's index of the safetensors files in `path` (None on the other ranks), or why it
+    has none."""
+    if dist.get_rank() != 0:
+        return None, None
+    try:
+        return TensorFiles.in_folder(path), None
+    except (OSError, ValueError) as err:
+        return None, str(err)
+
+
+def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, problem: str | None,
+         source: str, prefix: str = "", exact: bool = False) -> None:
     """Every rank: the values of `targets` (name, tensor) from `files`, which only rank 0 has
     (None elsewhere). A name shared by several targets (a model and its reference) is read
-    once. Names missing from the files (or, with `exact`, tensors the files add) are refused on
-    every rank at once, before any is filled. `prefix`: a model's `base_model_prefix`, which
-    some files leave out of their names."""
+    once. Rank 0's `problem` (it could not read the files), names missing from the files, or
+    (with `exact`) tensors the files add are refused on every rank at once, in one line,
+    before anything is filled. `prefix`: a model's `base_model_prefix`, which some files leave
+    out of their names."""
     by_name: dict[str, list[Tensor]] = {}
     for name, t in targets:
         by_name.setdefault(name, []).append(t)
-    keys, problem = {}, None
+    keys = {}
     if files is not None:
         keys = {name: _file_key(files, name, prefix) for name in by_name}
-        problem = _check(files, by_name, keys, exact)
+        wrong = _check(files, by_name, keys, exact)
+        problem = f"{source}: {wrong}" if wrong else None
     box = [problem]
     dist.broadcast_object_list(box, src=0)
     if box[0]:
-        raise PracticumError(f"{source}: {box[0]}")
+        raise PracticumError(box[0])
     with torch.no_grad():
         for name, tensors in by_name.items():
             full = files.read(keys[name]) if files is not None else None

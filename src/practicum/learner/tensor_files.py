@@ -70,7 +70,8 @@ class TensorFiles:
         """Every *.safetensors file of a folder (a HF model, a peft adapter, a saved policy)."""
         files = sorted(Path(folder).glob("*.safetensors"))
         if not files:
-            raise FileNotFoundError(f"{folder} holds no .safetensors file")
+            raise FileNotFoundError(f"{folder} holds no .safetensors file (weights are read "
+                                    "from safetensors only)")
         return cls(files)
 
     def read(self, name: str) -> Tensor:
