@@ -434,12 +434,13 @@ def main() -> None:
 
     names = [] if args.table_only else args.rows.split(",")
     rows = {n: ROWS[n] for n in names}
-    machine = machine_state()
+    path = OUT / f"{args.output}.json"
+    before = json.loads(path.read_text()) if path.is_file() else {}
+    machine = machine_state() if rows else before.get("machine", {})
     results = run_rows(rows, args) if rows else []
     OUT.mkdir(exist_ok=True)
-    path = OUT / f"{args.output}.json"
     # rows run now replace those of the same name; the others stay as they were measured
-    kept = json.loads(path.read_text())["results"] if path.is_file() else []
+    kept = before.get("results", [])
     results = [r for r in kept if r["row"] not in rows] + results
     results.sort(key=lambda r: list(ROWS).index(r["row"]))
     for res in results:
@@ -456,8 +457,12 @@ def main() -> None:
     text = table(results)
     (OUT / f"{args.output}.md").write_text(
         f"# sharded_memory ({WORLD} gloo ranks, CPU: {machine.get('cpu', '?')}, "
-        f"{machine.get('cpus')} cores, avx512_bf16={machine.get('avx512_bf16')}; each row's "
-        f"load average before and after it is in the JSON)\n\n{text}\n")
+        f"{machine.get('cpus')} cores, avx512_bf16={machine.get('avx512_bf16')})\n\n"
+        "Peaks are RSS above each rank's RSS after imports; budgets in brackets (module doc of "
+        "benchmarks/sharded_memory.py). \"stopped: machine memory low\": the row was stopped "
+        f"when the machine's available memory fell under the floor (other processes share it). "
+        "Load: the 1-minute load average before / after the row.\n\n"
+        f"{text}\n")
     print(text)
 
 
