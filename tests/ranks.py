@@ -267,6 +267,56 @@ def skip_a_poisoned_step(rank: int, cfg: Config, ckpt_root: Path, out: Path) -> 
                 "step": learner.step}, out / f"rank{rank}.pt")
 
 
+def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> None:
+    """Build a LoRA and a fully fine-tuned sharded model from saved policies (`model.init`;
+    the full one with its KL reference), save them (the full one in files of at most 200 kB),
+    export them, compute log-probs of the policy and of its frozen base, and try to load a
+    folder of the wrong kind, one lacking weights and one without weight files. Each rank records the safetensors files
+    it opened (Python's audit hook sees every `open`) and the errors it got."""
+    import json
+    import sys
+
+    opened: list[str] = []
+
+    def audit(event: str, args: tuple) -> None:
+        if event == "open" and str(args[0]).endswith(".safetensors"):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)
+    import torch.distributed as dist
+
+    from practicum.errors import PracticumError
+    from practicum.learner.sharded import init_ranks, sharded_trainable
+    from practicum.runtime.placement import policy_config
+
+    init_ranks("cpu", timeout_s=120)
+    ids = torch.randint(100, 5000, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    report: dict = {}
+    for kind, cfg in (("lora", lora_cfg), ("full", full_cfg)):
+        model = sharded_trainable(policy_config(cfg), kl_reference=True)
+        model.save(out / kind, max_file_bytes=200_000)
+        update = model.export_weights(7)
+        with torch.no_grad():
+            logp = model.token_logprobs(ids, mask)
+            with model.frozen_base():
+                base = model.token_logprobs(ids, mask)
+        report[kind] = {"tensors": None if update is None else update.tensors,
+                        "kind": None if update is None else update.kind,
+                        "logp": logp, "base": base}
+    errors = []
+    for folder in (out / "lora", out.parent / "lacking", out.parent / "no-weights"):
+        try:
+            model.load_weights(folder)
+        except PracticumError as err:
+            errors.append(str(err))
+    dist.barrier()
+    (out / f"opened-{rank}.json").write_text(json.dumps(opened))
+    (out / f"errors-{rank}.json").write_text(json.dumps(errors))
+    if rank == 0:
+        torch.save(report, out / "report.pt")
+
+
 # -- the weight group (practicum.engine.weight_group) -----------------------------------------
 def weight_tensors() -> dict[str, torch.Tensor]:
     """Tensors of three dtypes and odd shapes (a 0-dim one too), in an order that switches

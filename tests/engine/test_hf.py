@@ -682,3 +682,27 @@ def test_two_groups_in_one_micro_batch_give_the_logprobs_and_gradients_of_runnin
     assert [c[0] for c in calls] == [1, 2, 1, 2]  # per group: its prompt once, then its rows
     assert torch.allclose(lp, lp_full, atol=1e-5)
     assert (g - g_full).norm() <= 1e-5 * g_full.norm() and g_full.abs().sum() > 0
+
+
+def test_the_adapter_starts_from_the_seed_and_each_name_alone(tiny_model_dir):
+    """A ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) and B = 0, a function of (seed, name) only: the
+    same seed gives the same adapter, another seed another, and `lora_init` alone (what a rank
+    of the sharded learner computes) gives the model's value."""
+    from practicum.engine.factory import load_trainable
+    from practicum.engine.hf_trainable import lora_init
+
+    def adapter(seed):
+        t = load_trainable(PolicyConfig(model=str(tiny_model_dir), dtype="float32", seed=seed))
+        return {n: p.detach().clone() for n, p in t.lm.named_parameters() if "lora_" in n}
+
+    a, again, other = adapter(0), adapter(0), adapter(1)
+    assert a.keys() == again.keys() == other.keys() and len(a) == 2 * 7 * 2  # 2 layers
+    for name, value in a.items():
+        assert torch.equal(value, again[name]) and torch.equal(value, lora_init(
+            name, tuple(value.shape), 0))
+        if ".lora_B." in name:
+            assert not value.any()
+        else:
+            bound = 1 / math.sqrt(value.shape[1])
+            assert value.abs().max() <= bound and value.std() > 0.4 * bound
+            assert not torch.equal(value, other[name])

@@ -11,12 +11,14 @@ history: the actor keeps the exact ids (see `practicum.episode`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # torch stays unimported where only the dataclasses are needed (env workers)
+    import torch
     from torch import Tensor, nn
 
 
@@ -168,6 +170,13 @@ class Trainable(Protocol):
 
     def export_weights(self, version: int) -> WeightUpdate:
         """The current trainable weights, to publish to a sampler."""
+        ...
+
+    def iter_full_tensors(self, dtype: torch.dtype | None = None
+                          ) -> Iterator[tuple[str, Tensor]]:
+        """The trainable weights one at a time as (name, full tensor), named as `export_weights`
+        names them (a tied weight once), floating ones cast to `dtype`. Sharded, every rank runs
+        it to the end and rank 0 gets the tensors."""
         ...
 
     def save(self, path: Path) -> None: ...

@@ -7,7 +7,9 @@ fine-tuning it is a separate frozen copy, loaded on first use (`FrozenReference`
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
 import warnings
@@ -55,6 +57,7 @@ class HFTrainable:
             with warnings.catch_warnings():  # peft still calls a renamed transformers property
                 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
                 self.model: torch.nn.Module = get_peft_model(lm, lora)
+            init_adapter(lm, cfg.seed)
         else:
             self.model = lm.requires_grad_(True)
         self.model.train()
@@ -191,41 +194,49 @@ class HFTrainable:
             self._reference_active = False
 
     # -- publishing and persistence --------------------------------------------------------------
-    def export_weights(self, version: int, state_dict: dict[str, Tensor] | None = None
-                       ) -> WeightUpdate:
-        """The live trainable tensors (no copy) for a sampler to load; `state_dict`: these
-        weights instead (a sharded model's gathered full tensors, named as `state_dict()`)."""
+    def trainable_state(self) -> dict[str, Tensor]:
+        """The weights a sampler loads and `save` writes, live (no copy), named as saved: the
+        adapter as peft names it (no adapter name) with LoRA, else the model's `state_dict()`
+        (a tied weight under each of its names, one tensor)."""
         if self.cfg.lora:
             from peft import get_peft_model_state_dict
 
+            return get_peft_model_state_dict(self.model)
+        return self.model.state_dict(keep_vars=True)
+
+    def iter_full_tensors(self, dtype: torch.dtype | None = None
+                          ) -> Iterator[tuple[str, Tensor]]:
+        """Each of `trainable_state`'s tensors once (a tied one under its first name), floating
+        ones cast to `dtype` (None: as they are). The sharded learner's iterator of the same name
+        yields the same, gathered."""
+        for name, tensor in distinct_tensors(self.trainable_state())[0].items():
+            yield name, cast_floating(tensor.detach(), dtype)
+
+    def weight_update(self, version: int, tensors: dict[str, Tensor]) -> WeightUpdate:
+        """A sampler's update from tensors named as `trainable_state` names them."""
+        if self.cfg.lora:
             peft_cfg = self.model.peft_config["default"]
-            return WeightUpdate(version, "lora",
-                                get_peft_model_state_dict(self.model, state_dict=state_dict),
+            return WeightUpdate(version, "lora", tensors,
                                 {"r": peft_cfg.r, "lora_alpha": peft_cfg.lora_alpha,
                                  "use_rslora": bool(getattr(peft_cfg, "use_rslora", False)),
                                  "target_modules": sorted(peft_cfg.target_modules)})
-        return WeightUpdate(version, "full",
-                            self.model.state_dict() if state_dict is None else state_dict)
+        return WeightUpdate(version, "full", tensors)
 
-    def save(self, path: Path, state_dict: dict[str, Tensor] | None = None) -> None:
+    def export_weights(self, version: int) -> WeightUpdate:
+        """The live trainable tensors (no copy) for a sampler to load."""
+        return self.weight_update(version, {k: v.detach()
+                                            for k, v in self.trainable_state().items()})
+
+    def save(self, path: Path) -> None:
         """Write the adapter (or full weights) and tokenizer to `path`, replacing it atomically.
 
         A LoRA folder is a standard peft adapter (loadable by vLLM's LoRARequest); a full one is
-        a standard HF model folder (usable as a model spec). `state_dict`: write these weights
-        (a sharded model's gathered full tensors) instead of the live ones.
+        a standard HF model folder (usable as a model spec).
         """
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
-        self.tokenizer.save_pretrained(tmp)
-        (tmp / META).write_text(json.dumps({"lora": self.cfg.lora, "model": self.cfg.model},
-                                           indent=1))
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        with replaced_folder(Path(path)) as tmp:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
+            write_policy_meta(tmp, self.cfg)
 
     def load_weights(self, path: Path) -> None:
         """Load weights written by `save` into this model, in place."""
@@ -249,12 +260,7 @@ class HFTrainable:
         from peft import load_peft_weights
         from safetensors.torch import load_file
 
-        if not (path / META).is_file():
-            raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
-        meta = json.loads((path / META).read_text())
-        if meta["lora"] != self.cfg.lora:
-            raise PracticumError(
-                f"{path} holds lora={meta['lora']} weights, this model has lora={self.cfg.lora}")
+        check_policy_folder(path, self.cfg.lora)
         if self.cfg.lora:
             return load_peft_weights(str(path), device=str(self.device))
         state: dict[str, Tensor] = {}
@@ -271,6 +277,89 @@ class HFTrainable:
             yield
         finally:
             self.model.train(was_training)
+
+
+def check_policy_folder(path: Path, lora: bool) -> None:
+    """Refuse a folder that `HFTrainable.save` did not write, or one of the other kind (LoRA vs
+    full weights), in one line."""
+    if not (path / META).is_file():
+        raise PracticumError(f"{path} is not a saved practicum policy (no {META})")
+    meta = json.loads((path / META).read_text())
+    if meta["lora"] != lora:
+        raise PracticumError(
+            f"{path} holds lora={meta['lora']} weights, this model has lora={lora}")
+
+
+def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
+    """The practicum meta of a saved policy (what kind of weights, of which model)."""
+    (folder / META).write_text(json.dumps({"lora": cfg.lora, "model": cfg.model}, indent=1))
+
+
+@contextmanager
+def replaced_folder(path: Path) -> Iterator[Path]:
+    """A temporary folder beside `path` to write into; on success it replaces `path` (moved
+    aside, then renamed, then the old one deleted), on failure it is removed."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def distinct_tensors(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """`state` with each tensor object once, under its first name, and {later name: first
+    name} for the names it also has (tied weights)."""
+    first: dict[int, str] = {}
+    out, aliases = {}, {}
+    for name, tensor in state.items():
+        if id(tensor) in first:
+            aliases[name] = first[id(tensor)]
+        else:
+            first[id(tensor)] = name
+            out[name] = tensor
+    return out, aliases
+
+
+def cast_floating(tensor: Tensor, dtype: torch.dtype | None) -> Tensor:
+    """`tensor` in `dtype` when both are floating point (no copy when it already is)."""
+    if dtype is None or not tensor.is_floating_point() or not dtype.is_floating_point:
+        return tensor
+    return tensor.to(dtype)
+
+
+def lora_init(name: str, shape: tuple[int, ...], seed: int) -> Tensor:
+    """The starting value of LoRA parameter `name` (named as in the transformers model), peft's
+    default init (Hu et al. 2021, arXiv 2106.09685), so the adapter starts as the identity
+    update: a linear's A ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (Kaiming-uniform, `nn.Linear`'s
+    default) and B = 0; an embedding's A = 0 and B ~ N(0, 1). The random values come from a
+    generator seeded by (seed, name): any process builds any parameter's value alone, so a
+    model built on the meta device and sharded starts where the one-process model starts."""
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    if ".lora_B." in name or ".lora_embedding_A." in name:
+        return torch.zeros(shape)
+    if ".lora_embedding_B." in name:
+        return torch.randn(shape, generator=g)
+    if ".lora_A." in name and len(shape) == 2:
+        bound = 1.0 / math.sqrt(shape[1])
+        return torch.empty(shape).uniform_(-bound, bound, generator=g)
+    raise PracticumError(f"cannot initialise LoRA parameter {name} {tuple(shape)}")
+
+
+def init_adapter(lm: torch.nn.Module, seed: int) -> None:
+    """Set every LoRA parameter of `lm` to `lora_init`'s value."""
+    with torch.no_grad():
+        for name, p in lm.named_parameters():
+            if "lora_" in name:
+                p.copy_(lora_init(name, tuple(p.shape), seed))
 
 
 def _enable_checkpointing(lm) -> None:

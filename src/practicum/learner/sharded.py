@@ -1,29 +1,32 @@
 """The learner sharded over processes with FSDP2 (`torch.distributed.fsdp.fully_shard`).
 
-    every rank:  Learner(ShardedTrainable(HFTrainable), cfg, GroupRanks(...))
+    every rank:  Learner(ShardedTrainable, cfg, GroupRanks(...))      (`sharded_learner`)
 
 Each decoder layer, then the whole model, is one FSDP2 unit: a rank keeps 1/N of every
 parameter, gradient and AdamW moment, and gathers a layer's full weights only while it runs.
+The model is built on the meta device and filled from rank 0's reads of the weight files, so
+no rank ever holds the whole model (`practicum.learner.load`).
 The step code is `practicum.learner.step.Learner`'s: each rank trains on its part of every mini-batch
 with the whole mini-batch's normaliser, and FSDP's reduce-scatter *sums* the ranks' gradients
 (its default averages over ranks: `set_gradient_divide_factor(1)`), so N ranks make the update
 one process makes. Gradient clipping takes the norm over every shard (DTensor gradients). With
 full fine-tuning and a KL term the frozen reference is sharded the same way.
 
-On a GPU, weights are kept in fp32 (the master copy AdamW updates) and gathered and computed in
-bf16, gradients reduced in fp32 (`MixedPrecisionPolicy`); on a CPU nothing is cast. Backend: nccl
-on GPU, gloo on CPU.
+Precision (`load.mixed_precision`): on a GPU full fine-tuning keeps fp32 weights (the master
+copy AdamW updates) and gathers and computes in bf16, reducing gradients in fp32; LoRA keeps its
+frozen base in the compute dtype. On a CPU nothing is cast. Backend: nccl on GPU, gloo on CPU.
 
 Checkpoints stay sharded: each rank writes its own shards of the weights and the AdamW state
 (`practicum.learner.checkpoint`, torch.distributed.checkpoint), readable at any number of ranks,
-one process included. Exports (the policy folder, a sampler's weights) are gathered full
-tensors in one process's layout.
+one process included. Exports stream: `iter_full_tensors` gathers one tensor at a time on rank
+0, in the compute dtype, and rank 0 writes it to the policy folder (`save`,
+`practicum.learner.export`) or adds it to the sampler's update (`export_weights`).
 """
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,16 +36,26 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
-    get_model_state_dict,
-    set_model_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 from practicum.engine.base import WeightUpdate
-from practicum.engine.hf_trainable import HFTrainable
+from practicum.engine.device import configure_threads
+from practicum.engine.hf_model import (
+    PolicyConfig,
+    check_attn_implementation,
+    load_tokenizer,
+    resolve_dtype,
+)
+from practicum.engine.hf_trainable import HFTrainable, cast_floating, distinct_tensors
+from practicum.engine.models import resolve_model
 from practicum.errors import PracticumError
+from practicum.learner import load
+from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
 from practicum.learner.ranks import Ranks
+from practicum.learner.shards import gather_rows
 from practicum.learner.step import Learner
 
 
@@ -89,13 +102,16 @@ def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy) -> nn.Modul
 
 class ShardedTrainable:
     """A `Trainable` whose weights are sharded over the process group (module doc). Every call
-    is a collective: each rank makes it, in the same order."""
+    is a collective: each rank makes it, in the same order. Built by `sharded_trainable` (on
+    the meta device, then filled)."""
 
-    def __init__(self, inner: HFTrainable, kl_reference: bool):
+    def __init__(self, inner: HFTrainable, reference: nn.Module | None, mp: MixedPrecisionPolicy,
+                 export_dtype: torch.dtype | None):
         self.inner, self.tokenizer, self.pad_id = inner, inner.tokenizer, inner.pad_id
         self.device = inner.device
-        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if inner.device.type == "cuda" else MixedPrecisionPolicy())
+        self.export_dtype = export_dtype
+        """The dtype of exports and saved folders (the weights' compute dtype); None: each
+        tensor's own (a LoRA adapter computes in its fp32)."""
         # the gathered head's storage is refilled in place: no fp32 copy cached across steps
         inner.logits.cache_fp32_head = False
         # no shared-prompt pass: it runs each layer twice in one forward, and whether it does
@@ -105,9 +121,8 @@ class ShardedTrainable:
         self.reference = None
         """The frozen base sharded on its own (full fine-tuning with a KL term); with LoRA it is
         the policy with its adapter off."""
-        if kl_reference and not inner.cfg.lora:
-            ref = inner.reference.lm
-            self.reference = _shard(ref, _Forward(inner, ref, reference=True), mp)
+        if reference is not None:
+            self.reference = _shard(reference, _Forward(inner, reference, reference=True), mp)
         self._in_base = False
         self.names = [n for n, p in inner.model.named_parameters() if p.requires_grad]
         """The trainable parameters' names, in the optimizer's order."""
@@ -140,38 +155,51 @@ class ShardedTrainable:
             self._in_base = False
 
     # -- gathered weights --------------------------------------------------------------------
-    def full_state(self) -> dict[str, Tensor]:
-        """The trainable weights as full CPU tensors on rank 0 (every weight with full
-        fine-tuning, the adapter with LoRA); {} on the other ranks."""
-        return get_model_state_dict(self.inner.model, options=StateDictOptions(
-            full_state_dict=True, cpu_offload=True, ignore_frozen_params=self.inner.cfg.lora))
+    def iter_full_tensors(self, dtype: torch.dtype | None = None
+                          ) -> Iterator[tuple[str, Tensor]]:
+        """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
+        with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
+        floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
+        shard and hold no full tensor), yielded on rank 0 only, on its device. Every rank must
+        run it to the end: each tensor is a collective."""
+        for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
+            if isinstance(t, DTensor):
+                full = gather_rows(t, dtype if t.is_floating_point() else None)
+            else:
+                full = cast_floating(t.detach(), dtype)
+            if _rank() == 0:
+                yield name, full
+            del full
 
     def export_weights(self, version: int) -> WeightUpdate | None:
-        """The full weights for a sampler (rank 0; None on the others)."""
-        full = self.full_state()
-        return self.inner.export_weights(version, state_dict=full) if _rank() == 0 else None
+        """The full weights for a sampler in the compute dtype, on rank 0's CPU (None on the
+        other ranks), named and tied as the one-process `HFTrainable.export_weights` names
+        them."""
+        tensors = {name: t.cpu() for name, t in self.iter_full_tensors(self.export_dtype)}
+        if _rank() != 0:
+            return None
+        for alias, name in distinct_tensors(self.inner.trainable_state())[1].items():
+            tensors[alias] = tensors[name]
+        return self.inner.weight_update(version, tensors)
 
-    def save(self, path: Path) -> None:
-        """Rank 0 writes the gathered weights as `HFTrainable.save` does."""
-        full = self.full_state()
+    def save(self, path: Path, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
+        """The policy folder `HFTrainable.save` writes (a peft adapter, or a HF model in
+        safetensors files of at most `max_file_bytes` with their index), written by rank 0
+        while every rank gathers one tensor at a time, in the compute dtype; complete on every
+        rank's return."""
+        tensors = self.iter_full_tensors(self.export_dtype)
         if _rank() == 0:
-            self.inner.save(path, state_dict=full)
+            save_policy_folder(self.inner, Path(path), tensors, self.export_dtype,
+                               max_file_bytes)
+        else:
+            for _ in tensors:  # the gathers rank 0 writes from
+                pass
+        dist.barrier()  # the folder is complete when any rank returns
 
     def load_weights(self, path: Path) -> None:
-        """Every rank reads the saved policy and keeps its shard of it."""
-        full = self.inner.read_weights(Path(path))
-        if self.inner.cfg.lora:  # saved without the adapter's name: back to parameter names
-            full = {self._adapter_names()[k]: v for k, v in full.items()}
-        set_model_state_dict(self.inner.model, full,
-                             options=StateDictOptions(full_state_dict=True, strict=False))
-
-    def _adapter_names(self) -> dict[str, str]:
-        """Saved adapter key -> parameter name, as peft itself renames them on save."""
-        from peft import get_peft_model_state_dict
-
-        probe = {n: torch.tensor(i) for i, n in enumerate(self.names)}
-        saved = get_peft_model_state_dict(self.inner.model, state_dict=probe)
-        return {k: self.names[int(v)] for k, v in saved.items()}
+        """A folder written by `save` (either learner's): rank 0 reads it, each rank keeps its
+        shard."""
+        load.load_policy_folder(self.inner, Path(path))
 
 
 def _rank() -> int:
@@ -215,19 +243,36 @@ class GroupRanks(Ranks):
         dist.barrier()
 
 
-def sharded_learner(cfg, policy) -> Learner:
-    """This rank's `Learner` over its shard of the policy (the process group already joined).
-    On a GPU the weights load in fp32 (master copy) unless model.dtype says otherwise, and each
-    rank uses its LOCAL_RANK's device."""
-    from dataclasses import replace
+def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTrainable:
+    """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
+    fine-tuning) built without any rank holding the whole model (`practicum.learner.load`),
+    then `policy.init` when set. Every rank calls it; the process group is joined."""
+    device = load.rank_device(policy.device)
+    path = resolve_model(policy.model)
+    dtype = resolve_dtype(policy, device)
+    check_attn_implementation(policy.attn_implementation, device)
+    configure_threads()
+    mp = load.mixed_precision(device, policy.lora)
+    lm = load.empty_lm(path, dtype, policy.attn_implementation)
+    reference = None
+    if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
+        reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
+        reference.eval().requires_grad_(False)
+    inner = HFTrainable(replace(policy, init=None), lm, load_tokenizer(path),
+                        load.BuiltReference(reference))
+    inner.cfg = policy  # `init` is loaded below, sharded
+    model = ShardedTrainable(inner, reference, mp,
+                             export_dtype=None if policy.lora else mp.param_dtype or dtype)
+    load.materialise([r for r in (model.policy, model.reference) if r is not None], device)
+    inner.device = model.device = device
+    load.load_base_weights(path, [m for m in (lm, reference) if m is not None], policy.seed)
+    if policy.init:
+        model.load_weights(Path(policy.init))
+    return model
 
-    from practicum.engine.factory import load_trainable
-    from practicum.engine.hf_model import pick_device
 
-    device = pick_device(policy.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", device.index or 0)))
-        policy = replace(policy, device="cuda", dtype="float32" if policy.dtype == "auto"
-                         else policy.dtype)
-    model = ShardedTrainable(load_trainable(policy), kl_reference=cfg.algo.kl_coef > 0)
+def sharded_learner(cfg, policy: PolicyConfig) -> Learner:
+    """This rank's `Learner` over its shard of the policy (the process group already joined);
+    on CUDA each rank uses its LOCAL_RANK's GPU."""
+    model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0)
     return Learner(model, cfg, GroupRanks(model))
