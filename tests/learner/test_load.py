@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.ranks import config, episodes, load_on_ranks, one_process_learner, spawn
+from tests.ranks import config, episodes, load_on_ranks, one_process_learner, rl_step, spawn
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def on_ranks(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("load")
     for kind in ("lora", "full"):
         learner = one_process_learner(config(tiny_model_dir, kind == "lora"))
-        learner.train_step(episodes(1))
+        rl_step(learner, episodes(1))
         learner.model.save(root / f"init-{kind}")
     lacking = root / "lacking"
     lacking.mkdir()

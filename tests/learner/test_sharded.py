@@ -169,7 +169,9 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_in_one_process(two_ranks, strai
     for f in (ckpt / "policy").glob("*.safetensors"):
         saved.update(load_file(f))
     loaded = trainable_weights(learner)
-    assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)
+    # the folder keeps a tied head once (its embedding), as transformers saves it
+    assert set(loaded) - set(saved) <= {"lm_head.weight"} and saved.keys() <= loaded.keys()
+    assert all(torch.equal(saved[k], loaded[k]) for k in saved)
     metrics = rl_step(learner, episodes(3, even=name == "full"))
     assert_same_step(metrics, trainable_weights(learner), straight[name])
 
