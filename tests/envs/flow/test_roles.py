@@ -75,7 +75,7 @@ def test_judge_is_asked_only_when_the_exact_check_fails():
     svc = ScriptedService({"judge": "YES"})
     world = build_world(0)
     roles = Roles(svc, RoleSpecs("rules", "rules", "rules", "rules", judge="base"), world.titles)
-    env = FlowEnv(roles, world, ["calculator"], Limits(wall_seconds=3), (1, 1))
+    env = FlowEnv(roles, world, ["calculator"], Limits(wall_seconds=20), (1, 1))  # a loaded CPU
     task = Task("t", {"family": "arithmetic", "split": "train", "question": "Calculate 2 + 3.",
                       "answer": "5"})
     env.reset(task)
