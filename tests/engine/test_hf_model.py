@@ -68,3 +68,30 @@ def test_flash_attention_without_its_package_is_refused_before_loading(tiny_mode
                                           "the flash-attn package"):
         load_lm(tiny_model_dir, torch.float32, torch.device("cuda"),
                 attn_implementation="flash_attention_2")
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_blockwise_fp32_head_equals_one_fp32_product(monkeypatch, bias):
+    """fp32_linear (the head under grad without a kept fp32 copy) gives F.linear's fp32 logits
+    and gradients for a bf16 weight, over blocks of vocabulary rows (3 of 4, 4 and 2 here)."""
+    import practicum.engine.hf_model as hf_model
+
+    monkeypatch.setattr(hf_model, "HEAD_BLOCK_ROWS", 4)
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 3, 8, generator=g).to(torch.bfloat16).requires_grad_(True)
+    weight = torch.randn(10, 8, generator=g).to(torch.bfloat16).requires_grad_(True)
+    b = torch.randn(10, generator=g).requires_grad_(True) if bias else None
+    upstream = torch.randn(2, 3, 10, generator=g)
+
+    got = hf_model.fp32_linear(hidden, weight, b)
+    got.backward(upstream)
+    grads = [t.grad.clone() for t in (hidden, weight, b) if t is not None]
+    for t in (hidden, weight, b):
+        if t is not None:
+            t.grad = None
+    want = torch.nn.functional.linear(hidden.float(), weight.float(), b)
+    want.backward(upstream)
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)
+    for mine, theirs in zip(grads, [t.grad for t in (hidden, weight, b) if t is not None]):
+        assert mine.dtype == theirs.dtype and torch.allclose(mine.float(), theirs.float(),
+                                                             atol=1e-2, rtol=1e-2)

@@ -178,7 +178,13 @@ class Logits:
         """The output projection in fp32: hidden [..., H] -> logits [..., V]."""
         head = self.head_owner.get_output_embeddings()
         bias = None if head.bias is None else head.bias.float()
-        weight = self._weight_fp32(head.weight)
+        w = head.weight
+        if (torch.is_grad_enabled() and w.dtype != torch.float32
+                and (w.requires_grad or not self.cache_fp32_head)):
+            # training without a kept fp32 copy (a sharded or trained head): cast block by
+            # block, and again in backward, rather than keep a whole fp32 head for backward
+            return fp32_linear(hidden, w, bias)
+        weight = self._weight_fp32(w)
         rows = hidden.numel() // hidden.shape[-1]
         if hidden.device.type == "cpu" and rows <= SKINNY_ROWS:
             # A decode step: CPU BLAS runs [few, H] x [H, V] through a slow kernel; the same
@@ -197,6 +203,51 @@ class Logits:
             with torch.inference_mode(False), torch.no_grad():
                 self._head32 = (key, w.detach().float())
         return self._head32[1]
+
+
+HEAD_BLOCK_ROWS = 8192
+"""Output-embedding rows cast to fp32 at a time by `fp32_linear`."""
+
+
+class _Fp32Linear(torch.autograd.Function):
+    """hidden @ weight.T (+ bias) computed in fp32 for a low-precision weight [V, H], whose fp32
+    copy exists one block of HEAD_BLOCK_ROWS rows at a time, in forward and in backward: the
+    whole fp32 head (4 V H bytes, the largest single buffer of a big-vocabulary model) is never
+    held. The same products as F.linear(hidden.float(), weight.float(), bias), by blocks of V."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(hidden, weight)
+        ctx.has_bias = bias is not None
+        h = hidden.float()
+        out = torch.cat([h @ weight[a:a + HEAD_BLOCK_ROWS].float().T
+                         for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)], dim=-1)
+        return out if bias is None else out + bias
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        hidden, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        grad_h = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            acc = torch.zeros(g.shape[0], weight.shape[1], dtype=torch.float32,
+                              device=grad.device)
+            for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS):
+                acc += g[:, a:a + HEAD_BLOCK_ROWS] @ weight[a:a + HEAD_BLOCK_ROWS].float()
+            grad_h = acc.view(*hidden.shape[:-1], -1).to(hidden.dtype)
+        if ctx.needs_input_grad[1]:
+            h = hidden.reshape(-1, hidden.shape[-1]).float()
+            grad_w = torch.cat([(g[:, a:a + HEAD_BLOCK_ROWS].T @ h).to(weight.dtype)
+                                for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g.sum(0)
+        return grad_h, grad_w, grad_b
+
+
+def fp32_linear(hidden: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """fp32 logits of a low-precision output projection without a whole fp32 copy of its
+    weight (`_Fp32Linear`)."""
+    return _Fp32Linear.apply(hidden, weight, bias)
 
 
 def model_inputs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
