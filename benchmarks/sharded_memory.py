@@ -230,7 +230,12 @@ def rank_main(rank: int, world: int, port: int, row: dict, model_dir: str, out: 
     learner = state["learner"]
     if rank == 0:
         result["sizes"] = model_sizes(learner.model)
-    run("step", lambda: learner.train_step(batch(0)))
+    try:  # this checkout: the driver builds the rows; git main before it: episodes
+        from practicum.batch import rl_batch_of
+        step_input = rl_batch_of(batch(0), cfg)
+    except ImportError:
+        step_input = batch(0)
+    run("step", lambda: learner.train_step(step_input))
     policy = Path(out) / "policy"
     run("save_policy", lambda: learner.save_policy(policy))
     run("load_policy", lambda: learner.model.load_weights(policy))
