@@ -126,8 +126,10 @@ def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
         train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
                                       ctx.seed, world)
     search = Search(world) if "search" in opts.tools else None  # one index, shared
+    demonstrator = Demonstrator(train, opts.planner_grammar_tokens,  # training tasks only
+                                opts.planner_grammar_chars or 100)
     return Suite(partial(make_flow_env, opts, world, search), train, held_out,
-                 demonstrator=Demonstrator(train))  # training tasks only: never held-out
+                 demonstrator=demonstrator)
 
 
 def user_split(opts: FlowOptions, corpus, seed: int):
