@@ -10,6 +10,8 @@ import pytest
 from practicum.envs.flow.memory import Memory, Step
 from practicum.envs.flow.prompts import planner_messages
 from practicum.envs.flow.roles import Roles
+from practicum.envs.flow.tasks import hop_fraction
+from practicum.envs.flow.tools import TitleLookup
 from practicum.envs.flow.user_data import load_corpus, load_questions
 from practicum.envs.registry import SuiteContext, build_suite
 from practicum.errors import ConfigError
@@ -67,6 +69,16 @@ def test_questions_keep_their_split_and_chain_and_the_rest_split_by_seed(files):
                                ["Philadelphia: Philadelphia is a city"]]
     assert all(t.data["family"] == "multihop" for t in train + held)
     assert load_questions(files["questions"], c, 2, 0)[0][0].task_id == train[0].task_id
+
+
+def test_a_document_naming_the_next_title_is_not_that_hop(files):
+    c = load_corpus(files["jsonl"])
+    train, held = load_questions(files["questions"], c, eval_size=2, seed=0)
+    q1 = next(t for t in train + held if t.task_id.endswith("q1"))
+    first = TitleLookup(c).run("Arthur's Magazine").text  # "... published in Philadelphia."
+    assert "Philadelphia" in first
+    assert hop_fraction(q1.data["hops"], [first]) == 0.5
+    assert hop_fraction(q1.data["hops"], [first, TitleLookup(c).run("Philadelphia").text]) == 1
 
 
 class Generator(Roles):

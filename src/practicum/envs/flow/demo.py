@@ -56,17 +56,17 @@ def plan(sub_goal: str, tool: str, context: str = "none") -> str:
     return f"Context: {context}\nSub-Goal: {sub_goal}\nTool Name: {tool}"
 
 
+def results_so_far(messages: list[Message]) -> list[str]:
+    """Every step's result in the planner's prompt (its last user message), in order."""
+    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    return re.findall(r"^\s*Result: (.*)$", last, re.M)
+
+
 def steps_done(messages: list[Message]) -> tuple[int, str]:
     """(planner steps already in memory, the last step's result) from the planner's prompt."""
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    results = re.findall(r"^\s*Result: (.*)$", last, re.M)
+    results = results_so_far(messages)
     return len(re.findall(r"^Action Step \d+:", last, re.M)), (results[-1] if results else "")
-
-
-def results_so_far(messages: list[Message]) -> list[str]:
-    """Every step's result in the planner's prompt, in order."""
-    last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    return re.findall(r"^\s*Result: (.*)$", last, re.M)
 
 
 def hop_plan(task: Task, step: int, previous: str) -> str:
@@ -99,10 +99,10 @@ def bridge_sentence(results: list[str], title: str, tokens: int, chars: int) -> 
             own, _, text = piece.partition(": ")
             if own == title:
                 continue
+            low = title.lower()
             for sentence in sentences(text or piece):
-                if title.lower() not in sentence.lower():
+                if low not in sentence.lower():
                     continue
-                low = title.lower()
                 clauses = [sentence, *(c for c in re.split(r", |; | and ", sentence)
                                        if low in c.lower())]
                 fitting = [c for c in clauses if fits(c, tokens, chars)]

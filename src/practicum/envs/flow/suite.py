@@ -50,9 +50,12 @@ class FlowOptions(BaseModel):
     executor: str = Field("base", description="Backend of the executor (writes tool commands); "
                           "rules = entity/relation/expression taken from the sub-goal.")
     verifier: str = Field("base", description="Backend of the verifier (STOP/CONTINUE); rules = "
-                          "stop once the query's asked relation or a number was found.")
+                          "stop once the query's asked relation or a number was found (on your "
+                          "own documents: once the last one on the chain names the asked "
+                          "relation, `flow.freetext`).")
     generator: str = Field("base", description="Backend of the generator (final answer); "
-                           "rules = the value of the last successful step.")
+                           "rules = the value of the last successful step (on your own "
+                           "documents: the span of the asked kind, `flow.freetext`).")
     judge: str | None = Field(None, description="Optional judge backend: an answer the exact "
                               "check rejects still counts when the judge says equivalent.")
     executor_tokens: int = Field(48, gt=0, description="Token budget of an executor reply.")
