@@ -23,7 +23,8 @@ def test_the_grammar_compiles():
     "Context: The founder of Velor Works is Kamir Sa.\nSub-Goal: Find the birthplace of "
     "Kamir Sa.\nTool Name: lookup",
     "Context: none\nSub-Goal: print(sum(range(10)))\nTool Name: python_coder",
-    *[m["content"] for m in prompts.PLANNER_EXAMPLES if m["role"] == "assistant"],
+    *[m["content"] for m in prompts.PLANNER_EXAMPLES + prompts.DOCUMENT_EXAMPLES
+      if m["role"] == "assistant"],
 ])
 def test_honest_plans_match_and_parse(text):
     assert matches(G, text)

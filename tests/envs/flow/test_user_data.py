@@ -1,14 +1,21 @@
 """Search tasks from a user's own files: a HotpotQA-style corpus (folder or JSONL) and
-questions JSONL with answers and hop chains; one-line errors for bad files."""
+questions JSONL with answers and hop chains; one-line errors for bad files; the planner's
+demonstrations written from the user's own training questions."""
 
 import json
+from pathlib import Path
 
 import pytest
 
+from practicum.envs.flow.memory import Memory, Step
+from practicum.envs.flow.prompts import planner_messages
 from practicum.envs.flow.roles import Roles
+from practicum.envs.flow.tasks import hop_fraction
+from practicum.envs.flow.tools import TitleLookup
 from practicum.envs.flow.user_data import load_corpus, load_questions
 from practicum.envs.registry import SuiteContext, build_suite
 from practicum.errors import ConfigError
+from tests.envs.flow.test_demo import act_out
 
 RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generator": "rules"}
 DOCS = {"Arthur's Magazine": "Arthur's Magazine was an American literary periodical first "
@@ -58,9 +65,20 @@ def test_questions_keep_their_split_and_chain_and_the_rest_split_by_seed(files):
     assert len(train) == 2 and len(held) == 2
     assert any(t.data["answer"] == "London" for t in held)  # split: eval kept
     q1 = next(t for t in train + held if t.task_id.endswith("q1"))
-    assert q1.data["hops"] == [["Arthur's Magazine"], ["Philadelphia"]]
+    assert q1.data["hops"] == [["Arthur's Magazine: Arthur's Magazine was an"],
+                               ["Philadelphia: Philadelphia is a city"]]
     assert all(t.data["family"] == "multihop" for t in train + held)
     assert load_questions(files["questions"], c, 2, 0)[0][0].task_id == train[0].task_id
+
+
+def test_a_document_naming_the_next_title_is_not_that_hop(files):
+    c = load_corpus(files["jsonl"])
+    train, held = load_questions(files["questions"], c, eval_size=2, seed=0)
+    q1 = next(t for t in train + held if t.task_id.endswith("q1"))
+    first = TitleLookup(c).run("Arthur's Magazine").text  # "... published in Philadelphia."
+    assert "Philadelphia" in first
+    assert hop_fraction(q1.data["hops"], [first]) == 0.5
+    assert hop_fraction(q1.data["hops"], [first, TitleLookup(c).run("Philadelphia").text]) == 1
 
 
 class Generator(Roles):
@@ -153,3 +171,41 @@ def test_bad_files_are_one_line_config_errors(files, case, message):
 def test_questions_and_corpus_go_together(files):
     with pytest.raises(ConfigError, match="questions and corpus go together"):
         build_suite("flow", {**RULES, "questions": files["questions"]}, SuiteContext(0))
+
+
+def test_the_demonstrations_are_drawn_from_the_users_own_questions(files):
+    suite = build_suite("flow", {**RULES, "families": {"multihop": 1}, "eval_per_family": 1,
+                                 "questions": files["questions"], "corpus": files["folder"],
+                                 "tools": ["search", "lookup"]}, SuiteContext(0))
+    task = next(t for t in suite.train_tasks if t.task_id.endswith("q1"))
+    act = suite.demonstrator(task.task_id)
+    memory = Memory(task.data["question"])
+    first = act(planner_messages(memory, "", 1, 3, [], documents=True))
+    assert first == ("Context: none\nSub-Goal: Who founded the city where Arthur's Magazine "
+                     "was published?\nTool Name: search")
+    # a search that found the chain's first document only: look up the next, quoting the
+    # sentence that names it (cut to what the plan grammar's cap holds)
+    memory.add(Step("search", "q", "q", "First for Women: First for Women is a woman's "
+                    "magazine. | Arthur's Magazine: " + DOCS["Arthur's Magazine"]))
+    second = act(planner_messages(memory, "", 2, 3, [], documents=True))
+    assert second == ("Context: was an American literary periodical first published in 1844 "
+                      "in Philadelphia\n"
+                      "Sub-Goal: Look up Philadelphia.\nTool Name: lookup")
+    result, replies = act_out(suite, task)  # through the real tools and rules roles
+    assert result.solved and result.metrics["hops/multihop"] == 1.0 and replies[0] == first
+
+
+def test_the_example_search_set_is_solved_by_its_own_demonstrations():
+    """examples/flow_search: each training question's scripted plan, run through the real
+    tools and rules roles, is graded solved (a search may find the answer's document without
+    the chain's first)."""
+    root = Path(__file__).resolve().parents[3] / "examples" / "flow_search"
+    suite = build_suite("flow", {**RULES, "families": {"multihop": 1}, "eval_per_family": 14,
+                                 "max_steps_train": 4, "tools": ["search", "lookup"],
+                                 "questions": str(root / "questions.jsonl"),
+                                 "corpus": str(root / "docs")}, SuiteContext(0))
+    assert (len(suite.train_tasks), len(suite.eval_tasks)) == (14, 14)
+    for task in suite.train_tasks:
+        result, replies = act_out(suite, task)
+        assert result.solved and result.metrics["hops/multihop"] >= 0.5, replies
+        assert task.data["question"] in replies[0] and "search" in replies[0]

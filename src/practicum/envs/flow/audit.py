@@ -16,7 +16,9 @@ def plan(sub_goal: str, tool: str, context: str = "none") -> str:
 
 
 def _hop(p: Probe, i: int) -> str:
-    chain, rels = p.task.data["chain"], p.task.data["relations"]
+    chain, rels = p.task.data["chain"], p.task.data.get("relations")
+    if not rels:  # the user's own questions: the chain is the documents to read
+        return plan(f"Look up {chain[min(i, len(chain) - 1)]}.", "lookup")
     i = min(i, len(rels) - 1)
     return plan(f"Find the {rels[i]} of {chain[i]}.", "lookup")
 

@@ -89,7 +89,8 @@ class FlowEnv(Env):
 
     def planner_messages(self):
         return prompts.planner_messages(self.memory, self.analysis, len(self.memory.steps) + 1,
-                                        self.max_steps, self.metas)
+                                        self.max_steps, self.metas,
+                                        documents=not self.roles.relational)
 
     def step(self, action: str) -> StepResult:
         assert self.task is not None, "reset() before step()"

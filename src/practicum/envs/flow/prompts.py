@@ -34,14 +34,30 @@ PLANNER_EXAMPLES = [  # worked turns, as real chat turns (a 135M model copies fo
 ]
 
 
+DOCUMENT_QUERY = "Query: Who founded the town where the Brisk Mill stands?\n"
+DOCUMENT_EXAMPLES = [  # the worked turns over a user's documents (a lookup reads a title);
+    *PLANNER_EXAMPLES[4:],  # the search turns last: a 135M planner copies the nearest one
+    {"role": "user", "content": DOCUMENT_QUERY + "Actions so far: none.\n"
+     "Step 1. Plan the next step."},
+    {"role": "assistant", "content": "Context: none\nSub-Goal: Look up Brisk Mill.\n"
+     "Tool Name: lookup"},
+    {"role": "user", "content": DOCUMENT_QUERY + "Action Step 1:\n  Tool: lookup\n"
+     "  Sub-Goal: Look up Brisk Mill.\n  Command: Brisk Mill\n  Result: Brisk Mill: The Brisk "
+     "Mill is a water mill in the town of Dova, built in 1790.\nStep 2. Plan the next step."},
+    {"role": "assistant", "content": "Context: The Brisk Mill is a water mill in the town of "
+     "Dova, built in 1790.\nSub-Goal: Look up Dova.\nTool Name: lookup"},
+]
+
+
 def planner_messages(memory: Memory, analysis: str, step: int, max_steps: int,
-                     tools: list[ToolMeta]) -> list[Message]:
+                     tools: list[ToolMeta], documents: bool = False) -> list[Message]:
+    """The planner's prompt; `documents`: the worked turns read a user's documents by title."""
     system = PLANNER_SYSTEM.format(cards="\n".join(t.card() for t in tools),
                                    names=", ".join(t.name for t in tools))
     user = (f"{memory.render()}\nQuery analysis: {analysis or '(none)'}\n"
             f"Step {step} (at most {max_steps}). Plan the next step.")
-    return [{"role": "system", "content": system}, *PLANNER_EXAMPLES,
-            {"role": "user", "content": user}]
+    examples = DOCUMENT_EXAMPLES if documents else PLANNER_EXAMPLES
+    return [{"role": "system", "content": system}, *examples, {"role": "user", "content": user}]
 
 
 ANALYST_SYSTEM = ("You analyse a query before it is solved: say in two sentences what is asked "

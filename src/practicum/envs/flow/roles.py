@@ -15,6 +15,12 @@ The rules are small and transparent, for tests and cheap runs:
              or, for a query without one, a successful numeric result.
   generator  the value of the last successful step.
   analyst    no analysis.
+
+On a user's free-text documents (`relational=False`, `flow.freetext`) a lookup names a title,
+and the executor prefers a named title not read yet, then the one a result mentioned most
+recently; the verifier stops once as many documents were read as the question chains and the
+last one names the asked relation with a span of the asked kind; the generator answers with
+that span (a name, a year, a measure), not with the document.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 
 from practicum.engine.base import SamplingParams
 from practicum.engine.service import ModelClient, ModelService
-from practicum.envs.flow import prompts
+from practicum.envs.flow import freetext, prompts
 from practicum.envs.flow.memory import Memory
 from practicum.envs.flow.parsing import Plan, extract_answer, parse_command, parse_verdict
 from practicum.envs.flow.tools import RELATION_WORDS, ToolMeta, find_relation, mentioned_titles
@@ -129,8 +135,7 @@ class Roles:
     def answer(self, memory: Memory) -> tuple[str, str]:
         """(final answer, the generator's raw reply)."""
         if self._client("generator") is None:
-            done = [s for s in memory.steps if not s.error and s.value]
-            ans = done[-1].value if done else ""
+            ans = self.rules_answer(memory)
             return ans, f"Answer: {ans}"
         raw = self._call("generator", prompts.generator_messages(memory), self.tokens.generator)
         return extract_answer(raw), raw
@@ -155,13 +160,29 @@ class Roles:
                 return value
         return max(named, key=len)
 
+    def resolve_document(self, text: str, memory: Memory | None) -> str | None:
+        """The title named in `text` to read next: one not read yet (else any named), the one
+        a result mentioned most recently, else the longest."""
+        named = mentioned_titles(text, self.titles)
+        if not named:
+            return None
+        steps = memory.steps if memory else []
+        read = set(freetext.titles_read(steps, self.titles))
+        fresh = [t for t in named if t not in read] or named
+        for s in reversed([s for s in steps if not s.error]):
+            seen = [t for t in fresh if t in mentioned_titles(s.result, self.titles)]
+            if seen:
+                return max(seen, key=len)
+        return max(fresh, key=len)
+
     def rules_command(self, plan: Plan, memory: Memory | None = None) -> str:
         text = plan.sub_goal
+        if plan.tool == "lookup" and not self.relational:  # a user's corpus: titles only
+            return (self.resolve_document(text, memory)
+                    or self.resolve_document(plan.context, memory) or text)
         if plan.tool == "lookup":
             entity = (self.resolve_entity(text, memory)
                       or self.resolve_entity(plan.context, memory))
-            if entity and not self.relational:  # a user's corpus: documents by title
-                return entity
             relation = find_relation(text, entity)
             return f"{entity} | {relation}" if entity and relation else text
         if plan.tool in ("calculator", "python_coder"):
@@ -174,7 +195,19 @@ class Roles:
             return expr if plan.tool == "calculator" else f"print({expr})"
         return text
 
+    def rules_answer(self, memory: Memory) -> str:
+        if not self.relational:
+            cand = freetext.answer_from(memory.steps, memory.query, self.titles)
+            if cand is not None:
+                return cand.span
+        done = [s for s in memory.steps if not s.error and s.value]
+        return done[-1].value if done else ""
+
     def rules_verdict(self, memory: Memory) -> str:
+        if not self.relational and memory.steps and freetext.documents(
+                memory.steps[-1].result, self.titles):
+            stop = freetext.answers_question(memory.steps, memory.query, self.titles)
+            return "STOP" if stop else "CONTINUE"
         if not memory.steps or memory.steps[-1].error or not memory.steps[-1].value:
             return "CONTINUE"
         last = memory.steps[-1]

@@ -50,9 +50,12 @@ class FlowOptions(BaseModel):
     executor: str = Field("base", description="Backend of the executor (writes tool commands); "
                           "rules = entity/relation/expression taken from the sub-goal.")
     verifier: str = Field("base", description="Backend of the verifier (STOP/CONTINUE); rules = "
-                          "stop once the query's asked relation or a number was found.")
+                          "stop once the query's asked relation or a number was found (on your "
+                          "own documents: once the last one on the chain names the asked "
+                          "relation, `flow.freetext`).")
     generator: str = Field("base", description="Backend of the generator (final answer); "
-                           "rules = the value of the last successful step.")
+                           "rules = the value of the last successful step (on your own "
+                           "documents: the span of the asked kind, `flow.freetext`).")
     judge: str | None = Field(None, description="Optional judge backend: an answer the exact "
                               "check rejects still counts when the judge says equivalent.")
     executor_tokens: int = Field(48, gt=0, description="Token budget of an executor reply.")
@@ -126,8 +129,10 @@ def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
         train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
                                       ctx.seed, world)
     search = Search(world) if "search" in opts.tools else None  # one index, shared
+    demonstrator = Demonstrator(train, opts.planner_grammar_tokens,  # training tasks only
+                                opts.planner_grammar_chars or 100)
     return Suite(partial(make_flow_env, opts, world, search), train, held_out,
-                 demonstrator=Demonstrator(train))  # training tasks only: never held-out
+                 demonstrator=demonstrator)
 
 
 def user_split(opts: FlowOptions, corpus, seed: int):

@@ -7,7 +7,8 @@
                or a JSONL file of {"title": str, "text": str}
 
 A question's `chain` becomes its hops (`tasks.hop_fraction`): hop i is looked up once a
-successful tool result holds document i (results name their documents' titles). Questions
+successful tool result holds document i, seen by its opening ("Title: first words", how search
+and lookup return a document), so a document that merely names title i earns nothing. Questions
 without a chain earn exact-match reward only. Questions without `split` are split by the run
 seed. Any problem with a file is a one-line `ConfigError` naming the file and line.
 """
@@ -36,6 +37,10 @@ class DocCorpus:
     def documents(self) -> list[str]:
         """Each document led by its title, so a search result names what it found."""
         return [f"{t}: {x}" for t, x in self.texts.items()]
+
+    def opening(self, title: str, words: int = 4) -> str:
+        """How a tool result holding the document begins: its title and first words."""
+        return f"{title}: " + " ".join(self.texts[title].split()[:words])
 
 
 def _jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
@@ -120,7 +125,8 @@ def load_questions(path: str, corpus: DocCorpus, eval_size: int, seed: int
         if split not in (None, "train", "eval"):
             raise ConfigError(f"{where}: 'split' must be 'train' or 'eval', not {split!r}")
         data = {"family": "multihop", "question": question, "answer": answer,
-                "chain": chain, "hops": [[c] for c in chain], "source": str(p)}
+                "chain": chain, "hops": [[corpus.opening(c)] for c in chain],
+                "source": str(p)}
         task = Task(str(row.get("id", f"user/{i}")), data)
         (fixed[split] if split else free).append(task)
     random.Random(seed).shuffle(free)
