@@ -179,10 +179,9 @@ class Logits:
         head = self.head_owner.get_output_embeddings()
         bias = None if head.bias is None else head.bias.float()
         w = head.weight
-        if (torch.is_grad_enabled() and w.dtype != torch.float32
-                and (w.requires_grad or not self.cache_fp32_head)):
-            # training without a kept fp32 copy (a sharded or trained head): cast block by
-            # block, and again in backward, rather than keep a whole fp32 head for backward
+        if w.dtype != torch.float32 and (w.requires_grad or not self.cache_fp32_head):
+            # no kept fp32 copy (a sharded or trained head): cast block by block, and again in
+            # backward, rather than hold a whole fp32 head
             return fp32_linear(hidden, w, bias)
         weight = self._weight_fp32(w)
         rows = hidden.numel() // hidden.shape[-1]
