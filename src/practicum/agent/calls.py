@@ -78,7 +78,7 @@ class _Thread:
     """One open training row: its messages (the last one the reply), ids and turns."""
 
     messages: list[Key]
-    tools: str
+    tools: str | None
     adapter: bool
     ids: list[int]
     turns: list[Turn] = field(default_factory=list)
@@ -92,7 +92,8 @@ class CallPlan:
     prompt_ids: list[int]
     """The ids the engine samples after (what the request log records)."""
     keys: list[Key]
-    tools: str
+    tools: str | None
+    """The call's tools as JSON ("" none); None: a completions call (no messages)."""
     adapter: bool
     thread: _Thread | None
     """The thread it continues; None: a new one."""
@@ -142,6 +143,25 @@ class EpisodeCalls:
         ids, dropped = self._fresh(messages, tools, len(prefix))
         return CallPlan(ids + prefix, keys, tools_key, adapter, None, [], dropped)
 
+    def plan_ids(self, ids: list[int], adapter: bool) -> CallPlan:
+        """The prompt of a completions call: its ids as given; it continues the thread whose
+        ids (prompt and sampled) it starts with, token for token."""
+        with self._lock:
+            best = None
+            for th in self._threads:
+                n = len(th.ids)
+                if (not th.busy and th.tools is None and th.adapter == adapter and len(ids) > n
+                        and ids[:n] == th.ids and (best is None or n > len(best.ids))):
+                    best = th
+            if best is not None:
+                best.busy = True
+                return CallPlan(list(ids), [], None, adapter, best, list(ids[len(best.ids):]))
+        if len(ids) + self.min_reply > self.max_seq_len:
+            raise ContextExceeded(f"the prompt has {len(ids)} tokens; a row holds "
+                                  f"{self.max_seq_len} (rollout.max_seq_len) with "
+                                  f"{self.min_reply} left for the reply")
+        return CallPlan(list(ids), [], None, adapter, None, [])
+
     def _fresh(self, messages: list[dict], tools: list[dict] | None,
                extra: int) -> tuple[list[int], int]:
         """(rendered ids, messages dropped) under the cut rule (module doc)."""
@@ -170,7 +190,7 @@ class EpisodeCalls:
                 plan.thread.busy = False
 
     # -- after sampling ---------------------------------------------------------------------------
-    def record(self, plan: CallPlan, sample: Sample, version: int, reply: Key,
+    def record(self, plan: CallPlan, sample: Sample, version: int, reply: Key | None,
                trained: bool = True, info: dict[str, Any] | None = None) -> Turn:
         """Add the call's turn: its sampled ids exactly, its thread's ids grow by them."""
         turn = Turn(sampled_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
@@ -188,7 +208,7 @@ class EpisodeCalls:
                 th.turns[-1].observation_ids = list(plan.inserted)
                 self.continued += 1
             th.ids = plan.prompt_ids + turn.sampled_ids
-            th.messages = plan.keys + [reply]
+            th.messages = plan.keys + [reply] if reply is not None else []
             th.turns.append(turn)
             th.busy = False
             self.calls += 1

@@ -70,6 +70,7 @@ def spec(plan: Plan) -> dict:
         elif path.is_file():
             blanks.append(path)
     wanted = [(plan.workdir, True)] + [(root, False) for root in python_roots()]
+    wanted += [(path, False) for path in plan.read_only]
     if plan.uid is not None:
         for path, _ in wanted:
             folder = blocked_ancestor(path, plan.uid)
