@@ -188,6 +188,12 @@ class AgentConfig(Section):
     grader: str | None = Field(None, description="module:function grading the outcome "
                                "instead of the environment: f(task, AgentOutcome) -> StepResult "
                                "or a float reward.")
+    format_pattern: str | None = Field(None, description="A regex a well-formed policy reply "
+                                       "matches (the agent's action format).")
+    format_weight: float = Field(0.0, ge=0, description="A format reward for a cold policy: "
+                                 "added to a graded episode's reward, times the share of its "
+                                 "policy replies matching format_pattern (each turn's own "
+                                 "match is its Turn.reward).")
     grade_on_timeout: bool = Field(False, description="At the time limit, grade what the agent "
                                    "left instead of failing the episode.")
     request_log: bool = Field(False, description="Write every engine call of the endpoint "
@@ -202,7 +208,7 @@ class AgentConfig(Section):
             raise ValueError(f"expected module:function, got {v!r}")
         return v
 
-    @field_validator("submit_pattern")
+    @field_validator("submit_pattern", "format_pattern")
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:

@@ -229,6 +229,11 @@ class EpisodeCalls:
                        **fields)
 
     @property
+    def threads(self) -> list[_Thread]:
+        with self._lock:
+            return list(self._threads)
+
+    @property
     def segments(self) -> int:
         return len(self._threads)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -194,16 +195,23 @@ class AgentEpisode:
             failure = f"the agent exited with code {result.returncode}: {last}"
         if failure is not None:
             return self._episode(live, failure, info=info)
+        replies = [t.action_text for th in live.calls.threads if th.adapter for t in th.turns]
         outcome = AgentOutcome(setup.workdir, live.last_reply,
-                               None if stopped or result.timed_out else result.returncode, tail)
+                               None if stopped or result.timed_out else result.returncode, tail,
+                               replies)
         try:
             graded = self._grade(outcome)
         except Exception as e:
             return self._episode(live, f"grading failed: {type(e).__name__}: {e}",
                                  info={**info, "traceback": traceback.format_exc(limit=3)})
         info.update(graded.info)
-        return self._episode(live, graded.failure, graded.reward, graded.solved,
-                             graded.metrics, info)
+        reward, metrics = graded.reward, dict(graded.metrics)
+        if self.cfg.format_pattern is not None:
+            share = _format_share(live, re.compile(self.cfg.format_pattern),
+                                  self.cfg.format_weight)
+            reward += self.cfg.format_weight * share
+            metrics["agent_format_share"] = share
+        return self._episode(live, graded.failure, reward, graded.solved, metrics, info)
 
     def _grade(self, outcome: AgentOutcome) -> StepResult:
         if self.cfg.grader is None:
@@ -230,6 +238,16 @@ class AgentEpisode:
         fields["info"].update(submitted=live.submitted, late_calls=live.late)
         return calls.episode(self.task.task_id, self.group_id, episode_id=live.episode_id,
                              **fields)
+
+
+def _format_share(live: LiveEpisode, pattern: re.Pattern, weight: float) -> float:
+    """The share of the policy's replies that match the agent's action format; each matching
+    turn's own reward is `weight` (per-call credit, recorded with the turn)."""
+    turns = [t for th in live.calls.threads if th.adapter for t in th.turns]
+    hits = [bool(pattern.search(t.action_text)) for t in turns]
+    for t, hit in zip(turns, hits):
+        t.reward = weight * hit
+    return sum(hits) / len(hits) if hits else 0.0
 
 
 def _new_id() -> str:

@@ -112,6 +112,8 @@ class AgentOutcome:
     """The agent's exit status; None when it was stopped (time limit, submit condition)."""
     log: str = ""
     """The tail of its stdout and stderr."""
+    replies: list[str] = field(default_factory=list)
+    """Text of every policy reply it got, in call order."""
 
 
 class Env(ABC):
