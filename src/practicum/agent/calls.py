@@ -116,6 +116,10 @@ class EpisodeCalls:
         """Of them, calls that continued a thread."""
         self.cut = 0
         """Of them, calls whose history the cut rule shortened."""
+        self.kept = 0
+        """Calls whose messages hold an earlier reply as it was returned (the agent kept its
+        history): those continuation should catch."""
+        self._replies: set[Key] = set()
 
     # -- before sampling ------------------------------------------------------------------------
     def plan(self, messages: list[dict], tools: list[dict] | None, adapter: bool,
@@ -126,6 +130,7 @@ class EpisodeCalls:
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         prefix = list(prefix_ids)
         with self._lock:
+            self.kept += any(k in self._replies for k in keys if k[0] == "assistant")
             best = None
             for th in self._threads:
                 n = len(th.messages)
@@ -209,6 +214,8 @@ class EpisodeCalls:
                 self.continued += 1
             th.ids = plan.prompt_ids + turn.sampled_ids
             th.messages = plan.keys + [reply] if reply is not None else []
+            if reply is not None:
+                self._replies.add(reply)
             th.turns.append(turn)
             th.busy = False
             self.calls += 1

@@ -20,9 +20,11 @@ Sampling: an agent's max_tokens is honoured up to the row's room and `max_call_t
 temperature is honoured (`LiveEpisode.temperature` None) and the turn trained only when it is
 the learner's (and top_p is 1: the learner cannot replay a nucleus); or the run's temperature
 replaces it (recorded as asked). Tools follow `practicum.serve.tools`; a forced `tool_choice`
-starts the reply with the call's opening (recorded as context, not trained on) and is never
-filled field by field here (that would train on text the model did not sample): a reply
-whose call does not parse comes back as plain content. n > 1 is refused (one reply per call).
+starts the reply with the call's opening (recorded as context, not trained on); when the
+model's call does not parse, its arguments are filled field by field for the agent (as
+`practicum serve` does) by engine calls that are logged but never trained on: the episode
+keeps the model's own attempt, and its next call continues from that. n > 1 is refused (one
+reply per call).
 
 Refusals (a bad request, an unknown model, a history that cannot fit, more than `max_calls`
 calls or `max_parallel` at once, the episode's token budget spent) answer 4xx and make the
@@ -65,6 +67,7 @@ from practicum.serve.app import (
     _chat_chunks,
     _check_roles,
     _Choice,
+    _guess_name,
     _prompts,
     _sse,
     _tool_specs,
@@ -378,18 +381,23 @@ class AgentEndpoint:
             raise
         text = trim(sample.text, req.stop)
         c = _Choice(0, text, sample.finish_reason, len(sample.token_ids), sample)
+        filled = False
         if tools:
             specs = _tool_specs(tools)
             content, calls = T.parse_tool_calls(prefix_text + text)
             calls = [k for k in calls if k["name"] in specs
                      and T.check_arguments(k["arguments"], specs[k["name"]]) is None]
+            if mode == "forced" and not calls:  # filled for the agent, never trained on
+                name = forced or _guess_name(prefix_text + text, specs)
+                calls, content, filled = [{"name": name, "arguments": await self._fill(
+                    live, name, specs[name], plan.prompt_ids[:len(plan.prompt_ids)
+                                                             - len(prefix)],
+                    params, adapter)}], "", True
             if calls:
                 c.calls, c.text, c.finish_reason = calls, content, "tool_calls"
-            elif prefix_text:
-                c.text = prefix_text + text
         returned = c.text or (None if c.calls else "")
         self._record(live, plan, sample, version, reply_key(returned, c.calls), trained,
-                     {"call": asked, "tool_calls": len(c.calls)})
+                     {"call": asked, "tool_calls": len(c.calls), "filled": filled})
         usage = _usage(len(plan.prompt_ids), [c])
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if req.stream:
@@ -398,6 +406,32 @@ class AgentEndpoint:
                 "system_fingerprint": f"practicum-v{version}",
                 "choices": [_chat_choice(c, req.logprobs, self.chat.tokenizer)],
                 "usage": usage}
+
+    async def _fill(self, live: LiveEpisode, name: str, schema: dict, ids: list[int],
+                    params: SamplingParams, adapter: bool) -> dict:
+        """A forced call's arguments when the model's own did not parse: one required field at
+        a time, each value sampled after a prefix naming it, a value that does not parse
+        replaced by the field's fallback (as `practicum serve` does). These engine calls are in
+        the request log but not in the episode: the reply they make was not sampled as one, so
+        the episode keeps the model's own attempt (its next call continues from that)."""
+        props = schema.get("properties", {})
+        keys = list(schema.get("required", [])) or list(props)
+        text, args = T.forced_prefix(name), {}
+        for i, key in enumerate(keys):
+            spec = props.get(key, {})
+            kind = spec.get("type")
+            kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) \
+                else kind
+            text += T.field_prefix(key, kind, first=i == 0)
+            budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
+            p = replace(params, stop_strings=T.FIELD_STOPS.get(kind, T.FIELD_STOPS[None]),
+                        max_new_tokens=min(params.max_new_tokens, budget))
+            sample, _ = await self._sample(live, ids + self.chat.encode(text), p, None, adapter)
+            ok, value = T.parse_field(sample.text, spec)
+            args[key] = value if ok else T.fallback_value(spec)
+            dumped = json.dumps(args[key])
+            text += dumped[1:] if kind == "string" and isinstance(args[key], str) else dumped
+        return args
 
     # -- completions ----------------------------------------------------------------------------
     async def _complete(self, live: LiveEpisode, req: CompletionRequest, adapter: bool):

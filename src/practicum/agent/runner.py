@@ -158,7 +158,7 @@ class AgentEpisode:
         absolute and shown (a venv's program: the whole venv)."""
         cfg = self.cfg
         values = {"{python}": sys.executable, "{task}": prompt, "{task_file}": str(task_file),
-                  "{model}": self.endpoint.name}
+                  "{model}": self.endpoint.name, "{base_url}": f"http://127.0.0.1:{PORT}/v1"}
         argv, shown = [], [Path(m).absolute() for m in cfg.mounts]
         for arg in cfg.command:
             filled = sys.executable if arg == "python" else arg
@@ -232,6 +232,7 @@ class AgentEpisode:
         calls = live.calls
         fields["metrics"].update({"agent_calls": float(calls.calls),
                                   "agent_continued": float(calls.continued),
+                                  "agent_kept_history": float(calls.kept),
                                   "agent_segments": float(calls.segments),
                                   "agent_cut_calls": float(calls.cut),
                                   "agent_refused": float(live.refused)})

@@ -205,7 +205,8 @@ def open_session(cfg: Config) -> Session:
     if r.agent is not None:
         log_file = run_dir / "agent_requests.jsonl" if r.agent.request_log else None
         try:
-            agents = AgentEndpoint(server, chat, cfg.run.name, r.max_seq_len,
+            positions = getattr(placement.sampler, "max_positions", None) or r.max_seq_len
+            agents = AgentEndpoint(server, chat, cfg.run.name, min(r.max_seq_len, positions),
                                    cfg.sampling.temperature, log_file).start()
         except BaseException:
             server.stop()
