@@ -193,7 +193,7 @@ class MleEnv(Env):
 
     def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
         """An outside agent (`rollout.agent`, e.g. AIDE) gets the competition's description
-        and a folder holding only its public files; it must leave submission.csv there. The
+        and a folder holding only its public files (in data/); it leaves submission.csv. The
         private answers and the whole data root are hidden, as from the env's own runs."""
         self.close()
         cid = task.data.get("competition", task.task_id)
@@ -201,10 +201,15 @@ class MleEnv(Env):
         self._progress, self.last_outcome = _Progress(), None
         workdir = self._data.new_workdir(self.options.workdir_root)
         self._workdirs.append(workdir)
+        data = workdir / "data"  # apart from what the agent writes (AIDE: its workspaces)
+        data.mkdir()
+        for f in sorted(workdir.iterdir()):
+            if f != data:
+                f.rename(data / f.name)
         comp = self._data.comp
-        files = ", ".join(sorted(p.name for p in workdir.iterdir()))
+        files = ", ".join(sorted(p.name for p in data.iterdir()))
         direction = "lower" if comp.lower_is_better else "higher"
-        prompt = (f"{comp.description.strip()}\n\nThe data files are in the current folder "
+        prompt = (f"{comp.description.strip()}\n\nThe data files are in the folder data/ "
                   f"({files}). Evaluation: {comp.metric} ({direction} is better). Write your "
                   f"predictions for the test set to submission.csv in the current folder.")
         return AgentTask(prompt, workdir, list(self._data.hidden))
