@@ -8,7 +8,7 @@ import pytest
 from practicum.agent.exactness import check_exactness
 from practicum.config import load_config
 from practicum.runtime.train import run_training
-from practicum.store import EpisodeStore
+from practicum.store import EpisodeStore, read_ledger
 
 from .conftest import agent_overrides, metric_rows
 
@@ -16,29 +16,34 @@ pytestmark = pytest.mark.slow
 
 
 def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_dir, tmp_path):
-    """16 agents side by side, 7 calls each (112 trained calls): every trained turn's context
-    is the prompt the engine got (the request log, written apart from the episodes), and the
-    learner's log-probs are the sampler's."""
+    """16 agents side by side (16 async actors), 7 calls each (112 trained calls): every
+    trained turn's context is the prompt the engine got (the request log, written apart from
+    the episodes), each turn carries the version that sampled it, and the learner's log-probs
+    are the sampler's."""
     cfg = load_config(None, agent_overrides(
         peaked_dir, tmp_path, "rollout.group_size=4", "rollout.tasks_per_step=4",
-        "train.steps=1", "train.lr=1e-3", "rollout.agent.request_log=true", turns=7,
+        "train.steps=1", "train.lr=1e-3", "rollout.agent.request_log=true",
+        "runtime.mode=async", "runtime.num_actors=16", "runtime.max_staleness=0", turns=7,
         max_tokens=6))
     run_training(cfg, progress=False)
     run = tmp_path / "toy"
-    episodes = [e for e in EpisodeStore(run / "episodes.jsonl")]
-    assert len(episodes) == 16 and not any(e.failure for e in episodes), \
-        [e.failure for e in episodes]
-    assert sum(len(e.turns) for e in episodes) == 112
+    stored = list(EpisodeStore(run / "episodes.jsonl"))
+    (batch,) = read_ledger(run / "consumed.jsonl")
+    episodes = [stored[pos] for pos, _ in batch["trained"]]  # async: what the step took
+    assert len(episodes) >= 16 and not any(e.failure for e in stored), \
+        [e.failure for e in stored]
+    assert {t.policy_version for e in episodes for t in e.turns} == {0}
+    assert sum(len(e.turns) for e in episodes) == 7 * len(episodes) >= 112
     # every call after an episode's first continued its row: one segment per episode
     assert all(e.metrics["agent_continued"] == 6 and len(e.segments()) == 1 for e in episodes)
     report = check_exactness(episodes, run / "agent_requests.jsonl")
-    assert report.ok and report.trained_turns == 112, report.problems[:3]
+    assert report.ok and report.trained_turns == 7 * len(episodes), report.problems[:3]
     (row,) = metric_rows(run)
     assert row["train_tokens"] == sum(e.num_sampled for e in episodes)
     assert row["logprob_gap_max"] < 1e-3  # the learner scores exactly what was sampled
     gap = {"max": row["logprob_gap_max"], "mean": row["logprob_gap"]}
     (tmp_path / "gap.json").write_text(json.dumps(gap))
-    print(f"\nlearner vs sampler log-prob gap over 112 calls: {gap}")
+    print(f"\nlearner vs sampler log-prob gap over {7 * len(episodes)} calls: {gap}")
 
 
 def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(peaked_dir,
