@@ -59,6 +59,10 @@ def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(peake
         runs[lr] = (summary, [r["reward_mean"] for r in metric_rows(tmp_path / f"lr{lr}" /
                                                                     "toy")])
     (trained, curve), (control, flat) = runs[1e-2], runs[0]
+    print(f"\ntrain reward per step: lr 1e-2 {curve}, lr 0 {flat}; held-out before "
+          f"{trained['eval_before']['reward_mean']:.3f}, after: lr 1e-2 "
+          f"{trained['eval_after']['reward_mean']:.3f}, lr 0 "
+          f"{control['eval_after']['reward_mean']:.3f}")
     assert curve[0] == flat[0]  # the same first batch
     assert control["eval_after"]["reward_mean"] == control["eval_before"]["reward_mean"]
     assert trained["eval_after"]["reward_mean"] > control["eval_after"]["reward_mean"] + 0.15
