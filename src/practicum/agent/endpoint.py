@@ -58,21 +58,21 @@ from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
 from practicum.serve import tools as T
-from practicum.serve.app import (
+from practicum.serve.protocol import (
     DEFAULT_CHAT_TOKENS,
     APIError,
     ChatRequest,
+    Choice,
     CompletionRequest,
-    _chat_choice,
-    _chat_chunks,
-    _check_roles,
-    _Choice,
-    _guess_name,
-    _prompts,
-    _sse,
-    _tool_specs,
-    _unless_disconnected,
-    _usage,
+    chat_choice,
+    chat_chunks,
+    check_roles,
+    completion_prompts,
+    guess_name,
+    sse,
+    tool_specs,
+    unless_disconnected,
+    usage_of,
 )
 from practicum.serve.stream import completion_logprobs, trim
 
@@ -246,13 +246,13 @@ class AgentEndpoint:
         @v1.post("/chat/completions")
         async def chat_completions(req: ChatRequest, request: Request):
             live = request.state.live
-            return await _unless_disconnected(request, self._guarded(live, names, req,
+            return await unless_disconnected(request, self._guarded(live, names, req,
                                                                      self._chat))
 
         @v1.post("/completions")
         async def completions(req: CompletionRequest, request: Request):
             live = request.state.live
-            return await _unless_disconnected(request, self._guarded(live, names, req,
+            return await unless_disconnected(request, self._guarded(live, names, req,
                                                                      self._complete))
 
         app.include_router(v1)
@@ -360,7 +360,7 @@ class AgentEndpoint:
     async def _chat(self, live: LiveEpisode, req: ChatRequest, adapter: bool):
         mode, forced = _tool_choice(req)
         tools = req.tools if mode != "none" else None
-        _check_roles(req.messages)
+        check_roles(req.messages)
         prefix_text = T.forced_prefix(forced) if mode == "forced" else ""
         prefix = self.chat.encode(prefix_text) if prefix_text else []
         try:
@@ -380,15 +380,15 @@ class AgentEndpoint:
             live.calls.abort(plan)
             raise
         text = trim(sample.text, req.stop)
-        c = _Choice(0, text, sample.finish_reason, len(sample.token_ids), sample)
+        c = Choice(0, text, sample.finish_reason, len(sample.token_ids), sample)
         filled = False
         if tools:
-            specs = _tool_specs(tools)
+            specs = tool_specs(tools)
             content, calls = T.parse_tool_calls(prefix_text + text)
             calls = [k for k in calls if k["name"] in specs
                      and T.check_arguments(k["arguments"], specs[k["name"]]) is None]
             if mode == "forced" and not calls:  # filled for the agent, never trained on
-                name = forced or _guess_name(prefix_text + text, specs)
+                name = forced or guess_name(prefix_text + text, specs)
                 calls, content, filled = [{"name": name, "arguments": await self._fill(
                     live, name, specs[name], plan.prompt_ids[:len(plan.prompt_ids)
                                                              - len(prefix)],
@@ -398,13 +398,13 @@ class AgentEndpoint:
         returned = c.text or (None if c.calls else "")
         self._record(live, plan, sample, version, reply_key(returned, c.calls), trained,
                      {"call": asked, "tool_calls": len(c.calls), "filled": filled})
-        usage = _usage(len(plan.prompt_ids), [c])
+        usage = usage_of(len(plan.prompt_ids), [c])
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if req.stream:
-            return _sse(_chat_chunks(rid, now, req, [c], usage, self.chat.tokenizer))
+            return sse(chat_chunks(rid, now, req, [c], usage, self.chat.tokenizer))
         return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
                 "system_fingerprint": f"practicum-v{version}",
-                "choices": [_chat_choice(c, req.logprobs, self.chat.tokenizer)],
+                "choices": [chat_choice(c, req.logprobs, self.chat.tokenizer)],
                 "usage": usage}
 
     async def _fill(self, live: LiveEpisode, name: str, schema: dict, ids: list[int],
@@ -437,7 +437,7 @@ class AgentEndpoint:
     async def _complete(self, live: LiveEpisode, req: CompletionRequest, adapter: bool):
         if req.stream:
             raise APIError(400, "stream: completions are not streamed here (chat is)", "stream")
-        prompts = _prompts(req.prompt, self.chat, len(self.chat.tokenizer))
+        prompts = completion_prompts(req.prompt, self.chat, len(self.chat.tokenizer))
         if len(prompts) != 1:
             raise APIError(400, "prompt: one prompt per call (an episode records one reply "
                            "per call)", "prompt")
@@ -479,7 +479,7 @@ def _tool_choice(req: ChatRequest) -> tuple[str, str | None]:
         return "forced", None
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
-        if name not in _tool_specs(req.tools):
+        if name not in tool_specs(req.tools):
             raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
                            "tool_choice")
         return "forced", name
