@@ -37,7 +37,7 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
     from practicum.config import load_config
     from practicum.runtime.train import run_training
     from practicum.serve.agents import agent_python
-    from practicum.store import EpisodeStore
+    from practicum.store import EpisodeStore, read_ledger
 
     agent_python(VENVS[agent])  # the agent's own venv, made once
     out = RESULTS / "agent_endpoint_runs"
@@ -52,15 +52,18 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     episodes = list(EpisodeStore(run / "episodes.jsonl"))
     training = [e for e in episodes if "batch" in e.info]
-    by_batch = collections.defaultdict(list)
-    for e in training:
-        by_batch[e.info["batch"]].append(e)
+    by_step = collections.defaultdict(list)  # the episodes each step saw (trained, filtered)
+    for batch in read_ledger(run / "consumed.jsonl"):
+        if not batch.get("trained"):  # filtered whole: no step (counted in skipped_batches)
+            continue
+        for kind in ("trained", "filtered"):
+            by_step[batch["step"]] += [episodes[pos] for pos, _ in batch.get(kind, [])]
     step_rows = [r for r in rows if "reward_mean" in r and "step_seconds" in r]
     per_step = []
-    for k, r in enumerate(step_rows, 1):
-        eps = by_batch.get(k, [])
+    for r in step_rows:
+        eps = by_step.get(r["step"], [])
         per_step.append({
-            "step": r.get("step", k), "reward_mean": r["reward_mean"],
+            "step": r["step"], "reward_mean": r["reward_mean"],
             "episodes": len(eps), "train_tokens": r.get("train_tokens", 0.0),
             "calls_per_episode": _mean([e.metrics.get("agent_calls", 0) for e in eps]),
             "format_share": _mean([e.metrics.get("agent_format_share", 0) for e in eps]),
@@ -79,6 +82,11 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
         "continued_share": continued / after_first if after_first else None,
         "continued_share_of_kept_history": continued / kept if kept else None,
         "kept_history_calls": kept, "failures": dict(reasons),
+        "skipped_batches": summary.get("skipped_batches"),
+        "logprob_gap": {"max": max((r.get("logprob_gap_max", 0) for r in step_rows),
+                                   default=None),
+                        "mean": _mean([r["logprob_gap"] for r in step_rows
+                                       if "logprob_gap" in r])},
         "exactness": {"ok": exact.ok, "trained_turns": exact.trained_turns,
                       "problems": exact.problems[:5]},
         "eval_before": (summary.get("eval_before") or {}).get("reward_mean"),
