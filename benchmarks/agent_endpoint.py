@@ -21,7 +21,6 @@ import collections
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
@@ -33,11 +32,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
-    from practicum.agent.exactness import check_exactness
     from practicum.config import load_config
     from practicum.runtime.train import run_training
     from practicum.serve.agents import agent_python
-    from practicum.store import EpisodeStore, read_ledger
 
     agent_python(VENVS[agent])  # the agent's own venv, made once
     out = RESULTS / "agent_endpoint_runs"
@@ -45,10 +42,17 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
              "rollout.agent.request_log=true", *([f"train.steps={steps}"] if steps else []),
              *overrides]
     cfg = load_config(str(CONFIGS[agent]), extra)
-    t0 = time.perf_counter()
-    summary = run_training(cfg, progress=False)
-    seconds = time.perf_counter() - t0
-    run = cfg.run_dir
+    run_training(cfg, progress=False)
+    return collect(agent, cfg.run_dir, extra)
+
+
+def collect(agent: str, run: Path, overrides: list[str]) -> dict:
+    """The figures of a finished run folder (module doc)."""
+    from practicum.agent.exactness import check_exactness
+    from practicum.store import EpisodeStore, read_ledger
+
+    summary = json.loads((run / "summary.json").read_text())
+    seconds = summary["wall_seconds"]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     episodes = list(EpisodeStore(run / "episodes.jsonl"))
     training = [e for e in episodes if "batch" in e.info]
@@ -77,7 +81,7 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
     reasons = collections.Counter((e.failure or "").split(":")[0] for e in training
                                   if e.failure)
     return {
-        "agent": agent, "config": str(CONFIGS[agent].relative_to(ROOT)), "overrides": extra,
+        "agent": agent, "config": str(CONFIGS[agent].relative_to(ROOT)), "overrides": overrides,
         "steps": per_step, "episodes": len(training), "calls": calls,
         "continued_share": continued / after_first if after_first else None,
         "continued_share_of_kept_history": continued / kept if kept else None,
@@ -102,15 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agents", nargs="+", choices=sorted(CONFIGS), default=["mini", "aide"])
     ap.add_argument("--steps", type=int, default=None, help="train.steps (default: config's)")
+    ap.add_argument("--collect", action="store_true", help="only recompute the figures of the "
+                    "agents' finished run folders")
     ap.add_argument("overrides", nargs="*", help="dotted overrides for every agent's config")
     args = ap.parse_args(argv)
-    machine = machine_state()
+    machine = machine_state()  # before each run's start: recorded with the run
     path = RESULTS / "agent_endpoint.json"
     results = json.loads(path.read_text())["runs"] if path.is_file() else {}
     for agent in args.agents:
-        results[agent] = run_agent(agent, args.steps, args.overrides)
+        if args.collect:
+            old = results.get(agent, {})
+            results[agent] = {**collect(agent, RESULTS / "agent_endpoint_runs" / agent,
+                                        old.get("overrides", [])),
+                              "machine": old.get("machine", machine)}
+        else:
+            results[agent] = {**run_agent(agent, args.steps, args.overrides),
+                              "machine": machine}
         RESULTS.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"machine": machine, "runs": results}, indent=1) + "\n")
+        path.write_text(json.dumps({"runs": results}, indent=1) + "\n")
         r = results[agent]
         print(f"{agent}: {r['episodes']} episodes, {r['calls']} calls, continued "
               f"{r['continued_share']}, exact {r['exactness']['ok']}, {r['seconds']:.0f} s")
