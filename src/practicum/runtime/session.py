@@ -111,7 +111,12 @@ class Session:
         builders = [self.builder(t, g, k, temperature) for t, g, k in items]
         if self.agents is not None:
             with ThreadPoolExecutor(self.cfg.rollout.env_workers) as pool:
-                return list(pool.map(AgentEpisode.run, builders))
+                try:
+                    return list(pool.map(AgentEpisode.run, builders))
+                except BaseException:  # interrupted: stop the agents now, not at their limit
+                    for b in builders:
+                        b.env.kill()
+                    raise
         return rollout_batch(self.server, builders, self.cfg.rollout.env_workers)
 
     def publish(self) -> None:
