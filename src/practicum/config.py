@@ -154,8 +154,8 @@ class AgentConfig(Section):
         min_length=1, description="The agent's command, started once per episode in the "
         "environment's sandbox (cwd: the task's work folder). Placeholders: {python} (this "
         "interpreter), {task} (the task text), {task_file} (a read-only file holding it), "
-        "{model} (the policy's model id), {base_url} (the endpoint, also OPENAI_BASE_URL). Paths in it that exist here (its script: the script's "
-        "folder; its venv's python: the whole venv) are shown read-only inside.")
+        "{model} (the policy's model id), {base_url} (the endpoint, also OPENAI_BASE_URL). Paths in it that exist here (its script, its venv's "
+        "python: the whole venv) are shown read-only inside.")
     task_input: Literal["file", "argv", "stdin"] = Field(
         "file", description="How the task reaches the agent: file (PRACTICUM_TASK_FILE names "
         "a read-only file; also {task_file}), argv (appended as the last argument unless "

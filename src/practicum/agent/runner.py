@@ -155,7 +155,7 @@ class AgentEpisode:
 
     def _command(self, prompt: str, task_file: Path) -> tuple[list[str], list[Path]]:
         """(argv, host paths to show read-only): placeholders filled, existing paths made
-        absolute and shown (a file: its folder; a venv's program: the whole venv)."""
+        absolute and shown (a venv's program: the whole venv)."""
         cfg = self.cfg
         values = {"{python}": sys.executable, "{task}": prompt, "{task_file}": str(task_file),
                   "{model}": self.endpoint.name, "{base_url}": f"http://127.0.0.1:{PORT}/v1"}
@@ -167,8 +167,7 @@ class AgentEpisode:
             if filled == arg and not arg.startswith("-") and os.path.exists(arg):
                 path = Path(arg).absolute()
                 filled, venv = str(path), path.parent.parent
-                shown.append(venv if (venv / "pyvenv.cfg").is_file() else
-                             path if path.is_dir() else path.parent)
+                shown.append(venv if (venv / "pyvenv.cfg").is_file() else path)
             argv.append(filled)
         if cfg.task_input == "argv" and not any("{task}" in a for a in cfg.command):
             argv.append(prompt)

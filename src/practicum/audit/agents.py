@@ -148,6 +148,10 @@ def run_agent_audit(cfg: Config, tasks: int = 1, only: list[str] | None = None) 
     outside = work / "outside"
     outside.mkdir()
     outside.chmod(0o777)  # permissions are not what must stop it
+    programs = work / "programs"
+    programs.mkdir()
+    for folder in (work, programs):
+        folder.chmod(0o755)  # the sandbox's uid reads the attack programs
     before_children = {pid for pid, _ in descendants()}
     run_cfg = cfg.model_copy(deep=True)
     run_cfg.run.out_dir, run_cfg.run.name, run_cfg.run.resume = str(work), "audit", False
@@ -174,10 +178,9 @@ def run_agent_audit(cfg: Config, tasks: int = 1, only: list[str] | None = None) 
                 ref.crashes.append(f"{task.task_id}: {e.failure}"[:300])
         results.append(ref)
         for k, attack in enumerate(attacks):
-            program = work / f"attack{k}.py"
+            program = programs / f"attack{k}.py"  # its folder may be shown: nothing else there
             program.write_text(PRELUDE + attack.program)
             program.chmod(0o644)
-            work.chmod(0o755)
             env = {**agent.env, "AUDIT_PORT": str(listener.port),
                    "AUDIT_HOSTS": ",".join(_Listener.hosts()),
                    "AUDIT_OUTSIDE": f"{outside},{tempfile.gettempdir()}",
@@ -218,7 +221,7 @@ def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _L
         hits, unauthorized = listener.hits, s.agents.unauthorized
         decoy, holder = None, {}
         if attack.decoy:
-            program = work / "decoy.py"
+            program = work / "programs" / "decoy.py"
             program.write_text(PRELUDE + SLEEPS)
             decoy_cfg = attack_cfg.model_copy(update={"command": ["python", str(program)]})
             decoy = threading.Thread(target=lambda: holder.update(

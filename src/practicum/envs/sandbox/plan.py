@@ -40,7 +40,8 @@ class Plan:
     """Inherited pipe on which the backend reports set-up errors and the code's exit status."""
     read_only: tuple[Path, ...] = ()
     """More host paths (real paths: files, folders, sockets) visible read-only at their own
-    paths, e.g. an outside agent's venv and its endpoint socket (`practicum.agent`)."""
+    paths, e.g. an outside agent's venv and its script (`practicum.agent`); the namespaces
+    backend shows a file with its whole folder."""
 
 
 def python_roots() -> list[Path]:
