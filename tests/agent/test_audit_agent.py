@@ -10,8 +10,8 @@ from .conftest import agent_overrides
 
 pytestmark = pytest.mark.slow
 
-LIMITS = ["rollout.agent.time_limit_s=6", "rollout.agent.max_calls=40",
-          "rollout.agent.max_call_tokens=8", "rollout.agent.max_episode_tokens=64"]
+LIMITS = ["rollout.agent.time_limit_s=8", "rollout.agent.max_calls=40",
+          "rollout.agent.max_call_tokens=16", "rollout.agent.max_episode_tokens=16"]
 
 
 def test_every_agent_attack_is_contained_and_leaves_nothing(tiny_model_dir, tmp_path):
