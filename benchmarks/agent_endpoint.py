@@ -11,7 +11,7 @@ segment), the same over the calls whose messages kept an earlier reply as return
 own hit rate), failures and their reasons, and the token-exactness check of every trained turn
 against the endpoint's request log (`practicum.agent.exactness`). Results:
 benchmarks/results/agent_endpoint.json (with the machine's state); the run folders go to
-benchmarks/results/agent_endpoint_runs/<agent>/ (episodes, request log, metrics).
+runs/agent_endpoint/<agent>/ (episodes, request log, metrics, checkpoints; not kept in git).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"mini": ROOT / "configs" / "swe_agent.yaml", "aide": ROOT / "configs" / "mle_aide.yaml"}
 VENVS = {"mini": "mini", "aide": "aide"}
 RESULTS = ROOT / "benchmarks" / "results"
+RUNS = ROOT / "runs" / "agent_endpoint"
+"""The run folders (episodes, request logs, checkpoints: large, not kept in git)."""
 
 
 def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
@@ -37,8 +39,7 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
     from practicum.serve.agents import agent_python
 
     agent_python(VENVS[agent])  # the agent's own venv, made once
-    out = RESULTS / "agent_endpoint_runs"
-    extra = [f"run.out_dir={out}", f"run.name={agent}", "run.resume=false",
+    extra = [f"run.out_dir={RUNS}", f"run.name={agent}", "run.resume=false",
              "rollout.agent.request_log=true", *([f"train.steps={steps}"] if steps else []),
              *overrides]
     cfg = load_config(str(CONFIGS[agent]), extra)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for agent in args.agents:
         if args.collect:
             old = results.get(agent, {})
-            results[agent] = {**collect(agent, RESULTS / "agent_endpoint_runs" / agent,
+            results[agent] = {**collect(agent, RUNS / agent,
                                         old.get("overrides", [])),
                               "machine": old.get("machine", machine)}
         else:
