@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from practicum.agent.calls import ContextExceeded, EpisodeCalls, reply_key
+from practicum.agent.live import CallLimits, LiveEpisode
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
@@ -77,54 +78,6 @@ from practicum.serve.protocol import (
 from practicum.serve.stream import completion_logprobs, trim
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CallLimits:
-    """What one episode's agent may ask of the endpoint."""
-
-    max_calls: int = 200
-    max_parallel: int = 4
-    max_episode_tokens: int = 100_000
-    """Sampled tokens over the whole episode."""
-    max_call_tokens: int = 1024
-    """Reply budget of one call (the agent may ask for less)."""
-    min_reply_tokens: int = 32
-    """Room a prompt must leave in the row (`practicum.agent.calls`, the cut rule)."""
-
-
-@dataclass
-class LiveEpisode:
-    """One episode's key, its recorded calls and how it stands."""
-
-    key: str
-    calls: EpisodeCalls
-    limits: CallLimits
-    seed: int
-    temperature: float | None
-    """The run's temperature replacing the agent's; None: the agent's is honoured."""
-    episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    submit_pattern: re.Pattern | None = None
-    """A reply matching it ends the episode (`ended`), graded as it stands."""
-    failure: str | None = None
-    """The first refusal's reason."""
-    ended: threading.Event = field(default_factory=threading.Event)
-    """Set on a refusal or once a reply matched `submit_pattern`: the agent may be stopped."""
-    submitted: bool = False
-    last_reply: str | None = None
-    """Text of the last policy reply (a grader may read the final answer from it)."""
-    in_flight: int = 0
-    admitted: int = 0
-    refused: int = 0
-    late: int = 0
-    """Calls that finished after the episode closed (not recorded)."""
-    closed: bool = False
-
-    def refuse(self, reason: str) -> None:
-        self.refused += 1
-        if self.failure is None:
-            self.failure = f"refused call: {reason}"
-        self.ended.set()
 
 
 class AgentEndpoint:
@@ -261,7 +214,7 @@ class AgentEndpoint:
     async def _guarded(self, live: LiveEpisode, names: dict[str, bool], req, handler):
         """Admit the call under the episode's limits, run it; a refusal fails the episode."""
         try:
-            self._admit(live)
+            live.admit()
         except APIError as e:
             live.refuse(e.message)
             raise
@@ -276,25 +229,7 @@ class AgentEndpoint:
             live.refuse(e.message)
             raise
         finally:
-            with self._lock:
-                live.in_flight -= 1
-
-    def _admit(self, live: LiveEpisode) -> None:
-        lim = live.limits
-        with self._lock:
-            if live.failure is not None:
-                raise APIError(409, f"this episode has already failed ({live.failure})")
-            if live.admitted >= lim.max_calls:
-                raise APIError(429, f"more than {lim.max_calls} calls in one episode",
-                               kind="rate_limit_error")
-            if live.in_flight >= lim.max_parallel:
-                raise APIError(429, f"more than {lim.max_parallel} calls at once",
-                               kind="rate_limit_error")
-            if live.calls.sampled_tokens >= lim.max_episode_tokens:
-                raise APIError(429, f"the episode's budget of {lim.max_episode_tokens} sampled "
-                               "tokens is spent", kind="rate_limit_error")
-            live.admitted += 1
-            live.in_flight += 1
+            live.release()
 
     # -- sampling -------------------------------------------------------------------------------
     def _params(self, live: LiveEpisode, req, prompt_len: int, adapter: bool,

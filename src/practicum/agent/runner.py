@@ -34,7 +34,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from practicum.agent.endpoint import AgentEndpoint, CallLimits, LiveEpisode
+from practicum.agent.endpoint import AgentEndpoint
+from practicum.agent.live import CallLimits, LiveEpisode
 from practicum.envs.base import AgentOutcome, AgentTask, Env, StepResult, Task
 from practicum.envs.sandbox import Limits, RunResult, SandboxError, run_command
 from practicum.envs.scratch import ScratchDir
