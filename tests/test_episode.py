@@ -106,3 +106,17 @@ def test_a_turns_grammar_survives_json_and_older_files_load_without_one():
     for t in old["turns"]:
         del t["grammar"]
     assert [t.grammar for t in Episode.from_dict(old).turns] == [None, None]
+
+
+def test_an_untrained_turn_stays_in_the_row_as_context_only():
+    ep = Episode("t", "g", prompt_ids=[1, 2])
+    ep.turns = [Turn([3, 4], [-0.1, -0.2], 0, observation_ids=[5], trained=False),
+                Turn([6], [-0.3], 1)]
+    (row,) = ep.segments()
+    assert row.input_ids == [1, 2, 3, 4, 5, 6]
+    assert row.loss_mask == [0, 0, 0, 0, 0, 1]
+    assert row.turn_index == [-1, -1, -1, -1, -1, 1]
+    assert row.behaviour_logprobs[-1] == -0.3 and not any(row.behaviour_logprobs[:-1])
+    ep.turns[1].trained = False
+    assert ep.segments() == []  # nothing left to train on
+    assert Episode.from_json(ep.to_json()).turns[0].trained is False

@@ -165,9 +165,15 @@ def cmd_audit(args) -> int:
         cfg = load_config(target, args.overrides)
     else:
         cfg = load_config(None, [f"task.name={target}", *args.overrides])
-    ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None, cfg.rollout.max_turns)
-    report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
-                       max_turns=cfg.rollout.max_turns, only=args.attack, progress=True)
+    if cfg.rollout.agent is not None:  # the agent's command replaced by each attack's
+        from practicum.audit.agents import run_agent_audit
+
+        report = run_agent_audit(cfg, tasks=args.tasks, only=args.attack)
+    else:
+        ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None,
+                           cfg.rollout.max_turns)
+        report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
+                           max_turns=cfg.rollout.max_turns, only=args.attack, progress=True)
     Console(width=160).print(audit_table(report))
     if args.json:
         write_json([report], Path(args.json))

@@ -160,6 +160,78 @@ class SamplingConfig(Section):
     max_new_tokens: int = Field(48, gt=0, description="Token budget of one policy turn.")
 
 
+class AgentConfig(Section):
+    """An outside agent program trained through an episode-scoped endpoint (`practicum.agent`)."""
+
+    command: list[str] = Field(
+        min_length=1, description="The agent's command, started once per episode in the "
+        "environment's sandbox (cwd: the task's work folder). Placeholders: {python} (this "
+        "interpreter), {task} (the task text), {task_file} (a read-only file holding it), "
+        "{model} (the policy's model id), {base_url} (the endpoint, also OPENAI_BASE_URL). Paths in it that exist here (its script, its venv's "
+        "python: the whole venv) are shown read-only inside.")
+    task_input: Literal["file", "argv", "stdin"] = Field(
+        "file", description="How the task reaches the agent: file (PRACTICUM_TASK_FILE names "
+        "a read-only file; also {task_file}), argv (appended as the last argument unless "
+        "{task} appears), stdin.")
+    mounts: list[str] = Field([], description="More host paths shown read-only inside.")
+    env: dict[str, str] = Field({}, description="More environment variables of the agent "
+                                "(besides OPENAI_BASE_URL, OPENAI_API_KEY, PRACTICUM_MODEL).")
+    sampling: Literal["agent", "run"] = Field(
+        "agent", description="agent: each call's temperature and top_p are honoured, and "
+        "calls the learner cannot score (another temperature than sampling.temperature, "
+        "top_p < 1) are recorded but not trained; run: every policy call samples at the run's "
+        "temperature (evaluation: eval.temperature), the agent's asked values recorded.")
+    time_limit_s: float = Field(300.0, gt=0, description="Wall-clock limit of one episode "
+                                "(an environment's own limit, when it has one, wins).")
+    memory_mb: int = Field(4096, gt=0, description="Memory limit of each agent process.")
+    max_processes: int = Field(256, gt=0, description="Processes plus threads of the agent.")
+    max_calls: int = Field(200, ge=1, description="Calls per episode; more fail the episode.")
+    max_parallel_calls: int = Field(4, ge=1, description="Calls in flight at once per episode.")
+    max_call_tokens: int = Field(1024, ge=1, description="Reply budget of one call (an "
+                                 "agent's max_tokens is honoured up to it and the row's room).")
+    max_episode_tokens: int = Field(100_000, ge=1, description="Sampled tokens per episode; "
+                                    "a call past it fails the episode.")
+    min_reply_tokens: int = Field(32, ge=1, description="Room a call's prompt must leave in "
+                                  "its row (rollout.max_seq_len); longer histories are cut by "
+                                  "whole messages (practicum.agent.calls).")
+    submit_pattern: str | None = Field(None, description="A policy reply matching this regex "
+                                       "ends the episode; it is graded as it stands.")
+    submit_file: str | None = Field(None, description="The episode ends once this file exists "
+                                    "in the work folder; graded as it stands.")
+    grader: str | None = Field(None, description="module:function grading the outcome "
+                               "instead of the environment: f(task, AgentOutcome) -> StepResult "
+                               "or a float reward.")
+    format_pattern: str | None = Field(None, description="A regex a well-formed policy reply "
+                                       "matches (the agent's action format).")
+    format_weight: float = Field(0.0, ge=0, description="A format reward for a cold policy: "
+                                 "added to a graded episode's reward, times the share of its "
+                                 "policy replies matching format_pattern (each turn's own "
+                                 "match is its Turn.reward).")
+    grade_on_timeout: bool = Field(False, description="At the time limit, grade what the agent "
+                                   "left instead of failing the episode.")
+    request_log: bool = Field(False, description="Write every engine call of the endpoint "
+                              "(prompt ids, sampled ids, log-probs, version) to "
+                              "RUN/agent_requests.jsonl.")
+    backend: str = Field("auto", description="Sandbox backend: auto, bwrap or namespaces.")
+
+    @field_validator("grader")
+    @classmethod
+    def _module_function(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[\w.]+:\w+", v):
+            raise ValueError(f"expected module:function, got {v!r}")
+        return v
+
+    @field_validator("submit_pattern", "format_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression ({e})") from None
+        return v
+
+
 class RolloutConfig(Section):
     group_size: int = Field(8, ge=1, description="Episodes per task (the GRPO group).")
     tasks_per_step: int = Field(3, ge=1, description="Tasks (groups) per training batch; a batch "
@@ -176,6 +248,10 @@ class RolloutConfig(Section):
         "groups", description="groups: the learner trains on complete groups (GRPO). streaming "
         "(async only): the learner trains on the first group_size * tasks_per_step episodes to "
         "finish, whatever their group, with a per-task running baseline (arXiv 2509.01684).")
+    agent: AgentConfig | None = Field(
+        None, description="An outside agent program runs each episode, talking to an "
+        "episode-scoped OpenAI-compatible endpoint of the policy (practicum.agent); None: the "
+        "environment's own turns.")
 
 
 class AlgoConfig(Section):
@@ -225,7 +301,8 @@ class TrainConfig(Section):
         "batch is split into this many parts; the ratio is taken against log-probs computed once "
         "before the first update, so clipping binds from the second update on.")
     epochs: int = Field(1, ge=1, description="Passes over the batch's mini-batches.")
-    lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
+    lr: float = Field(3e-4, ge=0, description="Peak learning rate (AdamW); 0 changes no "
+                      "weight (a control run).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     warmup_steps: int = Field(2, ge=0, description="Linear warm-up, in training steps.")

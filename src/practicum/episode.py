@@ -49,6 +49,10 @@ class Turn:
     grammar: str | None = None
     """The Lark grammar the turn was sampled under (its tokens drawn from the grammar-masked
     distribution, `practicum.engine.constraint`); None: free text."""
+    trained: bool = True
+    """False: the ids stay in the row as context but leave the loss (mask 0, turn index -1):
+    a call an outside agent made to the frozen base, or at a temperature the learner does not
+    score (`practicum.agent`)."""
 
     def __post_init__(self) -> None:
         if len(self.sampled_ids) != len(self.logprobs):
@@ -68,7 +72,7 @@ class Segment:
 
     input_ids: list[int]
     loss_mask: list[int]
-    """1 exactly on sampled ids."""
+    """1 exactly on sampled ids (of turns that are trained)."""
     behaviour_logprobs: list[float]
     """Behaviour log-prob per position; 0.0 where the mask is 0."""
     turn_index: list[int]
@@ -114,13 +118,18 @@ class Episode:
                 n = len(t.context_ids)
                 cur = Segment(list(t.context_ids), [0] * n, [0.0] * n, [-1] * n)
             n, m = len(t.sampled_ids), len(t.observation_ids)
-            if t.grammar is not None and n:
+            if t.grammar is not None and n and t.trained:
                 start = len(cur.input_ids)
                 cur.constrained.append((start, start + n, t.grammar))
             cur.input_ids += t.sampled_ids + t.observation_ids
-            cur.loss_mask += [1] * n + [0] * m
-            cur.behaviour_logprobs += list(t.logprobs) + [0.0] * m
-            cur.turn_index += [k] * n + [-1] * m
+            if t.trained:
+                cur.loss_mask += [1] * n + [0] * m
+                cur.behaviour_logprobs += list(t.logprobs) + [0.0] * m
+                cur.turn_index += [k] * n + [-1] * m
+            else:
+                cur.loss_mask += [0] * (n + m)
+                cur.behaviour_logprobs += [0.0] * (n + m)
+                cur.turn_index += [-1] * (n + m)
         rows.append(cur)
         return [r for r in rows if any(r.loss_mask)]
 

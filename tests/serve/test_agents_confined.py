@@ -1,6 +1,6 @@
 """AIDE runs the scripts it writes itself, so `run_aide` confines the whole agent: a script
-written by an adversarial policy cannot read the private answers or write outside its folder,
-yet still reaches the endpoint on loopback."""
+written by an adversarial policy cannot read the private answers, write outside its folder or
+reach a host port, yet still reaches the endpoint through its loopback forwarder."""
 
 import shutil
 import socket
@@ -17,7 +17,8 @@ PROBE = Path("/practicum-confined-probe")
 
 
 def test_a_confined_agent_sees_no_hidden_answers_and_writes_only_its_folder(tmp_path):
-    from practicum.serve.agents import confined
+    from practicum.agent.forward import UnixToTcp
+    from practicum.serve.agents import confined, inner_url
 
     private = tmp_path / "data" / "private"
     private.mkdir(parents=True)
@@ -26,10 +27,14 @@ def test_a_confined_agent_sees_no_hidden_answers_and_writes_only_its_folder(tmp_
     key.write_text("SECRET-KEY")
     work = tmp_path / "work"
     work.mkdir()
-    with socket.socket() as server:  # the endpoint the agent must still reach
-        server.bind(("127.0.0.1", 0))
+    with socket.socket() as server, socket.socket() as other:
+        server.bind(("127.0.0.1", 0))  # the endpoint the agent must still reach
         server.listen(1)
-        port = server.getsockname()[1]
+        other.bind(("127.0.0.1", 0))  # any other host port (Ray's, a weight group's)
+        other.listen(1)
+        port, other_port = server.getsockname()[1], other.getsockname()[1]
+        host, _, inner = inner_url().removeprefix("http://").partition(":")
+        inner = int(inner.split("/")[0])
         script = (
             "import pathlib, socket\n"
             f"for p in [{str(private / 'answers.csv')!r}, {str(key)!r}]:\n"
@@ -38,17 +43,30 @@ def test_a_confined_agent_sees_no_hidden_answers_and_writes_only_its_folder(tmp_
             "pathlib.Path('mine.txt').write_text('ok')\n"
             f"try:\n    pathlib.Path({str(PROBE)!r}).write_text('no')\n"
             "except OSError as e:\n    print('outside', e.errno)\n"
-            f"socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+            f"for p in ({port}, {other_port}):\n"
+            "    try:\n"
+            "        socket.create_connection(('127.0.0.1', p), timeout=5).close()\n"
+            "        print('host port open', p)\n"
+            "    except OSError:\n        print('host port closed')\n"
+            f"with socket.create_connection(({host!r}, {inner}), timeout=5) as s:\n"
+            "    s.sendall(b'ping')\n"
+            "import time; time.sleep(1)\n"
             "print('connected')\n")
         try:
-            done = subprocess.run(confined([sys.executable, "-c", script], work,
-                                           (private, key)), capture_output=True, text=True,
-                                  timeout=60)
+            with UnixToTcp("127.0.0.1", port) as endpoint:
+                done = subprocess.run(confined([sys.executable, "-c", script], work,
+                                               (private, key), Path(endpoint)),
+                                      capture_output=True, text=True, timeout=60)
+                server.settimeout(10)
+                conn, _ = server.accept()  # the bytes reached the host's endpoint
+                with conn:
+                    got = conn.recv(16)
         finally:
             written = PROBE.exists()
             PROBE.unlink(missing_ok=True)
     assert done.returncode == 0, done.stderr
     assert "SECRET" not in done.stdout and done.stdout.count("denied") == 2, done.stdout
     assert "outside 30" in done.stdout and not written  # EROFS: the host is read-only
-    assert "connected" in done.stdout
+    assert done.stdout.count("host port closed") == 2, done.stdout  # the network is unshared
+    assert "connected" in done.stdout and got == b"ping"  # through the forwarder and socket
     assert (work / "mine.txt").read_text() == "ok"

@@ -24,7 +24,7 @@ def audit_table(report: AuditReport):
         table.add_column(col, justify=justify)
     for r in report.results:
         verdict = r.verdict
-        detail = (r.crashes + r.leftovers)[:2]
+        detail = (r.unmet + r.crashes + r.leftovers)[:2]
         if detail:
             verdict += ": " + "; ".join(detail)
         style = None if r.verdict in OK_VERDICTS[:2] else \

@@ -45,6 +45,9 @@ class AttackResult:
     rewards: list[float] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    unmet: list[str] = field(default_factory=list)
+    """What the attack had to cause and did not (agent audits: the episode's failure and its
+    reason, `practicum.audit.agents`)."""
     seconds: float = 0.0
 
     @property
@@ -66,6 +69,7 @@ class AttackResult:
     def verdict(self) -> str:
         undue = "undue credit (known hole)" if self.known else "undue credit"
         found = [label for label, hit in ((undue, self.undue),
+                                          ("not stopped", bool(self.unmet)),
                                           ("crashed the env", bool(self.crashes)),
                                           ("left something behind", bool(self.leftovers))) if hit]
         return ", ".join(found) or ("reference" if self.ceiling == "reference" else "contained")

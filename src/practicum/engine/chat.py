@@ -77,6 +77,33 @@ class ChatFormat:
             + self.encode(self.obs_suffix)
         )
 
+    def continuation_ids(self, sampled_ids: list[int], messages: list[Message]) -> list[int]:
+        """Ids to append after `sampled_ids` (an assistant reply) so the sequence goes on with
+        `messages` (any roles) and ends ready for the next reply: `observation_ids` for a whole
+        conversation tail. The reply itself is never re-rendered; only the template text after
+        it is added (the part of the reply suffix the policy did not sample itself)."""
+        if not messages:
+            raise ValueError("a continuation needs at least one message")
+        marks = [f"{_CONTENT}{i}@" for i in range(len(messages))]
+        shaped = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _REPLY}]
+        shaped += [{**m, "content": mark} for m, mark in zip(messages, marks)]
+        text = self.tokenizer.apply_chat_template(shaped, tokenize=False,
+                                                  add_generation_prompt=True)
+        text = text[text.index(_REPLY) + len(_REPLY):]
+        if not text.startswith(self.reply_suffix):
+            raise ValueError("the chat template renders a reply differently before later turns")
+        if sampled_ids and sampled_ids[-1] in self.stop_ids():
+            last = self.tokenizer.decode([sampled_ids[-1]])
+            if last and text.startswith(last):
+                text = text[len(last):]
+        ids: list[int] = []
+        for m, mark in zip(messages, marks):
+            head, sep, text = text.partition(mark)
+            if not sep:
+                raise ValueError("the chat template dropped a message; cannot render it exactly")
+            ids += self.encode(head) + self.encode_text(m["content"])
+        return ids + self.encode(text)
+
     def stop_ids(self) -> list[int]:
         """End-of-turn ids: the eos id and the id of the reply suffix's first token."""
         ids = {self.eos_token_id} if self.eos_token_id is not None else set()

@@ -4,6 +4,12 @@
     result = env.step(action_text)     # StepResult: observation, reward, done, duration, ...
     env.close()
 
+An environment that can host an outside agent (`rollout.agent`, `practicum.agent`) also says
+what the agent gets and how its outcome is graded:
+
+    setup = env.agent_task(task, seed)   # AgentTask: the task text, a work folder, hidden paths
+    result = env.agent_grade(outcome)    # AgentOutcome (folder, last reply, exit) -> StepResult
+
 The runtime reads only these fields; it knows nothing environment-specific. Code never runs in
 the trainer's process: environments that execute anything do it through
 `practicum.envs.sandbox`. LLM calls an environment makes itself (an instrumenter, an executor,
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from practicum.engine.chat import Message  # re-exported: environments write chat messages
@@ -21,7 +28,8 @@ from practicum.engine.chat import Message  # re-exported: environments write cha
 if TYPE_CHECKING:
     from practicum.engine.service import ModelService
 
-__all__ = ["Env", "EnvFactory", "Message", "Start", "StepResult", "Task"]
+__all__ = ["AgentOutcome", "AgentTask", "Env", "EnvFactory", "Message", "Start", "StepResult",
+           "Task"]
 
 
 @dataclass
@@ -76,6 +84,38 @@ class StepResult:
     """Lark grammar (llguidance syntax) the next assistant turn must match; None: free text."""
 
 
+@dataclass
+class AgentTask:
+    """What an outside agent gets for one task (`Env.agent_task`)."""
+
+    prompt: str
+    """The task as text (given to the agent as a file, an argument or stdin)."""
+    workdir: Path
+    """Its working folder: cwd and only writable host folder (a repository, the public files
+    of a competition, an empty folder); the environment removes it in `close`."""
+    hidden: list[Path] = field(default_factory=list)
+    """Host paths the agent must not read (answers, the task source)."""
+    wall_seconds: float | None = None
+    """The environment's time limit for the whole run; None: `rollout.agent.time_limit_s`."""
+
+
+@dataclass
+class AgentOutcome:
+    """How an outside agent's run ended, for `Env.agent_grade` (or a user's grader)."""
+
+    workdir: Path
+    """What it left (read it with `practicum.envs.sandbox.read_workdir_file`: never follow
+    links the agent planted)."""
+    last_reply: str | None
+    """Text of the policy's last reply to it (a final answer may be there); None: no call."""
+    exit_code: int | None
+    """The agent's exit status; None when it was stopped (time limit, submit condition)."""
+    log: str = ""
+    """The tail of its stdout and stderr."""
+    replies: list[str] = field(default_factory=list)
+    """Text of every policy reply it got, in call order."""
+
+
 class Env(ABC):
     """A stateful environment serving one episode at a time."""
 
@@ -92,6 +132,15 @@ class Env(ABC):
 
     def kill(self) -> None:
         """Stop work in progress now, from another thread (runtime shutdown). Default: nothing."""
+
+    def agent_task(self, task: Task, seed: int) -> AgentTask:
+        """Set up `task` for an outside agent (`rollout.agent`); the default refuses."""
+        raise NotImplementedError(f"{type(self).__name__} cannot host an outside agent "
+                                  "(rollout.agent): it has no agent_task/agent_grade")
+
+    def agent_grade(self, outcome: AgentOutcome) -> StepResult:
+        """Grade what the outside agent left: reward, solved, metrics (done is implied)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot grade an outside agent")
 
 
 EnvFactory = Callable[["ModelService"], Env]

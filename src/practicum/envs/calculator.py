@@ -20,7 +20,8 @@ import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.envs.audit import Attack, AuditSpec, Probe
-from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.base import AgentOutcome, AgentTask, Env, Start, StepResult, Task
+from practicum.envs.final_answer import ANSWER_FILE, final_answer
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.sandbox import Limits, run_python
 from practicum.envs.scratch import ScratchDir
@@ -122,6 +123,25 @@ class CalculatorEnv(Env):
             out = "Result: " + (res.stdout.strip()[:200] or "(nothing printed)")
         return StepResult(out, duration=res.duration, metrics={"calls": float(self._calls)},
                           info={"tool": "calc"})
+
+    def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
+        """An outside agent gets the question and an empty folder (the agent brings its own
+        tools); its final answer is answer.txt or its last reply."""
+        self._task, self._calls = task, 0
+        if self._scratch is None:
+            self._scratch = ScratchDir(self, "practicum-calc-")
+        prompt = (f"Question: {task.data['question']}\nGive the final answer as one number, "
+                  f"as <answer>number</answer> in your last reply or alone in {ANSWER_FILE}.")
+        return AgentTask(prompt, self._scratch.path)
+
+    def agent_grade(self, outcome: AgentOutcome) -> StepResult:
+        text = final_answer(outcome) or ""
+        tagged = _ANSWER.search(text)
+        answer = (tagged.group(1) if tagged else text).strip()
+        score = self.score(answer) if answer else 0.0
+        return StepResult(reward=score, done=True, solved=score >= 1.0,
+                          metrics={"answered": float(bool(answer))},
+                          info={"answer": answer[:200]})
 
     def score(self, answer: str) -> float:
         if self.numeric_answers and not _NUMBER.fullmatch(answer.strip()):

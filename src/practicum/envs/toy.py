@@ -14,8 +14,10 @@ import functools
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from practicum.envs.audit import AuditSpec
-from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.base import AgentOutcome, AgentTask, Env, Start, StepResult, Task
+from practicum.envs.final_answer import final_answer
 from practicum.envs.registry import Suite, SuiteContext, register_env
+from practicum.envs.scratch import ScratchDir
 
 
 class ToyOptions(BaseModel):
@@ -46,6 +48,7 @@ def first_half_share(text: str) -> float:
 class LetterEnv(Env):
     def __init__(self, grammar: str | None = None):
         self.grammar = grammar
+        self._scratch: ScratchDir | None = None
 
     def reset(self, task: Task, seed: int = 0) -> Start:
         return Start([{"role": "user", "content": task.data["prompt"]}], grammar=self.grammar)
@@ -53,6 +56,20 @@ class LetterEnv(Env):
     def step(self, action: str) -> StepResult:
         reward = first_half_share(action)
         return StepResult(reward=reward, done=True, metrics={"share": reward})
+
+    def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
+        """An outside agent gets the prompt and an empty folder; its final answer (answer.txt
+        or its last reply) is scored like a reply."""
+        self._scratch = self._scratch or ScratchDir(self, "practicum-toy-")
+        return AgentTask(task.data["prompt"], self._scratch.path)
+
+    def agent_grade(self, outcome: AgentOutcome) -> StepResult:
+        return self.step(final_answer(outcome) or "")
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None
 
 
 def make_letter_env(models=None, grammar: str | None = None) -> LetterEnv:

@@ -50,7 +50,6 @@ from practicum.episode import Episode
 from practicum.runtime.actors import ActorPool, ActorState
 from practicum.runtime.groups import Assignment, GroupBoard
 from practicum.runtime.loop import Batch, Stored
-from practicum.runtime.rollout import run_episode
 from practicum.runtime.session import Session
 from practicum.runtime.sync import informative_split
 
@@ -109,7 +108,7 @@ class AsyncBatches:
                 if not builder.done:  # (a failed reset closed it already)
                     builder.env.close()
                 return
-            episode = run_episode(builder, self._generate)
+            episode = builder.run(self._generate)
             st.env = None
             st.busy_seconds += time.perf_counter() - t0
             if self.stop_event.is_set():

@@ -86,6 +86,11 @@ class EpisodeBuilder:
         except Exception as e:  # a broken task costs one episode, never the run
             self._fail(f"reset failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
 
+    def run(self, generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]]
+            ) -> Episode:
+        """Run the episode turn by turn (`run_episode`)."""
+        return run_episode(self, generate)
+
     def request(self) -> tuple[list[int], SamplingParams, int] | None:
         """(row ids, params capped to the room left, seed) for the next turn; None (and the
         episode ends, overlong) when the row has no room left."""

@@ -4,6 +4,7 @@ run folder.
     Placement (learner + sampler + envs, `runtime.placement`) -> GenerationServer (batches
         every generate call), ModelService (environments' own LLM calls, through the server)
     Suite (registered environment: env factory, train/held-out tasks)
+    AgentEndpoint (rollout.agent: outside agents' calls reach the server through it)
     run state: EpisodeStore + ConsumptionLedger, MetricsLogger, TaskCursor (+ curriculum)
 
 Both runtimes (sync, async) use it through `runtime.loop.train`; so do `practicum eval` and
@@ -16,10 +17,13 @@ import json
 import logging
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from practicum.agent.endpoint import AgentEndpoint
+from practicum.agent.runner import AgentEpisode
 from practicum.algo.baselines import TaskBaselines
 from practicum.batch import rl_batch
 from practicum.config import Config, dump_config
@@ -35,13 +39,13 @@ from practicum.report import MetricsLogger, episode_metrics, plot_rewards
 from practicum.runtime.cursor import Curriculum, TaskCursor
 from practicum.runtime.parts import Learner
 from practicum.runtime.placement import Placement, place, place_envs
-from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, rollout_batch
+from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, derive_seed, rollout_batch
 from practicum.store import ConsumptionLedger, EpisodeStore
 
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json",
-             "progress.log")
+             "progress.log", "agent_requests.jsonl")
 RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
 
@@ -64,6 +68,8 @@ class Session:
     """Batches with nothing to train on, over the whole run (kept in checkpoints)."""
     baselines: TaskBaselines = field(default_factory=TaskBaselines)
     """Per-task running baselines (algo.advantage = baseline), kept in checkpoints."""
+    agents: AgentEndpoint | None = None
+    """The endpoint outside agents call (`rollout.agent`); None: the environment's own turns."""
 
     @property
     def learner(self) -> Learner:
@@ -90,16 +96,38 @@ class Session:
                               max_new_tokens=s.max_new_tokens)
 
     def builder(self, task: Task, gid: str, slot: int,
-                temperature: float | None = None) -> EpisodeBuilder:
-        """A new episode of `task` as slot `slot` of group `gid`, in a fresh environment."""
-        return EpisodeBuilder(self.suite.make_env(self.models), task, gid, slot, self.chat,
-                              self.limits, self.sampling(temperature), self.cfg.run.seed)
+                temperature: float | None = None) -> EpisodeBuilder | AgentEpisode:
+        """A new episode of `task` as slot `slot` of group `gid`, in a fresh environment (an
+        outside agent's, with `rollout.agent`); `.run(generate)` runs it."""
+        env = self.suite.make_env(self.models)
+        if self.agents is not None:
+            return AgentEpisode(env, task, gid, slot, self.agents, self.cfg.rollout.agent,
+                                derive_seed(self.cfg.run.seed, gid, slot),
+                                self.cfg.rollout.failure_reward,
+                                self.sampling(temperature).temperature)
+        return EpisodeBuilder(env, task, gid, slot, self.chat, self.limits,
+                              self.sampling(temperature), self.cfg.run.seed)
 
     def rollout(self, items: list[tuple[Task, str, int]], temperature: float | None = None,
                 on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
-        """One episode per (task, group id, slot), all in lockstep; `on_episode` is called as
-        each one ends (progress)."""
+        """One episode per (task, group id, slot), all in lockstep (outside agents: side by
+        side, `rollout.env_workers` at once, their calls batched by the server);
+        `on_episode` is called as each one ends (progress)."""
         builders = [self.builder(t, g, k, temperature) for t, g, k in items]
+        if self.agents is not None:
+            def run(builder) -> Episode:
+                episode = AgentEpisode.run(builder)
+                if on_episode is not None:
+                    on_episode(episode)
+                return episode
+
+            with ThreadPoolExecutor(self.cfg.rollout.env_workers) as pool:
+                try:
+                    return list(pool.map(run, builders))
+                except BaseException:  # interrupted: stop the agents now, not at their limit
+                    for b in builders:
+                        b.env.kill()
+                    raise
         return rollout_batch(self.server, builders, self.cfg.rollout.env_workers, on_episode)
 
     def train_step(self, episodes: list[Episode]) -> dict | None:
@@ -176,6 +204,8 @@ class Session:
         return summary
 
     def close(self) -> None:
+        if self.agents is not None:
+            self.agents.stop()
         self.server.stop()
         self.metrics.close()
         self.placement.close()  # Ray actors, vLLM's files
@@ -204,6 +234,17 @@ def open_session(cfg: Config) -> Session:
         placement.close()
         raise
     chat = ChatFormat(placement.tokenizer)
+    agents = None
+    if r.agent is not None:
+        log_file = run_dir / "agent_requests.jsonl" if r.agent.request_log else None
+        try:
+            positions = getattr(placement.sampler, "max_positions", None) or r.max_seq_len
+            agents = AgentEndpoint(server, chat, cfg.run.name, min(r.max_seq_len, positions),
+                                   cfg.sampling.temperature, log_file).start()
+        except BaseException:
+            server.stop()
+            placement.close()
+            raise
     curriculum = Curriculum(cfg.curriculum)
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
     trainer_state = read_trainer_state(ckpt) if ckpt else {}
@@ -214,7 +255,8 @@ def open_session(cfg: Config) -> Session:
                 ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
                 metrics=MetricsLogger(run_dir),
                 cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
-                curriculum=curriculum, baselines=TaskBaselines(cfg.algo.baseline_window))
+                curriculum=curriculum, baselines=TaskBaselines(cfg.algo.baseline_window),
+                agents=agents)
     if ckpt is not None:
         s.learner.load(ckpt)
         s.cursor.position = state["cursor"]

@@ -23,10 +23,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from practicum.agent.forward import UnixToTcp
 from practicum.errors import PracticumError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -80,17 +83,26 @@ class AgentRun:
     timed_out: bool = False
 
 
-def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...]) -> list[str]:
+def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...],
+             endpoint: Path | None = None) -> list[str]:
     """`cmd` under bubblewrap: the host read-only, `workdir` the only writable folder, a private
     /tmp (the venv `cmd[0]` lives in stays visible, read-only: a checkout may live under /tmp),
-    /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null); the
-    network stays shared, so the agent reaches the endpoint on loopback."""
+    /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null), and
+    no network but its own loopback (the host's ports, Ray's and the weight group's included,
+    are out of reach). With `endpoint` (a Unix socket, e.g. `UnixToTcp`'s), the command runs
+    behind the loopback forwarder (`practicum.agent.forward`): `inner_url()` reaches it."""
+    from practicum.agent.runner import FORWARDER, PORT
+
     args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
             "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
-            "--unshare-ipc", "--die-with-parent"]
+            "--unshare-ipc", "--unshare-net", "--die-with-parent"]
     venv = Path(cmd[0]).absolute().parent.parent
     if (venv / "pyvenv.cfg").is_file():  # the agent's own venv stays visible, also under /tmp
         args += ["--ro-bind", str(venv), str(venv)]
+    if endpoint is not None:
+        args += ["--ro-bind", str(endpoint.parent), str(endpoint.parent)]
+        cmd = [sys.executable, "-I", "-S", "-c", FORWARDER.read_text(), str(endpoint),
+               str(PORT), "--", *cmd]
     args += ["--bind", str(workdir), str(workdir)]
     for path in hidden:
         if path.is_dir():
@@ -98,6 +110,13 @@ def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...]) -> list[st
         elif path.exists():
             args += ["--ro-bind", "/dev/null", str(path)]
     return args + ["--chdir", str(workdir), "--", *cmd]
+
+
+def inner_url() -> str:
+    """The endpoint's base URL inside a `confined` command (its loopback forwarder)."""
+    from practicum.agent.runner import PORT
+
+    return f"http://127.0.0.1:{PORT}/v1"
 
 
 def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: int = 1,
@@ -132,13 +151,18 @@ def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: 
            f"agent.feedback.model={model}", f"report.model={model}",
            f"exec.timeout={exec_timeout}", "generate_report=False",
            f"eval={comp.metric} ({direction})"]
+    start = time.perf_counter()
     if sandbox or (sandbox is None and shutil.which("bwrap")):
         root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
-        cmd = confined(cmd, workdir.resolve(), (paths.private, root,
-                                                *source_data.hidden_paths()))
-        env["HOME"] = str(workdir.resolve())
-    start = time.perf_counter()
-    code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
+        url = urllib.parse.urlsplit(base_url)
+        with UnixToTcp(url.hostname or "127.0.0.1", url.port or 80) as socket_path:
+            cmd = confined(cmd, workdir.resolve(), (paths.private, root,
+                                                    *source_data.hidden_paths()),
+                           Path(socket_path))
+            env.update(HOME=str(workdir.resolve()), OPENAI_BASE_URL=inner_url())
+            code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
+    else:
+        code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
     seconds = time.perf_counter() - start
     subs = sorted((workdir / "workspaces").glob("*/working/submission.csv"))
     submission = subs[-1] if subs else None

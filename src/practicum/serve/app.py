@@ -27,20 +27,37 @@ import logging
 import secrets
 import time
 import uuid
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import JSONResponse
 
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.continuous import ServerStopped
 from practicum.serve import tools as T
 from practicum.serve.loading import Served
+from practicum.serve.protocol import (
+    DEFAULT_CHAT_TOKENS,
+    DEFAULT_COMPLETION_TOKENS,
+    APIError,
+    BaseRequest,
+    ChatRequest,
+    Choice,
+    CompletionRequest,
+    chat_choice,
+    chat_chunks,
+    check_roles,
+    completion_prompts,
+    guess_name,
+    include_usage,
+    sse,
+    stop_list,
+    tool_specs,
+    unless_disconnected,
+    usage_of,
+)
 from practicum.serve.stream import (
-    chat_logprobs,
     chat_stream,
     completion_logprobs,
     completion_stream,
@@ -48,64 +65,6 @@ from practicum.serve.stream import (
 )
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CHAT_TOKENS = 512
-"""max_tokens of a chat reply when the request gives none (capped by the context left)."""
-DEFAULT_COMPLETION_TOKENS = 16
-"""max_tokens of a completion when the request gives none (the OpenAI default)."""
-ROLES = ("system", "developer", "user", "assistant", "tool")
-DISCONNECT_POLL = 0.2
-"""Seconds between checks that the client of a running request is still connected."""
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")  # clients send fields we do not use
-
-    model: str
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=0)
-    n: int = Field(1, ge=1, le=16)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
-    stream_options: dict[str, Any] | None = None
-
-
-class ChatRequest(_Request):
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=0)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    logprobs: bool = False
-
-
-class CompletionRequest(_Request):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    echo: bool = False
-    logprobs: int | None = Field(None, ge=0, le=5)
-
-
-@dataclass
-class _Choice:
-    index: int
-    text: str
-    """The reply's text (content; for tool calls, the text before them)."""
-    finish_reason: str
-    tokens: int
-    """Sampled tokens behind this choice (all field-filling calls included)."""
-    sample: Sample
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    offset: int = 0
-    """Completions: where the sampled text starts in `text` (after an echoed prompt)."""
-
 
 def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     """The API over `served` (module doc); with `api_key`, /v1 needs it as a Bearer token."""
@@ -167,7 +126,7 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
                            f"{', '.join(served.names)}", "model", "not_found_error")
         return served.names[name]
 
-    def params_for(req: _Request, prompt_len: int, default_tokens: int,
+    def params_for(req: BaseRequest, prompt_len: int, default_tokens: int,
                    stop_ids: list[int] = ()) -> SamplingParams:
         """max_tokens (or the default) capped by the context left and `served.max_tokens`
         (the run's max_seq_len, `--max-tokens`)."""
@@ -194,19 +153,19 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
         except ValueError as e:  # the engine's checks (e.g. prompt plus tokens too long)
             raise APIError(400, str(e)) from None
 
-    def seed_of(req: _Request, i: int) -> int | None:
+    def seed_of(req: BaseRequest, i: int) -> int | None:
         return None if req.seed is None else req.seed + i
 
     # -- chat ------------------------------------------------------------------------------------
     @v1.post("/chat/completions")
     async def chat_completions(req: ChatRequest, request: Request):
-        return await _unless_disconnected(request, chat(req))
+        return await unless_disconnected(request, chat(req))
 
     async def chat(req: ChatRequest):
         adapter = adapter_for(req.model)
         choice_mode, forced_name = _tool_choice(req)
         tools = req.tools if choice_mode != "none" else None
-        _check_roles(req.messages)
+        check_roles(req.messages)
         try:
             ids = served.chat.render(T.tool_messages(req.messages, tools))
         except (KeyError, TypeError, ValueError) as e:
@@ -221,24 +180,24 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
             head = {"id": rid, "object": "chat.completion.chunk", "created": now,
                     "model": req.model}
             jobs = [(prompt, params, seed_of(req, i)) for i in range(req.n)]
-            return _sse(chat_stream(served, head, jobs, adapter, tuple(_stops(req.stop)),
-                                    req.logprobs, _include_usage(req)))
+            return sse(chat_stream(served, head, jobs, adapter, tuple(stop_list(req.stop)),
+                                    req.logprobs, include_usage(req)))
         samples = await asyncio.gather(*(generate(prompt, params, seed_of(req, i), adapter)
                                          for i in range(req.n)))
         choices = []
         for i, s in enumerate(samples):
             text = trim(s.text, req.stop)
-            c = _Choice(i, text, s.finish_reason, len(s.token_ids), s)
+            c = Choice(i, text, s.finish_reason, len(s.token_ids), s)
             if tools:
                 await _tool_calls(c, prefix, tools, choice_mode, forced_name, ids, params,
                                   seed_of(req, i), adapter)
             choices.append(c)
-        usage = _usage(len(prompt), choices)
+        usage = usage_of(len(prompt), choices)
         if req.stream:
-            return _sse(_chat_chunks(rid, now, req, choices, usage, tok))
+            return sse(chat_chunks(rid, now, req, choices, usage, tok))
         return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
                 "system_fingerprint": f"practicum-v{served.server.version}",
-                "choices": [_chat_choice(c, req.logprobs, tok) for c in choices],
+                "choices": [chat_choice(c, req.logprobs, tok) for c in choices],
                 "usage": usage}
 
     def _tool_choice(req: ChatRequest) -> tuple[str, str | None]:
@@ -254,22 +213,22 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
             return "forced", None
         if isinstance(choice, dict):
             name = (choice.get("function") or {}).get("name")
-            if name not in _tool_specs(req.tools):
+            if name not in tool_specs(req.tools):
                 raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
                                "tool_choice")
             return "forced", name
         raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
 
-    async def _tool_calls(c: _Choice, prefix: str, tools: list[dict], mode: str,
+    async def _tool_calls(c: Choice, prefix: str, tools: list[dict], mode: str,
                           forced_name: str | None, ids: list[int],
                           params: SamplingParams, seed: int | None, adapter: bool) -> None:
         """Parse the choice's tool calls; under a forced tool_choice, make sure there is one."""
-        specs = _tool_specs(tools)
+        specs = tool_specs(tools)
         content, calls = T.parse_tool_calls(prefix + c.text)
         calls = [k for k in calls if k["name"] in specs
                  and T.check_arguments(k["arguments"], specs[k["name"]]) is None]
         if mode == "forced" and not calls:
-            name = forced_name or _guess_name(prefix + c.text, specs)
+            name = forced_name or guess_name(prefix + c.text, specs)
             args, extra = await _fill(name, specs[name], ids, params, seed, adapter)
             calls, content, c.tokens = [{"name": name, "arguments": args}], "", c.tokens + extra
         if calls:
@@ -306,11 +265,11 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     # -- completions -----------------------------------------------------------------------------
     @v1.post("/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await _unless_disconnected(request, complete(req))
+        return await unless_disconnected(request, complete(req))
 
     async def complete(req: CompletionRequest):
         adapter = adapter_for(req.model)
-        prompts = _prompts(req.prompt, served.chat, served.vocab_size)
+        prompts = completion_prompts(req.prompt, served.chat, served.vocab_size)
         jobs = [(ids, params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS), seed_of(req, i))
                 for ids in prompts for i in range(req.n)]
         echoes = [tok.decode(ids, skip_special_tokens=False) if req.echo else ""
@@ -319,11 +278,11 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
         prompt_tokens = sum(len(p) for p in prompts)
         if req.stream:
             head = {"id": rid, "object": "text_completion", "created": now, "model": req.model}
-            return _sse(completion_stream(served, head, jobs, echoes, adapter,
-                                          tuple(_stops(req.stop)), req.logprobs is not None,
-                                          _include_usage(req), prompt_tokens))
+            return sse(completion_stream(served, head, jobs, echoes, adapter,
+                                          tuple(stop_list(req.stop)), req.logprobs is not None,
+                                          include_usage(req), prompt_tokens))
         samples = await asyncio.gather(*(generate(*job, adapter) for job in jobs))
-        choices = [_Choice(k, echoes[k] + trim(s.text, req.stop), s.finish_reason,
+        choices = [Choice(k, echoes[k] + trim(s.text, req.stop), s.finish_reason,
                            len(s.token_ids), s, offset=len(echoes[k]))
                    for k, s in enumerate(samples)]
         body = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
@@ -332,155 +291,9 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
                  else None} for c in choices]
         return {"id": rid, "object": "text_completion", "created": now, "model": req.model,
                 "system_fingerprint": f"practicum-v{served.server.version}",
-                "choices": body, "usage": _usage(prompt_tokens, choices)}
+                "choices": body, "usage": usage_of(prompt_tokens, choices)}
 
     app.include_router(v1)
     return app
 
 
-async def _unless_disconnected(request: Request, work):
-    """Await `work`; once the client has gone away, cancel it (its rows leave the batch at the
-    next decode step)."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                return Response(status_code=499)  # nobody reads it
-    finally:
-        task.cancel()
-
-
-def _check_roles(messages: list[dict]) -> None:
-    for i, m in enumerate(messages):
-        if m.get("role") not in ROLES:
-            raise APIError(400, f"messages[{i}].role: unknown role {m.get('role')!r} (expected "
-                           f"one of {', '.join(ROLES)})", f"messages.{i}.role")
-
-
-def _stops(stop: str | list[str] | None) -> list[str]:
-    return [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-
-
-def _include_usage(req: _Request) -> bool:
-    return bool((req.stream_options or {}).get("include_usage"))
-
-
-def _tool_specs(tools: list[dict]) -> dict[str, dict]:
-    """function name -> its parameters schema."""
-    out = {}
-    for t in tools:
-        f = t.get("function") or {}
-        if t.get("type", "function") == "function" and isinstance(f.get("name"), str):
-            out[f["name"]] = f.get("parameters") or {}
-    if not out:
-        raise APIError(400, "tools: no function definitions", "tools")
-    return out
-
-
-def _guess_name(text: str, specs: dict[str, dict]) -> str:
-    """Under tool_choice=required: the function whose name the model began to write, else the
-    first one."""
-    written = text.split('"name": "', 1)[-1].split('"', 1)[0]
-    for name in specs:
-        if written and (name.startswith(written) or written.startswith(name)):
-            return name
-    return next(iter(specs))
-
-
-def _prompts(prompt, chat, vocab_size: int) -> list[list[int]]:
-    if isinstance(prompt, str):
-        prompt = [prompt]
-    if not prompt:
-        raise APIError(400, "prompt is empty", "prompt")
-    if all(isinstance(x, int) for x in prompt):
-        prompt = [prompt]
-    out = [chat.encode(p) if isinstance(p, str) else list(p) for p in prompt]
-    if any(not p for p in out):
-        raise APIError(400, "prompt is empty", "prompt")
-    bad = next((t for p in out for t in p if not 0 <= t < vocab_size), None)
-    if bad is not None:
-        raise APIError(400, f"prompt: token id {bad} is outside the vocabulary (0 to "
-                       f"{vocab_size - 1})", "prompt")
-    return out
-
-
-def _usage(prompt_tokens: int, choices: list[_Choice]) -> dict:
-    completion = sum(c.tokens for c in choices)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion}
-
-
-def _openai_calls(c: _Choice) -> list[dict]:
-    return [{"id": T.call_id(), "type": "function",
-             "function": {"name": k["name"], "arguments": json.dumps(k["arguments"])}}
-            for k in c.calls]
-
-
-def _chat_choice(c: _Choice, logprobs: bool, tok) -> dict:
-    msg: dict[str, Any] = {"role": "assistant", "content": c.text or (None if c.calls else "")}
-    if c.calls:
-        msg["tool_calls"] = _openai_calls(c)
-    return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
-            "logprobs": {"content": chat_logprobs(list(zip(c.sample.token_ids,
-                                                               c.sample.logprobs)), tok)}
-            if logprobs else None}
-
-
-def _pieces(text: str, tok) -> list[str]:
-    """`text` cut at token boundaries, for streamed deltas."""
-    ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-    out, prev = [], ""
-    for k in range(1, len(ids) + 1):
-        cur = tok.decode(ids[:k])
-        if len(cur) > len(prev) and cur.startswith(prev) and not cur.endswith("\ufffd"):
-            out.append(cur[len(prev):])
-            prev = cur
-    if prev != text:
-        out.append(text[len(prev):] if text.startswith(prev) else text)
-    return out
-
-
-def _sse(chunks) -> StreamingResponse:
-    """Server-sent events of `chunks` (a generator or an async generator of dicts), then
-    [DONE]; a request the engine fails mid-stream ends with an error event."""
-    async def body():
-        try:
-            if hasattr(chunks, "__aiter__"):
-                async for chunk in chunks:
-                    yield f"data: {json.dumps(chunk)}\n\n"
-            else:
-                for chunk in chunks:
-                    yield f"data: {json.dumps(chunk)}\n\n"
-        except (ServerStopped, ValueError) as e:
-            kind = "server_error" if isinstance(e, ServerStopped) else "invalid_request_error"
-            yield f"data: {json.dumps({'error': {'message': str(e), 'type': kind}})}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(body(), media_type="text/event-stream")
-
-
-def _chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[_Choice], usage: dict,
-                 tok):
-    """The chunks of a reply with tools, sampled whole (its calls are parsed from the whole
-    text); the usage in the last chunk, as in `practicum.serve.stream`."""
-    def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
-        return {"id": rid, "object": "chat.completion.chunk", "created": now,
-                "model": req.model, "choices": [{"index": index, "delta": delta,
-                                                 "finish_reason": finish, "logprobs": None}]}
-
-    for c in choices:
-        yield chunk(c.index, {"role": "assistant", "content": ""})
-        for piece in _pieces(c.text, tok) if c.text else []:
-            yield chunk(c.index, {"content": piece})
-        for k, call in enumerate(_openai_calls(c)):
-            yield chunk(c.index, {"tool_calls": [{"index": k, **call}]})
-        if c is not choices[-1]:
-            yield chunk(c.index, {}, c.finish_reason)
-    last = chunk(choices[-1].index, {}, choices[-1].finish_reason)
-    if _include_usage(req):
-        yield from [last, {**last, "choices": [], "usage": usage}]
-    else:
-        yield {**last, "usage": usage}

@@ -2,10 +2,12 @@
 
     with ServerThread(build_app(served), port=0) as url:    # "http://127.0.0.1:PORT/v1"
         OpenAI(base_url=url, api_key="none").chat.completions.create(...)
+    ServerThread(app, uds="/path/endpoint.sock")           # a Unix socket instead (mode 0666)
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -20,12 +22,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerThread:
     """uvicorn serving `app` on a daemon thread until the block ends (port 0: a free one)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 uds: str | None = None):
         import uvicorn
 
-        self.host, self.port = host, port or free_port(host)
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port,
-                                                    log_level=log_level, access_log=False))
+        self.uds = uds
+        self.host, self.port = host, (0 if uds else port or free_port(host))
+        where = {"uds": uds} if uds else {"host": host, "port": self.port}
+        self.server = uvicorn.Server(uvicorn.Config(app, **where, log_level=log_level,
+                                                    access_log=False))
         self.thread = threading.Thread(target=self.server.run, name="practicum-serve",
                                        daemon=True)
 
@@ -38,8 +43,11 @@ class ServerThread:
         deadline = time.monotonic() + 30
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start on {self.host}:{self.port}")
+                where = self.uds or f"{self.host}:{self.port}"
+                raise RuntimeError(f"the server did not start on {where}")
             time.sleep(0.02)
+        if self.uds:  # connecting needs write permission; the folder decides who can reach it
+            os.chmod(self.uds, 0o666)
         return self.url
 
     def __exit__(self, *exc) -> None:

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.base import AgentOutcome, AgentTask, Env, Start, StepResult, Task
 from practicum.envs.mle.actions import prompts
 from practicum.envs.mle.actions.parsing import ActionParseError
 from practicum.envs.mle.actions.section import parse_section
@@ -64,7 +64,14 @@ from practicum.envs.mle.credit import evidence
 from practicum.envs.mle.credit.instrument import LLMInstrumenter, instrument
 from practicum.envs.mle.credit.launch import run_instrumented
 from practicum.envs.mle.credit.milestones import new_nonce
-from practicum.envs.mle.credit.outcome import RunOutcome, judge_run, not_run, solution_output
+from practicum.envs.mle.credit.outcome import (
+    RunOutcome,
+    grade_workdir,
+    judge_run,
+    not_run,
+    solution_output,
+)
+from practicum.envs.mle.credit.rewards import mle_reward
 from practicum.envs.mle.credit.rewards import RewardConfig
 from practicum.envs.mle.episode_data import CompetitionData
 from practicum.envs.sandbox import Limits, SandboxError, run_python
@@ -183,6 +190,46 @@ class MleEnv(Env):
         stops = ["\n"] if mode == "template" and self.options.line_stop else []
         return Start([{"role": "system", "content": system}, *examples,
                       {"role": "user", "content": prompt}], stop_strings=stops)
+
+    def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
+        """An outside agent (`rollout.agent`, e.g. AIDE) gets the competition's description
+        and a folder holding only its public files (in data/); it leaves submission.csv. The
+        private answers and the whole data root are hidden, as from the env's own runs."""
+        self.close()
+        cid = task.data.get("competition", task.task_id)
+        self._task, self._data = task, self.competitions[cid]
+        self._progress, self.last_outcome = _Progress(), None
+        workdir = self._data.new_workdir(self.options.workdir_root)
+        self._workdirs.append(workdir)
+        data = workdir / "data"  # apart from what the agent writes (AIDE: its workspaces)
+        data.mkdir()
+        for f in sorted(workdir.iterdir()):
+            if f != data:
+                f.rename(data / f.name)
+        comp = self._data.comp
+        files = ", ".join(sorted(p.name for p in data.iterdir()))
+        direction = "lower" if comp.lower_is_better else "higher"
+        prompt = (f"{comp.description.strip()}\n\nThe data files are in the folder data/ "
+                  f"({files}). Evaluation: {comp.metric} ({direction} is better). Write your "
+                  f"predictions for the test set to submission.csv in the current folder.")
+        return AgentTask(prompt, workdir, list(self._data.hidden))
+
+    def agent_grade(self, outcome: AgentOutcome) -> StepResult:
+        """submission.csv in the agent's folder (or, failing that, the newest one below it, as
+        AIDE leaves it in its workspace), graded without following links; the reward of a run
+        with no milestones measured (`mle_reward`: the failure reward, or the oriented score)."""
+        comp, data = self._data.comp, self._data
+        folder = _submission_folder(outcome.workdir)
+        valid, score, reason, rows = grade_workdir(folder, comp, data.answers,
+                                                   MAX_SUBMISSION_BYTES)
+        reward = mle_reward([], valid, score, comp.lower_is_better, self.reward_config,
+                            data.anchors)
+        self._progress.attempts, self._progress.valid = 1, valid
+        if valid:
+            self._progress.score_credit = reward.score_credit
+        return StepResult(reward=reward.total, done=True, solved=valid, metrics=self.metrics(),
+                          info={"valid": valid, "score": score, "reason": reason, "rows": rows,
+                                "submission": str(folder.relative_to(outcome.workdir))})
 
     def _region(self) -> Template | None:
         """The fixed script whose region the reply fills (None in script mode)."""
@@ -330,6 +377,21 @@ class MleEnv(Env):
 
     def close(self) -> None:
         _remove_all(self._workdirs)
+
+
+def _submission_folder(workdir: Path) -> Path:
+    """The folder holding the submission to grade: the work folder itself when it has one, else
+    the one whose submission.csv was written last (links never followed)."""
+    import os
+
+    if os.path.lexists(workdir / "submission.csv"):
+        return workdir
+    found = []
+    for folder, dirs, files in os.walk(workdir, followlinks=False):
+        if "submission.csv" in files:
+            st = os.lstat(os.path.join(folder, "submission.csv"))
+            found.append((st.st_mtime, folder))
+    return Path(max(found)[1]) if found else workdir
 
 
 def _remove_all(workdirs: list[Path]) -> None:

@@ -79,6 +79,12 @@ def command(plan: Plan) -> list[str]:
             make_parents(root)
             args += ["--ro-bind", str(root), str(root)]
             host_views.append(root)
+    for path in plan.read_only:
+        if not _within(path, host_views):
+            make_parents(path)
+            args += ["--ro-bind", str(path), str(path)]
+            if path.is_dir():
+                host_views.append(path)
     make_parents(plan.workdir)
     args += ["--bind", str(plan.workdir), str(plan.workdir), "--chdir", str(plan.workdir)]
     host_views.append(plan.workdir)

@@ -70,6 +70,8 @@ def spec(plan: Plan) -> dict:
         elif path.is_file():
             blanks.append(path)
     wanted = [(plan.workdir, True)] + [(root, False) for root in python_roots()]
+    # the launcher mounts folders: a file (a script, a socket) is shown with its folder
+    wanted += [(path if path.is_dir() else path.parent, False) for path in plan.read_only]
     if plan.uid is not None:
         for path, _ in wanted:
             folder = blocked_ancestor(path, plan.uid)

@@ -38,6 +38,10 @@ class Plan:
     """cgroup.procs files the sandbox's first process joins before anything else runs."""
     status_fd: int
     """Inherited pipe on which the backend reports set-up errors and the code's exit status."""
+    read_only: tuple[Path, ...] = ()
+    """More host paths (real paths: files, folders, sockets) visible read-only at their own
+    paths, e.g. an outside agent's venv and its script (`practicum.agent`); the namespaces
+    backend shows a file with its whole folder."""
 
 
 def python_roots() -> list[Path]:

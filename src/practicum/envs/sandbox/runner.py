@@ -71,6 +71,7 @@ def run_command(
     stdin: str | None = None,
     backend: str = "auto",
     cancel: threading.Event | None = None,
+    read_only: Sequence[Path] = (),
 ) -> RunResult:
     """Run `argv` sandboxed with cwd = `workdir` (its only writable host folder).
 
@@ -81,9 +82,10 @@ def run_command(
     workdir and everything in it (mode 0700). Read what the code wrote with
     `read_workdir_file`, never by following paths it may have turned into symlinks. Setting
     `cancel` (from another thread) kills the tree early: killed_reason 'cancelled'.
+    `read_only` host paths (files, folders, sockets) are visible read-only at their own paths.
     """
     return _run(_choose(backend), list(argv), Path(workdir), limits, hidden_paths, env, stdin,
-                cancel)
+                cancel, read_only)
 
 
 def run_python(
@@ -137,6 +139,7 @@ def _run(
     env: Mapping[str, str] | None,
     stdin: str | None,
     cancel: threading.Event | None = None,
+    read_only: Sequence[Path] = (),
 ) -> RunResult:
     if not argv:
         raise ValueError("argv is empty")
@@ -148,7 +151,8 @@ def _run(
     cgroup = RunCgroup(limits.memory_mb * MIB, limits.max_processes + HELPER_PROCESSES)
     status_r, status_w = os.pipe()
     try:
-        plan = Plan(argv, workdir, uid, limits, hidden, cgroup.procs_files, status_w)
+        plan = Plan(argv, workdir, uid, limits, hidden, cgroup.procs_files, status_w,
+                    tuple(Path(os.path.realpath(p)) for p in read_only))
         with stdin_file(stdin) as stdin_fd:
             command = backend.command(plan)
             try:

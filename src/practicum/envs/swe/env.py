@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from practicum.envs.base import Env, Start, StepResult, Task
+from practicum.envs.base import AgentOutcome, AgentTask, Env, Start, StepResult, Task
 from practicum.envs.registry import Suite, SuiteContext, register_env
 from practicum.envs.swe.audit import swe_audit
 from practicum.envs.swe.demo import Demonstrator
@@ -146,6 +146,21 @@ class SweEnv(Env):
                           metrics=self._metrics(), info={"tool": act.tool,
                                                          "error": result.error},
                           grammar=self.grammar)
+
+    def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
+        """An outside agent (`rollout.agent`, e.g. mini-swe-agent) works the issue in a fresh
+        workspace: the repository is its folder, the task sources are hidden."""
+        self.close()
+        self._instance = self.instances[task.task_id]
+        self._done, self._turns, self._errors, self._malformed = False, 0, 0, 0
+        self._ws = Workspace.create(self._instance, self.hidden, self.opts.backend,
+                                    materialize=self._materialize)
+        self._ws.cancel = self._cancel
+        return AgentTask(self._instance.problem_statement, self._ws.repo, list(self._ws.hidden))
+
+    def agent_grade(self, outcome: AgentOutcome) -> StepResult:
+        """The workspace's diff, graded like a submitted episode (FULL rule)."""
+        return self._finish(0.0, submitted=outcome.exit_code == 0)
 
     def _observe(self, text: str) -> str:
         """Truncated to obs_chars, and to what is left of the episode's observation budget."""
