@@ -71,6 +71,7 @@ from practicum.serve.protocol import (
     completion_prompts,
     guess_name,
     sse,
+    tool_choice_mode,
     tool_specs,
     unless_disconnected,
     usage_of,
@@ -293,7 +294,7 @@ class AgentEndpoint:
 
     # -- chat -----------------------------------------------------------------------------------
     async def _chat(self, live: LiveEpisode, req: ChatRequest, adapter: bool):
-        mode, forced = _tool_choice(req)
+        mode, forced = tool_choice_mode(req)
         tools = req.tools if mode != "none" else None
         check_roles(req.messages)
         prefix_text = T.forced_prefix(forced) if mode == "forced" else ""
@@ -399,26 +400,6 @@ class AgentEndpoint:
                              "logprobs": lps}],
                 "usage": {"prompt_tokens": len(ids), "completion_tokens": len(sample.token_ids),
                           "total_tokens": len(ids) + len(sample.token_ids)}}
-
-
-def _tool_choice(req: ChatRequest) -> tuple[str, str | None]:
-    """("none" | "auto" | "forced", the forced function's name or None for any)."""
-    choice = req.tool_choice
-    if not req.tools or choice == "none":
-        if isinstance(choice, dict) or choice == "required":
-            raise APIError(400, "tool_choice needs tools", "tool_choice")
-        return "none", None
-    if choice is None or choice == "auto":
-        return "auto", None
-    if choice == "required":
-        return "forced", None
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if name not in tool_specs(req.tools):
-            raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
-                           "tool_choice")
-        return "forced", name
-    raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
 
 
 def _digest(key: str) -> bytes:

@@ -44,15 +44,7 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     try:
         before = stored_eval(sub.run_dir, "before") or evaluate(s, "before rft", progress)
         episodes = sample(s, progress)
-        kept = [e for e in episodes  # overlong episodes: excluded as in RL (algo.mask_overlong)
-                if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
-                            e.overlong and cfg.algo.mask_overlong)]
-        losses = finetune(s.learner, kept, cfg.rft, cfg.run.seed, progress, s.run_dir,
-                          s.metrics.log)
-        s.learner.save_policy(sub.run_dir / "policy")
-        s.publish()
-        after = evaluate(s, "after rft", progress) if kept else \
-            unchanged_eval(sub.run_dir, before)
+        kept, losses, after = keep_and_finetune(s, episodes, cfg.rft, "rft", before, progress)
     finally:
         s.close()
     per_task: dict[str, int] = {}
@@ -69,6 +61,25 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     }
     done.write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def keep_and_finetune(s: Session, episodes: list[Episode], opts, stage: str, before: dict,
+                      progress: bool) -> tuple[list[Episode], list[float], dict]:
+    """The end of a warm-start stage (rft, sft): keep the episodes that solved their task and
+    ended normally (overlong ones excluded as RL excludes them, algo.mask_overlong), fine-tune
+    on them (`opts`: cfg.rft or cfg.sft), save RUN/<stage>/policy, publish it, and evaluate
+    held-out again (or reuse `before` when nothing was kept). Returns (kept, losses, after)."""
+    cfg = s.cfg
+    kept = [e for e in episodes
+            if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
+                        e.overlong and cfg.algo.mask_overlong)]
+    losses = finetune(s.learner, kept, opts, cfg.run.seed, progress, s.run_dir, s.metrics.log,
+                      label="rft sft" if stage == "rft" else stage)
+    s.learner.save_policy(s.run_dir / "policy")
+    s.publish()
+    after = evaluate(s, f"after {stage}", progress) if kept else \
+        unchanged_eval(s.run_dir, before)
+    return kept, losses, after
 
 
 def evaluate(s: Session, when: str, progress: bool) -> dict:

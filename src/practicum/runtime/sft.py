@@ -30,16 +30,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from practicum.algo.rft import rft_keep
 from practicum.config import Config
 from practicum.engine.base import Sample, SamplingParams
 from practicum.envs.base import Env, Message, Start, StepResult, Task
 from practicum.episode import Episode
 from practicum.errors import ConfigError
+from practicum.finetune import stage_config
 from practicum.report import solved
-from practicum.finetune import finetune, stage_config
 from practicum.runtime.progress import counting
-from practicum.runtime.rft import evaluate, stored_eval, unchanged_eval
+from practicum.runtime.rft import evaluate, keep_and_finetune, stored_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
 
@@ -157,15 +156,7 @@ def run_sft(cfg: Config, progress: bool = True) -> dict:
                               f"has no demonstrator; use sft.source=teacher")
         before = stored_eval(sub.run_dir, "before") or evaluate(s, "before sft", progress)
         episodes = collect(s, progress)
-        kept = [e for e in episodes
-                if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
-                            e.overlong and cfg.algo.mask_overlong)]
-        losses = finetune(s.learner, kept, cfg.sft, cfg.run.seed, progress, s.run_dir,
-                          s.metrics.log, label="sft")
-        s.learner.save_policy(sub.run_dir / "policy")
-        s.publish()
-        after = evaluate(s, "after sft", progress) if kept else \
-            unchanged_eval(sub.run_dir, before)
+        kept, losses, after = keep_and_finetune(s, episodes, cfg.sft, "sft", before, progress)
     finally:
         s.close()
     summary = {

@@ -53,6 +53,7 @@ from practicum.serve.protocol import (
     include_usage,
     sse,
     stop_list,
+    tool_choice_mode,
     tool_specs,
     unless_disconnected,
     usage_of,
@@ -163,7 +164,7 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
 
     async def chat(req: ChatRequest):
         adapter = adapter_for(req.model)
-        choice_mode, forced_name = _tool_choice(req)
+        choice_mode, forced_name = tool_choice_mode(req)
         tools = req.tools if choice_mode != "none" else None
         check_roles(req.messages)
         try:
@@ -199,25 +200,6 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
                 "system_fingerprint": f"practicum-v{served.server.version}",
                 "choices": [chat_choice(c, req.logprobs, tok) for c in choices],
                 "usage": usage}
-
-    def _tool_choice(req: ChatRequest) -> tuple[str, str | None]:
-        """("none" | "auto" | "forced", the forced function's name or None for any)."""
-        choice = req.tool_choice
-        if not req.tools or choice == "none":
-            if isinstance(choice, dict) or choice == "required":
-                raise APIError(400, "tool_choice needs tools", "tool_choice")
-            return "none", None
-        if choice is None or choice == "auto":
-            return "auto", None
-        if choice == "required":
-            return "forced", None
-        if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name")
-            if name not in tool_specs(req.tools):
-                raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
-                               "tool_choice")
-            return "forced", name
-        raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
 
     async def _tool_calls(c: Choice, prefix: str, tools: list[dict], mode: str,
                           forced_name: str | None, ids: list[int],

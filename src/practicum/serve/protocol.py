@@ -119,6 +119,26 @@ def tool_specs(tools: list[dict]) -> dict[str, dict]:
     return out
 
 
+def tool_choice_mode(req: ChatRequest) -> tuple[str, str | None]:
+    """("none" | "auto" | "forced", the forced function's name or None for any)."""
+    choice = req.tool_choice
+    if not req.tools or choice == "none":
+        if isinstance(choice, dict) or choice == "required":
+            raise APIError(400, "tool_choice needs tools", "tool_choice")
+        return "none", None
+    if choice is None or choice == "auto":
+        return "auto", None
+    if choice == "required":
+        return "forced", None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if name not in tool_specs(req.tools):
+            raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
+                           "tool_choice")
+        return "forced", name
+    raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
+
+
 def guess_name(text: str, specs: dict[str, dict]) -> str:
     """Under tool_choice=required: the function whose name the model began to write, else the
     first one."""
