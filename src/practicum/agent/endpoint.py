@@ -350,23 +350,10 @@ class AgentEndpoint:
         replaced by the field's fallback (as `practicum serve` does). These engine calls are in
         the request log but not in the episode: the reply they make was not sampled as one, so
         the episode keeps the model's own attempt (its next call continues from that)."""
-        props = schema.get("properties", {})
-        keys = list(schema.get("required", [])) or list(props)
-        text, args = T.forced_prefix(name), {}
-        for i, key in enumerate(keys):
-            spec = props.get(key, {})
-            kind = spec.get("type")
-            kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) \
-                else kind
-            text += T.field_prefix(key, kind, first=i == 0)
-            budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
-            p = replace(params, stop_strings=T.FIELD_STOPS.get(kind, T.FIELD_STOPS[None]),
-                        max_new_tokens=min(params.max_new_tokens, budget))
-            sample, _ = await self._sample(live, ids + self.chat.encode(text), p, None, adapter)
-            ok, value = T.parse_field(sample.text, spec)
-            args[key] = value if ok else T.fallback_value(spec)
-            dumped = json.dumps(args[key])
-            text += dumped[1:] if kind == "string" and isinstance(args[key], str) else dumped
+        async def sample(prompt_ids: list[int], p: SamplingParams):
+            return (await self._sample(live, prompt_ids, p, None, adapter))[0]
+
+        args, _ = await T.fill_arguments(name, schema, ids, params, self.chat.encode, sample)
         return args
 
     # -- completions ----------------------------------------------------------------------------

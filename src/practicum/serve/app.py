@@ -22,7 +22,6 @@ not fit the function's schema.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -218,31 +217,9 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
 
     async def _fill(name: str, schema: dict, ids: list[int], params: SamplingParams,
                     seed: int | None, adapter: bool) -> tuple[dict, int]:
-        """The call's arguments, one required field at a time, each value written by the model
-        after a prefix naming it; a value it gets wrong becomes the field's fallback."""
-        props = schema.get("properties", {})
-        keys = list(schema.get("required", [])) or list(props)
-        text, args, tokens = T.forced_prefix(name), {}, 0
-        for i, key in enumerate(keys):
-            spec = props.get(key, {})
-            kind = spec.get("type")
-            kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) \
-                else kind
-            text += T.field_prefix(key, kind, first=i == 0)
-            budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
-            p = replace(params, stop_strings=T.FIELD_STOPS.get(kind, T.FIELD_STOPS[None]),
-                        max_new_tokens=min(params.max_new_tokens, budget))
-            s = await generate(ids + served.chat.encode(text), p, seed, adapter)
-            tokens += len(s.token_ids)
-            ok, value = T.parse_field(s.text, spec)
-            if not ok:
-                log.info("tool %s: the model's value for %r did not parse (%r); using the "
-                         "field's fallback", name, key, s.text[:80])
-                value = T.fallback_value(spec)
-            args[key] = value
-            dumped = json.dumps(value)
-            text += dumped[1:] if kind == "string" and isinstance(value, str) else dumped
-        return args, tokens
+        """The call's arguments, written by the model field by field (`T.fill_arguments`)."""
+        return await T.fill_arguments(name, schema, ids, params, served.chat.encode,
+                                      lambda p_ids, p: generate(p_ids, p, seed, adapter))
 
     # -- completions -----------------------------------------------------------------------------
     @v1.post("/completions")

@@ -16,9 +16,13 @@ Arguments the model leaves unparseable under a forced call are filled one field 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
-from typing import Any
+from dataclasses import replace
+from typing import Any, Awaitable, Callable
+
+log = logging.getLogger(__name__)
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
@@ -199,6 +203,38 @@ def fallback_value(spec: dict) -> Any:
     kind = kind[0] if isinstance(kind, list) else kind
     return {"string": "", "boolean": False, "number": 0, "integer": 0, "array": [],
             "object": {}}.get(kind)
+
+
+async def fill_arguments(name: str, schema: dict, ids: list[int], params,
+                         encode: Callable[[str], list[int]],
+                         sample: Callable[[list[int], Any], Awaitable[Any]]
+                         ) -> tuple[dict, int]:
+    """A forced call's arguments, one required field at a time, each value written by the model
+    (`sample(prompt_ids, params)`, an engine call) after a prefix naming it (`encode`d after the
+    prompt `ids`); a value that does not parse becomes the field's fallback. Returns the
+    arguments and the number of tokens sampled."""
+    props = schema.get("properties", {})
+    keys = list(schema.get("required", [])) or list(props)
+    text, args, tokens = forced_prefix(name), {}, 0
+    for i, key in enumerate(keys):
+        spec = props.get(key, {})
+        kind = spec.get("type")
+        kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+        text += field_prefix(key, kind, first=i == 0)
+        budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
+        p = replace(params, stop_strings=FIELD_STOPS.get(kind, FIELD_STOPS[None]),
+                    max_new_tokens=min(params.max_new_tokens, budget))
+        s = await sample(ids + encode(text), p)
+        tokens += len(s.token_ids)
+        ok, value = parse_field(s.text, spec)
+        if not ok:
+            log.info("tool %s: the model's value for %r did not parse (%r); using the field's "
+                     "fallback", name, key, s.text[:80])
+            value = fallback_value(spec)
+        args[key] = value
+        dumped = json.dumps(value)
+        text += dumped[1:] if kind == "string" and isinstance(value, str) else dumped
+    return args, tokens
 
 
 def call_id() -> str:
