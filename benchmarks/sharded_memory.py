@@ -472,5 +472,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: work folders and rank processes go
     sys.path.insert(0, str(HERE))
     main()

@@ -14,20 +14,20 @@ def test_learner_trains_to_the_end_through_every_kind_of_fault(tiny_model_dir, t
     """A chaos run: with the seeded fault plan the first dozen training episodes include a
     failed reset, a crashing step, a hang past the 1 s step timeout and a child that SIGKILLs
     itself; two actor threads also die from an injected bug."""
-    import practicum.runtime.async_ as async_
+    from practicum.runtime.rollout import EpisodeBuilder
 
     calls, lock = [0], threading.Lock()
-    real = async_.run_episode
+    real = EpisodeBuilder.run  # what an async actor calls for each episode
 
-    def buggy(*args, **kwargs):
+    def buggy(self, *args, **kwargs):
         with lock:
             calls[0] += 1
             n = calls[0]
         if n in (2, 5):
             raise RuntimeError("injected actor bug")
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(async_, "run_episode", buggy)
+    monkeypatch.setattr(EpisodeBuilder, "run", buggy)
     cfg = load_config(None, [
         f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=timed_bandit",
         "rollout.group_size=4", "rollout.tasks_per_step=2", "train.steps=3",
