@@ -1,0 +1,225 @@
+"""Which learner rank stalled or died, and doing what: every rank posts its phase where the
+others can read it (the rendezvous store), so that a failed collective names the culprit.
+
+    board = PhaseBoard.open(timeout_s)        # every rank, once the process group is joined
+    watch_layers(board, layers)               # each decoder layer's forward and backward
+    with board.call("train_step 3"): ...      # a collective call: a failure is diagnosed
+    board.close()
+
+Each rank keeps its current phase ("train_step 3: backward, layer 1") and how many phases it
+went through; a daemon thread posts both, with a heartbeat count, to the store every
+`interval` seconds (one key per rank), so the hot path only sets two attributes. The ranks go
+through the same phases in the same order (every call is a collective, every rank runs as many
+passes), so their counts compare. When a collective fails on a rank (its timeout, a peer's
+closed socket), that rank reads the board twice, a few intervals apart (`diagnose`): a rank
+whose heartbeat did not move is dead (its last post says where it died), a rank that posted an
+error of its own failed, and of the living, those whose count is behind the others' stalled.
+`TrainingError` names them and their phases; with no culprit (every rank alive and in step,
+e.g. this rank's own bug) the original error stands.
+
+The store is the process group's rendezvous (MASTER_ADDR:MASTER_PORT), through a client
+connection of its own: torchrun's agent holds it, or rank 0's process (a Ray group), so when
+that process is gone there is nothing to read, which is reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from practicum.errors import TrainingError
+
+PREFIX = "practicum/phases"
+
+
+@dataclass
+class Post:
+    """What one rank last posted."""
+
+    rank: int
+    beat: int
+    count: int
+    phase: str
+    host: str
+    pid: int
+    error: str | None = None
+
+
+def heartbeat_interval(timeout_s: float) -> float:
+    """Seconds between posts: a twentieth of the collective timeout, within 0.2 to 2 s."""
+    return min(2.0, max(0.2, timeout_s / 20))
+
+
+def _store(host: str, port: int, timeout_s: float) -> dist.Store:
+    client = dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s))
+    return dist.PrefixStore(PREFIX, client)
+
+
+def read_board(store: dist.Store, world: int) -> dict[int, Post]:
+    """Every rank's last post (a rank that never posted is left out)."""
+    out = {}
+    for rank in range(world):
+        key = f"rank{rank}"
+        if store.check([key]):
+            out[rank] = Post(**json.loads(store.get(key)))
+    return out
+
+
+def last_phases(host: str, port: int, world: int) -> dict[int, Post]:
+    """The board as a process outside the group reads it (the Ray group's driver); empty when
+    the store is gone."""
+    try:
+        return read_board(_store(host, port, 5.0), world)
+    except (RuntimeError, OSError):
+        return {}
+
+
+class PhaseBoard:
+    """This rank's post on the board, and its reading of the others' (module doc)."""
+
+    def __init__(self, store: dist.Store, rank: int, world: int, interval: float,
+                 where: str):
+        self.store, self.rank, self.world, self.interval = store, rank, world, interval
+        self.where = where
+        """The store's address, for the report when it is gone."""
+        self.label = "starting"
+        self.phase, self.count, self.error = "starting", 0, None
+        self._beat = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._post()
+        self._thread = threading.Thread(target=self._run, name="phase-board", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, timeout_s: float) -> PhaseBoard:
+        """This rank's board on the process group's rendezvous store (MASTER_ADDR, MASTER_PORT),
+        posting every `heartbeat_interval(timeout_s)` seconds."""
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        return cls(_store(host, port, min(timeout_s, 60.0)), dist.get_rank(),
+                   dist.get_world_size(), heartbeat_interval(timeout_s), f"{host}:{port}")
+
+    # -- this rank ------------------------------------------------------------------------------
+    def mark(self, detail: str | None = None) -> None:
+        """This rank enters a phase: the current call's label, with `detail` after it."""
+        self.phase = self.label if detail is None else f"{self.label}: {detail}"
+        self.count += 1
+
+    @contextmanager
+    def call(self, label: str) -> Iterator[None]:
+        """A collective call: its phases are labelled `label`; a RuntimeError inside (a
+        collective's timeout or a peer's closed socket among them) is diagnosed: TrainingError
+        naming the culprit, else the error is posted (this rank failed) and raised."""
+        self.label = label
+        self.mark()
+        try:
+            yield
+        except Exception as err:
+            found = self.diagnose() if isinstance(err, RuntimeError) else None
+            if found is None:
+                self.error = f"{type(err).__name__}: {_first_line(err)}"
+                self._post()
+                raise
+            raise TrainingError(f"{found}; rank {self.rank} waited in {self.phase} "
+                                f"({type(err).__name__}: {_first_line(err)})") from None
+        finally:
+            self.label = f"idle after {label}"
+            self.mark()
+
+    def _post(self) -> None:
+        self._beat += 1
+        post = Post(self.rank, self._beat, self.count, self.phase, socket.gethostname(),
+                    os.getpid(), self.error)
+        with self._lock:
+            self.store.set(f"rank{self.rank}", json.dumps(post.__dict__))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._post()
+            except (RuntimeError, OSError):  # the store is gone: the group is ending
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    # -- the others -----------------------------------------------------------------------------
+    def diagnose(self) -> str | None:
+        """The ranks that died, failed or stalled, with their phases, read from two looks at
+        the board a few heartbeats apart; None when every rank is alive and in step."""
+        window = 4 * self.interval
+        try:
+            with self._lock:
+                first = read_board(self.store, self.world)
+            time.sleep(window)
+            with self._lock:
+                second = read_board(self.store, self.world)
+        except (RuntimeError, OSError) as err:
+            return (f"the rendezvous store at {self.where} is unreachable (the process that "
+                    f"holds it, rank 0's or torchrun's agent, is gone: {_first_line(err)})")
+        return culprits(first, second, self.rank, self.world, window)
+
+
+def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: int,
+             window: float) -> str | None:
+    """What two looks at the board `window` seconds apart say (module doc), from rank `me`'s
+    side; None when no other rank is dead, failed or behind."""
+    found = []
+    alive = {}
+    for rank in range(world):
+        if rank == me:
+            continue
+        post = second.get(rank)
+        if post is None:
+            found.append(f"learner rank {rank} never posted (it did not start)")
+        elif rank in first and first[rank].beat == post.beat:
+            error = f"; its error: {post.error}" if post.error else ""
+            found.append(f"learner rank {rank} died in {post.phase} (pid {post.pid} on "
+                         f"{post.host}; no heartbeat for {window:.1f} s{error})")
+        elif post.error:
+            found.append(f"learner rank {rank} failed in {post.phase}: {post.error}")
+        else:
+            alive[rank] = post
+    if found:
+        return "; ".join(found)
+    if me in second:
+        alive[me] = second[me]
+    ahead = max((p.count for p in alive.values()), default=0)
+    stalled = [f"learner rank {r} stalled in {p.phase} (pid {p.pid} on {p.host}: alive, "
+               f"{ahead - p.count} phase(s) behind the others)"
+               for r, p in sorted(alive.items()) if p.count < ahead and r != me]
+    return "; ".join(stalled) or None
+
+
+def watch_layers(board: PhaseBoard, layers: list[nn.Module], what: str = "") -> None:
+    """Mark each of `layers` (decoder layers, in order) on `board` as it runs forward, and as
+    its backward starts (a hook on its output's gradient); `what` prefixes the phase (e.g.
+    "reference ")."""
+    for i, layer in enumerate(layers):
+        def before(module, args, i=i):
+            board.mark(f"{what}forward, layer {i}")
+
+        def after(module, args, out, i=i):
+            t = out[0] if isinstance(out, tuple) else out
+            if torch.is_tensor(t) and t.requires_grad:
+                t.register_hook(lambda grad: board.mark(f"{what}backward, layer {i}"))
+
+        layer.register_forward_pre_hook(before)
+        layer.register_forward_hook(after)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
