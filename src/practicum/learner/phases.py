@@ -204,20 +204,33 @@ def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: in
 
 
 def watch_layers(board: PhaseBoard, layers: list[nn.Module], what: str = "") -> None:
-    """Mark each of `layers` (decoder layers, in order) on `board` as it runs forward, and as
-    its backward starts (a hook on its output's gradient); `what` prefixes the phase (e.g.
-    "reference ")."""
+    """Mark each of `layers` (FSDP2 units, in order) on `board` around each stretch of work
+    between its collectives: as its forward starts (before FSDP gathers its weights) and ends,
+    as its backward starts (before the gather for it: a hook on its output's gradient, placed
+    before FSDP's) and ends (a hook on the gradient of its input as FSDP passed it on, which
+    fires before FSDP's reduce-scatter). A rank stopped anywhere in a layer's work then has
+    fewer marks than the ranks waiting for it in the next collective. `what` prefixes the
+    phase (e.g. "reference ")."""
+    def hook_grad(t, label: str) -> None:
+        if torch.is_tensor(t) and t.requires_grad:
+            t.register_hook(lambda grad: board.mark(label))
+
     for i, layer in enumerate(layers):
-        def before(module, args, i=i):
-            board.mark(f"{what}forward, layer {i}")
+        name = f"{what}layer {i}"
 
-        def after(module, args, out, i=i):
-            t = out[0] if isinstance(out, tuple) else out
-            if torch.is_tensor(t) and t.requires_grad:
-                t.register_hook(lambda grad: board.mark(f"{what}backward, layer {i}"))
+        def forward_starts(module, args, name=name):
+            board.mark(f"forward, {name}")
 
-        layer.register_forward_pre_hook(before)
-        layer.register_forward_hook(after)
+        def gathered(module, args, name=name):  # after FSDP's hook: args are what it passes on
+            hook_grad(args[0] if args else None, f"backward, {name} done")
+
+        def forward_ends(module, args, out, name=name):
+            board.mark(f"forward, {name} done")
+            hook_grad(out[0] if isinstance(out, tuple) else out, f"backward, {name}")
+
+        layer.register_forward_pre_hook(forward_starts, prepend=True)
+        layer.register_forward_pre_hook(gathered)
+        layer.register_forward_hook(forward_ends, prepend=True)
 
 
 def _first_line(e: BaseException) -> str:

@@ -141,9 +141,11 @@ class _Forward(nn.Module):
 
 
 def decoder_layers(lm: nn.Module) -> list[nn.Module]:
-    """The decoder layers of `lm` (transformers' `_no_split_modules`), in order."""
+    """The decoder layers of `lm` (transformers' `_no_split_modules`), in order; sharded ones
+    too (`fully_shard` makes each an instance of a subclass, FSDP<class>)."""
     layer_types = set(getattr(lm, "_no_split_modules", None) or ())
-    layers = [m for m in lm.modules() if type(m).__name__ in layer_types]
+    layers = [m for m in lm.modules()
+              if any(c.__name__ in layer_types for c in type(m).__mro__)]
     if not layers:
         raise PracticumError(f"cannot shard {type(lm).__name__}: it names no decoder layer class "
                              "(_no_split_modules)")
