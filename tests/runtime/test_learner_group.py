@@ -67,7 +67,8 @@ def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny
 
         ray.kill(group.handles[1], no_restart=True)
         start = time.monotonic()
-        with pytest.raises(TrainingError, match=r"learner rank 1 failed during train_step .*"
+        with pytest.raises(TrainingError, match=r"learner rank 1 failed during train_step .*; "
+                                                r"its last phase: idle after export 2 .*"
                                                 r"the step was not taken"):
             rl_step(group, episodes(2))
         assert time.monotonic() - start < 30  # not the 60 s collective timeout
@@ -279,3 +280,69 @@ def test_a_stalled_rank_is_named_with_its_phase_within_the_timeout(two_nodes):
         assert text.startswith("learner rank 3 stalled in train_step 3: forward, layer 1 "), text
         assert "alive" in text and f"rank {rank} waited in train_step 3" in text
         assert STALL_TIMEOUT_S <= seconds < STALL_TIMEOUT_S + 10
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_named_with_its_phase_and_the_run_resumes_exactly(tiny_model_dir,
+                                                                           tmp_path):
+    """Rank 1 of 2 is killed (SIGKILL) as its backward of layer 0 starts in step 2: rank 0's
+    collective fails at once, and its TrainingError names rank 1, dead, in step 2 (its phase
+    as of its last heartbeat, up to a heartbeat before it died). The checkpoint of step 1 then
+    resumes step 2 exactly as one process takes it."""
+    from tests.ranks import die_in_step_2, spawn
+
+    cfg = config(tiny_model_dir, True, "train.epochs=1", "train.mini_batches=1")
+    spawn(2, die_in_step_2, cfg, tmp_path, dies=(1,))
+    got = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    assert got["step_2"].startswith("learner rank 1 died in train_step 2"), got["step_2"]
+    assert "no heartbeat" in got["step_2"] and got["seconds"] < 30  # not the 60 s timeout
+    _, _, straight = _one_process(cfg, (1, 2))
+    resumed = one_process_learner(cfg)
+    resumed.load(tmp_path / "ckpt" / "step_000001")
+    rl_step(resumed, episodes(2))
+    assert resumed.step == 2
+    assert max_diff(trainable_weights(resumed), trainable_weights(straight)) < 1e-6
+
+
+@pytest.fixture
+def two_raylets():
+    """A Ray cluster of two nodes (two raylets, one CPU each) on this machine, joined."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "_system_config": {"worker_niceness": 0}})
+    try:
+        cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_a_ray_group_spread_over_two_nodes_trains_as_one_process(tiny_model_dir, two_raylets):
+    """placement.kind=learner_group with strategy STRICT_SPREAD and a copy of the model per
+    node (mesh.replicate 2): the ranks run on the cluster's two nodes, and 2 RL steps give one
+    process's weights."""
+    from practicum.runtime.learner_group import RayLearnerGroup
+
+    cfg = config(tiny_model_dir, True, "placement={kind: learner_group, ranks: 2, "
+                 "strategy: STRICT_SPREAD, mesh: {replicate: 2}}")
+    plan = cfg.placement
+    group = RayLearnerGroup(cfg, policy_config(cfg), plan.ranks, cpus=1, gpus=0, timeout=300,
+                            collective_timeout=60, export_refs=False, strategy=plan.strategy,
+                            network=plan.network)
+    try:
+        nodes = group.summary()["learner_rank_nodes"]
+        cluster_nodes = {n.node_id for n in [two_raylets.head_node, *two_raylets.worker_nodes]}
+        assert len(set(nodes)) == 2 and set(nodes) == cluster_nodes
+        metrics = [rl_step(group, episodes(s)) for s in (1, 2)]
+        got = {k: v.clone() for k, v in group.export_weights(2).tensors.items()}
+    finally:
+        group.close()
+    want_metrics, want, _ = _one_process(config(tiny_model_dir, True), (1, 2))
+    assert max_diff(got, want) < 1e-6
+    for m, w in zip(metrics, want_metrics):
+        assert m["loss"] == pytest.approx(w["loss"], rel=1e-6, abs=1e-9)

@@ -8,7 +8,9 @@ others can read it (the rendezvous store), so that a failed collective names the
 
 Each rank keeps its current phase ("train_step 3: backward, layer 1") and how many phases it
 went through; a daemon thread posts both, with a heartbeat count, to the store every
-`interval` seconds (one key per rank), so the hot path only sets two attributes. The ranks go
+`interval` seconds (one key per rank), so the hot path only sets two attributes (a call's
+start and end are posted at once: a dead rank's post names its call, and its phase as of its
+last heartbeat). The ranks go
 through the same phases in the same order (every call is a collective, every rank runs as many
 passes), so their counts compare. When a collective fails on a rank (its timeout, a peer's
 closed socket), that rank reads the board twice, a few intervals apart (`diagnose`): a rank
@@ -57,8 +59,8 @@ class Post:
 
 
 def heartbeat_interval(timeout_s: float) -> float:
-    """Seconds between posts: a twentieth of the collective timeout, within 0.2 to 2 s."""
-    return min(2.0, max(0.2, timeout_s / 20))
+    """Seconds between posts: a hundredth of the collective timeout, within 0.2 to 1 s."""
+    return min(1.0, max(0.2, timeout_s / 100))
 
 
 def _store(host: str, port: int, timeout_s: float) -> dist.Store:
@@ -123,6 +125,7 @@ class PhaseBoard:
         naming the culprit, else the error is posted (this rank failed) and raised."""
         self.label = label
         self.mark()
+        self._post()
         try:
             yield
         except Exception as err:
@@ -136,6 +139,7 @@ class PhaseBoard:
         finally:
             self.label = f"idle after {label}"
             self.mark()
+            self._post()
 
     def _post(self) -> None:
         self._beat += 1
@@ -158,8 +162,9 @@ class PhaseBoard:
     # -- the others -----------------------------------------------------------------------------
     def diagnose(self) -> str | None:
         """The ranks that died, failed or stalled, with their phases, read from two looks at
-        the board a few heartbeats apart; None when every rank is alive and in step."""
-        window = 4 * self.interval
+        the board a few heartbeats apart (at least 2 s: a busy machine may delay a living
+        rank's); None when every rank is alive and in step."""
+        window = max(2.0, 4 * self.interval)
         try:
             with self._lock:
                 first = read_board(self.store, self.world)
