@@ -16,13 +16,15 @@ where a part goes; everything after it holds the `Learner` and `Part` protocols
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
               trainable's weights, or with weights of its own in a Ray actor (`RayEngine`),
               in N of them (`placement.engine.replicas`, `EngineReplicas`) or here when the
-              learner is elsewhere
+              learner is elsewhere (under torchrun on a device no learner rank takes:
+              `torchrun_sampler_device`)
     envs      in this process (and its children), or Ray actors (`placement.envs`: `RayEnvPool`)
     ray       the Ray the actors live on (`RayCluster`), closed after them
 
 Checks come before building: the config's own ran when it was read (`check_plan`); what only
 this launch can tell (`check_launch`: torchrun's process count, installed packages) and the Ray
-cluster's GPUs (`RayCluster.join`) are checked here before any part starts.
+cluster's GPUs (`RayCluster.join`) are checked here before any part starts; torchrun's nodes
+and processes per node by every rank, rank 0's sampler device by rank 0.
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
 
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
-    the plan has ranks (or none), what the plan's actors need is installed here, and the
-    environments (`suite`, when given) can run in Ray actors if the plan puts them there."""
+    the plan has ranks (or none), on as many nodes, what the plan's actors need is installed
+    here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
+    them there."""
     from importlib.util import find_spec
 
     plan, world = cfg.placement, _torchrun_world()
