@@ -256,21 +256,24 @@ def _rows(cfg: Config, seed: int):
 
 
 def _socket_addresses() -> dict[str, list[str]]:
-    """The addresses this process listens on, and the local ones of its connections."""
+    """The addresses this process listens on, and the local and remote ones of its
+    connections."""
     import psutil
 
     conns = psutil.Process().net_connections("tcp")
     return {"listen": sorted({c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}),
-            "local": sorted({c.laddr.ip for c in conns if c.raddr})}
+            "local": sorted({c.laddr.ip for c in conns if c.raddr}),
+            "remote": sorted({c.raddr.ip for c in conns if c.raddr})}
 
 
-def _stall_until(release: Path, seconds: float):
-    """A forward pre-hook that stops this rank until `release` exists (or `seconds` pass)."""
+def _stall_until(released: list[Path], seconds: float):
+    """A forward pre-hook that stops this rank until every file in `released` exists (or
+    `seconds` pass)."""
     import time
 
     def stall(module, args):
         end = time.monotonic() + seconds
-        while not release.exists() and time.monotonic() < end:
+        while not all(f.exists() for f in released) and time.monotonic() < end:
             time.sleep(0.2)
     return stall
 
@@ -280,7 +283,7 @@ def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
     its own network.address): the launch is checked against each plan, then for each plan in
     turn a `RankWorker` (the rank torchrun's `follow` serves) trains RL steps 1 and 2; the first
     plan's learner checkpoints into root / name, every learner exports. Then the last
-    learner's rank 3 stalls in step 3 (forward, layer 1) until the others have reported
+    learner's rank 3 stalls in step 3 (forward, layer 1) until the 3 others have reported
     how step 3 failed for them. Each rank saves to root / rank<r>.pt: its node, its mesh
     coordinate and first local shard per plan, its sockets' addresses, step 3's outcome and how
     long it took; rank 0 the exported weights and metrics."""
@@ -309,10 +312,10 @@ def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
             "metrics": metrics, "weights": None if update is None else
             {n: t.clone() for n, t in update.tensors.items()}}
     report["sockets"] = _socket_addresses()
-    release = root / "release"
+    released = [root / f"released-by-{r}" for r in range(3)]
     if rank == 3:
         layer = worker.learner.model.inner.lm.model.layers[1]
-        layer.register_forward_pre_hook(_stall_until(release, 120))
+        layer.register_forward_pre_hook(_stall_until(released, 120))
     start = time.monotonic()
     try:
         worker.train_step(_rows(cfg, 3))
@@ -322,7 +325,7 @@ def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
     report["step_3_seconds"] = time.monotonic() - start
     torch.save(report, root / f"rank{rank}.pt")
     if rank != 3:
-        release.touch()
+        released[rank].touch()
     worker.board.close()
 
 

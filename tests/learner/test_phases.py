@@ -42,3 +42,22 @@ def test_the_heartbeat_is_a_hundredth_of_the_timeout_within_bounds():
     assert heartbeat_interval(600) == 1.0
     assert heartbeat_interval(60) == 0.6
     assert heartbeat_interval(5) == 0.2
+
+
+def test_a_rank_that_already_gave_up_waiting_is_no_culprit_even_once_it_is_gone():
+    """Rank 0 gave up first (its verdict posted), then left (no more heartbeats); rank 1
+    finished the phases rank 3 never reached; rank 2 reads: rank 3 stalled, nobody else."""
+    first = {0: Post(0, 7, 30, "train_step 3: forward, layer 0", "h", 1, None, "rank 3 ..."),
+             1: post(1, 7, 30, "train_step 3: forward, layer 0"),
+             2: post(2, 7, 30, "train_step 3: forward, layer 0"),
+             3: post(3, 7, 27, "train_step 3: forward, layer 1")}
+    second = {**{r: post(r, 9, p.count, p.phase) for r, p in first.items() if r}, 0: first[0]}
+    assert culprits(first, second, me=2, world=4, window=2.0).startswith(
+        "learner rank 3 stalled in train_step 3: forward, layer 1 ")
+
+    # rank 3 itself, once it goes on and its next collective fails: the others' verdict
+    gone = {r: p for r, p in second.items() if r != 3}
+    gone.update({r: Post(r, 9, 31, "x", "h", 1, None, "learner rank 3 stalled in ...")
+                 for r in (1, 2)})
+    assert culprits(gone, gone, me=3, world=4, window=2.0) == (
+        "learner rank(s) [0, 1, 2] gave up waiting for the others (rank 0: rank 3 ...)")

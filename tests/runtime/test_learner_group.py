@@ -186,24 +186,36 @@ def two_nodes(tiny_model_dir, tmp_path_factory):
     rank's report."""
     root = tmp_path_factory.mktemp("nodes")
     port = free_port()
-    procs = []
+    procs, logs = [], []
     for node, address in enumerate(("127.0.0.1", "127.0.0.2")):
         cfgs = {"hsdp": config(tiny_model_dir, False, _node_plan("{replicate: 2}", address)),
                 "full": config(tiny_model_dir, True, _node_plan("{replicate: 1}", address))}
         torch.save([cfgs, root], root / f"node{node}.pt")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+        logs.append((root / f"node{node}.log").open("w"))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
              str(node), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
              "--master-port", str(port), "--local-addr", address, "-m", "tests.ranks",
              "train_on_nodes", str(root / f"node{node}.pt")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    try:
-        outs = [p.communicate(timeout=600)[0] for p in procs]
+            env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+    try:  # a node that fails ends the other (whose agent would wait 300 s at its exit)
+        deadline = time.monotonic() + 600
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.poll() for p in procs):
+                break
+            time.sleep(1)
     finally:
-        for p in procs:
-            p.kill()
+        for p, log in zip(procs, logs):
+            p.terminate()  # torchrun's agent ends its workers on SIGTERM
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
+    outs = [(root / f"node{node}.log").read_text() for node in (0, 1)]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
     return root, [torch.load(root / f"rank{r}.pt", weights_only=False) for r in range(4)]
 
@@ -233,7 +245,8 @@ def test_two_torchrun_nodes_train_as_one_process(two_nodes, tiny_model_dir, name
 def test_hsdp_puts_a_copy_on_each_node_and_node_1_binds_its_address(two_nodes):
     """Ranks 0, 1 on node 0 hold copy 0, ranks 2, 3 on node 1 copy 1: the same pieces (equal
     shards of the embedding) in each copy. Node 1's ranks listen for their collectives on
-    127.0.0.2 only, and are reached there; node 0's ranks on 127.0.0.1 (their address)."""
+    127.0.0.2 only, and are reached there; node 0's ranks on 127.0.0.1 (their address) and
+    never bind 127.0.0.2."""
     _, reports = two_nodes
     assert [r["node"] for r in reports] == [0, 0, 1, 1]
     hsdp = [r["plans"]["hsdp"] for r in reports]
@@ -245,10 +258,10 @@ def test_hsdp_puts_a_copy_on_each_node_and_node_1_binds_its_address(two_nodes):
     assert [tuple(f["coordinate"]) for f in full] == [(0,), (1,), (2,), (3,)]
     for r in (2, 3):
         assert reports[r]["sockets"]["listen"] == ["127.0.0.2"]
-        assert "127.0.0.2" in reports[r]["sockets"]["local"]
     for r in (0, 1):
         assert reports[r]["sockets"]["listen"] == ["127.0.0.1"]
         assert "127.0.0.2" not in reports[r]["sockets"]["local"]
+    assert any("127.0.0.2" in r["sockets"]["remote"] for r in reports)  # dialled there
 
 
 @pytest.mark.slow

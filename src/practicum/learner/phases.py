@@ -15,9 +15,9 @@ through the same phases in the same order (every call is a collective, every ran
 passes), so their counts compare. When a collective fails on a rank (its timeout, a peer's
 closed socket), that rank reads the board twice, a few intervals apart (`diagnose`): a rank
 whose heartbeat did not move is dead (its last post says where it died), a rank that posted an
-error of its own failed, and of the living, those whose count is behind the others' stalled.
-`TrainingError` names them and their phases; with no culprit (every rank alive and in step,
-e.g. this rank's own bug) the original error stands.
+error of its own failed, and of the living, those whose count is behind the others' stalled (a rank that already gave up waiting posts its verdict
+and is left out). `TrainingError` names them and their phases; with no culprit (every rank
+alive and in step, e.g. this rank's own bug) the original error stands.
 
 The store is the process group's rendezvous (MASTER_ADDR:MASTER_PORT), through a client
 connection of its own: torchrun's agent holds it, or rank 0's process (a Ray group), so when
@@ -56,6 +56,10 @@ class Post:
     host: str
     pid: int
     error: str | None = None
+    """An error of this rank's own (it failed)."""
+    verdict: str | None = None
+    """What this rank concluded when its collective failed (it gave up waiting for others):
+    such a rank is no culprit, whatever it does next (exit, stop posting)."""
 
 
 def heartbeat_interval(timeout_s: float) -> float:
@@ -96,7 +100,7 @@ class PhaseBoard:
         self.where = where
         """The store's address, for the report when it is gone."""
         self.label = "starting"
-        self.phase, self.count, self.error = "starting", 0, None
+        self.phase, self.count, self.error, self.verdict = "starting", 0, None, None
         self._beat = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -134,17 +138,18 @@ class PhaseBoard:
                 self.error = f"{type(err).__name__}: {_first_line(err)}"
                 self._post()
                 raise
+            self.verdict = found
+            self._post()
             raise TrainingError(f"{found}; rank {self.rank} waited in {self.phase} "
                                 f"({type(err).__name__}: {_first_line(err)})") from None
-        finally:
-            self.label = f"idle after {label}"
-            self.mark()
-            self._post()
+        self.label = f"idle after {label}"
+        self.mark()
+        self._post()
 
     def _post(self) -> None:
         self._beat += 1
         post = Post(self.rank, self._beat, self.count, self.phase, socket.gethostname(),
-                    os.getpid(), self.error)
+                    os.getpid(), self.error, self.verdict)
         with self._lock:
             self.store.set(f"rank{self.rank}", json.dumps(post.__dict__))
 
@@ -180,13 +185,16 @@ class PhaseBoard:
 def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: int,
              window: float) -> str | None:
     """What two looks at the board `window` seconds apart say (module doc), from rank `me`'s
-    side; None when no other rank is dead, failed or behind."""
-    found = []
-    alive = {}
+    side; None when no other rank is dead, failed or behind. A rank that already gave up
+    waiting (its post has a verdict) is left out: it is a survivor like `me`."""
+    found, alive, gave_up = [], {}, {}
     for rank in range(world):
         if rank == me:
             continue
         post = second.get(rank)
+        if post is not None and post.verdict:
+            gave_up[rank] = post.verdict
+            continue
         if post is None:
             found.append(f"learner rank {rank} never posted (it did not start)")
         elif rank in first and first[rank].beat == post.beat:
@@ -205,7 +213,11 @@ def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: in
     stalled = [f"learner rank {r} stalled in {p.phase} (pid {p.pid} on {p.host}: alive, "
                f"{ahead - p.count} phase(s) behind the others)"
                for r, p in sorted(alive.items()) if p.count < ahead and r != me]
-    return "; ".join(stalled) or None
+    if stalled or not gave_up:
+        return "; ".join(stalled) or None
+    first = min(gave_up)  # every other rank gave up waiting: most likely for this one
+    return (f"learner rank(s) {sorted(gave_up)} gave up waiting for the others (rank {first}: "
+            f"{gave_up[first]})")
 
 
 def watch_layers(board: PhaseBoard, layers: list[nn.Module], what: str = "") -> None:
