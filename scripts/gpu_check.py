@@ -26,6 +26,17 @@ with bf16 compute on a GPU, against the unsharded learner on the same synthetic 
 memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora
 and fsdp2-full).
 
+With `--ranks N` (N > 1, a node with N GPUs), the sharded learner again, now over N processes
+of this node, one device each (rank r on cuda:r, NCCL; gloo on the CPU), LoRA and full
+fine-tuning (runs ranks-lora and ranks-full), against the unsharded learner: per rank the bytes
+its collectives sent (`sent_bytes`: ring accounting, as nccl-tests count bus bandwidth: an
+all-gather sends (n - 1) x its input, a reduce-scatter (n - 1) / n of its input, an all-reduce
+2 (n - 1) / n of its tensor, a broadcast its tensor; a scatter's source n - 1 pieces, a
+gather's other ranks their piece), its peak allocated and
+reserved GPU memory, and the largest weight difference from the one process. This is how a user
+checks a multi-GPU node; it has run on the CPU only (tests/scripts/test_gpu_check.py), never on
+GPUs.
+
 Then the weight group of `engine.weight_sync: broadcast` (`practicum.engine.weight_group`) as
 a group of one on this device (NCCL for CUDA tensors, gloo on the CPU): it forms, and sends the
 check model's full weights in buckets (run weight-group). A group of one moves no bytes: NCCL
@@ -67,6 +78,8 @@ FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
 """The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 WEIGHT_GROUP_RUN = "weight-group"
 """The broadcast weight group alone (`weight_group_check`), selectable in --runs too."""
+RANKS_RUNS = (("ranks-lora", True), ("ranks-full", False))
+"""The sharded learner over --ranks processes (`ranks_check`), run when --ranks > 1."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +125,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="largest acceptable mean trainer/sampler log-prob gap of a run")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra config override for every run (repeatable)")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="above 1: also train the sharded learner over this many processes of "
+                   "this node, one device each (runs ranks-lora, ranks-full)")
     names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
-        [WEIGHT_GROUP_RUN]
+        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN]
     p.add_argument("--runs", default=",".join(names),
                    help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
@@ -253,6 +269,18 @@ def problems(record: dict, max_gap: float) -> list[str]:
     return out
 
 
+def ranks_problems(record: dict) -> list[str]:
+    """Why a --ranks run fails the check (empty: it passes)."""
+    if record.get("error"):
+        return [f"{record['name']}: crashed: {record['error']}"]
+    if record["steps"] < record["steps_wanted"]:
+        return [f"{record['name']}: completed {record['steps']} of {record['steps_wanted']} "
+                "steps"]
+    if record["world"] > 1 and not all(r["sent_bytes"] > 0 for r in record["per_rank"]):
+        return [f"{record['name']}: a rank sent no bytes to the others"]
+    return []
+
+
 def memory_reset(device: str) -> None:
     gc.collect()
     if device.startswith("cuda"):
@@ -374,6 +402,188 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     return record
 
 
+# -- the sharded learner over several processes (--ranks) ---------------------------------------
+def sent_bytes(op: str, tensor_bytes: int, n: int, root: bool) -> float:
+    """Bytes one rank sends in collective `op` over `n` ranks, by ring accounting (module doc);
+    `tensor_bytes`: its input (all-gather, reduce-scatter), its piece (scatter, gather) or its
+    tensor; `root`: it is the scatter's source or the gather's destination."""
+    if n <= 1:
+        return 0.0
+    if op in ("all_gather_single", "all_gather_into_tensor"):
+        return float(tensor_bytes * (n - 1))
+    if op in ("reduce_scatter_single", "reduce_scatter_tensor"):
+        return tensor_bytes * (n - 1) / n
+    if op == "all_reduce":
+        return 2 * tensor_bytes * (n - 1) / n
+    if op == "scatter":
+        return float(tensor_bytes * (n - 1)) if root else 0.0
+    if op == "gather":
+        return 0.0 if root else float(tensor_bytes)
+    return float(tensor_bytes)  # broadcast
+
+
+COUNTED = {"all_gather_single": "input_tensor", "all_gather_into_tensor": "input_tensor",
+           "reduce_scatter_single": "input", "reduce_scatter_tensor": "input",
+           "all_reduce": "tensor", "broadcast": "tensor", "scatter": "tensor",
+           "gather": "tensor"}
+"""torch.distributed collectives whose bytes `count_collectives` adds up, with the argument
+it measures."""
+
+
+def count_collectives(totals: dict[str, float]) -> None:
+    """Wrap this process's torch.distributed collectives so that each adds the bytes it sends
+    (`sent_bytes`) to totals[op]; FSDP2 and practicum's own transfers call them as attributes
+    of the module, so the wrappers see every call."""
+    import inspect
+
+    import torch.distributed as dist
+
+    def wrapped(op: str, real, measured: str):
+        signature = inspect.signature(real)
+
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs).arguments
+            tensor, group = bound.get(measured), bound.get("group")
+            if tensor is not None:
+                me = dist.get_rank(group)  # this rank's number in `group`
+                root = bound.get("group_src", bound.get("group_dst"))
+                if root is None:  # given as a global rank
+                    glob = bound.get("src", bound.get("dst"))
+                    root = None if glob is None else \
+                        dist.get_group_rank(group or dist.group.WORLD, glob)
+                totals[op] = totals.get(op, 0.0) + sent_bytes(
+                    op, tensor.nbytes, dist.get_world_size(group), root == me)
+            return real(*args, **kwargs)
+        return call
+
+    for op, measured in COUNTED.items():
+        real = getattr(dist, op, None)
+        if real is not None:
+            setattr(dist, op, wrapped(op, real, measured))
+
+
+def ranks_rank(rank: int, cfg, steps: int, size: Size, vocab: int, device: str,
+               out: Path) -> None:
+    """One rank of `ranks_check` (a spawned process): the sharded learner on this rank's device
+    trains `steps` PPO steps on the synthetic batches; writes out/rank<r>.json (and rank 0 the
+    weights, out/weights.pt)."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from practicum.batch import rl_batch_of
+    from practicum.learner.sharded import init_ranks, sharded_learner
+    from practicum.runtime.placement import policy_config
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+    totals: dict[str, float] = {}
+    count_collectives(totals)
+    kind = torch.device(device).type
+    record = {"rank": rank, "error": None}
+    try:
+        init_ranks(kind, timeout_s=300)
+        learner = sharded_learner(cfg, policy_config(cfg))
+        record["device"] = str(learner.model.device)
+        if kind == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        started, tokens = time.perf_counter(), 0.0
+        for step in range(steps):
+            m = learner.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
+            tokens += m["train_tokens"] * m["updates"]
+        seconds = time.perf_counter() - started
+        update = learner.export_weights(learner.step)
+        record.update(steps=learner.step, seconds=seconds, learner_tokens_per_s=tokens / seconds,
+                      sent_bytes=sum(totals.values()), sent_bytes_by_op=dict(totals))
+        if kind == "cuda":
+            record.update(peak_allocated_gb=torch.cuda.max_memory_allocated() / 2**30,
+                          peak_reserved_gb=torch.cuda.max_memory_reserved() / 2**30)
+        else:
+            record.update(peak_allocated_gb=None, peak_reserved_gb=None)
+        if update is not None:
+            torch.save({k: v.float().cpu() for k, v in update.tensors.items()},
+                       out / "weights.pt")
+    except Exception as err:  # reported by the parent
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    finally:
+        (out / f"rank{rank}.json").write_text(json.dumps(record))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def ranks_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
+    """The unsharded learner here, then the sharded one over --ranks processes of this node
+    (`ranks_rank`), the same steps and synthetic batches as `fsdp2_check`: the world size, per
+    rank the bytes sent, peak memory and seconds, and the largest weight difference."""
+    import os
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+
+    from practicum.config import load_config
+    from practicum.engine.factory import load_trainable
+    from practicum.batch import rl_batch_of
+    from practicum.learner import Learner
+    from practicum.runtime.placement import policy_config
+
+    name = f"ranks-{'lora' if lora else 'full'}"
+    n = args.ranks
+    record = {"name": name, "lora": lora, "world": n, "steps_wanted": size.steps,
+              "error": None, "per_rank": []}
+    device = torch.device(args.device)
+    record["backend"] = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda" and torch.cuda.device_count() < n:
+        record["error"] = (f"--ranks {n} needs {n} GPUs, one per rank; this machine has "
+                           f"{torch.cuda.device_count()}")
+        return record
+    over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
+            if not o.startswith("model.dtype=")]
+    out = work / name
+    out.mkdir()
+    try:
+        cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
+                                 "train.mini_batches=2"])
+        plain = Learner(load_trainable(policy_config(cfg)), cfg)
+        vocab = len(plain.model.tokenizer)
+        for step in range(size.steps):
+            plain.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
+        want = {k: v.float().cpu() for k, v in plain.export_weights(plain.step).tensors.items()}
+        del plain
+        memory_reset(args.device)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
+                   LOCAL_WORLD_SIZE=str(n))
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            mp.start_processes(ranks_rank, (cfg, size.steps, size, vocab, args.device, out),
+                               nprocs=n, start_method="spawn")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
+        record["per_rank"] = [json.loads((out / f"rank{r}.json").read_text())
+                              for r in range(n)]
+        failed = [r for r in record["per_rank"] if r["error"]]
+        if failed:
+            record["error"] = f"rank {failed[0]['rank']}: {failed[0]['error']}"
+            return record
+        got = torch.load(out / "weights.pt")
+        record["steps"] = min(r["steps"] for r in record["per_rank"])
+        record["learner_tokens_per_s"] = record["per_rank"][0]["learner_tokens_per_s"]
+        record["max_abs_weight_diff"] = max((got[k] - want[k]).abs().max().item() for k in want)
+    except Exception as err:  # reported with the rest
+        traceback.print_exc()
+        record["error"] = record["error"] or f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    return record
+
+
 def weight_group_check(args, model: str) -> dict:
     """The check model's full weights on this device sent by a weight group of one (module
     doc): its backend, the bytes, the seconds of the send, the device's UUID (what the vLLM
@@ -451,9 +661,10 @@ def check(args) -> dict:
     result = {"ok": False, "finished": False, "started_unix": time.time(),
               "environment": environment(args.device),
               "settings": {**asdict(size), "device": args.device, "dtype": args.dtype,
-                           "quick": args.quick, "max_gap": args.max_gap, "extra": args.set},
-              "model": None, "runs": [], "fsdp2": [], "weight_group": None, "reference": None,
-              "problems": []}
+                           "quick": args.quick, "max_gap": args.max_gap, "extra": args.set,
+                           "ranks": args.ranks},
+              "model": None, "runs": [], "fsdp2": [], "ranks": [], "weight_group": None,
+              "reference": None, "problems": []}
     write(args.out, result)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
@@ -474,6 +685,14 @@ def check(args) -> dict:
             elif record["steps"] < record["steps_wanted"]:
                 result["problems"].append(f"{record['name']}: completed {record['steps']} of "
                                           f"{record['steps_wanted']} steps")
+            write(args.out, result)
+        for name, lora in [r for r in RANKS_RUNS if r[0] in args.runs.split(",")]:
+            if args.ranks < 2:
+                break
+            print(f"gpu_check: {name} over {args.ranks} ranks", flush=True)
+            record = ranks_check(args, size, str(work / "model"), work, lora)
+            result["ranks"].append(record)
+            result["problems"] += ranks_problems(record)
             write(args.out, result)
         if WEIGHT_GROUP_RUN in args.runs.split(","):
             print(f"gpu_check: {WEIGHT_GROUP_RUN}", flush=True)

@@ -2,7 +2,9 @@
 
 `spawn(world, fn, *args)` runs `fn(rank, *args)` in `world` fresh processes joined into one
 gloo group (as torchrun would), with a deadline so that a hung collective fails the test.
-The functions it runs live here, importable by name in the child processes.
+The functions it runs live here, importable by name in the child processes; under torchrun,
+`python -m tests.ranks FUNCTION ARGS_FILE` runs one of them (its arguments saved with
+`torch.save`) as this process's rank.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(world: int, fn, *args, timeout: float = 300.0) -> None:
+def spawn(world: int, fn, *args, timeout: float = 300.0, dies: tuple[int, ...] = ()) -> None:
     """Run fn(rank, *args) on `world` gloo ranks; raises if any rank fails or the deadline
-    passes (the survivors are killed)."""
+    passes (the survivors are killed). `dies`: ranks that must end abnormally (killed), while
+    the others run to their end."""
     import torch.multiprocessing as mp
 
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world),
@@ -39,6 +42,17 @@ def spawn(world: int, fn, *args, timeout: float = 300.0) -> None:
         import time
 
         deadline = time.monotonic() + timeout
+        if dies:
+            for p in ctx.processes:
+                p.join(max(0.0, deadline - time.monotonic()))
+            for p in ctx.processes:
+                p.kill()
+            codes = [p.exitcode for p in ctx.processes]
+            for p in ctx.processes:
+                p.join()
+            if any((code != 0) != (rank in dies) for rank, code in enumerate(codes)):
+                raise RuntimeError(f"exit codes {codes}; ranks {list(dies)} were to die")
+            return
         while not ctx.join(timeout=1.0):
             if time.monotonic() > deadline:
                 for p in ctx.processes:
@@ -233,6 +247,120 @@ def resume_and_train(rank: int, cfg: Config, ckpt: Path, seed: int, out: Path) -
         torch.save({"metrics": metrics, "weights": weights, "step": learner.step}, out)
 
 
+def _rows(cfg: Config, seed: int):
+    """`rl_step`'s batch of `episodes(seed)`."""
+    from practicum.algo.baselines import TaskBaselines
+    from practicum.batch import rl_batch
+
+    return rl_batch(episodes(seed), cfg, TaskBaselines(cfg.algo.baseline_window))[0]
+
+
+def _socket_addresses() -> dict[str, list[str]]:
+    """The addresses this process listens on, and the local and remote ones of its
+    connections."""
+    import psutil
+
+    conns = psutil.Process().net_connections("tcp")
+    return {"listen": sorted({c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}),
+            "local": sorted({c.laddr.ip for c in conns if c.raddr}),
+            "remote": sorted({c.raddr.ip for c in conns if c.raddr})}
+
+
+def _stall_until(released: list[Path], seconds: float):
+    """A forward pre-hook that stops this rank until every file in `released` exists (or
+    `seconds` pass)."""
+    import time
+
+    def stall(module, args):
+        end = time.monotonic() + seconds
+        while not all(f.exists() for f in released) and time.monotonic() < end:
+            time.sleep(0.2)
+    return stall
+
+
+def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
+    """A rank of a multi-node torchrun launch (`placement.kind=torchrun`, each node's plan with
+    its own network.address): the launch is checked against each plan, then for each plan in
+    turn a `RankWorker` (the rank torchrun's `follow` serves) trains RL steps 1 and 2; the first
+    plan's learner checkpoints into root / name, every learner exports. Then the last
+    learner's rank 3 stalls in step 3 (forward, layer 1) until the 3 others have reported
+    how step 3 failed for them. Each rank saves to root / rank<r>.pt: its node, its mesh
+    coordinate and first local shard per plan, its sockets' addresses, step 3's outcome and how
+    long it took; rank 0 the exported weights and metrics."""
+    import time
+
+    from practicum.errors import TrainingError
+    from practicum.runtime.learner_group import RankWorker
+    from practicum.runtime.placement import check_launch, policy_config
+
+    report: dict = {"node": int(os.environ["GROUP_RANK"]), "plans": {}}
+    for k, (name, cfg) in enumerate(cfgs.items()):
+        check_launch(cfg)
+        plan = cfg.placement
+        if k:
+            worker.board.close()  # the process group stays; the next learner has its own board
+        worker = RankWorker(cfg, policy_config(cfg), plan.collective_timeout_s, plan.network)
+        worker.join()
+        model = worker.learner.model
+        metrics = [worker.train_step(_rows(cfg, s))[0] for s in (1, 2)]
+        if k == 0:
+            worker.save_checkpoint(root / name, {"seed": 2}, 2)
+        update = worker.export(2)[1]
+        first = next(p for p in model.module.parameters())
+        report["plans"][name] = {
+            "coordinate": model.mesh.get_coordinate(), "shard": first.to_local().clone(),
+            "metrics": metrics, "weights": None if update is None else
+            {n: t.clone() for n, t in update.tensors.items()}}
+    report["sockets"] = _socket_addresses()
+    released = [root / f"released-by-{r}" for r in range(3)]
+    if rank == 3:
+        layer = worker.learner.model.inner.lm.model.layers[1]
+        layer.register_forward_pre_hook(_stall_until(released, 120))
+    start = time.monotonic()
+    try:
+        worker.train_step(_rows(cfg, 3))
+        report["step_3"] = "trained"
+    except TrainingError as err:
+        report["step_3"] = str(err)
+    report["step_3_seconds"] = time.monotonic() - start
+    torch.save(report, root / f"rank{rank}.pt")
+    if rank != 3:
+        released[rank].touch()
+    worker.board.close()
+
+
+def die_in_step_2(rank: int, cfg: Config, root: Path) -> None:
+    """Two ranks train step 1 and checkpoint into root / ckpt; in step 2 rank 1 is killed
+    (SIGKILL) as its backward of layer 0 starts. Rank 0 saves how step 2 failed for it and how
+    long that took to root / rank0.pt."""
+    import signal
+    import time
+
+    from practicum.errors import TrainingError
+    from practicum.runtime.learner_group import RankWorker
+    from practicum.runtime.placement import policy_config
+
+    worker = RankWorker(cfg, policy_config(cfg), 60.0)
+    worker.join()
+    worker.train_step(_rows(cfg, 1))
+    worker.save_checkpoint(root / "ckpt", {"seed": 1}, 2)
+    if rank == 1:
+        out = worker.learner.model.inner.lm.model.layers[0]
+
+        def kill(module, args, output):
+            if output.requires_grad:  # not in the passes without gradients
+                output.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGKILL))
+        out.register_forward_hook(kill)
+    start = time.monotonic()
+    try:
+        worker.train_step(_rows(cfg, 2))
+        outcome = "trained"
+    except TrainingError as err:
+        outcome = str(err)
+    torch.save({"step_2": outcome, "seconds": time.monotonic() - start}, root / f"rank{rank}.pt")
+    worker.board.close()
+
+
 # -- checkpoints as an earlier practicum wrote them -------------------------------------------
 def save_format_1(learner, ckpt_root: Path, extra: dict) -> Path:
     """A one-process checkpoint in format 1 (before sharded checkpoints): the policy folder, and
@@ -390,3 +518,22 @@ def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
     except ValueError as err:
         (out / "error.txt").write_text(str(err))
     worker.close_weight_group()
+
+
+def main(argv: list[str]) -> None:
+    """`python -m tests.ranks FUNCTION ARGS_FILE` (under torchrun): FUNCTION(RANK, *args)."""
+    import torch.distributed as dist
+
+    fn, args = globals()[argv[0]], torch.load(argv[1], weights_only=False)
+    torch.set_num_threads(1)
+    try:
+        fn(int(os.environ["RANK"]), *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

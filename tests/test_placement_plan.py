@@ -28,6 +28,9 @@ def test_each_variant_reads_from_yaml(tmp_path):
         "learner_group": "{kind: learner_group, ranks: 4, rank: {cpus: 2, gpus: 1}, "
                          "collective_timeout_s: 300, engine: {gpus: 1}}",
         "torchrun": "{kind: torchrun, ranks: 8}",
+        "torchrun_nodes": "{kind: torchrun, ranks: 8, nodes: 2, mesh: {replicate: 2}, "
+                          "network: {address: 10.0.0.2, interface: eth0}, "
+                          "sampler_device: cuda:0}",
     }
     got = {}
     for kind, text in plans.items():
@@ -42,6 +45,13 @@ def test_each_variant_reads_from_yaml(tmp_path):
     assert (group.ranks, group.rank.cpus, group.collective_timeout_s, group.envs.cpus,
             group.engine.replicas) == (4, 2, 300, 0, 1)
     assert got["torchrun"].ranks == 8 and not got["torchrun"].on_ray
+    assert (got["torchrun"].nodes, got["torchrun"].learner_mesh.replicate) == (1, 1)
+    nodes = got["torchrun_nodes"]
+    assert (nodes.nodes, nodes.learner_mesh.replicate, nodes.network.address,
+            nodes.network.interface, nodes.sampler_device) == (2, 2, "10.0.0.2", "eth0",
+                                                               "cuda:0")
+    assert (group.strategy, group.learner_mesh.replicate) == ("PACK", 1)
+    assert got["local"].learner_mesh.replicate == 1  # the learner of a one-rank group
     assert load_config(None).placement.kind == "local"  # the default
     # the plan a run folder records reads back as the same plan
     cfg = load_config(tmp_path / "ray.yaml")
@@ -60,8 +70,21 @@ def test_the_checks_across_sections_name_their_keys():
         ("placement.kind=ray", "placement.engine.gpus=1", "engine.kind=vllm",
          "engine.tensor_parallel_size=2"): "placement.engine.gpus=1: "
         "engine.tensor_parallel_size=2",
+        ("placement={kind: torchrun, ranks: 4, mesh: {replicate: 3}}",):
+            r"placement.mesh.replicate=3: ranks=4 is not a multiple of it \(ranks = replicate "
+            r"x shard\)",
+        ("placement={kind: learner_group, ranks: 6, nodes: 1}",): None,
+        ("placement={kind: torchrun, ranks: 6, nodes: 4}",):
+            r"placement.nodes=4: ranks=6 is not a multiple of it",
+        ("placement={kind: learner_group, ranks: 2, network: {address: 10.0.0.2}}",):
+            r"placement.network.address: a Ray group's ranks bind to their Ray node's address",
     }
     for overrides, message in bad.items():
+        if message is None:  # a key of another variant: refused by name
+            with pytest.raises(ConfigError, match=r"^config error at placement.nodes: unknown "
+                                                  r"key for placement.kind=learner_group"):
+                load_config(None, list(overrides))
+            continue
         with pytest.raises(ConfigError, match=f"^config error: {message}"):
             load_config(None, list(overrides))
     with pytest.raises(ConfigError, match=r"^config error at placement.ranks: Field required "
@@ -101,6 +124,9 @@ def old_run_config(**old) -> dict:
     return tree
 
 
+SHARDED = {"mesh": {"replicate": 1}, "network": {"address": None, "interface": None}}
+"""What the old keys had no say in: full sharding, the libraries' addresses."""
+
 MIGRATIONS = [
     ({}, {"kind": "local"}),
     ({"backend": "ray", "ray_address": "auto", "ray_env_cpus": 0.5, "ray_call_timeout_s": 60},
@@ -114,8 +140,9 @@ MIGRATIONS = [
       "ray_learner_gpus": 1, "learner_collective_timeout_s": 300},
      {"kind": "learner_group", "address": None, "call_timeout_s": 1800, "envs": {"cpus": 0},
       "engine": None, "ranks": 4, "rank": {"cpus": 2, "gpus": 1},
-      "collective_timeout_s": 300}),
-    ({"learner_ranks": 2}, {"kind": "torchrun", "ranks": 2, "collective_timeout_s": 600}),
+      "collective_timeout_s": 300, "strategy": "PACK", **SHARDED}),
+    ({"learner_ranks": 2}, {"kind": "torchrun", "ranks": 2, "collective_timeout_s": 600,
+                            "nodes": 1, "sampler_device": None, **SHARDED}),
 ]
 
 

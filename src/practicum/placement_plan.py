@@ -10,15 +10,18 @@ variant, picked by `kind`, each with only its own fields:
                    the driver; a local Ray or a cluster (`address`)
     learner_group  the learner sharded with FSDP2 over `ranks` Ray actors in one placement
                    group (one bundle per rank); environments and sampler as in `ray`
-    torchrun       the learner sharded over the `ranks` processes of a torchrun launch; rank 0
-                   is the driver and runs the sampler, the environments and the loop
+    torchrun       the learner sharded over the `ranks` processes of a torchrun launch (on
+                   `nodes` machines); rank 0 is the driver and runs the sampler, the
+                   environments and the loop
 
 Where the environments run is part of the plan, not a separate backend switch: it is the same
 decision as for the sampler and the learner (which process, which machine, which resources),
 it needs the same Ray cluster, address and call timeout, and the checks that span parts (an
 engine actor beside Ray env workers, a suite whose state would live in Ray workers) then have
-one home. The sharded variants carry `ranks`; a device mesh, multi-node launch settings and a
-sequence-parallel dimension belong beside it.
+one home. The sharded variants carry `ranks`, the device `mesh` over them (full or hybrid
+sharding), the `network` their collectives use and `collective_timeout_s`; torchrun adds its
+`nodes` and the driver's `sampler_device`, a Ray group its placement `strategy`. A
+sequence-parallel dimension belongs beside `mesh`.
 
 Checked from the config alone when it is read (`check_plan`, called by `practicum.config`);
 what only the launch can tell (torchrun's process count, installed packages, the Ray cluster's
@@ -69,6 +72,36 @@ class EngineActors(ActorResources):
                           "(practicum.runtime.replicas).")
 
 
+class Mesh(_Section):
+    """How the learner's ranks hold the model: FSDP2 over a device mesh
+    (`practicum.learner.sharded`)."""
+
+    replicate: int = Field(
+        1, ge=1, description="Copies of the model (hybrid sharding, HSDP): the ranks form a "
+        "replicate x shard mesh (ranks = replicate x shard, consecutive ranks in one copy), "
+        "each copy sharded over its shard ranks, which gather weights among themselves only; "
+        "the gradients are summed over every rank, so the update is still one process's. One "
+        "copy per node (replicate = nodes) keeps the gathers inside a node and sends only the "
+        "gradient reduction across. 1 = full sharding over every rank.")
+
+
+class Network(_Section):
+    """The addresses the learner's ranks use between nodes."""
+
+    address: str | None = Field(
+        None, description="This node's address: its ranks bind their collectives (gloo) to "
+        "it, and as rank 0's node it is the address the weight group is reached at. Each "
+        "node has its own: give it on that node's command line (e.g. "
+        "placement.network.address=10.0.0.2). null: the address the host name resolves to "
+        "(torch's default). The rendezvous is torchrun's (--rdzv-endpoint or --master-addr). "
+        "torchrun only: a Ray group's ranks bind to their Ray node's address (ray start "
+        "--node-ip-address).")
+    interface: str | None = Field(
+        None, description="The network interface the collectives use, e.g. eth0 or ib0 "
+        "(GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME of every rank, unless already set); null: "
+        "the libraries' choice.")
+
+
 class _Plan(_Section):
     """What every variant answers, whatever its fields."""
 
@@ -88,6 +121,11 @@ class _Plan(_Section):
     @property
     def learner_in_ray(self) -> bool:
         return False
+
+    @property
+    def learner_mesh(self) -> Mesh:
+        """The sharded learner's mesh (full sharding where the plan has no ranks)."""
+        return Mesh()
 
 
 class LocalPlacement(_Plan):
@@ -154,28 +192,60 @@ class LearnerGroupPlacement(_OnRay):
                        "each (one GPU each on GPUs).")
     rank: ActorResources = Field(default_factory=ActorResources,
                                  description="What each rank's bundle reserves.")
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="How Ray spreads the ranks' bundles over nodes (its placement-group "
+        "strategies): PACK = on as few nodes as fit, STRICT_SPREAD = each rank on a node of its "
+        "own, ... The ranks are numbered node by node, so a mesh's copies (mesh.replicate = "
+        "nodes) each sit on one node.")
+    mesh: Mesh = Field(default_factory=Mesh, description="Full sharding, or hybrid "
+                       "(replicate x shard).")
+    network: Network = Field(default_factory=Network, description="The network interface of "
+                             "the collectives (address: torchrun only).")
     collective_timeout_s: float = Field(
         600.0, gt=0, description="Seconds one collective of the ranks (a weight gather, a "
         "gradient reduction) waits for a slower rank; past it the step fails with an error "
-        "instead of hanging (run.resume=true continues the run).")
+        "naming the rank that stalled or died and what it was doing (run.resume=true "
+        "continues the run).")
 
     @property
     def learner_in_ray(self) -> bool:
         return True
 
+    @property
+    def learner_mesh(self) -> Mesh:
+        return self.mesh
+
 
 class TorchrunPlacement(_Plan):
     kind: Literal["torchrun"] = Field(
-        description="The learner sharded with FSDP2 over the processes of `torchrun "
-        "--nproc-per-node N -m practicum.cli train CONFIG` (N = ranks): rank 0 runs the "
+        description="The learner sharded with FSDP2 over the processes of `torchrun --nnodes M "
+        "--nproc-per-node N -m practicum.cli train CONFIG` (ranks = M x N): rank 0 runs the "
         "sampler, the environments and the loop, the other ranks only the learner's calls "
         "(practicum.runtime.learner_group).")
-    ranks: int = Field(ge=2, description="Learner ranks: torchrun's process count "
-                       "(--nproc-per-node); a launch with another count is refused.")
+    ranks: int = Field(ge=2, description="Learner ranks: torchrun's processes over all nodes "
+                       "(--nnodes x --nproc-per-node); a launch with another count is refused.")
+    nodes: int = Field(1, ge=1, description="Machines of the launch (torchrun's --nnodes), "
+                       "each running ranks / nodes processes (--nproc-per-node).")
+    mesh: Mesh = Field(default_factory=Mesh, description="Full sharding, or hybrid "
+                       "(replicate x shard).")
+    network: Network = Field(default_factory=Network, description="The address and network "
+                             "interface of this node's collectives.")
+    sampler_device: str | None = Field(
+        None, description="Where rank 0's sampler (engine.kind hf) runs. null: with a CUDA "
+        "model.device the first GPU of rank 0's node that no learner rank takes "
+        "(cuda:<ranks / nodes>), and a node without one is refused; else model.device. A GPU "
+        "a learner rank uses (e.g. cuda:0) is shared knowingly. vLLM picks its GPUs itself "
+        "(the node's first): under torchrun on GPUs it needs this set to cuda:0 to share "
+        "them knowingly.")
     collective_timeout_s: float = Field(
         600.0, gt=0, description="Seconds one collective of the ranks waits for a slower rank; "
-        "past it the step fails with an error instead of hanging (torchrun ends the other "
-        "ranks; run.resume=true continues the run).")
+        "past it the step fails with an error naming the rank that stalled or died and what it "
+        "was doing (torchrun ends the other ranks and its summary names a rank that died; "
+        "run.resume=true continues the run).")
+
+    @property
+    def learner_mesh(self) -> Mesh:
+        return self.mesh
 
 
 PlacementPlan = Annotated[
@@ -193,6 +263,8 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
     if isinstance(plan, TorchrunPlacement) and stages:
         raise ValueError("placement.kind=torchrun trains one run per launch: launch each "
                          "stage's `practicum train` under torchrun instead of `stages:`")
+    if isinstance(plan, (LearnerGroupPlacement, TorchrunPlacement)):
+        check_ranks(plan)
     if engine.kind != "vllm":
         return
     if plan.learner_in_ray:
@@ -216,6 +288,20 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
                          f"{engine.tensor_parallel_size} GPU(s) vLLM takes here, and NCCL "
                          "cannot join two processes on one GPU: set model.device to a GPU "
                          "beyond them, or weight_sync=memory")
+
+
+def check_ranks(plan: LearnerGroupPlacement | TorchrunPlacement) -> None:
+    """A sharded plan's ranks against its mesh and nodes."""
+    if plan.ranks % plan.mesh.replicate:
+        raise ValueError(f"placement.mesh.replicate={plan.mesh.replicate}: ranks={plan.ranks} "
+                         "is not a multiple of it (ranks = replicate x shard)")
+    if isinstance(plan, TorchrunPlacement) and plan.ranks % plan.nodes:
+        raise ValueError(f"placement.nodes={plan.nodes}: ranks={plan.ranks} is not a multiple "
+                         "of it (each node runs ranks / nodes processes)")
+    if isinstance(plan, LearnerGroupPlacement) and plan.network.address is not None:
+        raise ValueError("placement.network.address: a Ray group's ranks bind to their Ray "
+                         "node's address (ray start --node-ip-address); the setting is "
+                         "torchrun's")
 
 
 # -- the keys this section replaced ---------------------------------------------------------

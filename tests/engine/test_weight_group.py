@@ -61,3 +61,27 @@ def test_a_member_that_never_joins_fails_the_group_instead_of_hanging_it():
     with pytest.raises(Exception, match="(?i)timeout|timed out"):
         pending.connect()
 
+
+
+def test_the_group_is_reached_at_its_host_and_binds_its_sockets_there():
+    """`host` is where the receivers dial the store and where the gloo group's sockets listen
+    (not the address the host name resolves to); a receiver in a thread of its own here."""
+    import psutil
+
+    tensors = weight_tensors()
+    meta = meta_of(tensors)
+    pending = WeightGroup.open_server(2, "gloo", host="127.0.0.2", timeout_s=60)
+    with ThreadPoolExecutor(1) as pool:
+        joined = pool.submit(WeightGroup.join, "127.0.0.2", pending.port, 1, 2, "gloo", 60)
+        sender = pending.connect()
+        receiver = joined.result()
+    listening = {c.laddr.ip for c in psutil.Process().net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN}
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(lambda: {k: v.clone() for k, v in receiver.receive(meta)})
+        sender.send(list(tensors.values()), meta)
+        got = got.result()
+    sender.close()
+    receiver.close()
+    assert "127.0.0.2" in listening and "127.0.0.1" not in listening
+    assert all(torch.equal(got[k], v) for k, v in tensors.items())

@@ -121,7 +121,8 @@ def test_a_launch_that_does_not_match_the_plan_is_refused_before_anything_loads(
     torchrun = load_config(None, ["placement.kind=torchrun", "placement.ranks=2",
                                   f"run.out_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"^config error at placement.kind: torchrun ranks "
-                                          r"are the processes of `torchrun --nproc-per-node 2"):
+                                          r"are the processes of `torchrun --nnodes 1 "
+                                          r"--nproc-per-node 2"):
         place(torchrun)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -135,3 +136,46 @@ def test_a_launch_that_does_not_match_the_plan_is_refused_before_anything_loads(
     assert serve_learner_rank(torchrun) is False  # rank 0 drives: placement refuses it there
     with pytest.raises(ConfigError, match="torchrun started 4 processes"):
         place(torchrun)
+    # 4 processes on 2 nodes, where the plan has 1 node of 4 (or 4 nodes of 1)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    for nodes in (1, 4):
+        cfg = load_config(None, [f"placement={{kind: torchrun, ranks: 4, nodes: {nodes}}}"])
+        with pytest.raises(ConfigError, match=rf"^config error at placement.nodes: torchrun "
+                                              rf"started 2 node\(s\) with 2 process\(es\) on "
+                                              rf"this one, the plan has {nodes} node\(s\) of "
+                                              rf"{4 // nodes} \(ranks=4\): launch `torchrun "
+                                              rf"--nnodes {nodes} --nproc-per-node {4 // nodes}"):
+            serve_learner_rank(cfg)
+
+
+def test_rank_0s_sampler_gets_a_gpu_no_learner_rank_takes_or_the_launch_is_refused():
+    """Under torchrun the node's learner ranks take cuda:0..L-1 (LOCAL_RANK); the sampler in
+    rank 0 takes the next GPU, or a GPU the plan names (sharing one knowingly); a node with no
+    GPU left, or vLLM (which starts on the first GPUs whatever it is told), is refused in one
+    line naming the GPUs."""
+    from practicum.runtime.placement import torchrun_sampler_device
+
+    def device(plan: str, engine: str = "hf", model_device: str = "cuda", local: int = 4,
+               gpus: int = 8) -> str:
+        cfg = load_config(None, [f"placement={{kind: torchrun, ranks: 8, nodes: 2{plan}}}"])
+        return torchrun_sampler_device(cfg.placement, engine, model_device, local, gpus)
+
+    assert device("") == "cuda:4"
+    assert device("", model_device="cpu") == "cpu"
+    assert device(", sampler_device: cuda:0", gpus=4) == "cuda:0"
+    with pytest.raises(ConfigError) as e:
+        device("", gpus=4)
+    assert str(e.value) == (
+        "config error at placement.sampler_device: the 4 learner ranks on rank 0's node take "
+        "cuda:0-3, all of its 4 GPU(s), leaving none for rank 0's sampler: launch one process "
+        "fewer per node (--nproc-per-node 3 and placement.ranks to match), or set "
+        "placement.sampler_device: cuda:0 (shared with learner rank 0) or cpu")
+    with pytest.raises(ConfigError, match=r"^config error at placement.sampler_device: vLLM in "
+                                          r"rank 0 starts on this node's first GPU\(s\), which "
+                                          r"learner ranks use \(cuda:0-3\)"):
+        device("", engine="vllm")
+    assert device(", sampler_device: cuda:0", engine="vllm") == "cuda:0"
+    with pytest.raises(ConfigError, match="cuda:5, but vLLM in rank 0 starts on"):
+        device(", sampler_device: cuda:5", engine="vllm")

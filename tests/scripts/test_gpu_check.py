@@ -131,3 +131,57 @@ def test_run_figures_read_the_run_folder(tmp_path):
     # async: the generation server's busy seconds
     assert _load_driver().run_figures(tmp_path, summary, "async")[
         "sampling_tokens_per_s"] == pytest.approx(6 / 3.0)
+
+
+@pytest.mark.slow
+def test_gpu_check_trains_the_sharded_learner_over_two_ranks_on_cpu(tmp_path, tiny_model_dir):
+    """--ranks 2 on the CPU (gloo): both ranks train the steps, each reports what it sent
+    (rank 0 scatters the weights it reads and receives the gathered export, rank 1 the
+    reverse) and its memory (none on a CPU); the weights are one process's to rounding."""
+    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
+                               "--reference-model", "none", "--runs", "ranks-full",
+                               "--ranks", "2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert result["ok"] and result["settings"]["ranks"] == 2 and result["runs"] == []
+    [run] = result["ranks"]
+    assert (run["name"], run["world"], run["backend"], run["error"]) == (
+        "ranks-full", 2, "gloo", None)
+    assert run["steps"] == run["steps_wanted"] > 0 and run["max_abs_weight_diff"] < 1e-4
+    first, second = run["per_rank"]
+    assert [first["rank"], second["rank"]] == [0, 1]
+    for rank in (first, second):
+        assert rank["device"] == "cpu" and rank["learner_tokens_per_s"] > 0
+        assert rank["peak_allocated_gb"] is None and rank["peak_reserved_gb"] is None
+        ops = rank["sent_bytes_by_op"]
+        assert ops["all_gather_single"] > 0 and ops["reduce_scatter_single"] > 0
+        assert rank["sent_bytes"] == pytest.approx(sum(ops.values()))
+    assert first["sent_bytes_by_op"]["scatter"] > 0 == first["sent_bytes_by_op"]["gather"]
+    assert second["sent_bytes_by_op"]["gather"] > 0 == second["sent_bytes_by_op"]["scatter"]
+
+
+def test_sent_bytes_count_as_rings_do():
+    sent = _load_driver().sent_bytes
+    mb = 2**20
+    assert sent("all_gather_single", mb, 4, False) == 3 * mb  # its piece to 3 others
+    assert sent("reduce_scatter_single", 4 * mb, 4, False) == 3 * mb
+    assert sent("all_reduce", 4 * mb, 4, False) == 6 * mb
+    assert sent("scatter", mb, 4, True) == 3 * mb and sent("scatter", mb, 4, False) == 0
+    assert sent("gather", mb, 4, True) == 0 and sent("gather", mb, 4, False) == mb
+    assert sent("broadcast", mb, 4, False) == mb and sent("all_reduce", mb, 1, True) == 0
+
+
+def test_ranks_beyond_the_gpus_of_the_machine_are_a_problem_named_in_one_line(tmp_path):
+    """--ranks 2 with --device cuda on a machine with fewer GPUs (none here) is refused before
+    anything loads; the record's problem says so."""
+    import torch
+
+    driver = _load_driver()
+    args = driver.parse_args(["--device", "cuda", "--ranks", "2", "--out", str(tmp_path / "x")])
+    record = driver.ranks_check(args, driver.QUICK, "unused", tmp_path, lora=True)
+    have = torch.cuda.device_count()
+    if have >= 2:
+        pytest.skip("this machine has the GPUs")
+    assert record["error"] == f"--ranks 2 needs 2 GPUs, one per rank; this machine has {have}"
+    assert driver.ranks_problems(record) == [f"ranks-lora: crashed: {record['error']}"]
+    assert driver.ranks_problems({**record, "error": None, "steps": 1, "steps_wanted": 2}) == [
+        "ranks-lora: completed 1 of 2 steps"]

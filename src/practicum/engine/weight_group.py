@@ -13,8 +13,10 @@ The group rendezvous on its own `TCPStore` and is built from the backend class d
 needs nor disturbs a default process group (the sharded learner may hold one) and its ranks are
 its own. Backend: nccl when the weights are CUDA tensors (they go GPU to GPU), gloo otherwise.
 NCCL cannot join two processes on one GPU: a learner on one of vLLM's GPUs is refused (the
-config check, and the vLLM sampler when the group forms). The store listens on 127.0.0.1: the
-receivers run on rank 0's node (vLLM's workers are its engine's processes on one node).
+config check, and the vLLM sampler when the group forms). `host` is the address the group is
+reached at: the receivers dial the store there (its server listens on every interface) and a
+gloo group's sockets bind to it; 127.0.0.1 by default, since the receivers run on rank 0's node
+(vLLM's workers are its engine's processes on one node).
 
 Tensors travel in buckets: consecutive tensors of one dtype flattened into one buffer of up to
 `bucket_mb` (a larger tensor alone), so a model of hundreds of tensors takes a few collectives;
@@ -101,15 +103,18 @@ class WeightGroup:
              timeout_s: float = 600.0) -> WeightGroup:
         """A receiver's membership (blocks until every member has joined)."""
         store = dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s))
-        return cls._form(store, rank, world, backend, timeout_s)
+        return cls._form(store, host, rank, world, backend, timeout_s)
 
     @classmethod
-    def _form(cls, store: dist.Store, rank: int, world: int, backend: str,
+    def _form(cls, store: dist.Store, host: str, rank: int, world: int, backend: str,
               timeout_s: float) -> WeightGroup:
         prefixed = dist.PrefixStore("practicum-weights", store)
         timeout = timedelta(seconds=timeout_s)
-        if backend == "gloo":
-            pg = dist.ProcessGroupGloo(prefixed, rank, world, timeout)
+        if backend == "gloo":  # its sockets on `host`, not on what the host name resolves to
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+            pg = dist.ProcessGroupGloo(prefixed, rank, world, options)
         elif backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout
@@ -162,4 +167,5 @@ class PendingGroup:
         return self.store.port
 
     def connect(self) -> WeightGroup:
-        return WeightGroup._form(self.store, 0, self.world, self.backend, self.timeout_s)
+        return WeightGroup._form(self.store, self.host, 0, self.world, self.backend,
+                                 self.timeout_s)

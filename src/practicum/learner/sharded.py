@@ -2,19 +2,28 @@
 
     every rank:  Learner(ShardedTrainable, cfg, GroupRanks(...))      (`sharded_learner`)
 
-Each decoder layer, then the whole model, is one FSDP2 unit: a rank keeps 1/N of every
-parameter, gradient and AdamW moment, and gathers a layer's full weights only while it runs.
+Each decoder layer, then the whole model, is one FSDP2 unit over a device mesh
+(`learner_mesh`). Full sharding (the default): a rank keeps 1/N of every parameter, gradient
+and AdamW moment, and gathers a layer's full weights from all N ranks only while it runs.
+Hybrid sharding (HSDP, `placement.mesh.replicate: R`): the N ranks form an R x (N / R) mesh,
+each of the R copies of the model sharded over its N / R ranks, which gather among themselves
+only (one copy per node keeps the gathers off the slower link between nodes); gradients are
+reduce-scattered within a copy, then all-reduced across copies.
 The model is built on the meta device and filled from rank 0's reads of the weight files, so
 no rank ever holds the whole model (`practicum.learner.load`).
-The step code is `practicum.learner.step.Learner`'s: each rank trains on its part of every mini-batch
-with the whole mini-batch's normaliser, and FSDP's reduce-scatter *sums* the ranks' gradients
-(its default averages over ranks: `set_gradient_divide_factor(1)`), so N ranks make the update
-one process makes. Gradient clipping takes the norm over every shard (DTensor gradients). With
-full fine-tuning and a KL term the frozen reference is sharded the same way.
+The step code is `practicum.learner.step.Learner`'s: each rank (of every copy) trains on its
+part of every mini-batch with the whole mini-batch's normaliser, and FSDP's reductions *sum*
+the ranks' gradients over the whole mesh (its default averages over ranks:
+`set_gradient_divide_factor(1)` with plain SUM reductions, `set_force_sum_reduction_for_comms`,
+makes both HSDP steps sums), so N ranks make the update one process makes, whatever the mesh.
+Gradient clipping takes the norm over every shard (DTensor gradients). With full fine-tuning
+and a KL term the frozen reference is sharded the same way.
 
 Precision (`load.mixed_precision`): on a GPU full fine-tuning keeps fp32 weights (the master
 copy AdamW updates) and gathers and computes in bf16, reducing gradients in fp32; LoRA keeps its
-frozen base in the compute dtype. On a CPU nothing is cast. Backend: nccl on GPU, gloo on CPU.
+frozen base in the compute dtype. On a CPU nothing is cast. Backend: nccl on GPU (with
+asynchronous error handling that raises: `init_ranks`), gloo on CPU, bound to
+`placement.network.address` when set (`gloo_backend`).
 
 Checkpoints stay sharded: each rank writes its own shards of the weights and the AdamW state
 (`practicum.learner.checkpoint`, torch.distributed.checkpoint), readable at any number of ranks,
@@ -25,6 +34,7 @@ one process included. Exports stream: `iter_full_tensors` gathers one tensor at 
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
@@ -38,6 +48,7 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     set_optimizer_state_dict,
 )
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -59,14 +70,57 @@ from practicum.learner.shards import gather_rows
 from practicum.learner.step import Learner
 
 
-def init_ranks(device_type: str, timeout_s: float) -> None:
+def init_ranks(device_type: str, timeout_s: float, address: str | None = None,
+               interface: str | None = None) -> None:
     """Join the process group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (set by
-    torchrun or by the Ray learner group): nccl on GPU, gloo on CPU. A collective that waits
-    longer than `timeout_s` for another rank fails instead of hanging."""
+    torchrun or by the Ray learner group): nccl on GPU, gloo on CPU (its sockets bound to
+    `address` when given: `gloo_backend`). `interface` (e.g. eth0) becomes GLOO_SOCKET_IFNAME
+    and NCCL_SOCKET_IFNAME unless they are set. A collective that waits longer than
+    `timeout_s` for another rank fails instead of hanging: with NCCL the watchdog aborts the
+    communicator and the waiting call raises (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, unless set;
+    torch's default, 3, ends the process without an error to read)."""
     if dist.is_initialized():
         return
-    dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
-                            timeout=timedelta(seconds=timeout_s))
+    if interface:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+    if device_type == "cuda":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+        backend = "nccl"
+    else:
+        backend = gloo_backend(address)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def gloo_backend(address: str | None) -> str:
+    """The name of a gloo backend whose sockets bind to `address` (registered once per
+    address: `init_process_group` builds gloo's device from the host name or
+    GLOO_SOCKET_IFNAME only, never from an address); "gloo" for None."""
+    if not address:
+        return "gloo"
+    name = "gloo_at_" + "".join(c if c.isalnum() else "_" for c in address)
+    if not hasattr(dist.Backend, name.upper()):
+        def build(store, rank: int, size: int, timeout: timedelta):
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=address)]
+            return dist.ProcessGroupGloo(store, rank, size, options)
+
+        dist.Backend.register_backend(name, build, devices=["cpu"])
+    return name
+
+
+def learner_mesh(device_type: str, replicate: int) -> DeviceMesh:
+    """The device mesh of the process group's ranks: ("shard",) over all of them, or
+    ("replicate", "shard") of `replicate` copies of consecutive ranks (rank 0 in copy 0)."""
+    world = dist.get_world_size()
+    if replicate == 1:
+        return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
+    if world % replicate:
+        raise PracticumError(f"placement.mesh.replicate={replicate}: {world} ranks do not split "
+                             "into that many copies")
+    return init_device_mesh(device_type, (replicate, world // replicate),
+                            mesh_dim_names=("replicate", "shard"))
 
 
 class _Forward(nn.Module):
@@ -86,17 +140,27 @@ class _Forward(nn.Module):
         return self._inner.token_logprobs(*args, **kwargs)
 
 
-def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy) -> nn.Module:
-    """fully_shard each decoder layer of `lm` (transformers' `_no_split_modules`), then `root`."""
+def decoder_layers(lm: nn.Module) -> list[nn.Module]:
+    """The decoder layers of `lm` (transformers' `_no_split_modules`), in order; sharded ones
+    too (`fully_shard` makes each an instance of a subclass, FSDP<class>)."""
     layer_types = set(getattr(lm, "_no_split_modules", None) or ())
-    layers = [m for m in lm.modules() if type(m).__name__ in layer_types]
+    layers = [m for m in lm.modules()
+              if any(c.__name__ in layer_types for c in type(m).__mro__)]
     if not layers:
         raise PracticumError(f"cannot shard {type(lm).__name__}: it names no decoder layer class "
                              "(_no_split_modules)")
-    for unit in [*layers, root]:
-        fully_shard(unit, mp_policy=mp)
-        unit.set_gradient_divide_factor(1.0)  # the ranks' losses are shares of one: sum them
-        unit.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return layers
+
+
+def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy,
+           mesh: DeviceMesh) -> nn.Module:
+    """fully_shard each decoder layer of `lm`, then `root`, over `mesh`."""
+    for unit in [*decoder_layers(lm), root]:
+        fully_shard(unit, mesh=mesh, mp_policy=mp)
+        # the ranks' losses are shares of one: sum them over the whole mesh, in plain SUMs
+        # (gloo has no PREMUL_SUM; with HSDP both the reduce-scatter and the all-reduce)
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)
     return root
 
 
@@ -106,7 +170,7 @@ class ShardedTrainable:
     the meta device, then filled)."""
 
     def __init__(self, inner: HFTrainable, reference: nn.Module | None, mp: MixedPrecisionPolicy,
-                 export_dtype: torch.dtype | None):
+                 export_dtype: torch.dtype | None, mesh: DeviceMesh):
         self.inner, self.tokenizer, self.pad_id = inner, inner.tokenizer, inner.pad_id
         self.device = inner.device
         self.export_dtype = export_dtype
@@ -117,12 +181,14 @@ class ShardedTrainable:
         # no shared-prompt pass: it runs each layer twice in one forward, and whether it does
         # differs between ranks' rows, so their gathers and reductions would no longer pair up
         inner.min_shared_prefix = 1 << 62
-        self.policy = _shard(inner.lm, _Forward(inner, inner.model, reference=False), mp)
+        self.mesh = mesh
+        self.policy = _shard(inner.lm, _Forward(inner, inner.model, reference=False), mp, mesh)
         self.reference = None
         """The frozen base sharded on its own (full fine-tuning with a KL term); with LoRA it is
         the policy with its adapter off."""
         if reference is not None:
-            self.reference = _shard(reference, _Forward(inner, reference, reference=True), mp)
+            self.reference = _shard(reference, _Forward(inner, reference, reference=True), mp,
+                                    mesh)
         self._in_base = False
         self.names = [n for n, p in inner.model.named_parameters() if p.requires_grad]
         """The trainable parameters' names, in the optimizer's order."""
@@ -160,8 +226,8 @@ class ShardedTrainable:
         """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
         with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
         floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
-        shard and hold no full tensor), yielded on rank 0 only, on its device. Every rank must
-        run it to the end: each tensor is a collective."""
+        shard and hold no full tensor; with HSDP only copy 0's ranks send), yielded on rank 0
+        only, on its device. Every rank must run it to the end: each tensor is a collective."""
         for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
             if isinstance(t, DTensor):
                 full = gather_rows(t, dtype if t.is_floating_point() else None)
@@ -243,10 +309,12 @@ class GroupRanks(Ranks):
         dist.barrier()
 
 
-def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTrainable:
+def sharded_trainable(policy: PolicyConfig, kl_reference: bool,
+                      replicate: int = 1) -> ShardedTrainable:
     """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
     fine-tuning) built without any rank holding the whole model (`practicum.learner.load`),
-    then `policy.init` when set. Every rank calls it; the process group is joined."""
+    then `policy.init` when set; over `replicate` copies (HSDP; 1: full sharding). Every rank
+    calls it; the process group is joined."""
     device = load.rank_device(policy.device)
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
@@ -262,7 +330,8 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTraina
                         load.BuiltReference(reference))
     inner.cfg = policy  # `init` is loaded below, sharded
     model = ShardedTrainable(inner, reference, mp,
-                             export_dtype=None if policy.lora else mp.param_dtype or dtype)
+                             export_dtype=None if policy.lora else mp.param_dtype or dtype,
+                             mesh=learner_mesh(device.type, replicate))
     load.materialise([r for r in (model.policy, model.reference) if r is not None], device)
     inner.device = model.device = device
     load.load_base_weights(path, [m for m in (lm, reference) if m is not None], policy.seed)
@@ -272,7 +341,9 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool) -> ShardedTraina
 
 
 def sharded_learner(cfg, policy: PolicyConfig) -> Learner:
-    """This rank's `Learner` over its shard of the policy (the process group already joined);
-    on CUDA each rank uses its LOCAL_RANK's GPU."""
-    model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0)
+    """This rank's `Learner` over its shard of the policy, on the plan's mesh
+    (`placement.mesh`; the process group already joined); on CUDA each rank uses its
+    LOCAL_RANK's GPU."""
+    model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0,
+                              replicate=cfg.placement.learner_mesh.replicate)
     return Learner(model, cfg, GroupRanks(model))

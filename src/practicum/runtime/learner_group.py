@@ -4,22 +4,27 @@
                       each call (train_step, export, save, load) is a collective that every
                       rank makes, in the same order
     RayLearnerGroup   placement.kind=learner_group: N RankWorker actors in a placement group,
-                      one bundle (placement.rank: cpus, gpus) per rank; the group picks
-                      MASTER_ADDR / MASTER_PORT (rank 0's node, a free port) and RANK / WORLD_SIZE
+                      one bundle (placement.rank: cpus, gpus) per rank, spread over the Ray
+                      cluster's nodes by `placement.strategy` and numbered node by node; the
+                      group picks MASTER_ADDR / MASTER_PORT (rank 0's node, a free port) and
+                      RANK / WORLD_SIZE; each rank binds its collectives to its node's Ray address
     TorchrunLearner   placement.kind=torchrun: rank 0 is the driver (sampler, environments, the
                       loop); it sends each call to ranks > 0, which run `follow` instead of a
-                      session
+                      session; on `placement.nodes` machines, each launching its own torchrun
 
 Either way the driver holds one `Learner`; rank 0 returns the metrics and the gathered weights;
 every rank writes its shards of a checkpoint (`practicum.learner.checkpoint`: the format one
 process writes too), so the run folder must be on a filesystem every rank's node mounts.
 
-A rank that dies or stalls stops the step on every rank: under Ray the first failed rank ends
-the call at once (the others, waiting for it in a collective, are killed with it); under
-torchrun, torchrun ends the other ranks, and a collective that waits longer than
-`placement.collective_timeout_s` fails. The driver sees `TrainingError`; the step was not
-taken, so the ledger has not recorded its episodes as trained, and `run.resume=true` continues
-from the last checkpoint.
+A rank that dies or stalls stops the step on every rank, and the error names it and its phase
+(`practicum.learner.phases`: each rank posts its phase and a heartbeat to the rendezvous
+store): a collective that waits longer than `placement.collective_timeout_s`, or whose peer's
+socket closes, makes the waiting rank read the board and raise `TrainingError` naming the rank
+that stalled, failed or died and what it was doing. Under Ray the first failed rank ends the
+call at once (the others are killed with it; a dead actor is named with its last posted
+phase); under torchrun, torchrun's agent ends the other ranks when one dies, and its summary
+names the rank. The driver sees `TrainingError`; the step was not taken, so the ledger has not
+recorded its episodes as trained, and `run.resume=true` continues from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -34,15 +39,26 @@ from typing import Any
 from practicum.engine.base import QuietPart, WeightUpdate
 from practicum.engine.hf_model import PolicyConfig, pick_device
 from practicum.errors import TrainingError
+from practicum.placement_plan import Network
 from practicum.runtime.ray_learner import LearnerWorker, RayLearner, TrainableInActor
 
 
 class RankWorker(LearnerWorker):
-    """One rank of the sharded learner (a Ray actor, or a torchrun process)."""
+    """One rank of the sharded learner (a Ray actor, or a torchrun process). Each collective
+    call is watched (`practicum.learner.phases`): its phases are posted, and a failure names
+    the rank that caused it."""
 
-    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float):
+    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float,
+                 network: Network | None = None):
         self.cfg, self.policy, self.collective_timeout = cfg, policy, collective_timeout
-        self.learner = None
+        self.network = network or Network()
+        self.learner = self.board = None
+
+    def node(self) -> tuple[str, str]:
+        """This rank's Ray node: its id and its address."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port, for rank 0 to listen on."""
@@ -54,23 +70,51 @@ class RankWorker(LearnerWorker):
             s.bind(("", 0))
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
-    def join(self, env: dict[str, str] | None = None) -> int:
+    def join(self, env: dict[str, str] | None = None, bind: str | None = None) -> int:
         """Join the process group (`env`: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; else
-        torchrun's) and load this rank's shard."""
-        from practicum.learner.sharded import init_ranks, sharded_learner
+        torchrun's), its collectives bound to `bind` (else placement.network.address), and load
+        this rank's shard."""
+        from practicum.learner.phases import PhaseBoard, watch_layers
+        from practicum.learner.sharded import decoder_layers, init_ranks, sharded_learner
 
         os.environ.update(env or {})
-        init_ranks(pick_device(self.policy.device).type, self.collective_timeout)
-        self.learner = sharded_learner(self.cfg, self.policy)
+        init_ranks(pick_device(self.policy.device).type, self.collective_timeout,
+                   address=bind or self.network.address, interface=self.network.interface)
+        self.board = PhaseBoard.open(self.collective_timeout)
+        with self.board.call("load"):
+            self.learner = sharded_learner(self.cfg, self.policy)
+        model = self.learner.model
+        watch_layers(self.board, decoder_layers(model.inner.lm))
+        if model.reference is not None:
+            watch_layers(self.board, decoder_layers(model.reference.model), "reference ")
         return os.getpid()
 
+    def train_step(self, batch) -> tuple[dict | None, int]:
+        with self.board.call(f"train_step {self.learner.step + 1}"):
+            return super().train_step(batch)
+
     def export(self, version: int) -> tuple[str | None, WeightUpdate | None]:
-        update = self.learner.export_weights(version)  # gathered: rank 0's, None elsewhere
+        with self.board.call(f"export {version}"):
+            update = self.learner.export_weights(version)  # gathered: rank 0's, else None
         return (update.kind if update else None), update
+
+    def save_checkpoint(self, ckpt_root: Path, extra: dict, keep: int) -> Path:
+        with self.board.call(f"save_checkpoint at step {self.learner.step}"):
+            return super().save_checkpoint(ckpt_root, extra, keep)
+
+    def load_checkpoint(self, ckpt: Path) -> tuple[dict, int]:
+        with self.board.call(f"load_checkpoint {Path(ckpt).name}"):
+            return super().load_checkpoint(ckpt)
+
+    def save_policy(self, path: Path) -> None:
+        with self.board.call("save_policy"):
+            super().save_policy(path)
 
     def leave(self) -> None:
         import torch.distributed as dist
 
+        if self.board is not None:
+            self.board.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -81,7 +125,8 @@ class RayLearnerGroup(RayLearner):
 
     def __init__(self, cfg, policy: PolicyConfig, ranks: int, *, cpus: float, gpus: float,
                  timeout: float, collective_timeout: float, address: str | None = None,
-                 export_refs: bool = True):
+                 export_refs: bool = True, strategy: str = "PACK",
+                 network: Network | None = None):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -89,24 +134,33 @@ class RayLearnerGroup(RayLearner):
         from practicum.runtime.ray_cluster import START_SECONDS, start_ray
 
         self.cfg, self.timeout, self.export_refs = cfg, timeout, export_refs
-        self.step, self.handles, self.pids, self.pg = 0, [], [], None
+        self.step, self.handles, self.pids, self.nodes, self.pg = 0, [], [], [], None
+        self.store: tuple[str, int] | None = None
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
         try:
             bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v} or {"CPU": 0.01}
-            self.pg = placement_group([bundle] * ranks, strategy="PACK")
+            self.pg = placement_group([bundle] * ranks, strategy=strategy)
             ray.get(self.pg.ready(), timeout=START_SECONDS)
             worker = ray.remote(RankWorker)
-            self.handles = [worker.options(
+            handles = [worker.options(
                 num_cpus=bundle.get("CPU", 0), num_gpus=gpus, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=i)).remote(cfg, policy,
-                                                                     collective_timeout)
+                                                                     collective_timeout, network)
                 for i in range(ranks)]
+            nodes = ray.get([h.node.remote() for h in handles], timeout=START_SECONDS)
+            # ranks numbered node by node (the first bundle's node first): a mesh's copies of
+            # consecutive ranks then each sit on one node
+            first = {node: k for k, (node, _) in reversed(list(enumerate(nodes)))}
+            order = sorted(range(ranks), key=lambda k: (first[nodes[k][0]], k))
+            self.handles = [handles[k] for k in order]
+            self.nodes = [nodes[k] for k in order]
             addr, port = ray.get(self.handles[0].address.remote(), timeout=START_SECONDS)
+            self.store = (addr, port)
             self.pids = ray.get([h.join.remote({
                 "MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i),
-                "WORLD_SIZE": str(ranks)}) for i, h in enumerate(self.handles)],
+                "WORLD_SIZE": str(ranks)}, self.nodes[i][1]) for i, h in enumerate(self.handles)],
                 timeout=max(timeout, START_SECONDS))
         except (ray.exceptions.RayError, TimeoutError) as e:
             self.close()
@@ -117,7 +171,8 @@ class RayLearnerGroup(RayLearner):
             raise
 
     def summary(self) -> dict[str, Any]:
-        return {"learner_rank_pids": self.pids}
+        return {"learner_rank_pids": self.pids,
+                "learner_rank_nodes": [node for node, _ in self.nodes]}
 
     def call(self, what: str, *args, num_returns: int = 1) -> Any:
         """Every rank's method `what`; rank 0's result (num_returns=2: its first value and an
@@ -141,12 +196,29 @@ class RayLearnerGroup(RayLearner):
             except TimeoutError:
                 reason = f"learner {what} timed out after {self.timeout:g} s"
             except ray.exceptions.RayError as e:
-                rank = getattr(e, "rank", "?")
-                reason = (f"learner rank {rank} failed during {what} ({type(e).__name__}: "
-                          f"{_first_line(e)})")
+                reason = self._failure(what, e)
             self._kill()
         raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
                             "with run.resume=true")
+
+    def _failure(self, what: str, e) -> str:
+        """Why a call failed, from the first rank's error: its own diagnosis of a collective
+        (naming the culprit), else the rank and, when its actor died, its last posted phase."""
+        import ray
+
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, TrainingError):
+            return str(cause)
+        rank = getattr(e, "rank", "?")
+        reason = f"learner rank {rank} failed during {what} ({type(e).__name__}: " \
+                 f"{_first_line(e)})"
+        if isinstance(e, ray.exceptions.RayActorError) and self.store is not None:
+            from practicum.learner.phases import last_phases
+
+            post = last_phases(*self.store, len(self.handles)).get(rank)
+            if post is not None:
+                reason += f"; its last phase: {post.phase} (pid {post.pid} on {post.host})"
+        return reason
 
     def _gather(self, refs: list) -> list:
         """Each rank's value; the first failure is raised as it happens (tagged with `rank`)."""
@@ -196,14 +268,12 @@ class TorchrunLearner(QuietPart):
     """Rank 0 of a torchrun launch, in the driver: each call runs here and on ranks > 0
     (`follow`), which receive it over a control group (module doc)."""
 
-    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float):
-        import torch.distributed as dist
-
+    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float,
+                 network: Network | None = None):
         self.cfg = cfg
-        self.worker = RankWorker(cfg, policy, collective_timeout)
+        self.worker = RankWorker(cfg, policy, collective_timeout, network)
         self.worker.join()
-        # waits between calls last as long as sampling does: no timeout on this group
-        self.control = dist.new_group(backend="gloo", timeout=timedelta(days=365))
+        self.control = _control_group(self.worker.network)
         self.step = 0
         self._closed = False
 
@@ -225,11 +295,13 @@ class TorchrunLearner(QuietPart):
         try:
             dist.broadcast_object_list([what, args], src=0, group=self.control)
             return getattr(self.worker, what)(*args)
+        except TrainingError as e:  # the ranks' diagnosis: who stalled or died, doing what
+            reason = str(e)
         except (RuntimeError, dist.DistError) as e:
-            self._closed = True
-            raise TrainingError(f"learner {what} failed on the ranks ({type(e).__name__}: "
-                                f"{_first_line(e)}); the step was not taken: resume from the "
-                                "last checkpoint with run.resume=true") from None
+            reason = f"learner {what} failed on the ranks ({type(e).__name__}: {_first_line(e)})"
+        self._closed = True
+        raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
+                            "with run.resume=true")
 
     def train_step(self, batch) -> dict[str, Any] | None:
         metrics, self.step = self.call("train_step", batch)
@@ -258,13 +330,14 @@ class TorchrunLearner(QuietPart):
         self.worker.leave()
 
 
-def follow(cfg, policy: PolicyConfig, collective_timeout: float) -> None:
+def follow(cfg, policy: PolicyConfig, collective_timeout: float,
+           network: Network | None = None) -> None:
     """A torchrun rank > 0: make each call rank 0 sends, until it closes the group."""
     import torch.distributed as dist
 
-    worker = RankWorker(cfg, policy, collective_timeout)
+    worker = RankWorker(cfg, policy, collective_timeout, network)
     worker.join()
-    control = dist.new_group(backend="gloo", timeout=timedelta(days=365))
+    control = _control_group(worker.network)
     try:
         while True:
             box: list = [None, None]
@@ -276,3 +349,13 @@ def follow(cfg, policy: PolicyConfig, collective_timeout: float) -> None:
     finally:
         worker.leave()
 
+
+def _control_group(network: Network):
+    """The group rank 0 sends its calls over: gloo (objects on the CPU, whatever the device),
+    bound as the collectives are; waits between calls last as long as sampling does, so no
+    timeout."""
+    import torch.distributed as dist
+
+    from practicum.learner.sharded import gloo_backend
+
+    return dist.new_group(backend=gloo_backend(network.address), timeout=timedelta(days=365))

@@ -16,20 +16,22 @@ where a part goes; everything after it holds the `Learner` and `Part` protocols
     sampler   the engine kind's sampler (`practicum.engine.factory`): sharing the in-process
               trainable's weights, or with weights of its own in a Ray actor (`RayEngine`),
               in N of them (`placement.engine.replicas`, `EngineReplicas`) or here when the
-              learner is elsewhere
+              learner is elsewhere (under torchrun on a device no learner rank takes:
+              `torchrun_sampler_device`)
     envs      in this process (and its children), or Ray actors (`placement.envs`: `RayEnvPool`)
     ray       the Ray the actors live on (`RayCluster`), closed after them
 
 Checks come before building: the config's own ran when it was read (`check_plan`); what only
 this launch can tell (`check_launch`: torchrun's process count, installed packages) and the Ray
-cluster's GPUs (`RayCluster.join`) are checked here before any part starts.
+cluster's GPUs (`RayCluster.join`) are checked here before any part starts; torchrun's nodes
+and processes per node by every rank, rank 0's sampler device by rank 0.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from practicum.config import Config
@@ -135,8 +137,9 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
 
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
-    the plan has ranks (or none), what the plan's actors need is installed here, and the
-    environments (`suite`, when given) can run in Ray actors if the plan puts them there."""
+    the plan has ranks (or none), on as many nodes, what the plan's actors need is installed
+    here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
+    them there."""
     from importlib.util import find_spec
 
     plan, world = cfg.placement, _torchrun_world()
@@ -145,8 +148,18 @@ def check_launch(cfg: Config, suite: Suite | None = None) -> None:
                           f"set placement: {{kind: torchrun, ranks: {world}}}")
     if world == 1 and isinstance(plan, TorchrunPlacement):
         raise ConfigError(f"config error at placement.kind: torchrun ranks are the processes "
-                          f"of `torchrun --nproc-per-node {plan.ranks} -m practicum.cli train "
-                          "...`; this process was not started by torchrun")
+                          f"of `torchrun --nnodes {plan.nodes} --nproc-per-node "
+                          f"{plan.ranks // plan.nodes} -m practicum.cli train ...`; this process "
+                          "was not started by torchrun")
+    if world > 1:
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+        here = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        if nodes != plan.nodes or here != plan.ranks // plan.nodes:
+            raise ConfigError(f"config error at placement.nodes: torchrun started {nodes} "
+                              f"node(s) with {here} process(es) on this one, the plan has "
+                              f"{plan.nodes} node(s) of {plan.ranks // plan.nodes} (ranks="
+                              f"{plan.ranks}): launch `torchrun --nnodes {plan.nodes} "
+                              f"--nproc-per-node {plan.ranks // plan.nodes} ...` on each node")
     if plan.on_ray:
         require_ray("placement.kind")
     if cfg.engine.kind == "vllm" and plan.engine_actors is not None and \
@@ -173,8 +186,40 @@ def serve_learner_rank(cfg: Config) -> bool:
     from practicum.runtime.learner_group import follow
 
     check_launch(cfg)
-    follow(cfg, policy_config(cfg), cfg.placement.collective_timeout_s)
+    plan = cfg.placement
+    follow(cfg, policy_config(cfg), plan.collective_timeout_s, plan.network)
     return True
+
+
+def torchrun_sampler_device(plan: TorchrunPlacement, engine_kind: str, device: str,
+                            local_ranks: int, gpus: int) -> str:
+    """Where rank 0's sampler runs under torchrun (`placement.sampler_device`), its node
+    running `local_ranks` learner ranks on cuda:0..local_ranks-1 (LOCAL_RANK) and having
+    `gpus` GPUs; `device`: model.device resolved. A CUDA run whose sampler would land on a
+    learner rank's GPU without the plan saying so is refused, naming the GPUs."""
+    if plan.sampler_device is not None:
+        if engine_kind == "vllm" and device.startswith("cuda") and \
+                plan.sampler_device != "cuda:0":
+            raise ConfigError(f"config error at placement.sampler_device: "
+                              f"{plan.sampler_device}, but vLLM in rank 0 starts on this "
+                              "node's first GPU(s) whatever it is told: set cuda:0 (shared "
+                              "with learner rank 0 knowingly)")
+        return plan.sampler_device
+    if not device.startswith("cuda"):
+        return device
+    taken = f"cuda:0-{local_ranks - 1}" if local_ranks > 1 else "cuda:0"
+    if engine_kind == "vllm":
+        raise ConfigError(f"config error at placement.sampler_device: vLLM in rank 0 starts on "
+                          f"this node's first GPU(s), which learner ranks use ({taken}): set "
+                          "placement.sampler_device: cuda:0 to share them knowingly")
+    if gpus > local_ranks:
+        return f"cuda:{local_ranks}"
+    raise ConfigError(f"config error at placement.sampler_device: the {local_ranks} learner "
+                      f"ranks on rank 0's node take {taken}, all of its {gpus} GPU(s), leaving "
+                      "none for rank 0's sampler: launch one process fewer per node "
+                      f"(--nproc-per-node {local_ranks - 1} and placement.ranks to match), or "
+                      "set placement.sampler_device: cuda:0 (shared with learner rank 0) or "
+                      "cpu")
 
 
 def _place_learner(cfg: Config, policy) -> Learner:
@@ -182,7 +227,7 @@ def _place_learner(cfg: Config, policy) -> Learner:
     if isinstance(plan, TorchrunPlacement):
         from practicum.runtime.learner_group import TorchrunLearner
 
-        return TorchrunLearner(cfg, policy, plan.collective_timeout_s)
+        return TorchrunLearner(cfg, policy, plan.collective_timeout_s, plan.network)
     export_refs = plan.engine_actors is not None  # an engine actor takes them from the store
     if isinstance(plan, LearnerGroupPlacement):
         from practicum.runtime.learner_group import RayLearnerGroup
@@ -190,7 +235,8 @@ def _place_learner(cfg: Config, policy) -> Learner:
         return RayLearnerGroup(cfg, policy, plan.ranks, cpus=plan.rank.cpus,
                                gpus=plan.rank.gpus, timeout=plan.call_timeout_s,
                                collective_timeout=plan.collective_timeout_s,
-                               address=plan.address, export_refs=export_refs)
+                               address=plan.address, export_refs=export_refs,
+                               strategy=plan.strategy, network=plan.network)
     if isinstance(plan, RayPlacement) and plan.learner is not None:
         from practicum.runtime.ray_learner import RayLearner
 
@@ -215,6 +261,14 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
                             timeout=plan.call_timeout_s, address=plan.address)
     elif in_process:  # may share the trainable's weights: holds version 0
         return build_sampler(cfg.engine, policy, learner.trainable)
+    elif isinstance(plan, TorchrunPlacement):  # rank 0: a device no learner rank takes
+        import torch
+
+        device = torchrun_sampler_device(
+            plan, cfg.engine.kind, str(pick_device(policy.device)),
+            int(os.environ.get("LOCAL_WORLD_SIZE", plan.ranks // plan.nodes)),
+            torch.cuda.device_count())
+        sampler = build_sampler(cfg.engine, replace(policy, device=device))
     else:
         sampler = build_sampler(cfg.engine, policy)
     try:
