@@ -79,9 +79,12 @@ class ModelConfig(Section):
         description="Module names that get LoRA adapters.",
     )
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
-    merged_sampling: bool = Field(
-        True, description="With LoRA, sample from a copy with the adapter merged into the weights "
-        "(faster sampling, one more copy of the adapted layers)."
+    merged_sampling: bool | None = Field(
+        None, description="With LoRA, sample from a copy with the adapter merged into the weights "
+        "(faster sampling on a CPU, one more copy of the adapted layers; the sampler then runs "
+        "beside the learner in async mode). None = on a CPU only: on a GPU the sampler runs the "
+        "learner's own adapter, whose bf16 log-probs the merged copy does not reproduce "
+        "(benchmarks/lora_gap.py)."
     )
     init: str | None = Field(
         None, description="A saved policy folder to start from, e.g. the adapter `practicum rft` "

@@ -4,7 +4,13 @@
 import pytest
 import torch
 
-from practicum.engine.hf_model import FrozenReference, load_lm, pick_device
+from practicum.engine.hf_model import (
+    FrozenReference,
+    PolicyConfig,
+    load_lm,
+    merged_sampling_on,
+    pick_device,
+)
 from practicum.errors import ConfigError
 
 
@@ -95,3 +101,15 @@ def test_the_blockwise_fp32_head_equals_one_fp32_product(monkeypatch, bias):
     for mine, theirs in zip(grads, [t.grad for t in (hidden, weight, b) if t is not None]):
         assert mine.dtype == theirs.dtype and torch.allclose(mine.float(), theirs.float(),
                                                              atol=1e-2, rtol=1e-2)
+
+
+def test_merged_sampling_is_on_by_default_on_a_cpu_only():
+    """Unset, a LoRA policy samples from a merged copy on a CPU (speed) and through the
+    learner's own adapter on a GPU, where the merged copy's rounding widened the gap
+    (benchmarks/lora_gap.py); an explicit choice wins, and full fine-tuning never merges."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert merged_sampling_on(PolicyConfig(), cpu)
+    assert not merged_sampling_on(PolicyConfig(), gpu)
+    assert merged_sampling_on(PolicyConfig(merged_sampling=True), gpu)
+    assert not merged_sampling_on(PolicyConfig(merged_sampling=False), cpu)
+    assert not merged_sampling_on(PolicyConfig(lora=False, merged_sampling=True), cpu)

@@ -25,6 +25,7 @@ from practicum.engine.hf_model import (
     PolicyConfig,
     load_lm,
     load_tokenizer,
+    merged_sampling_on,
     pick_device,
 )
 from practicum.engine.hf_sampler import HFSampler, MergedCopy
@@ -39,7 +40,7 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     """A sampler over `trainable`'s weights, holding them as version 0."""
     cfg = trainable.cfg
     merged = None
-    if cfg.lora and cfg.merged_sampling:
+    if merged_sampling_on(cfg, trainable.device):
         merged = MergedCopy(trainable.model, resolve_model(cfg.model), trainable.lm.dtype,
                             trainable.device, cfg.attn_implementation)
     sampler = HFSampler(trainable.lm, trainable.tokenizer,

@@ -52,10 +52,11 @@ class PolicyConfig:
     lora_target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEARS))
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, more learner time."""
-    merged_sampling: bool = True
+    merged_sampling: bool | None = None
     """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
     (`hf_sampler.MergedCopy`, those linears in fp32 when dtype is bf16, so small updates are not
-    rounded away): faster sampling on CPU for one more copy of those layers."""
+    rounded away): faster sampling on CPU for one more copy of those layers. None: on a CPU
+    only (`merged_sampling_on`)."""
     init: str | None = None
     """A saved policy folder (e.g. an RFT adapter) whose weights the trainable starts from."""
     seed: int = 0
@@ -141,6 +142,19 @@ def eos_ids(tokenizer, lm) -> set[int]:
 
 def pad_id(tokenizer, eos: set[int]) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+
+
+def merged_sampling_on(cfg: PolicyConfig, device: torch.device) -> bool:
+    """Whether a LoRA policy samples from a merged copy. Unset, only on a CPU, where merging
+    speeds sampling up. A merged copy computes x (W + s B A) in one product while the learner
+    computes x W in the model's dtype plus the adapter's path: in bf16 the two round
+    differently, and where that was measured to widen the trainer/sampler gap (the GPU check's
+    model) the sampler runs the learner's own adapter instead, as full fine-tuning does."""
+    if not cfg.lora:
+        return False
+    if cfg.merged_sampling is not None:
+        return cfg.merged_sampling
+    return device.type == "cpu"
 
 
 class Logits:
