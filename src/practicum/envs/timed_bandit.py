@@ -87,15 +87,6 @@ class BanditOptions(BaseModel):
         return tuple(Arm(name, a.reward, a.seconds) for name, a in self.arms.items())
 
 
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    reward: float
-    """Reward of one completed run of this program."""
-    seconds: float
-    """Mean run time in seconds (before `time_scale`)."""
-
-
 def draw_duration(rng: random.Random, mean: float, distribution: str = "lognormal",
                   sigma: float = 1.0, pareto_alpha: float = 1.5) -> float:
     """A heavy-tailed run time with the given mean.
