@@ -82,10 +82,10 @@ def perturb_adapter(model: torch.nn.Module, rms: float, seed: int = 1) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * rms)
 
 
-def build(arm: str, model: str, rms: float):
+def build(arm: str, model: str, rms: float, device: str = "cpu"):
     """(trainable, sampler) for one arm, holding the same weights."""
     lora, dtype, how = ARMS[arm]
-    policy = PolicyConfig(model=model, dtype=dtype, lora=lora, device="cpu",
+    policy = PolicyConfig(model=model, dtype=dtype, lora=lora, device=device,
                           merged_sampling=how != "unmerged")
     trainable, sampler = load_hf_engine(policy)
     if lora and rms:
@@ -117,7 +117,7 @@ def gaps(trainable, sampler, prompts: list[list[int]], new_tokens: int) -> torch
     out = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
         learner = lp[i, len(p):len(p) + len(s.token_ids)]
-        out.append((learner - torch.tensor(s.logprobs)).abs())
+        out.append((learner.cpu() - torch.tensor(s.logprobs)).abs())
     return torch.cat(out)
 
 
@@ -135,6 +135,36 @@ def gpu_check_model(folder: Path) -> str:
     return str(folder)
 
 
+def chat_prompts(tokenizer, n: int) -> list[list[int]]:
+    """The first `n` questions as chat prompts (token ids)."""
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}],
+                                           add_generation_prompt=True, tokenize=False)
+             for q in QUESTIONS[:n]]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def arm_rows(model: str, arms: list[str], adapter_rms: list[float], n_prompts: int,
+             new_tokens: int, device: str = "cpu", log=print) -> list[dict]:
+    """One row per (arm, adapter RMS): the gap's mean, p99 and max over the sampled tokens."""
+    rows = []
+    for rms in adapter_rms:
+        for arm in arms:
+            if not ARMS[arm][0] and rms != adapter_rms[0]:
+                continue  # full FT has no adapter: one row is enough
+            t0 = time.perf_counter()
+            trainable, sampler = build(arm, model, rms, device)
+            g = gaps(trainable, sampler, chat_prompts(trainable.tokenizer, n_prompts),
+                     new_tokens).float().cpu()
+            row = {"arm": arm, "adapter_rms": rms if ARMS[arm][0] else None, "tokens": g.numel(),
+                   "gap_mean": g.mean().item(), "gap_p99": g.quantile(0.99).item(),
+                   "gap_max": g.max().item(), "seconds": round(time.perf_counter() - t0, 1)}
+            rows.append(row)
+            log(f"{arm:22s} rms={row['adapter_rms']!s:6s} tokens={row['tokens']:5d} "
+                f"mean={row['gap_mean']:.2e} p99={row['gap_p99']:.2e} max={row['gap_max']:.2e}")
+            del trainable, sampler
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -142,6 +172,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--adapter-rms", type=float, nargs="+", default=[0.0, 1e-3])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    ap.add_argument("--device", default="cpu", help="model.device of every arm")
     ap.add_argument("--random", action="store_true",
                     help="the GPU check's random 88M Llama instead of --model")
     args = ap.parse_args()
@@ -149,27 +180,8 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory(prefix="lora_gap_")
     model = gpu_check_model(Path(scratch.name)) if args.random else args.model
     torch.manual_seed(0)
-    rows = []
-    for rms in args.adapter_rms:
-        for arm in args.arms:
-            if not ARMS[arm][0] and rms != args.adapter_rms[0]:
-                continue  # full FT has no adapter: one row is enough
-            t0 = time.perf_counter()
-            trainable, sampler = build(arm, model, rms)
-            tok = trainable.tokenizer
-            texts = [tok.apply_chat_template([{"role": "user", "content": q}],
-                                             add_generation_prompt=True, tokenize=False)
-                     for q in QUESTIONS[:args.prompts]]
-            prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
-            g = gaps(trainable, sampler, prompts, args.new_tokens)
-            row = {"arm": arm, "adapter_rms": rms if ARMS[arm][0] else None, "tokens": g.numel(),
-                   "gap_mean": g.mean().item(), "gap_p99": g.quantile(0.99).item(),
-                   "gap_max": g.max().item(), "seconds": round(time.perf_counter() - t0, 1)}
-            rows.append(row)
-            print(f"{arm:22s} rms={row['adapter_rms']!s:6s} tokens={row['tokens']:5d} "
-                  f"mean={row['gap_mean']:.2e} p99={row['gap_p99']:.2e} "
-                  f"max={row['gap_max']:.2e}", flush=True)
-            del trainable, sampler
+    rows = arm_rows(model, args.arms, args.adapter_rms, args.prompts, args.new_tokens,
+                    args.device, log=lambda line: print(line, flush=True))
     scratch.cleanup()
     machine["load_avg_after"] = __import__("os").getloadavg()[0]
     out = OUT.with_name("lora_gap_random.json") if args.random else OUT

@@ -22,9 +22,13 @@ and reads back what each run wrote (metrics.jsonl, summary.json, episodes.jsonl)
 
 Then the learner alone, sharded with FSDP2 (`practicum.learner.sharded`, as `placement.ranks`
 runs it) as a one-rank group on this device, LoRA and full fine-tuning, fp32 master weights
-with bf16 compute on a GPU, against the unsharded learner on the same synthetic batches: peak
-memory, learner tokens/s and the largest weight difference between the two (runs fsdp2-lora
-and fsdp2-full).
+with bf16 compute on a GPU, against the unsharded learner on the same synthetic batches at the
+same precision (its fp32 weights under bf16 autocast on a GPU): peak memory, learner tokens/s
+and the largest weight difference between the two (runs fsdp2-lora and fsdp2-full).
+
+Run lora-gap: benchmarks/lora_gap.py's arms on the check's model and device (full FT and LoRA,
+fp32 and bf16, merged sampling on and off, the adapter as initialised and perturbed), each
+arm's trainer/sampler gap mean, p99 and max per token.
 
 With `--ranks N` (N > 1, a node with N GPUs), the sharded learner again, now over N processes
 of this node, one device each (rank r on cuda:r, NCCL; gloo on the CPU), LoRA and full
@@ -53,6 +57,7 @@ status is 1 when any run crashed, stopped short, logged a non-finite value or a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import gc
 import json
@@ -78,6 +83,8 @@ FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
 """The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 WEIGHT_GROUP_RUN = "weight-group"
 """The broadcast weight group alone (`weight_group_check`), selectable in --runs too."""
+LORA_GAP_RUN = "lora-gap"
+"""Where the trainer/sampler gap comes from, arm by arm (`lora_gap_check`)."""
 RANKS_RUNS = (("ranks-lora", True), ("ranks-full", False))
 """The sharded learner over --ranks processes (`ranks_check`), run when --ranks > 1."""
 
@@ -129,7 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="above 1: also train the sharded learner over this many processes of "
                    "this node, one device each (runs ranks-lora, ranks-full)")
     names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
-        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN]
+        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN]
     p.add_argument("--runs", default=",".join(names),
                    help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
@@ -379,8 +386,16 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
                 learner = sharded_learner(cfg, policy_config(cfg))
             vocab = len(learner.model.tokenizer)
             seconds = tokens = 0.0
+            # the same precision on both sides: FSDP2 computes in bf16 over fp32 masters on a
+            # GPU, so the plain learner's fp32 weights compute under bf16 autocast there
+            same_precision = (torch.autocast("cuda", dtype=torch.bfloat16)
+                              if kind == "plain" and torch.device(args.device).type == "cuda"
+                              else contextlib.nullcontext())
+            record["compute"] = "bf16 over fp32 weights" if args.device.startswith("cuda") \
+                else "fp32"
             for step in range(size.steps):
-                m = learner.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
+                with same_precision:
+                    m = learner.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
                 seconds += m["learner_seconds"]
                 tokens += m["train_tokens"] * m["updates"]
             weights[kind] = {k: v.float().cpu() for k, v in
@@ -615,6 +630,28 @@ def weight_group_check(args, model: str) -> dict:
     return record
 
 
+def lora_gap_check(args, size: Size, model: str) -> dict:
+    """benchmarks/lora_gap.py's arms on the check's model and device: the same weights sampled
+    and scored with LoRA and full fine-tuning, bf16 and fp32, merged sampling on and off; each
+    arm's gap mean, p99 and max per token (the ablation that explains the LoRA gap)."""
+    record = {"name": LORA_GAP_RUN, "error": None, "rows": []}
+    try:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import lora_gap
+
+        arms, rms = list(lora_gap.ARMS), [0.0, 1e-3]
+        prompts, tokens = 16, size.max_new_tokens
+        if args.quick:  # the mechanics only: one fp32 and two bf16 arms, a trained-like adapter
+            arms, rms, prompts, tokens = ["full-fp32", "lora-bf16-merged",
+                                          "lora-bf16-unmerged"], [1e-3], 2, 8
+        record["rows"] = lora_gap.arm_rows(model, arms, rms, prompts, tokens, args.device,
+                                           log=lambda line: print(f"  {line}", flush=True))
+    except Exception as err:  # reported with the rest
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    return record
+
+
 def reference_model(spec: str) -> tuple[str | None, str | None]:
     """(local folder, None) when `spec` resolves without the network, else (None, why)."""
     if spec.lower() == "none":
@@ -664,6 +701,7 @@ def check(args) -> dict:
                            "quick": args.quick, "max_gap": args.max_gap, "extra": args.set,
                            "ranks": args.ranks},
               "model": None, "runs": [], "fsdp2": [], "ranks": [], "weight_group": None,
+              "lora_gap": None,
               "reference": None, "problems": []}
     write(args.out, result)
     started = time.perf_counter()
@@ -699,6 +737,12 @@ def check(args) -> dict:
             record = result["weight_group"] = weight_group_check(args, str(work / "model"))
             if record["error"]:
                 result["problems"].append(f"{WEIGHT_GROUP_RUN}: crashed: {record['error']}")
+            write(args.out, result)
+        if LORA_GAP_RUN in args.runs.split(","):
+            print(f"gpu_check: {LORA_GAP_RUN}", flush=True)
+            record = result["lora_gap"] = lora_gap_check(args, size, str(work / "model"))
+            if record["error"]:
+                result["problems"].append(f"{LORA_GAP_RUN}: crashed: {record['error']}")
             write(args.out, result)
         folder, why = reference_model(args.reference_model)
         if folder is None:

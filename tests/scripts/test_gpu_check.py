@@ -69,6 +69,12 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
     group = result["weight_group"]
     assert group["error"] is None and group["backend"] == "gloo" and group["buckets"] > 1
     assert group["mb"] > 0 and group["send_seconds"] >= 0 and "device_uuid" not in group
+    # the gap ablation: every arm, fp32 ones at rounding level
+    rows = result["lora_gap"]["rows"]
+    assert result["lora_gap"]["error"] is None
+    assert [r["arm"] for r in rows] == ["full-fp32", "lora-bf16-merged", "lora-bf16-unmerged"]
+    assert all(math.isfinite(r["gap_mean"]) and r["gap_p99"] <= r["gap_max"] for r in rows)
+    assert rows[0]["gap_mean"] < 1e-3 and rows[0]["tokens"] > 0
     assert result["reference"]["steps"] == 1
     assert result["reference"]["reward_before"] is not None
     assert result["reference"]["reward_after"] is not None
