@@ -26,6 +26,12 @@ with bf16 compute on a GPU, against the unsharded learner on the same synthetic 
 same precision (its fp32 weights under bf16 autocast on a GPU): peak memory, learner tokens/s
 and the largest weight difference between the two (runs fsdp2-lora and fsdp2-full).
 
+Runs colocation-full and colocation-lora: 50 cycles of sampling, sleep, a learner step and
+the ordered wake with its publish (`practicum.engine.vllm_sleep.GPUHandover`, sleep level 2
+for full weights, 1 for LoRA) with an HF copy standing in for vLLM on the same device:
+allocated and reserved GPU memory after each phase, no out-of-memory, no growth of reserved
+memory across cycles, the woken copy equal to the learner.
+
 Run lora-gap: benchmarks/lora_gap.py's arms on the check's model and device (full FT and LoRA,
 fp32 and bf16, merged sampling on and off, the adapter as initialised and perturbed), each
 arm's trainer/sampler gap mean, p99 and max per token.
@@ -83,6 +89,8 @@ FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
 """The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 WEIGHT_GROUP_RUN = "weight-group"
 """The broadcast weight group alone (`weight_group_check`), selectable in --runs too."""
+COLOCATION_RUNS = (("colocation-full", False), ("colocation-lora", True))
+"""Sleep / train / wake cycles in the colocated order (`colocation_check`)."""
 LORA_GAP_RUN = "lora-gap"
 """Where the trainer/sampler gap comes from, arm by arm (`lora_gap_check`)."""
 RANKS_RUNS = (("ranks-lora", True), ("ranks-full", False))
@@ -136,7 +144,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="above 1: also train the sharded learner over this many processes of "
                    "this node, one device each (runs ranks-lora, ranks-full)")
     names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
-        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN]
+        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN] + \
+        [name for name, _ in COLOCATION_RUNS]
     p.add_argument("--runs", default=",".join(names),
                    help="comma-separated subset of " + ", ".join(names))
     p.add_argument("--budget-s", type=float, default=420.0,
@@ -630,6 +639,124 @@ def weight_group_check(args, model: str) -> dict:
     return record
 
 
+class SleepingHFEngine:
+    """Stands in for `vllm.LLM`'s sleep API (no vLLM on the lent machine) over an HF sampling
+    copy on the same device, so `GPUHandover` drives real allocations: sleep level 1 moves the
+    weights to CPU memory, level 2 drops them (a publish refills them), and the KV cache is a
+    block of `kv_bytes` freed at sleep and taken again at the last wake."""
+
+    def __init__(self, engine, device: str, kv_bytes: int):
+        import torch
+
+        self.engine, self.device, self.kv_bytes = engine, torch.device(device), kv_bytes
+        self.kv = torch.empty(kv_bytes, dtype=torch.uint8, device=self.device)
+        self.level = 0
+
+    def sleep(self, level: int = 1) -> None:
+        lm = self.engine.holder.lm
+        lm.to("cpu") if level == 1 else lm.to_empty(device="meta")
+        self.kv, self.level = None, level
+
+    def wake_up(self, tags: list[str]) -> None:
+        import torch
+
+        lm = self.engine.holder.lm
+        if "weights" in tags:
+            lm.to(self.device) if self.level == 1 else lm.to_empty(device=self.device)
+        if "kv_cache" in tags:
+            self.kv = torch.empty(self.kv_bytes, dtype=torch.uint8, device=self.device)
+
+
+def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
+    """The colocated order (`practicum.engine.vllm_sleep.GPUHandover`: sleep, train, empty
+    cache, wake weights, sync, empty cache, wake KV cache) for `cycles` cycles of sampling, a
+    learner step and a publish, with `SleepingHFEngine` in vLLM's place on the learner's
+    device: allocated and reserved memory after each phase, whether reserved memory grows
+    from cycle to cycle, and whether the woken copy holds the learner's weights."""
+    import torch
+
+    from practicum.batch import rl_batch_of
+    from practicum.config import load_config
+    from practicum.engine.base import SamplingParams
+    from practicum.engine.factory import load_trainable
+    from practicum.engine.hf import HFEngineCopy
+    from practicum.engine.vllm_sleep import GPUHandover
+    from practicum.learner import Learner
+    from practicum.runtime.placement import policy_config
+
+    name = f"colocation-{'lora' if lora else 'full'}"
+    cycles = 2 if args.quick else 50
+    record = {"name": name, "lora": lora, "cycles_wanted": cycles, "cycles": 0, "error": None,
+              "memory": []}
+    memory_reset(args.device)
+    try:
+        cfg = load_config(None, overrides(args, size, model, work, name, "sync", lora,
+                                          cycles))
+        policy = policy_config(cfg)
+        learner = Learner(load_trainable(policy), cfg)
+        stand_in = SleepingHFEngine(HFEngineCopy(policy), args.device, kv_bytes=64 * 2**20)
+        stand_in.engine.load_weights(learner.export_weights(0))
+        handover = GPUHandover(stand_in, full_weights=not lora)
+        vocab = len(learner.model.tokenizer)
+        params = SamplingParams(temperature=1.0, max_new_tokens=size.max_new_tokens)
+        prompts = [[1 + (7 * i + j) % (vocab - 1) for j in range(16)] for i in range(4)]
+
+        def mark(phase: str, cycle: int) -> None:
+            if args.device.startswith("cuda"):
+                record["memory"].append({"cycle": cycle, "phase": phase,
+                                         "allocated_gb": torch.cuda.memory_allocated() / 2**30,
+                                         "reserved_gb": torch.cuda.memory_reserved() / 2**30})
+
+        for cycle in range(cycles):
+            stand_in.engine.generate(prompts, params, seeds=list(range(len(prompts))))
+            mark("sampled", cycle)
+            handover.sleep()
+            mark("asleep", cycle)
+            learner.train_step(rl_batch_of(synthetic_batch(cycle, size, vocab), cfg))
+            mark("trained", cycle)
+            handover.wake(lambda: stand_in.engine.load_weights(
+                learner.export_weights(learner.step)))
+            mark("awake", cycle)
+            record["cycles"] = cycle + 1
+        want = learner.export_weights(learner.step).tensors
+        from peft import get_peft_model_state_dict
+
+        copy = stand_in.engine.holder.model
+        got = get_peft_model_state_dict(copy) if lora else dict(copy.named_parameters())
+        record["max_abs_weight_diff"] = max(
+            (want[k].float().cpu() - got[k].float().cpu()).abs().max().item()
+            for k in want if k in got)
+        awake = [m["reserved_gb"] for m in record["memory"] if m["phase"] == "awake"]
+        if awake:
+            settled = max(awake[1:min(len(awake), 6)] or awake)
+            record["reserved_growth_gb"] = max(awake) - settled
+        del learner, stand_in
+    except Exception as err:  # an OOM included: reported with the rest
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    record.update(memory_figures(args.device))
+    return record
+
+
+def colocation_problems(record: dict) -> list[str]:
+    """What fails a colocation run: a crash (an out-of-memory at a wake above all), fewer
+    cycles than wanted, a woken copy that does not hold the learner's weights, or reserved
+    memory that keeps growing after the first cycles (more than 0.25 GB)."""
+    name = record["name"]
+    if record["error"]:
+        return [f"{name}: crashed: {record['error']}"]
+    out = []
+    if record["cycles"] < record["cycles_wanted"]:
+        out.append(f"{name}: completed {record['cycles']} of {record['cycles_wanted']} cycles")
+    if not record.get("max_abs_weight_diff", 1.0) <= 1e-6:
+        out.append(f"{name}: the woken copy differs from the learner by "
+                   f"{record.get('max_abs_weight_diff')}")
+    if record.get("reserved_growth_gb", 0.0) > 0.25:
+        out.append(f"{name}: reserved memory grew {record['reserved_growth_gb']:.2f} GB "
+                   "over the cycles")
+    return out
+
+
 def lora_gap_check(args, size: Size, model: str) -> dict:
     """benchmarks/lora_gap.py's arms on the check's model and device: the same weights sampled
     and scored with LoRA and full fine-tuning, bf16 and fp32, merged sampling on and off; each
@@ -701,7 +828,7 @@ def check(args) -> dict:
                            "quick": args.quick, "max_gap": args.max_gap, "extra": args.set,
                            "ranks": args.ranks},
               "model": None, "runs": [], "fsdp2": [], "ranks": [], "weight_group": None,
-              "lora_gap": None,
+              "lora_gap": None, "colocation": [],
               "reference": None, "problems": []}
     write(args.out, result)
     started = time.perf_counter()
@@ -737,6 +864,12 @@ def check(args) -> dict:
             record = result["weight_group"] = weight_group_check(args, str(work / "model"))
             if record["error"]:
                 result["problems"].append(f"{WEIGHT_GROUP_RUN}: crashed: {record['error']}")
+            write(args.out, result)
+        for name, lora in [r for r in COLOCATION_RUNS if r[0] in args.runs.split(",")]:
+            print(f"gpu_check: {name}", flush=True)
+            record = colocation_check(args, size, str(work / "model"), work, lora)
+            result["colocation"].append(record)
+            result["problems"] += colocation_problems(record)
             write(args.out, result)
         if LORA_GAP_RUN in args.runs.split(","):
             print(f"gpu_check: {LORA_GAP_RUN}", flush=True)

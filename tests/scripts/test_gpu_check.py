@@ -69,6 +69,12 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
     group = result["weight_group"]
     assert group["error"] is None and group["backend"] == "gloo" and group["buckets"] > 1
     assert group["mb"] > 0 and group["send_seconds"] >= 0 and "device_uuid" not in group
+    # the colocated order with an HF copy in vLLM's place: the woken copy holds what the
+    # learner trained (level 2 dropped the full weights; a skipped sync would leave garbage)
+    assert [r["name"] for r in result["colocation"]] == ["colocation-full", "colocation-lora"]
+    for run in result["colocation"]:
+        assert run["error"] is None and run["cycles"] == run["cycles_wanted"] == 2
+        assert run["max_abs_weight_diff"] == 0.0 and run["memory"] == []  # no GPU figures
     # the gap ablation: every arm, fp32 ones at rounding level
     rows = result["lora_gap"]["rows"]
     assert result["lora_gap"]["error"] is None
