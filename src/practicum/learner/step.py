@@ -184,7 +184,7 @@ class Learner(QuietPart):
         rank with fewer micro-batches than another adds weightless ones (a row of another
         rank's, live False), so every rank runs the same number of passes."""
         m = self.cfg.train.micro_batch_size
-        mine = shares[self.ranks.rank]
+        mine = shares[self.ranks.data_rank]
         out = [(mine[i:i + m], True) for i in range(0, len(mine), m)]
         count = max(math.ceil(len(rows) / m) for rows in shares)
         filler = next(rows[:1] for rows in shares if rows)
@@ -200,8 +200,8 @@ class Learner(QuietPart):
     def _proximal(self, minis: list[list[TrainRow]]) -> dict[int, Tensor]:
         """Log-probs of this rank's rows under the weights before this step's first update, per
         row (keyed by id(row)), computed once (eval mode, no grad)."""
-        parts = [split_ranks(mini, self.ranks.world) for mini in minis]
-        shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.world)]
+        parts = [split_ranks(mini, self.ranks.data_world) for mini in minis]
+        shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.data_world)]
         out = {}
         for micro, live in self._micro_batches(shares):
             tb = self._tokens(micro, True)
@@ -225,7 +225,7 @@ class Learner(QuietPart):
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
-        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.world)):
+        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.data_world)):
             tb = self._tokens(micro, pg)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   temperature, return_entropy=True,

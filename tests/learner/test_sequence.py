@@ -1,0 +1,90 @@
+"""learner/sequence.py: sequence parallelism (Ulysses) over real gloo ranks trains as one
+process does, alone and beside FSDP2's data shares; the mesh's sequence size is validated."""
+
+import pytest
+import torch
+
+from practicum.config import load_config
+from practicum.errors import ConfigError
+from practicum.learner.rows import TrainBatch
+from practicum.learner.sequence import check_heads
+from tests.learner.sequence_ranks import (
+    long_rows,
+    one_process_step,
+    sequence_config,
+    train_in_sequence_groups,
+)
+from tests.ranks import spawn
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as in each rank."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def assert_same_step(got: dict, want: dict) -> None:
+    """The step's loss, KL, entropy and gradient norms to 1e-5 (relative); the first update's
+    gradients, each parameter's to 1e-5 of its largest entry (the second update's start from
+    weights AdamW moved by ~lr wherever the gradient was near zero, so float rounding there
+    moves them by up to ~lr); the weights after the step to 1e-6 (lr is 3e-5)."""
+    for key in ("loss", "kl_ref", "entropy", "logprob_gap", "grad_norm", "train_tokens"):
+        assert got["metrics"][key] == pytest.approx(want["metrics"][key], rel=1e-5), key
+    assert len(got["grads"]) == len(want["grads"]) == 2  # two updates
+    first, expected = got["grads"][0], want["grads"][0]
+    assert first.keys() == expected.keys()
+    for name, g in expected.items():
+        assert g.abs().max() > 0, name
+        assert (first[name] - g).abs().max() <= 1e-5 * g.abs().max(), name
+    for name, w in want["weights"].items():
+        assert (got["weights"][name] - w).abs().max().item() <= 1e-6, name
+
+
+def one_row() -> TrainBatch:
+    """One 301-token row (not a multiple of 2 or 4: the last slice is padded), 2 updates."""
+    return TrainBatch(long_rows((301,)), epochs=2)
+
+
+def three_rows() -> TrainBatch:
+    """3 rows: 2 data shares take 2 and 1 of them, as one process's micro-batches of 2 do."""
+    return TrainBatch(long_rows((301, 180, 243), seed=1), epochs=2)
+
+
+@pytest.mark.slow
+def test_two_sequence_ranks_train_one_long_row_as_one_process(tiny_model_dir, tmp_path):
+    """2 ranks split the row's positions and the tiny model's 4 query / 2 key-value heads."""
+    spawn(2, train_in_sequence_groups, tiny_model_dir, [(2, one_row())], tmp_path / "got.pt")
+    got, = torch.load(tmp_path / "got.pt", weights_only=False)
+    assert_same_step(got, one_process_step(sequence_config(tiny_model_dir), one_row()))
+
+
+@pytest.mark.slow
+def test_four_sequence_ranks_and_two_by_two_train_as_one_process(tiny_model_dir, tmp_path):
+    """4 sequence ranks on one row (the 2 key-value heads repeated to one per query head), then
+    2 data shares x 2 sequence ranks (FSDP2 over all 4) on 3 rows."""
+    spawn(4, train_in_sequence_groups, tiny_model_dir, [(4, one_row()), (2, three_rows())],
+          tmp_path / "got.pt")
+    got = torch.load(tmp_path / "got.pt", weights_only=False)
+    cfg = sequence_config(tiny_model_dir)
+    assert_same_step(got[0], one_process_step(cfg, one_row()))
+    assert_same_step(got[1], one_process_step(cfg, three_rows()))
+
+
+def test_a_sequence_size_that_does_not_split_the_ranks_is_refused(tiny_model_dir):
+    with pytest.raises(ConfigError, match=r"placement.mesh.sequence=3: each copy's 2 ranks"):
+        load_config(None, ["placement.kind=torchrun", "placement.ranks=4",
+                           "placement.mesh.replicate=2", "placement.mesh.sequence=3"])
+
+
+def test_a_sequence_size_that_does_not_split_the_heads_is_refused():
+    """SmolLM2-135M's 9 query heads split over 3 or 9 ranks, not 2 or 4."""
+    from types import SimpleNamespace
+
+    smollm2 = SimpleNamespace(num_attention_heads=9, num_key_value_heads=3)
+    check_heads(smollm2, 3)
+    with pytest.raises(ConfigError, match=r"^config error at placement.mesh.sequence: 4 ranks "
+                       r"cannot split the model's 9 attention heads .* use one of \[3, 9\]$"):
+        check_heads(smollm2, 4)
