@@ -1,13 +1,16 @@
 """learner/sequence.py: sequence parallelism (Ulysses) over real gloo ranks trains as one
 process does, alone and beside FSDP2's data shares; the mesh's sequence size is validated."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from practicum.config import load_config
 from practicum.errors import ConfigError
 from practicum.learner.rows import TrainBatch
-from practicum.learner.sequence import check_heads
+from practicum.learner.sequence import check_model
+from practicum.runtime.placement import check_launch
 from tests.learner.sequence_ranks import (
     long_rows,
     one_process_step,
@@ -44,27 +47,23 @@ def assert_same_step(got: dict, want: dict) -> None:
 
 
 def one_row() -> TrainBatch:
-    """One 301-token row (not a multiple of 2 or 4: the last slice is padded), 2 updates."""
+    """One 301-token row (not a multiple of 4: the last slice is padded), 2 updates."""
     return TrainBatch(long_rows((301,)), epochs=2)
 
 
 def three_rows() -> TrainBatch:
-    """3 rows: 2 data shares take 2 and 1 of them, as one process's micro-batches of 2 do."""
+    """3 rows (301, 180 and 243 tokens: the last not a multiple of 2): 2 data shares take 2 and
+    1 of them, as one process's micro-batches of 2 do."""
     return TrainBatch(long_rows((301, 180, 243), seed=1), epochs=2)
 
 
 @pytest.mark.slow
-def test_two_sequence_ranks_train_one_long_row_as_one_process(tiny_model_dir, tmp_path):
-    """2 ranks split the row's positions and the tiny model's 4 query / 2 key-value heads."""
-    spawn(2, train_in_sequence_groups, tiny_model_dir, [(2, one_row())], tmp_path / "got.pt")
-    got, = torch.load(tmp_path / "got.pt", weights_only=False)
-    assert_same_step(got, one_process_step(sequence_config(tiny_model_dir), one_row()))
-
-
-@pytest.mark.slow
-def test_four_sequence_ranks_and_two_by_two_train_as_one_process(tiny_model_dir, tmp_path):
-    """4 sequence ranks on one row (the 2 key-value heads repeated to one per query head), then
-    2 data shares x 2 sequence ranks (FSDP2 over all 4) on 3 rows."""
+def test_sequence_parallel_ranks_train_as_one_process(tiny_model_dir, tmp_path):
+    """One spawn of 4 ranks (FSDP2 over all 4 in both runs):
+    - sequence 4: one long row split over 4 ranks, the tiny model's 2 key-value heads repeated
+      to one per query head;
+    - 2 x 2: 2 data shares x 2 sequence ranks on 3 rows; the first group trains a micro-batch
+      of 2 rows, the second one long row alone over 2 ranks, the heads split as they are."""
     spawn(4, train_in_sequence_groups, tiny_model_dir, [(4, one_row()), (2, three_rows())],
           tmp_path / "got.pt")
     got = torch.load(tmp_path / "got.pt", weights_only=False)
@@ -73,7 +72,7 @@ def test_four_sequence_ranks_and_two_by_two_train_as_one_process(tiny_model_dir,
     assert_same_step(got[1], one_process_step(cfg, three_rows()))
 
 
-def test_a_sequence_size_that_does_not_split_the_ranks_is_refused(tiny_model_dir):
+def test_a_sequence_size_that_does_not_split_the_ranks_is_refused():
     with pytest.raises(ConfigError, match=r"placement.mesh.sequence=3: each copy's 2 ranks"):
         load_config(None, ["placement.kind=torchrun", "placement.ranks=4",
                            "placement.mesh.replicate=2", "placement.mesh.sequence=3"])
@@ -81,10 +80,20 @@ def test_a_sequence_size_that_does_not_split_the_ranks_is_refused(tiny_model_dir
 
 def test_a_sequence_size_that_does_not_split_the_heads_is_refused():
     """SmolLM2-135M's 9 query heads split over 3 or 9 ranks, not 2 or 4."""
-    from types import SimpleNamespace
-
     smollm2 = SimpleNamespace(num_attention_heads=9, num_key_value_heads=3)
-    check_heads(smollm2, 3)
+    check_model(smollm2, 3, "sdpa")
     with pytest.raises(ConfigError, match=r"^config error at placement.mesh.sequence: 4 ranks "
                        r"cannot split the model's 9 attention heads .* use one of \[3, 9\]$"):
-        check_heads(smollm2, 4)
+        check_model(smollm2, 4, "sdpa")
+    with pytest.raises(ConfigError, match=r"^config error at model.attn_implementation: "
+                       r"sequence parallelism wraps sdpa or flash_attention_2, got eager$"):
+        check_model(smollm2, 3, "eager")
+
+
+def test_the_launch_checks_the_model_against_the_sequence_groups(tiny_model_dir):
+    """Before any rank starts: 3 sequence ranks cannot split the tiny model's 4 heads."""
+    cfg = load_config(None, [f"model.model={tiny_model_dir}", "placement.kind=learner_group",
+                             "placement.ranks=3", "placement.mesh.sequence=3"])
+    with pytest.raises(ConfigError, match=r"3 ranks cannot split the model's 4 attention "
+                       r"heads .* use one of \[2, 4\]$"):
+        check_launch(cfg)

@@ -81,21 +81,28 @@ def sequence_groups(device_type: str, size: int) -> SequenceGroups:
                           mesh.get_local_rank("data"))
 
 
-def check_heads(config: Any, size: int) -> None:
-    """The model's attention against `size` sequence ranks; ConfigError when Ulysses cannot
-    split it."""
+def check_model(config: Any, size: int, attn_implementation: str) -> None:
+    """A model (its transformers config) against `size` sequence ranks; a one-line ConfigError
+    when Ulysses cannot split its heads or does not replay its attention or its logits."""
     text = getattr(config, "text_config", None) or config
-    heads, kv = text.num_attention_heads, text.num_key_value_heads or text.num_attention_heads
+    heads = text.num_attention_heads
     if heads % size:
         fits = [d for d in range(2, heads + 1) if heads % d == 0]
         raise ConfigError(f"config error at placement.mesh.sequence: {size} ranks cannot split "
                           f"the model's {heads} attention heads (Ulysses gives each rank "
                           f"heads / sequence of them): use one of {fits}")
+    if attn_implementation not in INNER:
+        raise ConfigError(f"config error at model.attn_implementation: sequence parallelism "
+                          f"wraps {' or '.join(INNER)}, got {attn_implementation}")
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"}:
         raise ConfigError(f"config error at placement.mesh.sequence: the model has "
                           f"{sorted(kinds)} layers; sequence parallelism supports full causal "
                           "attention only")
+    if any(getattr(text, k, None) for k in ("final_logit_softcapping", "logit_scale")):
+        raise ConfigError("config error at placement.mesh.sequence: the model post-processes "
+                          "its logits (softcapping or scaling), which sequence parallelism does "
+                          "not replay")
 
 
 class _AllToAll(torch.autograd.Function):
@@ -216,15 +223,8 @@ class SequenceParallelTrainable(HFTrainable):
     def __init__(self, cfg, lm, tokenizer, reference, *, groups: SequenceGroups):
         super().__init__(cfg, lm, tokenizer, reference)
         self.groups = groups
-        if not self.logits.fp32_head:
-            raise ConfigError("config error at placement.mesh.sequence: the model post-processes "
-                              "its logits (softcapping or scaling), which sequence parallelism "
-                              "does not replay")
-        check_heads(lm.config, groups.size)
         inner = lm.config._attn_implementation
-        if inner not in INNER:
-            raise ConfigError(f"config error at model.attn_implementation: sequence parallelism "
-                              f"wraps {' or '.join(INNER)}, got {inner}")
+        check_model(lm.config, groups.size, inner)
         register_attention()
         for model in (lm, getattr(reference, "lm", None)):
             if model is not None:
