@@ -14,13 +14,15 @@ from practicum.learner.rows import TrainBatch, TrainRow
 from tests.ranks import config, one_process_learner, sharded, trainable_weights
 
 
-def long_rows(lengths: tuple[int, ...], seed: int = 0) -> list[TrainRow]:
-    """Rows of random ids (a 12-token prompt outside the loss, then sampled tokens in it) with
-    advantages of either sign and off-policy behaviour log-probs."""
+def long_rows(lengths: tuple[int, ...], seed: int = 0, prompts: tuple[int, ...] = ()
+              ) -> list[TrainRow]:
+    """Rows of random ids (a prompt outside the loss, `prompts` tokens, 12 by default, then
+    sampled tokens in it) with advantages of either sign and off-policy behaviour log-probs."""
     rng = random.Random(seed)
     rows = []
     for k, n in enumerate(lengths):
-        mask = [0.0] * 12 + [float(rng.random() > 0.1) for _ in range(n - 12)]
+        prompt = prompts[k] if prompts else 12
+        mask = [0.0] * prompt + [float(rng.random() > 0.1) for _ in range(n - prompt)]
         adv = 1.0 if k % 2 else -0.5
         rows.append(TrainRow([rng.randrange(100, 5000) for _ in range(n)], mask,
                              [adv * m for m in mask], [],

@@ -265,14 +265,17 @@ class SequenceParallelTrainable(HFTrainable):
             parts = [self._chunk_stats(logits, h[i:i + step], tgt[i:i + step], temperature,
                                        return_entropy, recompute=n > step,
                                        allowed=None if allow is None else allow[i:i + step])
-                     for i in range(0, max(1, n), step)]
+                     for i in range(0, n, step)]  # none when this slice scores nothing
         zeros = torch.zeros(keep.shape, dtype=torch.float32, device=self.device)
         zero = zeros.new_zeros(rows, 1)
-        logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
+        if parts:
+            logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
+            entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
+        else:  # still tied to the backbone: its backward's all-to-alls pair with the group's
+            logp, entropy = zeros + hidden.flatten()[0].float() * 0, zeros
         logp = torch.cat([zero, gather_tokens(logp, g)[:, :width - 1]], dim=1)
         if not return_entropy:
             return logp
-        entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
         return logp, torch.cat([zero, gather_tokens(entropy, g)[:, :width - 1]], dim=1)
 
 
