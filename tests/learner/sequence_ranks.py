@@ -30,15 +30,17 @@ def long_rows(lengths: tuple[int, ...], seed: int = 0, prompts: tuple[int, ...] 
     return rows
 
 
-def sequence_config(model_dir: Path, world: int = 1, sequence: int = 1) -> Config:
-    """Full fine-tuning with a KL term (its frozen reference runs sequence-parallel too), 2
+def sequence_config(model_dir: Path, lora: bool = False, world: int = 1, sequence: int = 1,
+                    replicate: int = 1) -> Config:
+    """A KL term (with full fine-tuning its frozen reference runs sequence-parallel too), 2
     updates on the batch (the second with proximal log-probs), no clipping of the gradient;
-    `world` torchrun ranks in sequence groups of `sequence` (1: one process)."""
+    `world` torchrun ranks in sequence groups of `sequence`, `replicate` copies (1: one
+    process)."""
     extra = ["train.grad_clip=1e6", "train.micro_batch_size=2"]
     if world > 1:
         extra += ["placement.kind=torchrun", f"placement.ranks={world}",
-                  f"placement.mesh.sequence={sequence}"]
-    return config(model_dir, False, *extra)
+                  f"placement.mesh.sequence={sequence}", f"placement.mesh.replicate={replicate}"]
+    return config(model_dir, lora, *extra)
 
 
 def step_report(learner, batch: TrainBatch) -> dict:
@@ -49,7 +51,8 @@ def step_report(learner, batch: TrainBatch) -> dict:
     def record(optimizer, args, kwargs):
         grads.append({name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor")
                              else p.grad).detach().clone()
-                      for name, p in learner.model.module.named_parameters()})
+                      for name, p in learner.model.module.named_parameters()
+                      if p.requires_grad})
 
     learner.optimizer.register_step_pre_hook(record)
     metrics = learner.train_step(batch)
@@ -60,13 +63,14 @@ def one_process_step(cfg: Config, batch: TrainBatch) -> dict:
     return step_report(one_process_learner(cfg), batch)
 
 
-def train_in_sequence_groups(rank: int, model_dir: Path, plans: list[tuple[int, TrainBatch]],
-                             out: Path) -> None:
-    """For each (sequence, batch): a sharded learner in sequence groups of that many ranks
+def train_in_sequence_groups(rank: int, model_dir: Path, plans: list[dict], out: Path) -> None:
+    """For each plan ({batch, lora, sequence, replicate}): a sharded learner on that mesh
     trains one step on the batch; rank 0 saves the reports to `out`."""
     reports = []
     world = int(os.environ["WORLD_SIZE"])
-    for sequence, batch in plans:
-        reports.append(step_report(sharded(sequence_config(model_dir, world, sequence)), batch))
+    for plan in plans:
+        cfg = sequence_config(model_dir, plan["lora"], world, plan["sequence"],
+                              plan.get("replicate", 1))
+        reports.append(step_report(sharded(cfg), plan["batch"]))
     if rank == 0:
         torch.save(reports, out)
