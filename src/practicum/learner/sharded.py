@@ -18,6 +18,10 @@ the ranks' gradients over the whole mesh (its default averages over ranks:
 makes both HSDP steps sums), so N ranks make the update one process makes, whatever the mesh.
 Gradient clipping takes the norm over every shard (DTensor gradients). With full fine-tuning
 and a KL term the frozen reference is sharded the same way.
+Sequence parallelism (`placement.mesh.sequence: S`, `practicum.learner.sequence`) is a second,
+independent grouping of the same ranks: S consecutive ranks take one share of the rows and each
+computes 1 / S of every row's positions (Ulysses attention), while FSDP2 still shards over the
+mesh above; each rank's gradient is its positions' part, so the same sums give one process's.
 
 Precision (`load.mixed_precision`): on a GPU full fine-tuning keeps fp32 weights (the master
 copy AdamW updates) and gathers and computes in bf16, reducing gradients in fp32; LoRA keeps its

@@ -19,7 +19,8 @@ tokens at temperature 1 (`practicum.algo.rft.rft_loss`), token-mean over the min
 formulas live in `practicum.algo`; the step itself is plain PyTorch.
 
 Sharded over several processes (`practicum.learner.sharded`), every rank runs this same step on
-the whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the
+the whole batch's rows but takes only its part of each mini-batch (`split_ranks` over
+`Ranks.data_world` shares: the ranks of a sequence group take one share together); the
 normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks'
 gradients sum to the one-process gradient, and the logged sums are added up across ranks. Every
 rank runs the same number of forward passes (a rank with fewer rows pads with weightless ones):
