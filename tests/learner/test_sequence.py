@@ -1,5 +1,6 @@
 """learner/sequence.py: sequence parallelism (Ulysses) over real gloo ranks trains as one
-process does, alone and beside FSDP2's data shares; the mesh's sequence size is validated."""
+process does, alone and beside FSDP2's data shares; a model whose heads it cannot split is
+refused (the mesh's own check: tests/test_placement_plan.py)."""
 
 from types import SimpleNamespace
 
@@ -80,12 +81,6 @@ def test_sequence_parallel_ranks_train_as_one_process(tiny_model_dir, tmp_path):
     for report, (name, plan) in zip(got, PLANS.items()):
         want = one_process_step(sequence_config(tiny_model_dir, plan["lora"]), plan["batch"])
         assert_same_step(report, want, name)
-
-
-def test_a_sequence_size_that_does_not_split_the_ranks_is_refused():
-    with pytest.raises(ConfigError, match=r"placement.mesh.sequence=3: each copy's 2 ranks"):
-        load_config(None, ["placement.kind=torchrun", "placement.ranks=4",
-                           "placement.mesh.replicate=2", "placement.mesh.sequence=3"])
 
 
 def test_a_sequence_size_that_does_not_split_the_heads_is_refused():

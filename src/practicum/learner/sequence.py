@@ -45,6 +45,7 @@ from practicum.engine.hf_model import model_inputs
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.sampling import positions
 from practicum.errors import ConfigError, PracticumError
+from practicum.learner.load import BuiltReference
 from practicum.learner.ranks import Ranks
 
 INNER = ("sdpa", "flash_attention_2")
@@ -220,13 +221,14 @@ class SequenceParallelTrainable(HFTrainable):
     with the same rows. The model (and a built frozen reference) attends through
     `ulysses_<model.attn_implementation>`."""
 
-    def __init__(self, cfg, lm, tokenizer, reference, *, groups: SequenceGroups):
+    def __init__(self, cfg, lm, tokenizer, reference: BuiltReference, *,
+                 groups: SequenceGroups):
         super().__init__(cfg, lm, tokenizer, reference)
         self.groups = groups
         inner = lm.config._attn_implementation
         check_model(lm.config, groups.size, inner)
         register_attention()
-        for model in (lm, getattr(reference, "lm", None)):
+        for model in (lm, reference.lm):  # the reference: built (full fine-tuning) or None
             if model is not None:
                 model.set_attn_implementation(f"ulysses_{inner}")
 
@@ -255,6 +257,9 @@ class SequenceParallelTrainable(HFTrainable):
                                             value=-1)[:, a + 1:b + 1][keep]
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))
+        if not lm.config._attn_implementation.startswith("ulysses_"):  # it would attend locally
+            raise RuntimeError("SequenceParallelTrainable: the model does not attend through "
+                               "ulysses_<kernel>")
         with self._eval_mode(not torch.is_grad_enabled()):
             backbone = lm.base_model
             inputs = model_inputs(backbone, ids[:, a:b], mask[:, a:b], positions(mask)[:, a:b],
