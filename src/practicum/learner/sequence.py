@@ -167,7 +167,7 @@ def ulysses_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     rank's positions, after RoPE) -> ([B, c, H, D], None): the `inner` attention, causal over
     the group's gathered positions. `sequence_group` comes from the backbone's keyword
     arguments (`SequenceParallelTrainable`); the mask is unused (module doc: right padding)."""
-    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if sequence_group is None:
         raise RuntimeError(f"attn_implementation ulysses_{inner} runs only inside "
@@ -175,16 +175,16 @@ def ulysses_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     heads, kv = query.shape[1], key.shape[1]
     n = sequence_group.size()
     target: Any = module
-    if kv % n:  # fewer key/value heads than ranks: one per query head, then split
+    if kv % n:  # key/value heads that do not split over the ranks: one per query head
         b, _, c, d = key.shape
         key, value = (t[:, :, None].expand(b, kv, heads // kv, c, d).reshape(b, heads, c, d)
                       for t in (key, value))
         target = _OwnKeyValues(module)
-    for k in ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"):
-        kwargs.pop(k, None)  # this rank's, not the gathered sequence's
+    for name in ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
+                 "max_length_k"):
+        kwargs.pop(name, None)  # this rank's positions, not the gathered row's
     q, k, v = (seq_to_heads(t, sequence_group) for t in (query, key, value))
-    out, _ = AttentionInterface._global_mapping[inner](target, q, k, v, None, is_causal=True,
-                                                       **kwargs)
+    out, _ = ALL_ATTENTION_FUNCTIONS[inner](target, q, k, v, None, is_causal=True, **kwargs)
     return heads_to_seq(out, sequence_group), None
 
 
