@@ -12,8 +12,10 @@ Ulysses all-to-all attention (DeepSpeed-Ulysses, arXiv 2309.14509).
 Why Ulysses rather than ring (context) attention: it wraps the inner attention unchanged (any
 kernel transformers already calls, registered as one more `attn_implementation`), so causal
 masking, GQA and the kernels stay the library's; each all-to-all moves T H D / S values per
-rank, constant when S grows with T; ring attention instead needs its own attention kernel with
-an online-softmax merge forward and backward, plus a zig-zag split to balance causal work. The
+rank, constant when S grows with T; ring attention instead needs an attention whose partial
+results merge by online softmax, forward and backward (a kernel of its own, or torch's
+experimental `context_parallel`, which patches SDPA only), plus a zig-zag split to balance
+causal work. The
 price: the query heads must divide by S (key/value heads too, or they are repeated to one per
 query head before the all-to-all, which costs H / KV times their traffic), so S is at most the
 head count. SmolLM2-135M's 9 query / 3 key-value heads allow S = 3 (or 9, repeating the key/value
@@ -28,6 +30,8 @@ the whole mini-batch's normaliser (`practicum.learner.step`). The ranks of a gro
 share of the rows (`SequenceRanks`), and their statistics are added up over the data groups
 only. Rows are right-padded (`practicum.learner.rows.token_batch`), so plain causal attention
 over the gathered positions is exact for every real token; padding positions are never scored.
+Rows packed several to a sequence would need their segment boundaries over the gathered
+positions too; they are not handled here.
 """
 
 from __future__ import annotations
