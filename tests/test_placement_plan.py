@@ -73,6 +73,9 @@ def test_the_checks_across_sections_name_their_keys():
         ("placement={kind: torchrun, ranks: 4, mesh: {replicate: 3}}",):
             r"placement.mesh.replicate=3: ranks=4 is not a multiple of it \(ranks = replicate "
             r"x shard\)",
+        ("placement={kind: torchrun, ranks: 4, mesh: {replicate: 2, sequence: 3}}",):
+            r"placement.mesh.sequence=3: each copy's 2 ranks \(ranks / mesh.replicate\) do not "
+            r"split into sequence groups of that many",
         ("placement={kind: learner_group, ranks: 6, nodes: 1}",): None,
         ("placement={kind: torchrun, ranks: 6, nodes: 4}",):
             r"placement.nodes=4: ranks=6 is not a multiple of it",
@@ -124,7 +127,7 @@ def old_run_config(**old) -> dict:
     return tree
 
 
-SHARDED = {"mesh": {"replicate": 1}, "network": {"address": None, "interface": None}}
+SHARDED = {"mesh": {"replicate": 1, "sequence": 1}, "network": {"address": None, "interface": None}}
 """What the old keys had no say in: full sharding, the libraries' addresses."""
 
 MIGRATIONS = [

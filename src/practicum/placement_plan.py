@@ -19,9 +19,9 @@ decision as for the sampler and the learner (which process, which machine, which
 it needs the same Ray cluster, address and call timeout, and the checks that span parts (an
 engine actor beside Ray env workers, a suite whose state would live in Ray workers) then have
 one home. The sharded variants carry `ranks`, the device `mesh` over them (full or hybrid
-sharding), the `network` their collectives use and `collective_timeout_s`; torchrun adds its
-`nodes` and the driver's `sampler_device`, a Ray group its placement `strategy`. A
-sequence-parallel dimension belongs beside `mesh`.
+sharding, and sequence-parallel groups), the `network` their collectives use and
+`collective_timeout_s`; torchrun adds its `nodes` and the driver's `sampler_device`, a Ray group
+its placement `strategy`.
 
 Checked from the config alone when it is read (`check_plan`, called by `practicum.config`);
 what only the launch can tell (torchrun's process count, installed packages, the Ray cluster's
@@ -83,6 +83,13 @@ class Mesh(_Section):
         "the gradients are summed over every rank, so the update is still one process's. One "
         "copy per node (replicate = nodes) keeps the gathers inside a node and sends only the "
         "gradient reduction across. 1 = full sharding over every rank.")
+    sequence: int = Field(
+        1, ge=1, description="Sequence parallelism (Ulysses, practicum.learner.sequence): "
+        "groups of this many consecutive ranks train the same rows, each rank computing 1 / "
+        "sequence of every row's positions and attention exchanging heads for positions; "
+        "ranks / sequence groups share out the rows. It must divide the model's attention "
+        "heads and each copy's ranks (ranks / replicate); the gradients still sum to one "
+        "process's. 1 = off.")
 
 
 class Network(_Section):
@@ -295,6 +302,11 @@ def check_ranks(plan: LearnerGroupPlacement | TorchrunPlacement) -> None:
     if plan.ranks % plan.mesh.replicate:
         raise ValueError(f"placement.mesh.replicate={plan.mesh.replicate}: ranks={plan.ranks} "
                          "is not a multiple of it (ranks = replicate x shard)")
+    copy = plan.ranks // plan.mesh.replicate
+    if copy % plan.mesh.sequence:
+        raise ValueError(f"placement.mesh.sequence={plan.mesh.sequence}: each copy's "
+                         f"{copy} ranks (ranks / mesh.replicate) do not split into sequence "
+                         "groups of that many")
     if isinstance(plan, TorchrunPlacement) and plan.ranks % plan.nodes:
         raise ValueError(f"placement.nodes={plan.nodes}: ranks={plan.ranks} is not a multiple "
                          "of it (each node runs ranks / nodes processes)")

@@ -5,6 +5,8 @@
     ranks.py       how a step spans processes (`Ranks`, row splits)
     sharded.py     FSDP2 over a process group, full or hybrid mesh (`ShardedTrainable`,
                    `GroupRanks`)
+    sequence.py    sequence parallelism: a row's positions over a group of ranks (Ulysses
+                   attention, `SequenceParallelTrainable`, `SequenceRanks`)
     load.py        the sharded model built on the meta device, filled from rank 0's reads
     shards.py      whole tensors scattered from / gathered to rank 0, one at a time
     export.py      a policy folder (peft adapter or HF model) written one tensor at a time

@@ -31,8 +31,19 @@ class Ranks:
     """Whether the ranks form a torch.distributed process group (the default one), through
     which collective file formats (`torch.distributed.checkpoint`) coordinate."""
 
+    @property
+    def data_rank(self) -> int:
+        """Which share of each mini-batch's rows this rank trains on (the ranks of a sequence
+        group share one: `practicum.learner.sequence.SequenceRanks`)."""
+        return self.rank
+
+    @property
+    def data_world(self) -> int:
+        """How many shares each mini-batch's rows are split into."""
+        return self.world
+
     def sum(self, values: list[float]) -> list[float]:
-        """Each value added up over the ranks."""
+        """Each value added up over the ranks (over the shares of the rows)."""
         return values
 
     def max(self, value: float) -> float:

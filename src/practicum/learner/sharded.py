@@ -18,6 +18,10 @@ the ranks' gradients over the whole mesh (its default averages over ranks:
 makes both HSDP steps sums), so N ranks make the update one process makes, whatever the mesh.
 Gradient clipping takes the norm over every shard (DTensor gradients). With full fine-tuning
 and a KL term the frozen reference is sharded the same way.
+Sequence parallelism (`placement.mesh.sequence: S`, `practicum.learner.sequence`) is a second,
+independent grouping of the same ranks: S consecutive ranks take one share of the rows and each
+computes 1 / S of every row's positions (Ulysses attention), while FSDP2 still shards over the
+mesh above; each rank's gradient is its positions' part, so the same sums give one process's.
 
 Precision (`load.mixed_precision`): on a GPU full fine-tuning keeps fp32 weights (the master
 copy AdamW updates) and gathers and computes in bf16, reducing gradients in fp32; LoRA keeps its
@@ -38,6 +42,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -66,6 +71,7 @@ from practicum.errors import PracticumError
 from practicum.learner import load
 from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
 from practicum.learner.ranks import Ranks
+from practicum.learner.sequence import SequenceParallelTrainable, SequenceRanks, sequence_groups
 from practicum.learner.shards import gather_rows
 from practicum.learner.step import Learner
 
@@ -309,12 +315,13 @@ class GroupRanks(Ranks):
         dist.barrier()
 
 
-def sharded_trainable(policy: PolicyConfig, kl_reference: bool,
-                      replicate: int = 1) -> ShardedTrainable:
+def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int = 1,
+                      sequence: int = 1) -> ShardedTrainable:
     """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
     fine-tuning) built without any rank holding the whole model (`practicum.learner.load`),
-    then `policy.init` when set; over `replicate` copies (HSDP; 1: full sharding). Every rank
-    calls it; the process group is joined."""
+    then `policy.init` when set; over `replicate` copies (HSDP; 1: full sharding), in sequence
+    groups of `sequence` ranks (`practicum.learner.sequence`; 1: none). Every rank calls it;
+    the process group is joined."""
     device = load.rank_device(policy.device)
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
@@ -326,8 +333,10 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool,
     if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
         reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
         reference.eval().requires_grad_(False)
-    inner = HFTrainable(replace(policy, init=None), lm, load_tokenizer(path),
-                        load.BuiltReference(reference))
+    make = HFTrainable if sequence == 1 else \
+        partial(SequenceParallelTrainable, groups=sequence_groups(device.type, sequence))
+    inner = make(replace(policy, init=None), lm, load_tokenizer(path),
+                 load.BuiltReference(reference))
     inner.cfg = policy  # `init` is loaded below, sharded
     model = ShardedTrainable(inner, reference, mp,
                              export_dtype=None if policy.lora else mp.param_dtype or dtype,
@@ -344,6 +353,10 @@ def sharded_learner(cfg, policy: PolicyConfig) -> Learner:
     """This rank's `Learner` over its shard of the policy, on the plan's mesh
     (`placement.mesh`; the process group already joined); on CUDA each rank uses its
     LOCAL_RANK's GPU."""
+    mesh = cfg.placement.learner_mesh
     model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0,
-                              replicate=cfg.placement.learner_mesh.replicate)
-    return Learner(model, cfg, GroupRanks(model))
+                              replicate=mesh.replicate, sequence=mesh.sequence)
+    ranks = GroupRanks(model)
+    if isinstance(model.inner, SequenceParallelTrainable):
+        ranks = SequenceRanks(ranks, model.inner.groups, model.device)
+    return Learner(model, cfg, ranks)

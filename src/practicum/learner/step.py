@@ -19,7 +19,8 @@ tokens at temperature 1 (`practicum.algo.rft.rft_loss`), token-mean over the min
 formulas live in `practicum.algo`; the step itself is plain PyTorch.
 
 Sharded over several processes (`practicum.learner.sharded`), every rank runs this same step on
-the whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the
+the whole batch's rows but takes only its part of each mini-batch (`split_ranks` over
+`Ranks.data_world` shares: the ranks of a sequence group take one share together); the
 normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks'
 gradients sum to the one-process gradient, and the logged sums are added up across ranks. Every
 rank runs the same number of forward passes (a rank with fewer rows pads with weightless ones):
@@ -184,7 +185,7 @@ class Learner(QuietPart):
         rank with fewer micro-batches than another adds weightless ones (a row of another
         rank's, live False), so every rank runs the same number of passes."""
         m = self.cfg.train.micro_batch_size
-        mine = shares[self.ranks.rank]
+        mine = shares[self.ranks.data_rank]
         out = [(mine[i:i + m], True) for i in range(0, len(mine), m)]
         count = max(math.ceil(len(rows) / m) for rows in shares)
         filler = next(rows[:1] for rows in shares if rows)
@@ -200,8 +201,8 @@ class Learner(QuietPart):
     def _proximal(self, minis: list[list[TrainRow]]) -> dict[int, Tensor]:
         """Log-probs of this rank's rows under the weights before this step's first update, per
         row (keyed by id(row)), computed once (eval mode, no grad)."""
-        parts = [split_ranks(mini, self.ranks.world) for mini in minis]
-        shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.world)]
+        parts = [split_ranks(mini, self.ranks.data_world) for mini in minis]
+        shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.data_world)]
         out = {}
         for micro, live in self._micro_batches(shares):
             tb = self._tokens(micro, True)
@@ -225,7 +226,7 @@ class Learner(QuietPart):
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
-        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.world)):
+        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.data_world)):
             tb = self._tokens(micro, pg)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   temperature, return_entropy=True,

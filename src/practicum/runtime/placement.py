@@ -137,8 +137,8 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
 
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
-    the plan has ranks (or none), on as many nodes, what the plan's actors need is installed
-    here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
+    the plan has ranks (or none), on as many nodes, the model's heads split over the mesh's
+    sequence groups, what the plan's actors need is installed here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
     them there."""
     from importlib.util import find_spec
 
@@ -160,6 +160,13 @@ def check_launch(cfg: Config, suite: Suite | None = None) -> None:
                               f"{plan.nodes} node(s) of {plan.ranks // plan.nodes} (ranks="
                               f"{plan.ranks}): launch `torchrun --nnodes {plan.nodes} "
                               f"--nproc-per-node {plan.ranks // plan.nodes} ...` on each node")
+    if plan.learner_mesh.sequence > 1:
+        from transformers import AutoConfig
+
+        from practicum.learner.sequence import check_model
+
+        check_model(AutoConfig.from_pretrained(resolve_model(cfg.model.model)),
+                    plan.learner_mesh.sequence, cfg.model.attn_implementation)
     if plan.on_ray:
         require_ray("placement.kind")
     if cfg.engine.kind == "vllm" and plan.engine_actors is not None and \
