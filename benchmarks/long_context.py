@@ -7,9 +7,10 @@ Rows (`--rows`):
            behaviour log-prob -2); a tiny random Llama (the test fixture's shape: 2 layers,
            hidden 64, 4 query / 2 key-value heads, SmolLM2's 49,152-token vocabulary) whose
            native context is the longest T, so no RoPE scaling is involved.
-  swe      the SWE environment's own episodes (the scripted demonstrator's trajectories on the
-           bundled tasks, run and graded in the real sandbox: `practicum.envs.swe.demo`), their
-           turns concatenated into one multi-turn row of T tokens, on a random Llama with
+  swe      the SWE environment's own episodes (the scripted demonstrator's trajectories on
+           configs/swe.yaml's training tasks, run and graded in the real sandbox and stored as
+           `practicum sft` stores them), their segments laid back to back into one row of T
+           tokens (one such episode is 1-2k tokens), on a tiny random Llama with
            SmolLM2-135M's 8,192-token native context and model.rope_scaling YaRN x2 (16k):
            the learner-only probe of issue 36 (rows of 8-16k tokens past SmolLM2's context).
 
@@ -151,18 +152,33 @@ def measure(arm: str, length: int, model: Path, rows: str, episodes: Path | None
 
 
 # -- the stored SWE episodes -------------------------------------------------------------------
-def store_swe_episodes(path: Path, work: Path) -> dict:
-    """The SWE demonstrator's episodes on the bundled training tasks, run in the real
-    environment (`practicum.envs.swe.demo`), stored as token segments at `path`."""
+def store_swe_episodes(path: Path, work: Path, model: Path) -> dict:
+    """The SWE demonstrator's episodes on configs/swe.yaml's training tasks, run and graded in
+    the real environment (`practicum sft`'s collection, `practicum.runtime.sft.collect`) and
+    stored in its run folder's episodes.jsonl; their segments (token ids, loss masks) read
+    back from the store are written to `path`."""
     from practicum.config import load_config
-    from practicum.envs.swe.demo import demonstration_episodes
+    from practicum.runtime.session import open_session
+    from practicum.runtime.sft import collect
+    from practicum.store import EpisodeStore
 
-    cfg = load_config(None, ["task.name=swe", "rollout.max_turns=8", "rollout.max_seq_len=8192",
-                             f"run.out_dir={work}"])
-    segments, episodes = demonstration_episodes(cfg)
+    cfg = load_config(REPO / "configs" / "swe.yaml", [
+        f"run.out_dir={work}", f"model.model={model}", "model.dtype=float32",
+        "model.device=cpu", "stages=[]", "rollout.max_turns=8", "rollout.max_seq_len=8192",
+        "rollout.env_workers=1", "task.options.episode_obs_chars=20000"])
+    session = open_session(cfg)
+    try:
+        collect(session, progress=False)
+    finally:
+        session.close()
+    episodes = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
+    segments = [{"input_ids": list(seg.input_ids), "loss_mask": list(seg.loss_mask)}
+                for e in episodes for seg in e.segments()]
     path.write_text(json.dumps(segments))
-    return {"episodes": episodes, "segments": len(segments),
-            "tokens": sum(len(s["input_ids"]) for s in segments)}
+    lengths = [len(s["input_ids"]) for s in segments]
+    return {"episodes": len(episodes), "solved": sum(e.reward > 0 for e in episodes),
+            "segments": len(segments), "segment_tokens_min_max": [min(lengths), max(lengths)],
+            "tokens": sum(lengths)}
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -260,7 +276,8 @@ def main() -> None:
         if args.rows == "swe":
             write_model(model, SWE_NATIVE)
             episodes = Path(tmp) / "episodes.json"
-            extra["swe_episodes"] = store_swe_episodes(episodes, Path(tmp) / "runs")
+            extra["swe_episodes"] = store_swe_episodes(episodes, Path(tmp) / "runs", model)
+            print(json.dumps(extra), flush=True)
         else:
             write_model(model, max(lengths))
         for length in lengths:

@@ -304,7 +304,9 @@ class RolloutConfig(Section):
     max_turns: int = Field(2, ge=1, description="Policy turns per episode before truncation.")
     max_seq_len: int = Field(768, gt=0, description="Token budget of one training row (a "
                              "segment: prompt + sampled + observations); generation is capped to "
-                             "the room left, and an episode that runs out of it is overlong.")
+                             "the room left, and an episode that runs out of it is overlong. "
+                             "Refused when the run is placed if past the model's context "
+                             "(scaled by model.rope_scaling).")
     failure_reward: float = Field(
         0.0, description="Reward of an episode ended by an environment failure."
     )
