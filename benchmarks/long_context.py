@@ -10,9 +10,10 @@ Rows (`--rows`):
   swe      the SWE environment's own episodes (the scripted demonstrator's trajectories on
            configs/swe.yaml's training tasks, run and graded in the real sandbox and stored as
            `practicum sft` stores them), their segments laid back to back into one row of T
-           tokens (one such episode is 1-2k tokens), on a tiny random Llama with
-           SmolLM2-135M's 8,192-token native context and model.rope_scaling YaRN x2 (16k):
-           the learner-only probe of issue 36 (rows of 8-16k tokens past SmolLM2's context).
+           tokens (one such episode is 1-2k tokens), with model.rope_scaling YaRN x2 over an
+           8,192-token native context (16k): the learner-only probe of issue 36 (rows of
+           8-16k tokens past SmolLM2's context), on a tiny random Llama with SmolLM2's
+           context or (--model smollm2) on SmolLM2-135M-Instruct itself.
 
 Arms (`ARMS`): config overrides applied to the run config, so an arm is one entry:
   plain          model.gradient_checkpointing=false
@@ -29,7 +30,8 @@ least-squares fit per arm; the log-log slope between the two longest rows is 1 f
 growth, 2 for quadratic.
 
     python benchmarks/long_context.py                      # 2k, 8k, 32k; both arms
-    python benchmarks/long_context.py --rows swe --lengths 8192,16384
+    python benchmarks/long_context.py --rows swe                  # 8k, 16k; tiny model
+    python benchmarks/long_context.py --rows swe --model smollm2 --arms checkpointing
 """
 
 from __future__ import annotations
@@ -253,6 +255,9 @@ def main() -> None:
     ap.add_argument("--lengths", default=None, help="comma-separated T (default: 2048,8192,"
                     "32768 for random rows, 8192,16384 for swe)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
+    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
+                    help="tiny: the random Llama above; smollm2: the real SmolLM2-135M-Instruct "
+                    "(swe rows only: its native context is the 8,192 the rows stretch)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per child")
     ap.add_argument("--max-gb", type=float, default=8.0, help="kill a child past this RSS")
     ap.add_argument("--output", default=None, help="results file stem")
@@ -273,8 +278,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="long-context-") as tmp:
         model = Path(tmp) / "model"
         episodes = None
+        if args.model == "smollm2":
+            if args.rows != "swe":
+                raise SystemExit("long_context: --model smollm2 goes with --rows swe")
+            from practicum.engine.models import resolve_model
+
+            model = resolve_model("smollm2-135m-instruct")
         if args.rows == "swe":
-            write_model(model, SWE_NATIVE)
+            if args.model == "tiny":
+                write_model(model, SWE_NATIVE)
             episodes = Path(tmp) / "episodes.json"
             extra["swe_episodes"] = store_swe_episodes(episodes, Path(tmp) / "runs", model)
             print(json.dumps(extra), flush=True)
@@ -287,13 +299,15 @@ def main() -> None:
                 results.append(r)
     state["load_avg_1min_after"] = os.getloadavg()[0]
     fits = fit(results)
-    stem = args.output or ("long_context" if args.rows == "random" else "long_context_swe")
-    payload = {"benchmark": "long_context", "rows": args.rows, "model": TINY,
+    stem = args.output or ("long_context" if args.rows == "random"
+                           else f"long_context_swe_{args.model}")
+    payload = {"benchmark": "long_context", "rows": args.rows,
+               "model": TINY if args.model == "tiny" else "smollm2-135m-instruct",
                "rope_scaling": YARN if args.rows == "swe" else None, "machine": state,
                "results": results, "fits": fits, **extra}
     OUT.mkdir(exist_ok=True)
     (OUT / f"{stem}.json").write_text(json.dumps(payload, indent=1))
-    text = (f"# long_context ({args.rows} rows; CPU: {state.get('cpu', '?')}, bf16 "
+    text = (f"# long_context ({args.rows} rows, {args.model} model; CPU: {state.get('cpu', '?')}, bf16 "
             f"{state['cpu_bf16']}, {args.threads} thread(s), load {state['load_avg_1min']:.1f} "
             f"before / {state['load_avg_1min_after']:.1f} after)\n\n{table(results, fits)}\n")
     (OUT / f"{stem}.md").write_text(text)
