@@ -35,13 +35,18 @@ def test_the_model_config_keeps_its_theta_and_covers_the_scaled_context(tiny_mod
     assert linear.rope_parameters == {"rope_theta": 10000.0, "rope_type": "linear", "factor": 4.0}
 
 
-def test_a_row_past_the_context_is_refused_in_one_line(tiny_model_dir):
+def test_a_row_past_the_context_is_refused_in_one_line(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"^config error at rollout.max_seq_len: 1500 tokens "
-                                          r"exceed the model's 1024-token context \(native; set "
+                                          r"exceed the model's 1024-token context \(its own; set "
                                           r"model.rope_scaling, e.g. \{rope_type: yarn, factor: "
                                           r"2\}, to extend it\)$"):
         check_context(tiny_model_dir, None, 1500, "rollout.max_seq_len")
     assert check_context(tiny_model_dir, YARN, 1500, "rollout.max_seq_len") == 2048
+    # a model that ships a scaled RoPE (Llama 3.1: 8k pretrained, 128k as shipped) covers its own
+    shipped = model_config(tiny_model_dir, {"rope_type": "llama3", "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0})
+    shipped.save_pretrained(tmp_path)
+    assert check_context(tmp_path, None, 8192, "rollout.max_seq_len") == 8192
     with pytest.raises(ConfigError, match=r"3000 tokens exceed the model's 2048-token context "
                                           r"\(1024 native x 2 \(yarn\)\)"):
         check_context(tiny_model_dir, YARN, 3000, "rollout.max_seq_len")

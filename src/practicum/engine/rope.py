@@ -92,17 +92,21 @@ def vllm_overrides(path, scaling: dict | None) -> dict[str, Any]:
 
 def check_context(path, scaling: dict | None, tokens: int, where: str) -> int:
     """Refuse, in one line naming `where`, a row budget of `tokens` past the context the model
-    covers (its native one, or the scaled one with `scaling`); returns that context."""
+    covers (its config's max_position_embeddings, or with `scaling` the scaled native one);
+    returns that context."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path)
-    native = native_context(config)
-    context = scaled_context(native, scaling)
+    if not scaling:  # a model shipping a scaled RoPE (Llama 3.1) already covers its own
+        context = int(config.max_position_embeddings)
+        how = (f"its own; set model.rope_scaling, e.g. {{rope_type: yarn, factor: "
+               f"{-(-tokens // context)}}}, to extend it")
+    else:
+        native = native_context(config)
+        context = scaled_context(native, scaling)
+        original = int(scaling.get("original_max_position_embeddings") or native)
+        how = f"{original} native x {scaling['factor']:g} ({scaling['rope_type']})"
     if tokens > context:
-        original = scaling and int(scaling.get("original_max_position_embeddings") or native)
-        how = (f"{original} native x {scaling['factor']:g} ({scaling['rope_type']})" if scaling
-               else f"native; set model.rope_scaling, e.g. {{rope_type: yarn, factor: "
-                    f"{-(-tokens // native)}}}, to extend it")
         raise ConfigError(f"config error at {where}: {tokens} tokens exceed the model's "
                           f"{context}-token context ({how})")
     return context
