@@ -44,6 +44,53 @@ class RunConfig(Section):
     resume: bool = Field(True, description="Resume from the run folder's last checkpoint if any.")
 
 
+class LinearRope(Section):
+    rope_type: Literal["linear"] = Field(description="Position interpolation (arXiv "
+                                         "2306.15595): every position divided by factor.")
+    factor: float = Field(gt=1, description="Context multiplier: the model covers its native "
+                          "context times factor.")
+
+
+class YarnRope(Section):
+    rope_type: Literal["yarn"] = Field(description="YaRN (arXiv 2309.00071): high frequencies "
+                                       "kept, low ones interpolated, attention temperature "
+                                       "scaled; what the SWE seed (arXiv 2508.03501) and Qwen "
+                                       "use to reach 131k.")
+    factor: float = Field(gt=1, description="Context multiplier: the model covers "
+                          "original_max_position_embeddings times factor.")
+    original_max_position_embeddings: int | None = Field(
+        None, gt=0, description="The context the model was pretrained at (None = the model "
+        "config's max_position_embeddings).")
+    attention_factor: float | None = Field(None, gt=0, description="Scale of the attention "
+                                           "logits (None = YaRN's 0.1 ln(factor) + 1).")
+    beta_fast: float | None = Field(None, gt=0, description="Rotations per context above which "
+                                    "a dimension is extrapolated, untouched (None = 32).")
+    beta_slow: float | None = Field(None, gt=0, description="Rotations per context below which "
+                                    "a dimension is fully interpolated (None = 1).")
+
+
+class Llama3Rope(Section):
+    rope_type: Literal["llama3"] = Field(description="Llama 3.1's frequency-dependent "
+                                         "interpolation.")
+    factor: float = Field(gt=1, description="Context multiplier of the low frequencies.")
+    original_max_position_embeddings: int | None = Field(
+        None, gt=0, description="The context the model was pretrained at (None = the model "
+        "config's max_position_embeddings).")
+    low_freq_factor: float = Field(1.0, gt=0, description="Wavelengths above "
+                                   "original / low_freq_factor are interpolated by factor.")
+    high_freq_factor: float = Field(4.0, gt=0, description="Wavelengths below "
+                                    "original / high_freq_factor are kept.")
+
+
+RopeScaling = Annotated[Union[LinearRope, YarnRope, Llama3Rope],
+                        Field(discriminator="rope_type")]
+"""One variant per RoPE scaling type; applied to every copy of the model by
+`practicum.engine.rope` (learner, reference, HF sampler, vLLM's hf_overrides)."""
+
+LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+"""transformers' RoPE types whose frequencies change with the sequence length: refused."""
+
+
 class ModelConfig(Section):
     model: str = Field(
         "smollm2-135m-instruct",
@@ -78,7 +125,16 @@ class ModelConfig(Section):
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         description="Module names that get LoRA adapters.",
     )
-    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    gradient_checkpointing: bool | None = Field(
+        None, description="Recompute each decoder layer's activations in the backward pass "
+        "(less activation memory, about one more forward of learner time). None = on when the "
+        "learner runs on a GPU, off on a CPU.")
+    rope_scaling: RopeScaling | None = Field(
+        None, description="Stretch the rotary position embedding past the model's pretrained "
+        "context, e.g. {rope_type: yarn, factor: 4}; applied identically to the learner, its "
+        "KL reference, the HF sampler and vLLM (practicum.engine.rope). rollout.max_seq_len is "
+        "checked against the scaled context. None = the model's own RoPE.")
+
     merged_sampling: bool | None = Field(
         None, description="With LoRA, sample from a copy with the adapter merged into the weights "
         "(faster sampling on a CPU, one more copy of the adapted layers; the sampler then runs "
@@ -89,6 +145,16 @@ class ModelConfig(Section):
     init: str | None = Field(
         None, description="A saved policy folder to start from, e.g. the adapter `practicum rft` "
         "wrote (RUN/rft/policy); None = the pretrained model (a fresh adapter).")
+
+    @field_validator("rope_scaling", mode="before")
+    @classmethod
+    def _static_rope(cls, v: Any) -> Any:
+        kind = v.get("rope_type") if isinstance(v, dict) else None
+        if kind in LENGTH_DEPENDENT_ROPE:
+            raise ValueError(f"rope_type {kind} changes the frequencies with the sequence "
+                             f"length, so a KV-cached sampler and the learner would score a row "
+                             f"differently; use yarn, linear or llama3")
+        return v
 
 
 class HFEngineConfig(Section):
@@ -242,7 +308,9 @@ class RolloutConfig(Section):
     max_turns: int = Field(2, ge=1, description="Policy turns per episode before truncation.")
     max_seq_len: int = Field(768, gt=0, description="Token budget of one training row (a "
                              "segment: prompt + sampled + observations); generation is capped to "
-                             "the room left, and an episode that runs out of it is overlong.")
+                             "the room left, and an episode that runs out of it is overlong. "
+                             "Refused when the run is placed if past the model's context "
+                             "(scaled by model.rope_scaling).")
     failure_reward: float = Field(
         0.0, description="Reward of an episode ended by an environment failure."
     )
@@ -563,6 +631,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
         variant = ""
         if loc[:1] in (["engine"], ["placement"]) and len(loc) > 2:  # a variant's tag
             variant = f" for {loc[0]}.kind={loc.pop(1)}"
+        elif loc[:2] == ["model", "rope_scaling"] and len(loc) > 3:
+            variant = f" for model.rope_scaling.rope_type={loc.pop(2)}"
         where = ".".join(str(x) for x in loc)
         got = err.get("input")
         if not where:  # a cross-field check of Config itself: the message names the keys

@@ -18,7 +18,8 @@ def test_every_model_setting_reaches_the_policy_config():
     overrides = {"dtype": "float32", "device": "cpu", "attn_implementation": "eager",
                  "lora": False, "lora_r": 3, "lora_alpha": 5, "lora_dropout": 0.25,
                  "lora_target_modules": ["q_proj"], "gradient_checkpointing": True,
-                 "merged_sampling": False, "init": "/some/where", "model": "/a/model"}
+                 "merged_sampling": False, "init": "/some/where", "model": "/a/model",
+                 "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}
     assert set(overrides) == set(ModelConfig.model_fields)
     cfg = load_config(None, [f"model.{k}={v}" for k, v in overrides.items()] + ["run.seed=7"])
     policy = policy_config(cfg)

@@ -115,3 +115,30 @@ def test_every_engine_setting_reaches_the_vllm_options(monkeypatch):
     assert set(values) == set(VLLMEngineConfig.model_fields) - {"kind"}
     vllm.build_sampler(VLLMEngineConfig(kind="vllm", **values), policy=None)
     assert {k: getattr(got[0], k) for k in values} == values
+
+
+def test_rope_scaling_reaches_vllm_as_the_learners_rope_parameters(tiny_model_dir, monkeypatch):
+    """vLLM is not installed here (its tests run in .venv-vllm): what `vllm.LLM` would be
+    given is captured instead. Its hf_overrides carry the very rope_parameters the learner's
+    model config has, so the engine computes the same rotary tables (tests/vllm/test_vllm_rope.py
+    checks vLLM's own config reads them)."""
+    from practicum.engine import vllm_sampler
+    from practicum.engine.hf_model import PolicyConfig
+    from practicum.engine.rope import model_config
+    from practicum.engine.vllm import _vllm_sampler
+
+    given = {}
+
+    def start(**kwargs):
+        given.update(kwargs)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(vllm_sampler, "_start_engine", start)
+    yarn = {"rope_type": "yarn", "factor": 2.0}
+    with pytest.raises(RuntimeError, match="captured"):
+        _vllm_sampler(PolicyConfig(model=str(tiny_model_dir), rope_scaling=yarn),
+                      VLLMOptions(max_model_len=2048), None)
+    learner = model_config(tiny_model_dir, yarn)
+    assert given["hf_overrides"] == {"rope_parameters": learner.rope_parameters,
+                                     "max_position_embeddings": 2048}
+    assert given["max_model_len"] == 2048

@@ -147,3 +147,18 @@ def test_a_wrong_folder_is_refused_on_every_rank(on_ranks):
 
 def config_without_init(cfg):
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"init": None})})
+
+
+def test_the_meta_device_build_gets_the_same_rotary_tables_under_rope_scaling(tiny_model_dir):
+    """The sharded learner's model, built on the meta device (`empty_lm`), computes YaRN's
+    rotary tables as the one-process model loaded whole does (and not the unscaled ones)."""
+    from practicum.engine.hf_model import load_lm
+    from practicum.learner.load import empty_lm
+
+    yarn = {"rope_type": "yarn", "factor": 2.0}
+    meta = empty_lm(tiny_model_dir, torch.float32, "sdpa", yarn).model.rotary_emb
+    whole = load_lm(tiny_model_dir, torch.float32, torch.device("cpu"), "sdpa", yarn)
+    plain = empty_lm(tiny_model_dir, torch.float32, "sdpa").model.rotary_emb
+    assert torch.equal(meta.inv_freq, whole.model.rotary_emb.inv_freq)
+    assert meta.attention_scaling == whole.model.rotary_emb.attention_scaling > 1
+    assert not torch.equal(meta.inv_freq, plain.inv_freq)

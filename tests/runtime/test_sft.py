@@ -30,7 +30,7 @@ def overrides(tmp_path, model_dir, *more):
             "model.dtype=float32", "task.name=swe",
             f"task.options.instances={tmp_path / 'suite' / 'toy.jsonl'}",
             "task.options.held_out_packages=[other]", "task.options.few_shot=false",
-            "sampling.max_new_tokens=48", "rollout.max_turns=4", "rollout.max_seq_len=1536",
+            "sampling.max_new_tokens=48", "rollout.max_turns=4", "rollout.max_seq_len=1024",
             "rollout.env_workers=1", "sft.epochs=4", "sft.lr=3e-3", "sft.batch_size=4", *more]
 
 

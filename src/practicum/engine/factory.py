@@ -51,9 +51,11 @@ def load_trainable(policy: PolicyConfig) -> HFTrainable:
     device = pick_device(policy.device)
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
-    return HFTrainable(policy, load_lm(path, dtype, device, policy.attn_implementation),
+    return HFTrainable(policy, load_lm(path, dtype, device, policy.attn_implementation,
+                                       policy.rope_scaling),
                        load_tokenizer(path),
-                       FrozenReference(path, dtype, device, policy.attn_implementation))
+                       FrozenReference(path, dtype, device, policy.attn_implementation,
+                                       policy.rope_scaling))
 
 
 def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:

@@ -50,8 +50,12 @@ class PolicyConfig:
     lora_dropout: float = 0.0
     """Dropout on the adapter's input while training (never while sampling)."""
     lora_target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEARS))
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: less memory, more learner time."""
+    gradient_checkpointing: bool | None = None
+    """Recompute activations in the backward pass: less memory, more learner time; None = on
+    a GPU, off on a CPU (`uses_checkpointing`)."""
+    rope_scaling: dict | None = None
+    """transformers rope_parameters overrides (rope_type, factor, ...) applied to every copy
+    of the model (`practicum.engine.rope`); None = the model's own RoPE."""
     merged_sampling: bool | None = None
     """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
     (`hf_sampler.MergedCopy`, those linears in fp32 when dtype is bf16, so small updates are not
@@ -109,14 +113,26 @@ def check_attn_implementation(name: str, device: torch.device) -> None:
                           "the flash-attn package, which is not installed here (use sdpa)")
 
 
+def uses_checkpointing(cfg: PolicyConfig, device: torch.device) -> bool:
+    """model.gradient_checkpointing, or under None: on a GPU (long rows' activations are what
+    fills its memory), off on a CPU."""
+    if cfg.gradient_checkpointing is not None:
+        return cfg.gradient_checkpointing
+    return torch.device(device).type == "cuda"
+
+
 def load_lm(path, dtype: torch.dtype, device: torch.device,
-            attn_implementation: str = "sdpa") -> nn.Module:
+            attn_implementation: str = "sdpa", rope_scaling: dict | None = None) -> nn.Module:
+    """The causal LM of folder `path`, with `rope_scaling` applied (`practicum.engine.rope`)."""
     from transformers import AutoModelForCausalLM
+
+    from practicum.engine.rope import model_config
 
     check_attn_implementation(attn_implementation, device)
     configure_threads()
     return AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, attn_implementation=attn_implementation).to(device)
+        path, config=model_config(path, rope_scaling), dtype=dtype,
+        attn_implementation=attn_implementation).to(device)
 
 
 def resolve_dtype(cfg: PolicyConfig, device: torch.device, sampler: bool = False) -> torch.dtype:
@@ -289,17 +305,17 @@ class FrozenReference:
     adapter-off path. With LoRA the base is the adapter-disabled model and this is unused."""
 
     def __init__(self, path, dtype: torch.dtype, device: torch.device,
-                 attn_implementation: str = "sdpa"):
+                 attn_implementation: str = "sdpa", rope_scaling: dict | None = None):
         self.path, self.dtype, self.device = path, dtype, device
-        self.attn_implementation = attn_implementation
+        self.attn_implementation, self.rope_scaling = attn_implementation, rope_scaling
         self._lm: nn.Module | None = None
 
     @property
     def lm(self) -> nn.Module:
         if self._lm is None:
             with torch.inference_mode(False):
-                self._lm = load_lm(self.path, self.dtype, self.device,
-                                   self.attn_implementation).eval().requires_grad_(False)
+                self._lm = load_lm(self.path, self.dtype, self.device, self.attn_implementation,
+                                   self.rope_scaling).eval().requires_grad_(False)
         return self._lm
 
 

@@ -57,9 +57,10 @@ class MergedCopy:
     resolution). The copy is its own module: sampling from it never touches the trainable's."""
 
     def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device,
-                 attn_implementation: str = "sdpa", fp32_master: bool = True):
-        self.lm = load_lm(base_path, dtype, device,
-                          attn_implementation).eval().requires_grad_(False)
+                 attn_implementation: str = "sdpa", fp32_master: bool = True,
+                 rope_scaling: dict | None = None):
+        self.lm = load_lm(base_path, dtype, device, attn_implementation,
+                          rope_scaling).eval().requires_grad_(False)
         plain = dict(self.lm.named_modules())
         self.layers: dict[str, tuple[Tensor, nn.Module]] = {}
         """peft module name -> (frozen base weight, the copy's linear to overwrite)."""

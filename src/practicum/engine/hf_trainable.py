@@ -15,6 +15,7 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -22,7 +23,14 @@ from torch import Tensor
 
 from practicum.engine.base import WeightUpdate
 from practicum.engine.constraint import masked_logits
-from practicum.engine.hf_model import FrozenReference, Logits, PolicyConfig, eos_ids, pad_id
+from practicum.engine.hf_model import (
+    FrozenReference,
+    Logits,
+    PolicyConfig,
+    eos_ids,
+    pad_id,
+    uses_checkpointing,
+)
 from practicum.engine.sampling import positions
 from practicum.errors import PracticumError
 
@@ -43,8 +51,10 @@ class HFTrainable:
     tokens (`_hidden`)."""
 
     def __init__(self, cfg: PolicyConfig, lm, tokenizer, reference: FrozenReference):
-        self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
         self.device = next(lm.parameters()).device
+        if cfg.gradient_checkpointing is None:  # resolved once, on this model's device
+            cfg = replace(cfg, gradient_checkpointing=uses_checkpointing(cfg, self.device))
+        self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
         if cfg.gradient_checkpointing:
             _enable_checkpointing(lm)
         torch.manual_seed(cfg.seed)
@@ -291,8 +301,12 @@ def check_policy_folder(path: Path, lora: bool) -> None:
 
 
 def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
-    """The practicum meta of a saved policy (what kind of weights, of which model)."""
-    (folder / META).write_text(json.dumps({"lora": cfg.lora, "model": cfg.model}, indent=1))
+    """The practicum meta of a saved policy (what kind of weights, of which model, under which
+    RoPE scaling: an adapter is served on the base model scaled as it was trained)."""
+    meta = {"lora": cfg.lora, "model": cfg.model}
+    if cfg.rope_scaling:
+        meta["rope_scaling"] = cfg.rope_scaling
+    (folder / META).write_text(json.dumps(meta, indent=1))
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from practicum.engine.factory import load_trainable
 from practicum.engine.hf_model import PolicyConfig, load_tokenizer, pick_device, resolve_dtype
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.models import resolve_model
+from practicum.engine.rope import vllm_overrides
 from practicum.engine.vllm_sampler import VLLMOptions, VLLMSampler
 
 
@@ -34,7 +35,8 @@ def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
     tokenizer = trainable.tokenizer if trainable is not None else load_tokenizer(path)
     sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
                           lora_rank=policy.lora_r if policy.lora else None,
-                          full_weights=not policy.lora, options=options, seed=policy.seed)
+                          full_weights=not policy.lora, options=options, seed=policy.seed,
+                          hf_overrides=vllm_overrides(path, policy.rope_scaling))
     if trainable is not None:
         sampler.load_weights(trainable.export_weights(0))
     return sampler

@@ -153,7 +153,8 @@ class VLLMSampler:
 
     def __init__(self, model_path: str | Path, tokenizer, *, dtype: str = "float32",
                  lora_rank: int | None = None, full_weights: bool = False,
-                 options: VLLMOptions | None = None, seed: int = 0):
+                 options: VLLMOptions | None = None, seed: int = 0,
+                 hf_overrides: dict | None = None):
         import torch
 
         opts = options or VLLMOptions()
@@ -166,6 +167,8 @@ class VLLMSampler:
                           max_loras=opts.max_loras, max_cpu_loras=opts.max_loras + 1)
         if full_weights:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
+        if hf_overrides:  # the model config's changes, e.g. rope_parameters (engine.rope)
+            kwargs["hf_overrides"] = hf_overrides
         self.options = opts
         llm_kwargs = llm_options(opts, _gpu_memory())
         self.llm = _start_engine(model=str(model_path), tokenizer=str(model_path), dtype=dtype,

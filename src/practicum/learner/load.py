@@ -72,13 +72,17 @@ def mixed_precision(device: torch.device, lora: bool) -> MixedPrecisionPolicy:
                                 reduce_dtype=torch.float32)
 
 
-def empty_lm(path, dtype: torch.dtype, attn_implementation: str) -> nn.Module:
+def empty_lm(path, dtype: torch.dtype, attn_implementation: str,
+             rope_scaling: dict | None = None) -> nn.Module:
     """The transformers CausalLM of folder `path` with its parameters on the meta device (its
-    buffers computed), tied weights tied, its generation config read as `from_pretrained` does."""
+    buffers computed: the rotary tables under `rope_scaling` too, `practicum.engine.rope`),
+    tied weights tied, its generation config read as `from_pretrained` does."""
     from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
-    config = AutoConfig.from_pretrained(path)
+    from practicum.engine.rope import model_config
+
+    config = model_config(path, rope_scaling)
     with init_empty_weights(include_buffers=False):
         lm = AutoModelForCausalLM.from_config(config, dtype=dtype,
                                               attn_implementation=attn_implementation)

@@ -64,6 +64,7 @@ from practicum.engine.hf_model import (
     check_attn_implementation,
     load_tokenizer,
     resolve_dtype,
+    uses_checkpointing,
 )
 from practicum.engine.hf_trainable import HFTrainable, cast_floating, distinct_tensors
 from practicum.engine.models import resolve_model
@@ -323,15 +324,18 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int =
     groups of `sequence` ranks (`practicum.learner.sequence`; 1: none). Every rank calls it;
     the process group is joined."""
     device = load.rank_device(policy.device)
+    # resolved here: the model is built on the meta device, which is no GPU
+    policy = replace(policy, gradient_checkpointing=uses_checkpointing(policy, device))
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
     check_attn_implementation(policy.attn_implementation, device)
     configure_threads()
     mp = load.mixed_precision(device, policy.lora)
-    lm = load.empty_lm(path, dtype, policy.attn_implementation)
+    lm = load.empty_lm(path, dtype, policy.attn_implementation, policy.rope_scaling)
     reference = None
     if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
-        reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation)
+        reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation,
+                                  policy.rope_scaling)
         reference.eval().requires_grad_(False)
     make = HFTrainable if sequence == 1 else \
         partial(SequenceParallelTrainable, groups=sequence_groups(device.type, sequence))

@@ -44,6 +44,7 @@ from practicum.engine.hf_model import (
     pick_device,
 )
 from practicum.engine.models import resolve_model
+from practicum.engine.rope import check_context
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
 from practicum.learner import Learner as LocalLearner
@@ -108,7 +109,8 @@ def policy_config(cfg: Config) -> PolicyConfig:
         lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
         lora_target_modules=list(m.lora_target_modules),
         gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed)
+        init=m.init, seed=cfg.run.seed,
+        rope_scaling=m.rope_scaling.model_dump(exclude_none=True) if m.rope_scaling else None)
 
 
 def place(cfg: Config, suite: Suite | None = None) -> Placement:
@@ -119,6 +121,7 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
     plan = cfg.placement
     policy = policy_config(cfg)
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
+    check_context_lengths(cfg, policy)
     check_launch(cfg, suite)
     # filled in start order; a part that fails to start closes those started before it
     placed = Placement(None, None, None,
@@ -133,6 +136,17 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
         placed.close()
         raise
     return placed
+
+
+def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
+    """A row (rollout.max_seq_len) or a vLLM context (engine.max_model_len) longer than the
+    positions the model covers, natively or under model.rope_scaling, is refused in one line
+    before anything loads."""
+    path = resolve_model(policy.model)
+    check_context(path, policy.rope_scaling, cfg.rollout.max_seq_len, "rollout.max_seq_len")
+    if cfg.engine.kind == "vllm":
+        check_context(path, policy.rope_scaling, cfg.engine.max_model_len,
+                      "engine.max_model_len")
 
 
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:

@@ -108,14 +108,15 @@ def _policy_config(target: Target, dtype: str):
     from practicum.engine.hf import PolicyConfig
 
     meta = json.loads((target.policy_dir / POLICY_META).read_text())
+    rope = meta.get("rope_scaling")  # the model as it was trained (engine.rope)
     if not meta["lora"]:
         return PolicyConfig(model=target.model, dtype=dtype, lora=False,
-                            init=str(target.policy_dir))
+                            init=str(target.policy_dir), rope_scaling=rope)
     adapter: dict[str, Any] = json.loads((target.policy_dir / "adapter_config.json").read_text())
     return PolicyConfig(model=target.model, dtype=dtype, lora=True, lora_r=adapter["r"],
                         lora_alpha=adapter["lora_alpha"],
                         lora_target_modules=sorted(adapter["target_modules"]),
-                        init=str(target.policy_dir))
+                        init=str(target.policy_dir), rope_scaling=rope)
 
 
 @dataclass
