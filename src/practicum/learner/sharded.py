@@ -62,6 +62,8 @@ from practicum.engine.hf_model import (
 )
 from practicum.engine.hf_trainable import HFTrainable, cast_floating, distinct_tensors
 from practicum.engine.models import resolve_model
+from practicum.engine.weight_group import meta_of
+from practicum.engine.weight_stream import Membership, WeightTarget, send_stream
 from practicum.errors import PracticumError
 from practicum.learner import load
 from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
@@ -247,6 +249,20 @@ class ShardedTrainable:
         for alias, name in distinct_tensors(self.inner.trainable_state())[1].items():
             tensors[alias] = tensors[name]
         return self.inner.weight_update(version, tensors)
+
+    def stream_weights(self, target: WeightTarget, member: Membership) -> None:
+        """Stream the trainable weights to a sampler's receivers (`engine.weight_stream`):
+        every rank gathers one tensor at a time in `target`'s dtype, rank 0 (`member`: its
+        place in the weight group) sends each in buckets as it comes; no rank holds a gathered
+        copy. Every rank calls it."""
+        dtype = target.torch_dtype
+        tensors = self.iter_full_tensors(dtype)
+        if _rank() != 0:
+            for _ in tensors:  # the gathers rank 0 sends from
+                pass
+            return
+        meta = meta_of(distinct_tensors(self.inner.trainable_state())[0], dtype)
+        send_stream(target, meta, tensors, member)
 
     def save(self, path: Path, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
         """The policy folder `HFTrainable.save` writes (a peft adapter, or a HF model in
