@@ -496,12 +496,11 @@ def weights_beside_a_default_group(rank: int, out: Path) -> None:
     assert dist.get_rank() == rank and dist.get_world_size() == 2 and total.item() == 3.0
 
 
-def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
+def worker_whose_reload_fails(rank: int, target: dict, out: Path) -> None:
     """vLLM's worker extension (`WeightsReloader`) as weight rank 1, its vLLM side reduced to a
     `reload_weights` that takes two tensors and then fails: the failure is raised, after every
     bucket was received (otherwise the sender would wait for them until its timeout)."""
     from practicum.engine.vllm_worker import WeightsReloader
-    from practicum.engine.weight_group import meta_of
 
     class Worker(WeightsReloader):
         rank, device = 0, torch.device("cpu")
@@ -512,12 +511,11 @@ def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
             raise ValueError("no such parameter")
 
     worker = Worker()
-    worker.init_weight_group("127.0.0.1", port, 2, "gloo", 120)
     try:
-        worker.receive_weights(meta_of(weight_tensors()), 0.01)
+        worker.receive_stream(target, 1, None)
     except ValueError as err:
         (out / "error.txt").write_text(str(err))
-    worker.close_weight_group()
+    worker._weight_member.close()
 
 
 def main(argv: list[str]) -> None:

@@ -65,8 +65,6 @@ def test_the_checks_across_sections_name_their_keys():
         "and learner all null puts nothing in a Ray actor",
         ("placement.kind=torchrun", "placement.ranks=2", "stages=[{name: a, kind: rl}]"):
             "placement.kind=torchrun trains one run per launch",
-        ("placement.kind=ray", "placement.learner.gpus=1", "engine.kind=vllm"):
-            "placement.learner: a learner in Ray actors publishes to engine.kind=hf only",
         ("placement.kind=ray", "placement.engine.gpus=1", "engine.kind=vllm",
          "engine.tensor_parallel_size=2"): "placement.engine.gpus=1: "
         "engine.tensor_parallel_size=2",

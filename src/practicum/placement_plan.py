@@ -267,12 +267,6 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
         check_ranks(plan)
     if engine.kind != "vllm":
         return
-    if plan.learner_in_ray:
-        where = "placement.learner" if isinstance(plan, RayPlacement) else \
-            "placement.kind=learner_group"
-        raise ValueError(f"{where}: a learner in Ray actors publishes to engine.kind=hf only; "
-                         "engine.kind=vllm takes its weights from a learner in this process "
-                         "or a torchrun launch")
     actors = plan.engine_actors
     if actors is not None and 0 < actors.gpus < engine.tensor_parallel_size:
         raise ValueError(f"placement.engine.gpus={actors.gpus:g}: "

@@ -36,6 +36,7 @@ from practicum.engine.weight_stream import (
     StreamedUpdate,
     WeightRendezvous,
     WeightTarget,
+    own_address,
     publish,
     receive_into,
 )
@@ -86,7 +87,7 @@ class HFEngineCopy(QuietPart):
         self.tokenizer = self.holder.tokenizer
         self.device = self.holder.device
         self.bucket_mb = bucket_mb
-        self._member = Membership(_own_address())
+        self._member = Membership(own_address())
         self._rendezvous: WeightRendezvous | None = None
         self._target = None
 
@@ -108,7 +109,7 @@ class HFEngineCopy(QuietPart):
         if isinstance(update, StreamedUpdate):
             if self._target is None:
                 if self._rendezvous is None:
-                    self._rendezvous = WeightRendezvous(_own_address() or "127.0.0.1")
+                    self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
                 self._target = self._rendezvous.target(
                     2, backend_for(self.device), self.holder.lm.dtype, self.bucket_mb)
             target = self._target
@@ -155,19 +156,6 @@ class HFEngineCopy(QuietPart):
 
     def close(self) -> None:
         self._member.close()
-
-
-def _own_address() -> str | None:
-    """This node's address when this process is part of a Ray cluster (a weight group's
-    members then bind to their own node's), else None (one machine: loopback)."""
-    import sys
-
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    return None
 
 
 def load_frozen_sampler(model: str, dtype: str = "auto", device: str = "auto") -> HFSampler:

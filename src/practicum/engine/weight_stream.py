@@ -116,6 +116,19 @@ class StreamedUpdate:
     kind: str = "full"
 
 
+def own_address() -> str | None:
+    """This node's address when this process belongs to a Ray cluster (a weight group's
+    members then listen on their own node's address), else None (one machine: loopback)."""
+    import sys
+
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    return None
+
+
 def send_stream(target: WeightTarget, meta: Meta, tensors: Iterator[tuple[str, torch.Tensor]],
                 member: Membership) -> None:
     """The sender (rank 0): stream `tensors` (described by `meta`) to `target`. On a failure

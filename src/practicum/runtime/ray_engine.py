@@ -267,15 +267,14 @@ class Streams:
 
     def target_for(self, engines: list[RayEngine], policy: PolicyConfig,
                    bucket_mb: float):
-        from practicum.engine.hf import _own_address
         from practicum.engine.hf_model import pick_device, resolve_dtype
         from practicum.engine.weight_group import backend_for
-        from practicum.engine.weight_stream import WeightRendezvous
+        from practicum.engine.weight_stream import WeightRendezvous, own_address
 
         members = tuple((id(e), e.started) for e in engines)
         if self.target is None or members != self._members:
             if self.rendezvous is None:
-                self.rendezvous = WeightRendezvous(_own_address() or "127.0.0.1")
+                self.rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
             device = pick_device(policy.device)
             self.target = self.rendezvous.target(
                 1 + sum(e.receivers for e in engines), backend_for(device),
