@@ -518,6 +518,42 @@ def worker_whose_reload_fails(rank: int, target: dict, out: Path) -> None:
     worker._weight_member.close()
 
 
+def publish_to_vllm(rank: int, cfg: Config, out: Path) -> None:
+    """Under torchrun with engine.kind=vllm and weight_sync=broadcast: rank 0 places the run
+    (its learner rank and the vLLM engine it starts, version 0 streamed), takes a step and
+    streams version 1, then loads the same version gathered through a file; what each version
+    samples is saved. The other ranks serve the learner's calls."""
+    from practicum.engine.base import SamplingParams
+    from practicum.engine.weight_stream import StreamedUpdate
+    from practicum.runtime.placement import place, serve_learner_rank
+
+    if serve_learner_rank(cfg):
+        return
+    prompts = [[1, 504, 2341, 98, 12], [1, 77, 4012, 9], [1, 2222, 18, 3]]
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=8)
+
+    def draw(sampler):
+        return [(s.token_ids, s.logprobs) for s in
+                sampler.generate(prompts, greedy) + sampler.generate(prompts, sampled, [5, 6, 7])]
+    placement = place(cfg)
+    try:
+        sampler, learner = placement.sampler, placement.learner
+        draws = {"v0": draw(sampler)}
+        learner.train_step(_rows(cfg, 1))
+        update = learner.export_weights(1)
+        assert isinstance(update, StreamedUpdate)
+        sampler.load_weights(update)
+        draws["streamed"] = draw(sampler)
+        sampler.options.weight_sync = "file"
+        sampler.load_weights(learner.call("export", 1)[1])  # gathered on rank 0, as before
+        draws["file"] = draw(sampler)
+        draws["launcher_variables"] = [k for k in os.environ if k in ("RANK", "WORLD_SIZE")]
+        torch.save(draws, out / "draws.pt")
+    finally:
+        placement.close()
+
+
 def main(argv: list[str]) -> None:
     """`python -m tests.ranks FUNCTION ARGS_FILE` (under torchrun): FUNCTION(RANK, *args)."""
     import torch.distributed as dist
