@@ -12,14 +12,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import build_tiny_model
 from tests.ranks import config, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(smollm2_dir, tmp_path):
-    cfg = config(smollm2_dir, False, "engine.kind=vllm", "engine.weight_sync=broadcast",
-                 "engine.weight_bucket_mb=16", "engine.max_model_len=256", "train.lr=1e-3",
+@pytest.fixture(scope="module")
+def tiny_vllm_dir(tmp_path_factory) -> Path:
+    """The tiny random Llama with 2 heads of 32 (vLLM's CPU attention takes head sizes from
+    32 up)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_vllm"), num_attention_heads=2,
+                            num_key_value_heads=1)
+
+
+def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(tiny_vllm_dir, tmp_path):
+    cfg = config(tiny_vllm_dir, False, "engine.kind=vllm", "engine.weight_sync=broadcast",
+                 "engine.weight_bucket_mb=1", "engine.max_model_len=256", "train.lr=1e-3",
                  "train.grad_clip=1.0", "placement={kind: torchrun, ranks: 2}")
     torch.save((cfg, tmp_path), tmp_path / "args.pt")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -49,12 +58,12 @@ def ray_here():
     ray.shutdown()
 
 
-def test_a_ray_learner_group_trains_two_steps_with_vllm(smollm2_dir, tmp_path, ray_here):
+def test_a_ray_learner_group_trains_two_steps_with_vllm(tiny_vllm_dir, tmp_path, ray_here):
     from practicum.config import load_config
     from practicum.runtime.train import run_training
 
     cfg = load_config(None, [
-        f"model.model={smollm2_dir}", "model.dtype=float32", "model.lora=false",
+        f"model.model={tiny_vllm_dir}", "model.dtype=float32", "model.lora=false",
         "engine.kind=vllm", "engine.weight_sync=broadcast", "engine.max_model_len=256",
         "placement={kind: learner_group, ranks: 2, rank: {cpus: 0}}",
         "task.name=toy", "task.options.train_size=8", "task.options.eval_size=2",
@@ -69,3 +78,4 @@ def test_a_ray_learner_group_trains_two_steps_with_vllm(smollm2_dir, tmp_path, r
     assert all(r["logprob_gap"] < 5e-3 for r in steps), steps  # vLLM samples the ranks' weights
     summary = json.loads((tmp_path / "g" / "summary.json").read_text())
     assert len(set(summary["learner_rank_pids"])) == 2
+    assert summary["vllm"]["versions_streamed"] == 3  # versions 0, 1 and 2, by the ranks

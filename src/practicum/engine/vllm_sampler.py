@@ -232,6 +232,8 @@ class VLLMSampler:
         """weight_sync=broadcast: the weight group's current formation (`weight_stream`)."""
         self._sender = Membership()
         """This process's place in it when it sends (a learner here publishing)."""
+        self.streamed = 0
+        """Versions a sharded learner streamed to it."""
         self.lora = lora_rank is not None
         self.ignore_eos = False
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
@@ -315,6 +317,7 @@ class VLLMSampler:
         the reload in the colocated order (`vllm_sleep`). A `StreamedUpdate` (a sharded
         learner's) is received by the workers from the learner's rank 0 (`weight_stream`)."""
         if isinstance(update, StreamedUpdate):
+            self.streamed += 1
             reload = lambda: self._stream(update, self._stream_target(self._gpu_backend()))  # noqa: E731
         elif update.kind == "lora":
             reload = lambda: self._load_lora(update)  # noqa: E731
@@ -325,6 +328,7 @@ class VLLMSampler:
     def receive_weights(self, version: int, target: WeightTarget, rank: int) -> None:
         """In an engine actor: the workers receive a version streamed to `target` as members
         rank, rank + 1, ... (`weight_stream`; the driver runs the sender)."""
+        self.streamed += 1
         self._apply(lambda: self._receive(target, rank), version)
 
     def _apply(self, reload, version: int) -> None:
@@ -459,7 +463,7 @@ class VLLMSampler:
         return {}
 
     def summary(self) -> dict:
-        return {}
+        return {"vllm": {"versions_streamed": self.streamed}} if self.streamed else {}
 
     def close(self) -> None:
         """Stop vLLM's engine processes now (otherwise they live until the object is collected
