@@ -223,16 +223,18 @@ class ShardedTrainable:
             self._in_base = False
 
     # -- gathered weights --------------------------------------------------------------------
-    def iter_full_tensors(self, dtype: torch.dtype | None = None
-                          ) -> Iterator[tuple[str, Tensor]]:
+    def iter_full_tensors(self, dtype: torch.dtype | None = None,
+                          max_gather_bytes: int | None = None) -> Iterator[tuple[str, Tensor]]:
         """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
         with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
         floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
         shard and hold no full tensor; with HSDP only copy 0's ranks send), yielded on rank 0
-        only, on its device. Every rank must run it to the end: each tensor is a collective."""
+        only, on its device. Every rank must run it to the end: each tensor is a collective.
+        `max_gather_bytes`: each gather's staging at most that (`gather_rows`)."""
         for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
             if isinstance(t, DTensor):
-                full = gather_rows(t, dtype if t.is_floating_point() else None)
+                full = gather_rows(t, dtype if t.is_floating_point() else None,
+                                   max_gather_bytes)
             else:
                 full = cast_floating(t.detach(), dtype)
             if _rank() == 0:
@@ -256,7 +258,7 @@ class ShardedTrainable:
         place in the weight group) sends each in buckets as it comes; no rank holds a gathered
         copy. Every rank calls it."""
         dtype = target.torch_dtype
-        tensors = self.iter_full_tensors(dtype)
+        tensors = self.iter_full_tensors(dtype, int(target.bucket_mb * 2**20))
         if _rank() != 0:
             for _ in tensors:  # the gathers rank 0 sends from
                 pass
