@@ -276,6 +276,12 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
     # and NCCL cannot join two processes on one GPU: a learner here on a GPU that the engine
     # here takes (its first tensor_parallel_size GPUs) is refused; with device auto, at the
     # first publish
+    if engine.weight_sync == "broadcast" and isinstance(plan, TorchrunPlacement) and \
+            device.startswith("cuda"):
+        raise ValueError("engine.weight_sync=broadcast under torchrun: vLLM in rank 0 starts on "
+                         "the node's first GPU, which learner rank 0 uses, and NCCL cannot join "
+                         "two processes on one GPU (no CUDA-IPC path yet): set "
+                         "engine.weight_sync=file or memory")
     if engine.weight_sync == "broadcast" and actors is None and device.startswith("cuda") \
             and int(device.partition(":")[2] or 0) < engine.tensor_parallel_size:
         raise ValueError(f"engine.weight_sync=broadcast: the learner's {device} is one of the "

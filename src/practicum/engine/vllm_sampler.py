@@ -27,10 +27,15 @@ too, once a prompt fills a block). adapter=False samples with no adapter (the fr
 Full fine-tuning reloads the weights in place through a worker extension (`vllm_worker`):
 from a safetensors file (`weight_sync: file`), serialised
 in memory and sent through `collective_rpc` (`memory`, no disk), or broadcast (`broadcast`):
-this process and vLLM's workers form a weight group of their own (`weight_group`; NCCL for
-CUDA tensors, which must sit on a GPU vLLM does not use, gloo for CPU tensors), the workers
-learn each version's names, shapes and dtypes by `collective_rpc` and receive it in buckets
-while this process sends (the rpc blocks, so it runs in a thread beside the send).
+vLLM's workers and the sender form a weight group of their own (`weight_stream`; its store
+here), the sender being this process (a learner here: NCCL for CUDA tensors, which must sit on
+a GPU vLLM does not use, gloo for CPU tensors) or a sharded learner's rank 0 (a Ray actor, or
+torchrun's rank 0, which is this process), whose ranks gather one tensor at a time
+(`StreamedUpdate`); the workers learn each version's names, shapes and dtypes from the stream's
+header and receive it in buckets, `collective_rpc` blocking in this thread while the sender
+runs in another. Inside torchrun the engine is started without its variables
+(`without_launcher_variables`), as a launch of its own. A streamed version is not checked
+after the sync (`verify_weights` covers a learner here).
 
 Full weights travel in the engine's dtype (bf16 on a GPU by default, `practicum.engine.device`),
 cast one tensor or bucket at a time, while the learner keeps its fp32 master weights. With

@@ -20,7 +20,10 @@ gloo group's sockets bind to it; 127.0.0.1 by default, since the receivers run o
 
 Tensors travel in buckets: consecutive tensors of one dtype flattened into one buffer of up to
 `bucket_mb` (a larger tensor alone), so a model of hundreds of tensors takes a few collectives;
-both sides derive the same buckets from the metadata (`buckets`).
+both sides derive the same buckets from the metadata (`buckets`). `send_stream` sends the
+metadata and the bucket size first and takes the tensors from an iterator as they come (a
+sharded learner's gathers: `weight_stream`), so the receivers need nothing beforehand
+(`receive_stream`) and the sender holds one bucket.
 """
 
 from __future__ import annotations

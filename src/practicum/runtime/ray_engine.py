@@ -25,6 +25,13 @@ same weights, same seeds); one that timed out (or met a second death) fails with
 (`practicum.runtime.rollout`), the next turn samples from the new actor. A failed load_weights
 is complete once the fresh actor has loaded the same update.
 
+Streamed versions (`engine.weight_sync: broadcast` from a sharded learner, a
+`StreamedUpdate`): the learner's rank 0 sends each version over one weight group to every
+engine actor (`stream_to`; its store in the driver, formed again when an actor was replaced),
+no copy of it in the object store. A replacement actor therefore holds no published weights:
+it refuses to sample (`EngineFailure`; replicas send the rows to another one) until the next
+version reaches it.
+
 The actor's engine is the one the factory builds for a sampler of `engine.kind` with weights of
 its own (for hf `practicum.engine.hf.HFEngineCopy`, the same as the driver's when the learner
 is an actor). vLLM runs in an actor where vllm is installed in this Python environment (on
