@@ -479,6 +479,11 @@ class Config(Section):
         if engine.weight_sync == "broadcast" and self.model.lora:
             raise ValueError("engine.weight_sync=broadcast sends full weights (model.lora="
                              "false); LoRA adapters always reach the sampler whole (small)")
+        if engine.kind == "hf" and engine.weight_sync == "broadcast" and \
+                self.placement.kind not in ("learner_group", "torchrun"):
+            raise ValueError("engine.weight_sync=broadcast (hf) streams from a sharded learner: "
+                             "placement.kind learner_group or torchrun (a learner in one "
+                             "process hands its weights over whole)")
         return self
 
     @property
