@@ -12,6 +12,15 @@ vLLM venv (scripts/vllm_venv.sh), under the shared lock:
         --out benchmarks/results/weight_sync_verify.json   # each path with and without the
                                                            # post-sync check (verify_weights)
 
+From a sharded learner (4 gloo ranks, a random Llama: `--sharded tiny|0.5b`), full weights
+to a bare gloo receiver, streamed (every rank gathers a tensor at a time, rank 0 sends buckets)
+against today's gathered path (the whole state on rank 0's CPU, then sent), with each rank's
+and the receiver's peak memory above pre-publish against the streamed path's bound
+(benchmarks/sharded_publish.py):
+
+    PYTHONPATH=src .venv/bin/python benchmarks/weight_sync.py --sharded 0.5b \
+        --out benchmarks/results/weight_sync_sharded.json
+
 SmolLM2-135M-Instruct, fp32, LoRA r16 on all linears (the model section's defaults). Each row
 is the median of `--repeats` publishes of fresh weights (every tensor changed), timed from
 `sampler.load_weights(trainable.export_weights(v))` to its return; a greedy 4-token draw after
@@ -37,6 +46,7 @@ from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
 
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
+DEFAULT_OUT = Path(__file__).parent / "results" / "weight_sync.json"
 
 
 def perturb(trainable, seed: int) -> None:
@@ -91,6 +101,33 @@ def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
     return rows
 
 
+def sharded_rows(args, state: dict) -> None:
+    """`--sharded`: the random Llama written once, both paths measured (sharded_publish)."""
+    import tempfile
+
+    from sharded_memory import MODELS, write_random_llama
+    from sharded_publish import measure
+
+    with tempfile.TemporaryDirectory(prefix="practicum-llama-") as tmp:
+        params = write_random_llama(Path(tmp) / "llama", MODELS[args.sharded])
+        result = measure(Path(tmp) / "llama", args.bucket_mb, args.repeats)
+    table = Table(title=f"Publishing from 4 sharded ranks, random {args.sharded} Llama "
+                  f"({params / 1e9:.2f}B, fp32; median of {args.repeats}; load "
+                  f"{result['load_avg_1min_before']:.1f} on {state['cpus']} cpus)")
+    for col in ("path", "MB", "s", "rank peaks MB", "receiver MB", "bound MB"):
+        table.add_column(col, justify="right")
+    for r in result["rows"]:
+        table.add_row(r["path"], str(r["mb"]), f"{r['seconds']:.2f}",
+                      " ".join(map(str, r["rank_peak_above_before_mb"])),
+                      str(r["receiver_peak_above_before_mb"]), str(r["bound_mb"]))
+    Console().print(table)
+    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name(
+        "weight_sync_sharded.json")
+    out.write_text(json.dumps({"machine": state, "model": args.sharded, "parameters": params,
+                               "repeats": args.repeats, **result}, indent=1))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -99,10 +136,16 @@ def main() -> None:
                     help="full weights to vLLM only (its three paths, one engine)")
     ap.add_argument("--verify", action="store_true",
                     help="full weights to vLLM: time each path with the post-sync check too")
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).parent / "results" / "weight_sync.json")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--sharded", choices=("tiny", "0.5b"),
+                    help="only the sharded rows: 4 ranks publishing a random Llama of this "
+                    "shape, streamed vs gathered (benchmarks/sharded_publish.py)")
+    ap.add_argument("--bucket-mb", type=float, default=256.0,
+                    help="--sharded: engine.weight_bucket_mb")
     args = ap.parse_args()
     state = machine_state()
+    if args.sharded:
+        return sharded_rows(args, state)
     rows = []
     for kind in ("full",) if args.full_only else ("lora", "full"):
         policy = PolicyConfig(model="smollm2-135m-instruct", dtype="float32", lora=kind == "lora")

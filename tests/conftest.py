@@ -50,8 +50,9 @@ TINY = {
 """The tiny model: ~3.2M parameters, almost all in the 49,152 x 64 tied embedding."""
 
 
-def build_tiny_model(folder: Path, seed: int = 0) -> Path:
-    """Save a random tiny Llama with the SmolLM2 tokenizer into `folder` (a HF model folder)."""
+def build_tiny_model(folder: Path, seed: int = 0, **overrides) -> Path:
+    """Save a random tiny Llama with the SmolLM2 tokenizer into `folder` (a HF model folder);
+    `overrides`: LlamaConfig fields other than TINY's."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from practicum.engine.models import load_builtin_tokenizer
@@ -62,7 +63,7 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **TINY,
+        **{**TINY, **overrides},
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

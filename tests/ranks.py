@@ -496,12 +496,11 @@ def weights_beside_a_default_group(rank: int, out: Path) -> None:
     assert dist.get_rank() == rank and dist.get_world_size() == 2 and total.item() == 3.0
 
 
-def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
+def worker_whose_reload_fails(rank: int, target: dict, out: Path) -> None:
     """vLLM's worker extension (`WeightsReloader`) as weight rank 1, its vLLM side reduced to a
     `reload_weights` that takes two tensors and then fails: the failure is raised, after every
     bucket was received (otherwise the sender would wait for them until its timeout)."""
     from practicum.engine.vllm_worker import WeightsReloader
-    from practicum.engine.weight_group import meta_of
 
     class Worker(WeightsReloader):
         rank, device = 0, torch.device("cpu")
@@ -512,12 +511,47 @@ def worker_whose_reload_fails(rank: int, port: int, out: Path) -> None:
             raise ValueError("no such parameter")
 
     worker = Worker()
-    worker.init_weight_group("127.0.0.1", port, 2, "gloo", 120)
     try:
-        worker.receive_weights(meta_of(weight_tensors()), 0.01)
+        worker.receive_stream(target, 1, None)
     except ValueError as err:
         (out / "error.txt").write_text(str(err))
-    worker.close_weight_group()
+    worker._weight_member.close()
+
+
+def publish_to_vllm(rank: int, cfg: Config, out: Path) -> None:
+    """Under torchrun with engine.kind=vllm and weight_sync=broadcast: rank 0 places the run
+    (its learner rank and the vLLM engine it starts, version 0 streamed), takes a step and
+    streams version 1, then loads the same version gathered through a file; what each version
+    samples is saved. The other ranks serve the learner's calls."""
+    from practicum.engine.base import SamplingParams
+    from practicum.engine.weight_stream import StreamedUpdate
+    from practicum.runtime.placement import place, serve_learner_rank
+
+    if serve_learner_rank(cfg):
+        return
+    prompts = [[1, 504, 2341, 98, 12], [1, 77, 4012, 9], [1, 2222, 18, 3]]
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=8)
+
+    def draw(sampler):
+        return [(s.token_ids, s.logprobs) for s in
+                sampler.generate(prompts, greedy) + sampler.generate(prompts, sampled, [5, 6, 7])]
+    placement = place(cfg)
+    try:
+        sampler, learner = placement.sampler, placement.learner
+        draws = {"v0": draw(sampler)}
+        learner.train_step(_rows(cfg, 1))
+        update = learner.export_weights(1)
+        assert isinstance(update, StreamedUpdate)
+        sampler.load_weights(update)
+        draws["streamed"] = draw(sampler)
+        sampler.options.weight_sync = "file"
+        sampler.load_weights(learner.call("export", 1)[1])  # gathered on rank 0, as before
+        draws["file"] = draw(sampler)
+        draws["launcher_variables"] = [k for k in os.environ if k in ("RANK", "WORLD_SIZE")]
+        torch.save(draws, out / "draws.pt")
+    finally:
+        placement.close()
 
 
 def main(argv: list[str]) -> None:

@@ -73,3 +73,19 @@ def test_yaml_file_and_errors(tmp_path):
 def test_override_without_equals_is_rejected():
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["train.lr"])
+
+
+def test_weight_sync_broadcast_streams_full_weights_from_sharded_ranks_only():
+    cfg = load_config(None, ["engine.weight_sync=broadcast", "model.lora=false",
+                             "engine.weight_bucket_mb=64", "placement.kind=learner_group",
+                             "placement.ranks=2"])
+    assert cfg.streams_weights and cfg.engine.weight_bucket_mb == 64
+    assert not load_config(None, ["engine.kind=vllm", "engine.weight_sync=broadcast",
+                                  "model.lora=false"]).streams_weights  # a learner here sends
+    for extra, message in ((["model.lora=true", "placement.kind=learner_group",
+                             "placement.ranks=2"], "sends full weights"),
+                           (["model.lora=false"], r"\(hf\) streams from a sharded learner")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, ["engine.weight_sync=broadcast", *extra])
+    with pytest.raises(ConfigError, match="engine.weight_bucket_mb"):
+        load_config(None, ["engine.weight_bucket_mb=0"])

@@ -65,8 +65,10 @@ def test_the_checks_across_sections_name_their_keys():
         "and learner all null puts nothing in a Ray actor",
         ("placement.kind=torchrun", "placement.ranks=2", "stages=[{name: a, kind: rl}]"):
             "placement.kind=torchrun trains one run per launch",
-        ("placement.kind=ray", "placement.learner.gpus=1", "engine.kind=vllm"):
-            "placement.learner: a learner in Ray actors publishes to engine.kind=hf only",
+        ("placement={kind: torchrun, ranks: 2}", "engine.kind=vllm", "model.lora=false",
+         "engine.weight_sync=broadcast", "model.device=cuda"):
+            "engine.weight_sync=broadcast under torchrun: vLLM in rank 0 starts on the node's "
+            "first GPU",
         ("placement.kind=ray", "placement.engine.gpus=1", "engine.kind=vllm",
          "engine.tensor_parallel_size=2"): "placement.engine.gpus=1: "
         "engine.tensor_parallel_size=2",

@@ -157,9 +157,27 @@ class ModelConfig(Section):
         return v
 
 
+def _bucket_mb_field():
+    return Field(
+        256, gt=0, description="weight_sync=broadcast: MiB of weights per collective "
+        "(consecutive tensors of one dtype flattened together; a larger tensor travels alone). "
+        "The publishing rank and each receiver hold one bucket at a time beside the tensor "
+        "being gathered, so this bounds the extra memory of a publish; hundreds of MB keep "
+        "NCCL's per-call cost small beside its bytes (practicum.engine.weight_group).")
+
+
 class HFEngineConfig(Section):
     kind: Literal["hf"] = Field("hf", description="Sampling engine: hf = transformers, with "
                                 "practicum's own KV-cached sampling loop.")
+    weight_sync: Literal["gathered", "broadcast"] = Field(
+        "gathered", description="hf with weights of its own (engine actors, or the driver's "
+        "copy beside a sharded learner), full fine-tuning: how each published version gets "
+        "there: gathered = a whole copy on the learner's rank 0 (CPU), handed over (through "
+        "Ray's object store to engine actors); broadcast = streamed from a sharded learner "
+        "(placement.kind learner_group or torchrun) over a weight group: every rank gathers "
+        "one tensor at a time in the sampler's dtype and rank 0 sends it in buckets to every "
+        "receiver (practicum.engine.weight_stream); no process holds a gathered copy.")
+    weight_bucket_mb: float = _bucket_mb_field()
 
 
 class VLLMEngineConfig(Section):
@@ -201,7 +219,11 @@ class VLLMEngineConfig(Section):
         "the workers over a process group of their own (practicum.engine.weight_group): NCCL "
         "GPU to GPU when the learner's weights are on a GPU vLLM does not use (e.g. "
         "model.device=cuda:2 beside an engine with tensor_parallel_size=2 on GPUs 0-1), gloo "
-        "when they are CPU tensors. LoRA adapters always go through a small peft folder.")
+        "when they are CPU tensors; from a sharded learner (placement.kind learner_group or "
+        "torchrun) the version is streamed: every rank gathers one tensor at a time and rank 0 "
+        "sends it in buckets, no process holding a gathered copy (practicum.engine."
+        "weight_stream). LoRA adapters always go through a small peft folder.")
+    weight_bucket_mb: float = _bucket_mb_field()
     verify_weights: bool = Field(
         False, description="vllm, full fine-tuning: after every publish, compare a checksum "
         "of each parameter the engine computes with against what the learner sent "
@@ -525,10 +547,22 @@ class Config(Section):
         """weight_sync=broadcast sends full weights (where the learner may sit for it:
         `check_plan`)."""
         engine = self.engine
-        if engine.kind == "vllm" and engine.weight_sync == "broadcast" and self.model.lora:
+        if engine.weight_sync == "broadcast" and self.model.lora:
             raise ValueError("engine.weight_sync=broadcast sends full weights (model.lora="
-                             "false); LoRA adapters always reach vLLM as a peft folder")
+                             "false); LoRA adapters always reach the sampler whole (small)")
+        if engine.kind == "hf" and engine.weight_sync == "broadcast" and \
+                self.placement.kind not in ("learner_group", "torchrun"):
+            raise ValueError("engine.weight_sync=broadcast (hf) streams from a sharded learner: "
+                             "placement.kind learner_group or torchrun (a learner in one "
+                             "process hands its weights over whole)")
         return self
+
+    @property
+    def streams_weights(self) -> bool:
+        """A sharded learner streams each version to the sampler (engine.weight_sync=broadcast,
+        full fine-tuning) rather than gathering it on its rank 0."""
+        return self.engine.weight_sync == "broadcast" and not self.model.lora and \
+            self.placement.kind in ("learner_group", "torchrun")
 
     @model_validator(mode="after")
     def _check_placement(self) -> "Config":

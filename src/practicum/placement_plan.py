@@ -274,12 +274,6 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
         check_ranks(plan)
     if engine.kind != "vllm":
         return
-    if plan.learner_in_ray:
-        where = "placement.learner" if isinstance(plan, RayPlacement) else \
-            "placement.kind=learner_group"
-        raise ValueError(f"{where}: a learner in Ray actors publishes to engine.kind=hf only; "
-                         "engine.kind=vllm takes its weights from a learner in this process "
-                         "or a torchrun launch")
     actors = plan.engine_actors
     if actors is not None and 0 < actors.gpus < engine.tensor_parallel_size:
         raise ValueError(f"placement.engine.gpus={actors.gpus:g}: "
@@ -289,6 +283,12 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
     # and NCCL cannot join two processes on one GPU: a learner here on a GPU that the engine
     # here takes (its first tensor_parallel_size GPUs) is refused; with device auto, at the
     # first publish
+    if engine.weight_sync == "broadcast" and isinstance(plan, TorchrunPlacement) and \
+            device.startswith("cuda"):
+        raise ValueError("engine.weight_sync=broadcast under torchrun: vLLM in rank 0 starts on "
+                         "the node's first GPU, which learner rank 0 uses, and NCCL cannot join "
+                         "two processes on one GPU (no CUDA-IPC path yet): set "
+                         "engine.weight_sync=file or memory")
     if engine.weight_sync == "broadcast" and actors is None and device.startswith("cuda") \
             and int(device.partition(":")[2] or 0) < engine.tensor_parallel_size:
         raise ValueError(f"engine.weight_sync=broadcast: the learner's {device} is one of the "

@@ -111,7 +111,7 @@ def test_every_engine_setting_reaches_the_vllm_options(monkeypatch):
     values = {"max_model_len": 384, "kv_cache_gb": 3, "threads": "0-1",
               "gpu_memory_utilization": 0.4, "tensor_parallel_size": 2,
               "enable_sleep_mode": True, "enforce_eager": False, "max_num_seqs": 7,
-              "weight_sync": "broadcast", "verify_weights": True}
+              "weight_sync": "broadcast", "weight_bucket_mb": 64.0, "verify_weights": True}
     assert set(values) == set(VLLMEngineConfig.model_fields) - {"kind"}
     vllm.build_sampler(VLLMEngineConfig(kind="vllm", **values), policy=None)
     assert {k: getattr(got[0], k) for k in values} == values

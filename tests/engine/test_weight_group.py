@@ -85,3 +85,37 @@ def test_the_group_is_reached_at_its_host_and_binds_its_sockets_there():
     receiver.close()
     assert "127.0.0.2" in listening and "127.0.0.1" not in listening
     assert all(torch.equal(got[k], v) for k, v in tensors.items())
+
+
+def test_a_stream_carries_its_metadata_and_bucket_size_and_keeps_its_group():
+    """`send_stream` tells the receivers what comes (they know nothing beforehand), takes the
+    tensors from an iterator as they come, and a second version over the same target reuses
+    the formed group; a new target (another formation) forms a new one on the same store."""
+    from practicum.engine.weight_stream import Membership, WeightRendezvous, send_stream
+
+    tensors = weight_tensors()
+    meta = meta_of(tensors, torch.bfloat16)  # floating ones cast to bf16 on the way
+    rendezvous = WeightRendezvous(timeout_s=60)
+    sender, receiver = Membership(), Membership()
+
+    def one_version(target):
+        with ThreadPoolExecutor(1) as pool:
+            got = pool.submit(lambda: {k: v.clone() for k, v in
+                                       receiver.of(target, 1).receive_stream()})
+            send_stream(target, meta, iter(tensors.items()), sender)
+            return got.result()
+
+    first = rendezvous.target(2, "gloo", "bfloat16", 0.01)
+    got = one_version(first)
+    group = sender.group
+    assert one_version(first).keys() == got.keys() and sender.group is group
+    assert list(got) == list(tensors)
+    for name, t in tensors.items():
+        want = t.to(torch.bfloat16) if t.is_floating_point() else t
+        assert got[name].dtype == want.dtype and torch.equal(got[name], want), name
+    second = rendezvous.target(2, "gloo", "bfloat16", 256)
+    assert second.prefix != first.prefix
+    assert all(torch.equal(a, b) for a, b in zip(one_version(second).values(), got.values()))
+    assert sender.group is not group
+    sender.close()
+    receiver.close()

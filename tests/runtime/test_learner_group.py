@@ -359,3 +359,56 @@ def test_a_ray_group_spread_over_two_nodes_trains_as_one_process(tiny_model_dir,
     assert max_diff(got, want) < 1e-6
     for m, w in zip(metrics, want_metrics):
         assert m["loss"] == pytest.approx(w["loss"], rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_four_ranks_stream_full_weights_to_two_hf_replicas(tiny_model_dir, ray_here):
+    """engine.weight_sync=broadcast: after a train step the four ranks stream the weights to
+    two HF engine actors through one weight group (tiny buckets: many collectives); the
+    replicas then sample exactly what a copy loaded with the gathered export samples, greedy
+    tokens and seeded log-probs alike. The next version reuses the formed group."""
+    from practicum.engine.base import SamplingParams
+    from practicum.engine.hf import HFEngineCopy
+    from practicum.engine.weight_stream import StreamedUpdate
+    from practicum.runtime.learner_group import RayLearnerGroup
+    from practicum.runtime.replicas import EngineReplicas
+
+    cfg = config(tiny_model_dir, False, "engine.weight_sync=broadcast",
+                 "engine.weight_bucket_mb=0.05", "placement.kind=learner_group",
+                 "placement.ranks=4", "placement.rank.cpus=0")
+    policy = policy_config(cfg)
+    group = RayLearnerGroup(cfg, policy, 4, cpus=0, gpus=0, timeout=300,
+                            collective_timeout=120, export_refs=False)
+    replicas = EngineReplicas.start(cfg.engine, policy, n=2, cpus=0)
+    try:
+        rl_step(group, episodes(1))
+        update = group.export_weights(1)
+        assert isinstance(update, StreamedUpdate)
+        replicas.load_weights(update)
+        target = replicas._streams.target
+        assert target.world == 3 and target.dtype == "float32"
+        gathered = HFEngineCopy(policy)
+        gathered.load_weights(group.call("export", 1)[1])
+        here = HFEngineCopy(policy)  # the driver's copy (as under torchrun) takes the stream too
+        before = {k: v.clone() for k, v in here.holder.model.state_dict().items()}
+        here.load_weights(group.export_weights(1))
+        after, want_state = here.holder.model.state_dict(), gathered.holder.model.state_dict()
+        assert all(torch.equal(after[k], want_state[k]) for k in want_state)  # bit for bit
+        assert any(not torch.equal(after[k], before[k]) for k in before)  # trained weights
+        prompts = [[1, 5, 9, 2], [3, 3, 7], [11, 4], [8, 2, 2, 6]]
+        greedy = SamplingParams(temperature=0, max_new_tokens=6)
+        sampled = SamplingParams(temperature=1.0, max_new_tokens=6)
+        seeds = [1, 2, 3, 4]
+        want = gathered.generate(prompts, greedy), gathered.generate(prompts, sampled, seeds)
+        got = replicas.generate(prompts, greedy), replicas.generate(prompts, sampled, seeds)
+        assert min(replicas.served) > 0  # both replicas sampled
+        for w, g in zip(want, got):  # the same weights (other processes: float rounding)
+            assert [s.token_ids for s in g] == [s.token_ids for s in w]
+            assert max(abs(a - b) for sg, sw in zip(g, w)
+                       for a, b in zip(sg.logprobs, sw.logprobs)) < 1e-5
+        rl_step(group, episodes(2))
+        replicas.load_weights(group.export_weights(2))
+        assert replicas._streams.target is target and replicas.version == 2
+    finally:
+        replicas.close()
+        group.close()

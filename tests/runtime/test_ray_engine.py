@@ -126,12 +126,12 @@ def test_ray_placement_options_are_checked():
         with pytest.raises(ConfigError, match=f"^config error at placement.{key}: unknown key "
                                               "for placement.kind=local"):
             load_config(None, [f"placement.{key}.cpus=0"])
-    for plan in (["placement.kind=ray", "placement.learner.cpus=0"],
-                 ["placement.kind=learner_group", "placement.ranks=2"]):
-        with pytest.raises(ConfigError, match=r"^config error: placement.(learner|kind=learner_"
-                                              r"group): a learner in Ray actors publishes to "
-                                              r"engine.kind=hf only"):
-            load_config(None, [*plan, "engine.kind=vllm"])
+    # vLLM takes its weights from a learner in Ray actors too; a sharded one streams them
+    for plan, streams in ((["placement.kind=ray", "placement.learner.cpus=0"], False),
+                          (["placement.kind=learner_group", "placement.ranks=2"], True)):
+        cfg = load_config(None, [*plan, "engine.kind=vllm", "engine.weight_sync=broadcast",
+                                 "model.lora=false"])
+        assert cfg.streams_weights is streams
     # the trainable only exists in the learner actor: refused by name (e.g. by `practicum rft`)
     remote = RayLearner.__new__(RayLearner)
     with pytest.raises(ConfigError, match="placement.learner: the trainable lives in the "

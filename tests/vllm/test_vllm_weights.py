@@ -54,7 +54,7 @@ def test_full_weights_reach_the_engine_in_memory_by_file_and_by_broadcast(engine
     original = {k: v.clone() for k, v in trainable.model.state_dict().items()}
     sampler.load_weights(trainable.export_weights(0))
     base = sampler.generate([prompt], greedy)[0].token_ids
-    group = sampler._weights
+    target = sampler._target
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in trainable.model.parameters():
@@ -71,7 +71,7 @@ def test_full_weights_reach_the_engine_in_memory_by_file_and_by_broadcast(engine
     REPLIES.append((base, perturbed))
     assert REPLIES[-1] == REPLIES[0]  # the same weights served whichever way they travelled
     if sync == "broadcast":
-        assert group is not None and group.backend == "gloo" and sampler._weights is group
+        assert target is not None and target.backend == "gloo" and sampler._target is target
 
 
 def test_with_sleep_mode_the_engine_sits_out_the_train_step(engine):

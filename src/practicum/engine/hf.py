@@ -29,8 +29,18 @@ from practicum.engine.hf_model import (
     pick_device,
 )
 from practicum.engine.hf_sampler import HFSampler, MergedCopy
-from practicum.engine.hf_trainable import HFTrainable
+from practicum.engine.hf_trainable import HFTrainable, distinct_tensors
 from practicum.engine.models import resolve_model
+from practicum.engine.weight_group import backend_for
+from practicum.engine.weight_stream import (
+    Membership,
+    StreamedUpdate,
+    WeightRendezvous,
+    WeightTarget,
+    own_address,
+    publish,
+    receive_into,
+)
 
 __all__ = ["HFEngineCopy", "HFSampler", "HFTrainable", "PolicyConfig", "build_sampler",
            "load_frozen_sampler", "load_hf_engine"]
@@ -55,7 +65,7 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
     """The registry's builder for engine.kind hf (`practicum.engine.factory`)."""
     if trainable is not None:
         return trainable_sampler(trainable)
-    return HFEngineCopy(policy)
+    return HFEngineCopy(policy, engine_cfg.weight_bucket_mb)
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
@@ -70,11 +80,18 @@ class HFEngineCopy(QuietPart):
     of the policy (peft adapter or full state dict), then into its sampler. Implements
     `practicum.engine.base.Sampler`; never shares a module with a trainable."""
 
-    def __init__(self, policy: PolicyConfig):
+    receivers = 1
+    """Members it takes in a weight group (`receive_weights`)."""
+
+    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0):
         self.holder = load_sampling_copy(policy)
         self.sampler = trainable_sampler(self.holder)
         self.tokenizer = self.holder.tokenizer
         self.device = self.holder.device
+        self.bucket_mb = bucket_mb
+        self._member = Membership(own_address())
+        self._rendezvous: WeightRendezvous | None = None
+        self._target = None
 
     @property
     def version(self) -> int:
@@ -88,7 +105,22 @@ class HFEngineCopy(QuietPart):
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         return self.sampler.generate(prompts, params, seeds, adapter)
 
-    def load_weights(self, update: WeightUpdate) -> None:
+    def load_weights(self, update: WeightUpdate | StreamedUpdate) -> None:
+        """Set `update` into the copy; a `StreamedUpdate` is received here, bucket by bucket,
+        from the sharded learner's rank 0 (`weight_stream`)."""
+        if isinstance(update, StreamedUpdate):
+            if self._target is None:
+                if self._rendezvous is None:
+                    self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
+                self._target = self._rendezvous.target(
+                    2, backend_for(self.device), self.holder.lm.dtype, self.bucket_mb)
+            target = self._target
+            try:
+                publish(update, target, lambda: self.receive_weights(update.version, target, 1))
+            except BaseException:
+                self._target = None  # formed anew at the next publish
+                raise
+            return
         # full weights arrive in the copy's dtype (bf16 beside an fp32 learner on a GPU);
         # adapter tensors as they are (peft keeps them in fp32, merged sampling merges in fp32)
         dtype = self.holder.lm.dtype if update.kind == "full" else None
@@ -105,8 +137,27 @@ class HFEngineCopy(QuietPart):
                 self.holder.model.load_state_dict(tensors)
         self.sampler.load_weights(replace(update, tensors=tensors))
 
+    def receive_weights(self, version: int, target: WeightTarget, rank: int) -> None:
+        """Receive full weights streamed to `target` as member `rank`, copying each tensor
+        into the copy as it arrives (one bucket held at a time), then sample them as
+        `version`."""
+        group = self._member.of(target, rank)
+        try:
+            state = self.holder.model.state_dict(keep_vars=True)
+            got = receive_into(state, group.receive_stream(self.device))
+        except BaseException:
+            self._member.close()
+            raise
+        missing = set(distinct_tensors(self.holder.trainable_state())[0]) - got
+        if missing:
+            raise ValueError(f"the streamed weights lack {sorted(missing)[:5]}")
+        self.sampler.load_weights(WeightUpdate(version, "full", {}))
+
     def shares_trainable(self, adapter: bool) -> bool:
         return False
+
+    def close(self) -> None:
+        self._member.close()
 
 
 def load_frozen_sampler(model: str, dtype: str = "auto", device: str = "auto") -> HFSampler:

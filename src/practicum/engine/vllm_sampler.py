@@ -27,10 +27,15 @@ too, once a prompt fills a block). adapter=False samples with no adapter (the fr
 Full fine-tuning reloads the weights in place through a worker extension (`vllm_worker`):
 from a safetensors file (`weight_sync: file`), serialised
 in memory and sent through `collective_rpc` (`memory`, no disk), or broadcast (`broadcast`):
-this process and vLLM's workers form a weight group of their own (`weight_group`; NCCL for
-CUDA tensors, which must sit on a GPU vLLM does not use, gloo for CPU tensors), the workers
-learn each version's names, shapes and dtypes by `collective_rpc` and receive it in buckets
-while this process sends (the rpc blocks, so it runs in a thread beside the send).
+vLLM's workers and the sender form a weight group of their own (`weight_stream`; its store
+here), the sender being this process (a learner here: NCCL for CUDA tensors, which must sit on
+a GPU vLLM does not use, gloo for CPU tensors) or a sharded learner's rank 0 (a Ray actor, or
+torchrun's rank 0, which is this process), whose ranks gather one tensor at a time
+(`StreamedUpdate`); the workers learn each version's names, shapes and dtypes from the stream's
+header and receive it in buckets, `collective_rpc` blocking in this thread while the sender
+runs in another. Inside torchrun the engine is started without its variables
+(`without_launcher_variables`), as a launch of its own. A streamed version is not checked
+after the sync (`verify_weights` covers a learner here).
 
 Full weights travel in the engine's dtype (bf16 on a GPU by default, `practicum.engine.device`),
 cast one tensor or bucket at a time, while the learner keeps its fp32 master weights. With
@@ -52,7 +57,9 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -65,6 +72,16 @@ from practicum.engine.weight_check import (
     combine_ranks,
     fingerprints,
     stale_tensors,
+)
+from practicum.engine.weight_group import backend_for, meta_of
+from practicum.engine.weight_stream import (
+    Membership,
+    StreamedUpdate,
+    WeightRendezvous,
+    WeightTarget,
+    own_address,
+    publish,
+    send_stream,
 )
 from practicum.errors import ConfigError
 
@@ -97,6 +114,8 @@ class VLLMOptions:
     weight_sync: Literal["memory", "file", "broadcast"] = "file"
     """Full weights: serialised in memory through collective_rpc, via a safetensors file, or
     broadcast over a weight group with the workers (`practicum.engine.weight_group`)."""
+    weight_bucket_mb: float = 256.0
+    """weight_sync=broadcast: MiB per collective (`weight_group`)."""
     verify_weights: bool = False
     """After every full-weight publish, compare each parameter the engine computes with against
     what was sent (`practicum.engine.weight_check`); a stale one raises `StaleWeights`."""
@@ -137,11 +156,35 @@ def _gpu_memory() -> tuple[int, int] | None:
     return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
 
 
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                      "MASTER_ADDR", "MASTER_PORT")
+"""What torchrun sets for its ranks (and TORCHELASTIC_*): vLLM reads them as its own
+distributed launch (its `external_launcher`), so the engine that torchrun's rank 0 starts must
+not see them."""
+
+
+@contextmanager
+def without_launcher_variables() -> Iterator[None]:
+    """os.environ without torchrun's variables (`LAUNCHER_VARIABLES`) inside the block: the
+    processes started there (vLLM's engine and workers) inherit none; restored after."""
+    saved = {k: v for k, v in os.environ.items()
+             if k in LAUNCHER_VARIABLES or k.startswith("TORCHELASTIC_")}
+    for k in saved:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def _start_engine(**kwargs):
-    """vLLM's offline engine (`vllm.LLM`), started with `kwargs`."""
+    """vLLM's offline engine (`vllm.LLM`), started with `kwargs`, as a launch of its own
+    (in torchrun's rank 0 too: `without_launcher_variables`)."""
     from vllm import LLM
 
-    return LLM(**kwargs)
+    with without_launcher_variables():
+        return LLM(**kwargs)
 
 
 ADAPTER, ADAPTER_ID = "policy", 1
@@ -190,8 +233,15 @@ class VLLMSampler:
         self.model_path = str(model_path)
         self._dir = Path(tempfile.mkdtemp(prefix="practicum-vllm-"))
         self._lora = None
-        self._weights = None
-        """weight_sync=broadcast: this process's member of the weight group (rank 0)."""
+        self.receivers = opts.tensor_parallel_size
+        """Members it takes in a weight group: one per worker."""
+        self._rendezvous = None
+        self._target = None
+        """weight_sync=broadcast: the weight group's current formation (`weight_stream`)."""
+        self._sender = Membership()
+        """This process's place in it when it sends (a learner here publishing)."""
+        self.streamed = 0
+        """Versions a sharded learner streamed to it."""
         self.lora = lora_rank is not None
         self.ignore_eos = False
         """Benchmarks only: sample past the end-of-turn token, so every row runs max_new_tokens."""
@@ -270,11 +320,26 @@ class VLLMSampler:
         return samples
 
     # -- weights ---------------------------------------------------------------------------------
-    def load_weights(self, update: WeightUpdate) -> None:
+    def load_weights(self, update: WeightUpdate | StreamedUpdate) -> None:
         """Reload in place, then drop the prefix cache (module doc). Asleep, it wakes around
-        the reload in the colocated order (`vllm_sleep`)."""
-        reload = (lambda: self._load_lora(update)) if update.kind == "lora" else \
-            self._full_reload(update)
+        the reload in the colocated order (`vllm_sleep`). A `StreamedUpdate` (a sharded
+        learner's) is received by the workers from the learner's rank 0 (`weight_stream`)."""
+        if isinstance(update, StreamedUpdate):
+            self.streamed += 1
+            reload = lambda: self._stream(update, self._stream_target(self._gpu_backend()))  # noqa: E731
+        elif update.kind == "lora":
+            reload = lambda: self._load_lora(update)  # noqa: E731
+        else:
+            reload = self._full_reload(update)
+        self._apply(reload, update.version)
+
+    def receive_weights(self, version: int, target: WeightTarget, rank: int) -> None:
+        """In an engine actor: the workers receive a version streamed to `target` as members
+        rank, rank + 1, ... (`weight_stream`; the driver runs the sender)."""
+        self.streamed += 1
+        self._apply(lambda: self._receive(target, rank), version)
+
+    def _apply(self, reload, version: int) -> None:
         if self.asleep:
             self._wake(reload)
         else:
@@ -282,7 +347,7 @@ class VLLMSampler:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight update "
                                "(requests still hold blocks): its cached KV would be stale")
-        self.version = update.version
+        self.version = version
 
     def _load_lora(self, update: WeightUpdate) -> None:
         """Write the adapter as a peft folder and reload it in place under the one adapter id
@@ -356,28 +421,11 @@ class VLLMSampler:
                                f"the learner's: " + "; ".join(problems[:8]))
 
     def _broadcast(self, tensors: dict) -> None:
-        """`weight_sync: broadcast`: this process is rank 0 of a weight group with vLLM's
-        workers (formed at the first publish, again if the weights change device); the workers
-        get the metadata by collective_rpc and receive while this process sends. collective_rpc
-        blocks until the workers return, so it runs in a thread beside the send."""
-        from practicum.engine.weight_group import BUCKET_MB, backend_for, meta_of
-
-        backend = backend_for(next(iter(tensors.values())).device)
-        if self._weights is None or self._weights.backend != backend:
-            self._open_weight_group(backend, next(iter(tensors.values())).device)
-        meta = meta_of(tensors, self.dtype)  # `send` casts bucket by bucket
-        try:
-            self._while_workers("receive_weights", (meta, BUCKET_MB),
-                                lambda: self._weights.send(list(tensors.values()), meta,
-                                                           BUCKET_MB))
-        except BaseException:
-            self._close_weight_group()  # it may be mid-collective: the next publish forms anew
-            raise
-
-    def _open_weight_group(self, backend: str, device) -> None:
-        from practicum.engine.weight_group import WeightGroup
-
-        self._close_weight_group()
+        """`weight_sync: broadcast` from a learner in this process: it sends as rank 0 of the
+        weight group with vLLM's workers (formed at the first publish, again if the weights
+        change device), casting bucket by bucket."""
+        device = next(iter(tensors.values())).device
+        backend = backend_for(device)
         if backend == "nccl":
             import torch
 
@@ -387,42 +435,49 @@ class VLLMSampler:
                                   "learner's weights are on a GPU vLLM also runs on, and NCCL "
                                   "cannot join two processes on one GPU: set model.device to "
                                   "another GPU, or weight_sync=memory")
-        pending = WeightGroup.open_server(1 + self.options.tensor_parallel_size, backend)
-        self._weights = self._while_workers(
-            "init_weight_group", (pending.host, pending.port, pending.world, backend,
-                                  pending.timeout_s), pending.connect)
+        meta = meta_of(tensors, self.dtype)
+        here = StreamedUpdate(0, lambda target: send_stream(target, meta, iter(tensors.items()),
+                                                            self._sender))
+        self._stream(here, self._stream_target(backend))
 
-    def _while_workers(self, method: str, args: tuple, here):
-        """Call `method` on every worker and run `here()` in this thread meanwhile (both sides
-        of a collective); `here`'s result, once the workers have returned."""
-        from concurrent.futures import ThreadPoolExecutor
+    def _gpu_backend(self) -> str:
+        """A sharded learner's backend: nccl when vLLM holds its weights on GPUs (the ranks
+        then send from theirs), else gloo."""
+        return "gloo" if _gpu_memory() is None else "nccl"
 
-        with ThreadPoolExecutor(1, thread_name_prefix="vllm-weights") as pool:
-            workers = pool.submit(self.llm.collective_rpc, method, args=args)
-            try:
-                result = here()
-            finally:
-                workers.result()  # a worker's failure is raised here (after `here`'s own)
-        return result
+    def _stream_target(self, backend: str) -> WeightTarget:
+        """The weight group's current formation for `backend` (a new one when it changes)."""
+        if self._target is None or self._target.backend != backend:
+            if self._rendezvous is None:
+                self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
+            self._target = self._rendezvous.target(1 + self.receivers, backend, self.dtype,
+                                                   self.options.weight_bucket_mb)
+        return self._target
 
-    def _close_weight_group(self) -> None:
-        """This side only: a worker closes its member when it joins the next group."""
-        if self._weights is not None:
-            weights, self._weights = self._weights, None
-            weights.close()
+    def _stream(self, update: StreamedUpdate, target: WeightTarget) -> None:
+        """The workers receive as members 1.. while `update.send` sends (`publish`)."""
+        try:
+            publish(update, target, lambda: self._receive(target, 1))
+        except BaseException:
+            self._target = None  # it may be mid-collective: the next publish forms anew
+            self._sender.close()
+            raise
+
+    def _receive(self, target: WeightTarget, rank: int) -> None:
+        self.llm.collective_rpc("receive_stream", args=(asdict(target), rank, own_address()))
 
     # -- a part of the placement -------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         return {}
 
     def summary(self) -> dict:
-        return {}
+        return {"vllm": {"versions_streamed": self.streamed}} if self.streamed else {}
 
     def close(self) -> None:
         """Stop vLLM's engine processes now (otherwise they live until the object is collected
         or the interpreter exits) and remove the published weights' folder; safe twice."""
-        if getattr(self, "_weights", None) is not None:
-            self._close_weight_group()
+        if getattr(self, "_sender", None) is not None:
+            self._sender.close()
         engine = getattr(getattr(self, "llm", None), "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         if core is not None:

@@ -1,7 +1,7 @@
 """vLLM worker extension: reload full weights in place (`VLLMSampler._load_full`), from a
-safetensors file, from its bytes sent through `collective_rpc` (no disk), or broadcast by the
-publishing process over a weight group (`practicum.engine.weight_group`; this worker is rank
-1 + its vLLM rank).
+safetensors file, from its bytes sent through `collective_rpc` (no disk), or streamed over a
+weight group (`practicum.engine.weight_stream`) by the publishing process (a learner beside the
+engine, or a sharded learner's rank 0); this worker is member first rank + its vLLM rank.
 
 A second `model.load_weights` fails on CPU (the GEMM repacks weights and empties the
 parameters); the worker's own layerwise `reload_weights` works, but leaves a tied `lm_head`
@@ -43,26 +43,27 @@ class WeightsReloader:
             return "cpu"
         return str(torch.cuda.get_device_properties(self.device).uuid)
 
-    def init_weight_group(self, host: str, port: int, world: int, backend: str,
-                          timeout_s: float) -> None:
-        """Join the publisher's weight group (it forms the group at the same time)."""
-        from practicum.engine.weight_group import WeightGroup
+    def receive_stream(self, target: dict, first_rank: int, bind: str | None) -> None:
+        """Receive one version streamed to `target` (`weight_stream`) as member first_rank +
+        this worker's rank (joined at the first, kept while the target stays; its sockets on
+        `bind`, this node's address) and reload it bucket by bucket; nccl receives on this
+        worker's GPU, gloo on CPU."""
+        from practicum.engine.weight_stream import Membership, WeightTarget
 
-        self.close_weight_group()
-        self._weight_group = WeightGroup.join(host, port, 1 + self.rank, world, backend,
-                                              timeout_s)
-
-    def receive_weights(self, meta: list, bucket_mb: float) -> None:
-        """Receive one version by broadcast (metadata first, so buffers are allocated here)
-        and reload it bucket by bucket; nccl receives on this worker's GPU, gloo on CPU."""
-        group = self._weight_group
-        device = self.device if group.backend == "nccl" else "cpu"
-        arriving = group.receive([(n, tuple(s), d) for n, s, d in meta], device, bucket_mb)
+        member = getattr(self, "_weight_member", None)
+        if member is None:
+            member = self._weight_member = Membership(bind)
+        group = member.of(WeightTarget(**target), first_rank + self.rank)
+        arriving = group.receive_stream(self.device if group.backend == "nccl" else "cpu")
         try:
             self._reload(arriving)
         finally:
-            for _ in arriving:  # whatever the reload left: the publisher sends every bucket
-                pass
+            try:
+                for _ in arriving:  # whatever the reload left: the publisher sends every bucket
+                    pass
+            except Exception:
+                member.close()  # mid-collective: the next publish forms the group anew
+                raise
 
     # -- the post-sync check -------------------------------------------------------------------
     def weight_fingerprints(self) -> tuple[dict[str, int], dict[str, list[str]]]:
@@ -83,12 +84,6 @@ class WeightsReloader:
         packed = getattr(model, "packed_modules_mapping", {}) or {}
         release_cached_memory()
         return out, {k: list(v) for k, v in packed.items()}
-
-    def close_weight_group(self) -> None:
-        group = getattr(self, "_weight_group", None)
-        if group is not None:
-            group.close()
-            self._weight_group = None
 
     def _reload(self, tensors: Iterable) -> None:
         from practicum.engine.vllm_sleep import release_cached_memory

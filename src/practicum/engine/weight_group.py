@@ -20,12 +20,16 @@ gloo group's sockets bind to it; 127.0.0.1 by default, since the receivers run o
 
 Tensors travel in buckets: consecutive tensors of one dtype flattened into one buffer of up to
 `bucket_mb` (a larger tensor alone), so a model of hundreds of tensors takes a few collectives;
-both sides derive the same buckets from the metadata (`buckets`).
+both sides derive the same buckets from the metadata (`buckets`). `send_stream` sends the
+metadata and the bucket size first and takes the tensors from an iterator as they come (a
+sharded learner's gathers: `weight_stream`), so the receivers need nothing beforehand
+(`receive_stream`) and the sender holds one bucket.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -100,15 +104,18 @@ class WeightGroup:
 
     @classmethod
     def join(cls, host: str, port: int, rank: int, world: int, backend: str,
-             timeout_s: float = 600.0) -> WeightGroup:
-        """A receiver's membership (blocks until every member has joined)."""
+             timeout_s: float = 600.0, prefix: str = "practicum-weights",
+             bind: str | None = None) -> WeightGroup:
+        """A member's membership (blocks until every member has joined); `prefix` names this
+        formation among those of one store (`weight_stream.WeightRendezvous`); `bind`: the
+        address this member's gloo sockets listen on (its own node's; default `host`)."""
         store = dist.TCPStore(host, port, None, False, timedelta(seconds=timeout_s))
-        return cls._form(store, host, rank, world, backend, timeout_s)
+        return cls._form(store, bind or host, rank, world, backend, timeout_s, prefix)
 
     @classmethod
     def _form(cls, store: dist.Store, host: str, rank: int, world: int, backend: str,
-              timeout_s: float) -> WeightGroup:
-        prefixed = dist.PrefixStore("practicum-weights", store)
+              timeout_s: float, prefix: str = "practicum-weights") -> WeightGroup:
+        prefixed = dist.PrefixStore(prefix, store)
         timeout = timedelta(seconds=timeout_s)
         if backend == "gloo":  # its sockets on `host`, not on what the host name resolves to
             options = dist.ProcessGroupGloo._Options()
@@ -127,13 +134,64 @@ class WeightGroup:
              bucket_mb: float = BUCKET_MB) -> None:
         """Rank 0: broadcast `tensors` (described by `meta`, in its order, each cast to its
         dtype there) to every receiver."""
+        self._send_buckets(zip((name for name, _, _ in meta), tensors), meta, bucket_mb)
+
+    def send_stream(self, meta: Meta, tensors: Iterable[tuple[str, torch.Tensor]],
+                    bucket_mb: float = BUCKET_MB) -> None:
+        """Rank 0: `meta` and the bucket size first (so the receivers need neither:
+        `receive_stream`), then `tensors` as they come, named and ordered as `meta` says.
+        Holds one bucket (a larger tensor travels as itself) beside the tensor being copied
+        in, so a gathered model streams through a few hundred MB."""
+        header = json.dumps({"meta": meta, "bucket_mb": bucket_mb}).encode()
+        self._broadcast(torch.tensor([len(header)], dtype=torch.int64))
+        self._broadcast(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+        self._send_buckets(tensors, meta, bucket_mb)
+
+    def _send_buckets(self, tensors: Iterable[tuple[str, torch.Tensor]], meta: Meta,
+                      bucket_mb: float) -> None:
         if self.rank != 0:
             raise RuntimeError("only rank 0 sends weights")
+        arriving = iter(tensors)
         for idx in buckets(meta, bucket_mb):
             dtype = getattr(torch, meta[idx[0]][2])
-            flat = torch.cat([tensors[i].detach().reshape(-1).to(dtype) for i in idx]) \
-                if len(idx) > 1 else tensors[idx[0]].detach().contiguous().reshape(-1).to(dtype)
+            sizes = [_numel(meta[i][1]) for i in idx]
+            flat = None if len(idx) == 1 else \
+                torch.empty(sum(sizes), dtype=dtype, device=self.device)
+            for i, part in zip(idx, flat.split(sizes) if flat is not None else [None]):
+                name, tensor = next(arriving, (None, None))
+                if name != meta[i][0]:
+                    raise RuntimeError(f"weight stream: got {name!r} where the metadata has "
+                                       f"{meta[i][0]!r}")
+                if part is None:  # alone in its bucket: sent as itself, cast if need be
+                    flat = tensor.detach().contiguous().reshape(-1).to(self.device, dtype)
+                else:
+                    part.copy_(tensor.detach().reshape(-1))
+                del tensor
             self.pg.broadcast(flat, 0).wait()
+            del flat
+
+    def receive_stream(self, device: torch.device | str = "cpu"
+                       ) -> Iterator[tuple[str, torch.Tensor]]:
+        """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`)."""
+        size = torch.empty(1, dtype=torch.int64)
+        self._broadcast(size)
+        header = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._broadcast(header)
+        sent = json.loads(header.numpy().tobytes().decode())
+        meta = [(n, tuple(s), d) for n, s, d in sent["meta"]]
+        yield from self.receive(meta, device, sent["bucket_mb"])
+
+    def _broadcast(self, small: torch.Tensor) -> None:
+        """A small CPU tensor from rank 0 (through the group's device for nccl)."""
+        buf = small.to(self.device)
+        self.pg.broadcast(buf, 0).wait()
+        small.copy_(buf)
+
+    @property
+    def device(self) -> torch.device:
+        """Where this member's buffers live: its current GPU for nccl, else the CPU."""
+        return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" \
+            else torch.device("cpu")
 
     def receive(self, meta: Meta, device: torch.device | str = "cpu",
                 bucket_mb: float = BUCKET_MB) -> Iterator[tuple[str, torch.Tensor]]:

@@ -68,6 +68,8 @@ from practicum.engine.hf_model import (
 )
 from practicum.engine.hf_trainable import HFTrainable, cast_floating, distinct_tensors
 from practicum.engine.models import resolve_model
+from practicum.engine.weight_group import meta_of
+from practicum.engine.weight_stream import Membership, WeightTarget, send_stream
 from practicum.errors import PracticumError
 from practicum.learner import load
 from practicum.learner.export import SAVE_FILE_BYTES, save_policy_folder
@@ -228,16 +230,18 @@ class ShardedTrainable:
             self._in_base = False
 
     # -- gathered weights --------------------------------------------------------------------
-    def iter_full_tensors(self, dtype: torch.dtype | None = None
-                          ) -> Iterator[tuple[str, Tensor]]:
+    def iter_full_tensors(self, dtype: torch.dtype | None = None,
+                          max_gather_bytes: int | None = None) -> Iterator[tuple[str, Tensor]]:
         """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
         with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
         floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
         shard and hold no full tensor; with HSDP only copy 0's ranks send), yielded on rank 0
-        only, on its device. Every rank must run it to the end: each tensor is a collective."""
+        only, on its device. Every rank must run it to the end: each tensor is a collective.
+        `max_gather_bytes`: each gather's staging at most that (`gather_rows`)."""
         for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
             if isinstance(t, DTensor):
-                full = gather_rows(t, dtype if t.is_floating_point() else None)
+                full = gather_rows(t, dtype if t.is_floating_point() else None,
+                                   max_gather_bytes)
             else:
                 full = cast_floating(t.detach(), dtype)
             if _rank() == 0:
@@ -254,6 +258,20 @@ class ShardedTrainable:
         for alias, name in distinct_tensors(self.inner.trainable_state())[1].items():
             tensors[alias] = tensors[name]
         return self.inner.weight_update(version, tensors)
+
+    def stream_weights(self, target: WeightTarget, member: Membership) -> None:
+        """Stream the trainable weights to a sampler's receivers (`engine.weight_stream`):
+        every rank gathers one tensor at a time in `target`'s dtype, rank 0 (`member`: its
+        place in the weight group) sends each in buckets as it comes; no rank holds a gathered
+        copy. Every rank calls it."""
+        dtype = target.torch_dtype
+        tensors = self.iter_full_tensors(dtype, int(target.bucket_mb * 2**20))
+        if _rank() != 0:
+            for _ in tensors:  # the gathers rank 0 sends from
+                pass
+            return
+        meta = meta_of(distinct_tensors(self.inner.trainable_state())[0], dtype)
+        send_stream(target, meta, tensors, member)
 
     def save(self, path: Path, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
         """The policy folder `HFTrainable.save` writes (a peft adapter, or a HF model in

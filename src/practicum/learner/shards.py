@@ -83,10 +83,13 @@ def scatter_rows(param: DTensor, full: Tensor | None) -> None:
     p.local.copy_(buf[:p.local.numel()].view(p.local.shape))
 
 
-def gather_rows(param: DTensor, dtype: torch.dtype | None = None) -> Tensor | None:
+def gather_rows(param: DTensor, dtype: torch.dtype | None = None,
+                max_bytes: int | None = None) -> Tensor | None:
     """Every rank: `param` whole on rank 0 (None elsewhere), on its device, in `dtype` (None:
     its own), gathered from copy 0's ranks (each holds just its padded piece meanwhile); the
-    other copies' ranks send nothing."""
+    other copies' ranks send nothing. `max_bytes` (the same on every rank): gathered in slices
+    of the pieces of at most that many bytes in all, since gloo stages a gather's whole output
+    in a buffer of its own before copying it out (None: one gather)."""
     p = _piece(param)
     if not p.in_first_copy:
         return None
@@ -94,13 +97,17 @@ def gather_rows(param: DTensor, dtype: torch.dtype | None = None) -> Tensor | No
     buf = local.reshape(-1)
     if buf.numel() < p.chunk:
         buf = torch.cat([buf, buf.new_zeros(p.chunk - buf.numel())])
-    if p.index != 0:
-        dist.gather(buf.view(torch.uint8), None, group=p.shards, group_dst=0)
-        return None
-    flat = torch.empty(p.pieces * p.chunk, dtype=buf.dtype, device=buf.device)
-    pieces = [flat[r * p.chunk:(r + 1) * p.chunk].view(torch.uint8) for r in range(p.pieces)]
-    dist.gather(buf.view(torch.uint8), pieces, group=p.shards, group_dst=0)
-    return flat[:param.numel()].view(param.shape)
+    step = p.chunk if max_bytes is None else \
+        max(1, min(p.chunk, max_bytes // (p.pieces * buf.element_size())))
+    flat = None if p.index != 0 else \
+        torch.empty(p.pieces * p.chunk, dtype=buf.dtype, device=buf.device)
+    for start in range(0, p.chunk, step):
+        stop = min(start + step, p.chunk)
+        pieces = None if flat is None else \
+            [flat[r * p.chunk + start:r * p.chunk + stop].view(torch.uint8)
+             for r in range(p.pieces)]
+        dist.gather(buf[start:stop].view(torch.uint8), pieces, group=p.shards, group_dst=0)
+    return None if flat is None else flat[:param.numel()].view(param.shape)
 
 
 def copy_rows(param: Tensor, full: Tensor) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from practicum.engine.base import QuietPart, WeightUpdate
 from practicum.engine.hf_model import PolicyConfig, pick_device
+from practicum.engine.weight_stream import StreamedUpdate
 from practicum.errors import TrainingError
 from practicum.placement_plan import Network
 from practicum.runtime.ray_learner import LearnerWorker, RayLearner, TrainableInActor
@@ -53,6 +54,10 @@ class RankWorker(LearnerWorker):
         self.cfg, self.policy, self.collective_timeout = cfg, policy, collective_timeout
         self.network = network or Network()
         self.learner = self.board = None
+        self.members: dict[tuple[str, int], Any] = {}
+        """Rank 0's place in each sampler's weight group (by its rendezvous)."""
+        self.bind: str | None = None
+        """The address this rank's sockets bind to (its node's, under Ray)."""
 
     def node(self) -> tuple[str, str]:
         """This rank's Ray node: its id and its address."""
@@ -78,6 +83,7 @@ class RankWorker(LearnerWorker):
         from practicum.learner.sharded import decoder_layers, init_ranks, sharded_learner
 
         os.environ.update(env or {})
+        self.bind = bind or self.network.address
         init_ranks(pick_device(self.policy.device).type, self.collective_timeout,
                    address=bind or self.network.address, interface=self.network.interface)
         self.board = PhaseBoard.open(self.collective_timeout)
@@ -98,6 +104,16 @@ class RankWorker(LearnerWorker):
             update = self.learner.export_weights(version)  # gathered: rank 0's, else None
         return (update.kind if update else None), update
 
+    def send_weights(self, version: int, target) -> None:
+        """Stream the weights to a sampler's weight group (`engine.weight_stream`): every rank
+        gathers, rank 0 sends (a member of each sampler's group, joined once per target and
+        bound to this rank's address)."""
+        from practicum.engine.weight_stream import Membership
+
+        member = self.members.setdefault((target.host, target.port), Membership(self.bind))
+        with self.board.call(f"send_weights {version}"):
+            self.learner.model.stream_weights(target, member)
+
     def save_checkpoint(self, ckpt_root: Path, extra: dict, keep: int) -> Path:
         with self.board.call(f"save_checkpoint at step {self.learner.step}"):
             return super().save_checkpoint(ckpt_root, extra, keep)
@@ -113,6 +129,8 @@ class RankWorker(LearnerWorker):
     def leave(self) -> None:
         import torch.distributed as dist
 
+        for member in self.members.values():
+            member.close()
         if self.board is not None:
             self.board.close()
         if dist.is_initialized():
@@ -173,6 +191,14 @@ class RayLearnerGroup(RayLearner):
     def summary(self) -> dict[str, Any]:
         return {"learner_rank_pids": self.pids,
                 "learner_rank_nodes": [node for node, _ in self.nodes]}
+
+    def export_weights(self, version: int):
+        """engine.weight_sync=broadcast (full fine-tuning): a `StreamedUpdate` the sampler
+        pulls through its weight group; else the gathered weights (`RayLearner`)."""
+        if self.cfg.streams_weights:
+            return StreamedUpdate(version, lambda target: self.call("send_weights", version,
+                                                                    target))
+        return super().export_weights(version)
 
     def call(self, what: str, *args, num_returns: int = 1) -> Any:
         """Every rank's method `what`; rank 0's result (num_returns=2: its first value and an
@@ -307,7 +333,12 @@ class TorchrunLearner(QuietPart):
         metrics, self.step = self.call("train_step", batch)
         return metrics
 
-    def export_weights(self, version: int) -> WeightUpdate:
+    def export_weights(self, version: int) -> WeightUpdate | StreamedUpdate:
+        """The gathered weights on this process's CPU, or with engine.weight_sync=broadcast a
+        `StreamedUpdate` the sampler pulls through its weight group."""
+        if self.cfg.streams_weights:
+            return StreamedUpdate(version, lambda target: self.call("send_weights", version,
+                                                                    target))
         return self.call("export", version)[1]
 
     def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:

@@ -25,6 +25,13 @@ same weights, same seeds); one that timed out (or met a second death) fails with
 (`practicum.runtime.rollout`), the next turn samples from the new actor. A failed load_weights
 is complete once the fresh actor has loaded the same update.
 
+Streamed versions (`engine.weight_sync: broadcast` from a sharded learner, a
+`StreamedUpdate`): the learner's rank 0 sends each version over one weight group to every
+engine actor (`stream_to`; its store in the driver, formed again when an actor was replaced),
+no copy of it in the object store. A replacement actor therefore holds no published weights:
+it refuses to sample (`EngineFailure`; replicas send the rows to another one) until the next
+version reaches it.
+
 The actor's engine is the one the factory builds for a sampler of `engine.kind` with weights of
 its own (for hf `practicum.engine.hf.HFEngineCopy`, the same as the driver's when the learner
 is an actor). vLLM runs in an actor where vllm is installed in this Python environment (on
@@ -40,6 +47,7 @@ import threading
 
 from practicum.engine.base import Sample, SamplerFailure, SamplingParams, WeightUpdate
 from practicum.engine.hf_model import PolicyConfig
+from practicum.engine.weight_stream import StreamedUpdate
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,16 @@ class EngineWorker:
         self.sampler.load_weights(update)
         return self.sampler.version
 
+    def receivers(self) -> int:
+        """Members its sampler takes in a weight group (vLLM: one per tensor-parallel
+        worker)."""
+        return self.sampler.receivers
+
+    def receive_weights(self, version: int, target, rank: int) -> int:
+        """Receive a streamed version as members rank, rank + 1, ... (`weight_stream`)."""
+        self.sampler.receive_weights(version, target, rank)
+        return self.sampler.version
+
 
 class RayEngine:
     """Implements `practicum.engine.base.Sampler` by calling an `EngineWorker` actor (module
@@ -97,6 +115,11 @@ class RayEngine:
         self.handle = None
         self.pid = 0
         self.started = self.restarts = 0
+        self.receivers = 1
+        """Members the actor's sampler takes in a weight group."""
+        self._streams = Streams()
+        self._streamed = self.awaits_stream = False
+        """Versions arrive by broadcast; a replacement actor holds none until the next."""
         try:
             self._start()
         except BaseException:
@@ -110,6 +133,9 @@ class RayEngine:
                  **kwargs) -> list[Sample]:
         """Extra keyword arguments (per-request options) reach the actor's sampler unchanged."""
         with self._lock:
+            if self.awaits_stream:
+                raise EngineFailure("this engine actor replaced one that died; its weights "
+                                    "arrive by broadcast with the next published version")
             for attempt in (1, 2):
                 if self.handle is None:  # a replacement failed to start last time: try again
                     self._start()
@@ -134,7 +160,12 @@ class RayEngine:
         """Publish `update` to the actor as version `update.version`: a `WeightUpdate` is
         copied to CPU first (the trainable's live tensors may change as soon as this returns)
         and put into Ray's object store; a `RemoteUpdate` (from a learner actor) is there
-        already and goes from the learner's node to the engine's without the driver."""
+        already and goes from the learner's node to the engine's without the driver; a
+        `StreamedUpdate` goes from the learner's rank 0 to the actor over a weight group
+        (`weight_stream`)."""
+        if isinstance(update, StreamedUpdate):
+            stream_to([self], update, self._streams)
+            return
         ref = to_object_store(update).ref
         with self._lock:
             self._weights = ref
@@ -146,6 +177,18 @@ class RayEngine:
                 self._call("load_weights", self.handle.load_weights.remote(self._weights))
             except EngineFailure:
                 pass  # its replacement loaded this update when it started
+
+    def receive(self, version: int, target, rank: int) -> None:
+        """The actor receives a streamed version as members rank, rank + 1, ... (supervised:
+        a failure replaces the actor, which then awaits the next version)."""
+        with self._lock:
+            if self.handle is None:
+                self._start()
+            got = self._call("receive_weights",
+                             self.handle.receive_weights.remote(version, target, rank))
+            if got != version:
+                raise EngineFailure(f"engine actor received version {got}, not {version}")
+            self._streamed, self.awaits_stream, self.version = True, False, version
 
     # -- supervision ------------------------------------------------------------------------------
     def _call(self, what: str, ref):
@@ -177,7 +220,9 @@ class RayEngine:
         limit = max(self.timeout, START_SECONDS)
         try:
             self.pid = ray.get(handle.pid.remote(), timeout=limit)
-            if self._weights is not None:
+            self.receivers = ray.get(handle.receivers.remote(), timeout=limit)
+            self.awaits_stream = self._streamed
+            if self._weights is not None and not self._streamed:
                 ray.get(handle.load_weights.remote(self._weights), timeout=limit)
         except (ray.exceptions.RayError, TimeoutError) as e:
             ray.kill(handle, no_restart=True)
@@ -215,6 +260,61 @@ class RayEngine:
         if self._own_ray:
             self._own_ray = False
             ray.shutdown()
+
+
+class Streams:
+    """The driver's side of streamed publishing to engine actors (`weight_stream`): the
+    rendezvous and the current formation, formed anew when an actor was replaced or a publish
+    failed."""
+
+    def __init__(self):
+        self.rendezvous = None
+        self.target = None
+        self._members: tuple = ()
+
+    def target_for(self, engines: list[RayEngine], policy: PolicyConfig,
+                   bucket_mb: float):
+        from practicum.engine.hf_model import pick_device, resolve_dtype
+        from practicum.engine.weight_group import backend_for
+        from practicum.engine.weight_stream import WeightRendezvous, own_address
+
+        members = tuple((id(e), e.started) for e in engines)
+        if self.target is None or members != self._members:
+            if self.rendezvous is None:
+                self.rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
+            device = pick_device(policy.device)
+            self.target = self.rendezvous.target(
+                1 + sum(e.receivers for e in engines), backend_for(device),
+                resolve_dtype(policy, device, sampler=True), bucket_mb)
+            self._members = members
+        return self.target
+
+
+def stream_to(engines: list[RayEngine], update, streams: Streams, pool=None) -> None:
+    """Publish a `StreamedUpdate` to every engine actor in one weight group: the learner's rank
+    0 sends while each actor receives (in parallel, on `pool` when there are several)."""
+    from practicum.engine.weight_stream import publish
+
+    first = engines[0]
+    for e in engines:
+        if e.handle is None:
+            e._start()
+    target = streams.target_for(engines, first.policy, first.engine_cfg.weight_bucket_mb)
+    ranks = [1 + sum(e.receivers for e in engines[:i]) for i in range(len(engines))]
+
+    def receive() -> None:
+        if pool is None or len(engines) == 1:
+            for e, rank in zip(engines, ranks):
+                e.receive(update.version, target, rank)
+            return
+        for f in [pool.submit(e.receive, update.version, target, rank)
+                  for e, rank in zip(engines, ranks)]:
+            f.result()
+    try:
+        publish(update, target, receive)
+    except BaseException:
+        streams.target = None  # formed anew at the next publish
+        raise
 
 
 def to_object_store(update):

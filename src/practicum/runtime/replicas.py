@@ -73,6 +73,9 @@ class EngineReplicas:
         """Rows in flight per replica."""
         self.served = [0] * len(self.replicas)
         """Rows handed to each replica (a shard rerun elsewhere counts where it last ran)."""
+        from practicum.runtime.ray_engine import Streams
+
+        self._streams = Streams()
         self._pool = ThreadPoolExecutor(max_workers=2 * len(self.replicas),
                                         thread_name_prefix="replica")
 
@@ -156,8 +159,12 @@ class EngineReplicas:
     def load_weights(self, update) -> None:
         """Every replica loads `update` (one copy in Ray's object store); returns once all of
         them hold it. A replica whose actor failed meanwhile was replaced by one loading it."""
-        from practicum.runtime.ray_engine import to_object_store
+        from practicum.runtime.ray_engine import StreamedUpdate, stream_to, to_object_store
 
+        if isinstance(update, StreamedUpdate):  # one weight group with every replica
+            stream_to(self.replicas, update, self._streams, self._pool)
+            self.version = update.version
+            return
         shared = to_object_store(update)
         for f in [self._pool.submit(r.load_weights, shared) for r in self.replicas]:
             f.result()
