@@ -11,6 +11,7 @@ import torch
 from practicum.engine.base import SamplingParams
 from practicum.engine.constraint import (
     GrammarError,
+    GrammarMasks,
     compiled,
     grammars_for,
     masked_logits,
@@ -142,10 +143,11 @@ def scored(trainable, prompts, samples, grammar, temperature):
     width = max(map(len, rows))
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    allowed = torch.full((len(rows), width, g.width), -1, dtype=torch.int32)
+    spans = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
         ids[i, :len(rows[i])], mask[i, :len(rows[i])] = torch.tensor(rows[i]), 1
-        allowed[i, len(p):len(rows[i])] = g.replay(grammar, tuple(s.token_ids))
+        spans.append((i, len(p), g.replay(grammar, tuple(s.token_ids))))
+    allowed = GrammarMasks.from_spans(tuple(ids.shape), spans, g.width)
     with torch.no_grad():
         masked = trainable.token_logprobs(ids, mask, temperature, allowed=allowed)
         free = trainable.token_logprobs(ids, mask, temperature)

@@ -13,6 +13,7 @@ token's importance ratio pi / q, far from 1 on tool-call turns.
     m = grammars.matcher(lark)                 # one per sampled row: fill a mask, consume ids
     packed = grammars.replay(lark, ids)        # [len(ids), W] int32: the mask at every position
     logits = masked_logits(logits, packed)     # -inf outside the allowed set
+    GrammarMasks.from_spans((B, T), spans, W)  # a batch's replays: constrained positions only
 
 Masks are llguidance's packed bitmasks: bit k of int32 word w allows token 32 w + k. When the
 grammar is complete only the tokenizer's eos is allowed, so a constrained turn ends by sampling
@@ -153,3 +154,81 @@ def masked_logits(logits: Tensor, packed: Tensor) -> Tensor:
     """`logits` [..., V] with -inf on the tokens `packed` [..., W] does not allow."""
     allowed = unpack(packed.to(logits.device), logits.shape[-1])
     return logits.masked_fill(~allowed, float("-inf"))
+
+
+class GrammarMasks:
+    """The packed masks of a [B, T] batch's constrained positions only, each distinct mask once.
+
+    A dense [B, T, W] replay costs 4 W bytes per token, constrained or not (W = vocab / 32 words:
+    about 19 kB per token for a 152k vocabulary). Here a position without a grammar costs
+    nothing, and a constrained one an index (8 bytes) into a table of its distinct masks (a
+    grammar revisits few states: inside a string or a name most positions allow the same set).
+    Exact: `at` returns the very words the dense replay holds.
+
+        positions [K] int64, sorted: flat index b * T + t of each constrained position
+        which     [K] int64: its row in `table`
+        table     [U, W] int32: the distinct packed masks
+    """
+
+    def __init__(self, shape: tuple[int, int], positions: Tensor, which: Tensor, table: Tensor):
+        self.shape, self.positions, self.which, self.table = shape, positions, which, table
+
+    @classmethod
+    def from_spans(cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor]],
+                   width: int) -> GrammarMasks:
+        """From replayed spans (b, start, masks [end - start, W]) of a [B, T] batch, spans not
+        overlapping."""
+        index: dict[bytes, int] = {}
+        rows: list[Tensor] = []
+        positions, which = [], []
+        for b, start, masks in spans:
+            distinct, inverse = torch.unique(masks, dim=0, return_inverse=True)
+            slot = []
+            for row in distinct:
+                key = row.numpy().tobytes()
+                if key not in index:
+                    index[key] = len(rows)
+                    rows.append(row)
+                slot.append(index[key])
+            positions.append(b * shape[1] + start + torch.arange(len(masks)))
+            which.append(torch.tensor(slot, dtype=torch.long)[inverse])
+        if not positions:
+            return cls(shape, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                       torch.zeros(0, width, dtype=torch.int32))
+        pos, order = torch.cat(positions).sort()
+        return cls(shape, pos, torch.cat(which)[order], torch.stack(rows))
+
+    @classmethod
+    def from_dense(cls, dense: Tensor) -> GrammarMasks:
+        """From dense [B, T, W] masks (all bits set where unconstrained)."""
+        b, t, w = dense.shape
+        constrained = (dense != -1).any(-1)
+        spans = [(i, j, dense[i, j:j + 1]) for i, j in constrained.nonzero().tolist()]
+        return cls.from_spans((b, t), spans, w)
+
+    def at(self, flat: Tensor) -> Tensor:
+        """The packed masks [n, W] of flat positions b * T + t (`flat` [n]); all bits set where
+        the position is unconstrained."""
+        out = torch.full((len(flat), self.table.shape[1]), -1, dtype=torch.int32,
+                         device=self.table.device)
+        if not len(self.positions):
+            return out
+        flat = flat.to(self.positions.device)
+        slot = torch.searchsorted(self.positions, flat).clamp(max=len(self.positions) - 1)
+        hit = self.positions[slot] == flat
+        out[hit] = self.table[self.which[slot[hit]]]
+        return out
+
+    def dense(self) -> Tensor:
+        """The [B, T, W] masks (all bits set where unconstrained)."""
+        b, t = self.shape
+        return self.at(torch.arange(b * t, device=self.positions.device)).view(b, t, -1)
+
+    def to(self, device: torch.device | str) -> GrammarMasks:
+        return GrammarMasks(self.shape, self.positions.to(device), self.which.to(device),
+                            self.table.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (index and table)."""
+        return sum(t.numel() * t.element_size() for t in (self.positions, self.which, self.table))
