@@ -81,6 +81,20 @@ def test_a_malformed_grammar_is_a_one_line_error_naming_it():
         compiled("   ")
 
 
+def test_grammar_masks_keep_only_constrained_positions_each_distinct_mask_once():
+    # a [2, 6] batch: row 0 constrained at 1..3 (masks A, B, A), row 1 at 4 (mask B)
+    a, b = packed_of([[0, 5]], words=2)[0], packed_of([[33]], words=2)[0]
+    dense = torch.full((2, 6, 2), -1, dtype=torch.int32)
+    dense[0, 1], dense[0, 2], dense[0, 3], dense[1, 4] = a, b, a, b
+    masks = GrammarMasks.from_spans((2, 6), [(0, 1, torch.stack([a, b, a])),
+                                            (1, 4, b[None])], width=2)
+    assert masks.positions.tolist() == [1, 2, 3, 10] and len(masks.table) == 2
+    assert torch.equal(masks.dense(), dense)
+    assert torch.equal(masks.at(torch.tensor([10, 0, 3])), dense.view(12, 2)[[10, 0, 3]])
+    assert torch.equal(GrammarMasks.from_dense(dense).dense(), dense)
+    assert masks.nbytes == 4 * 8 + 4 * 8 + 2 * 2 * 4  # positions, which, table: not B x T x W
+
+
 # -- replay ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):

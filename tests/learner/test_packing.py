@@ -18,6 +18,16 @@ from practicum.learner.ranks import split_ranks
 from practicum.learner.rows import TrainBatch, TrainRow, token_batch
 from practicum.learner.step import row_length
 from practicum.runtime.placement import policy_config
+from tests.ranks import config as ranks_config
+from tests.ranks import (
+    episodes,
+    one_process_learner,
+    rl_step,
+    sft_batch,
+    spawn,
+    train_and_report,
+    trainable_weights,
+)
 
 ANSWER = 'start: "Answer: " /[0-9]{1,3}/ "."'
 
@@ -144,3 +154,30 @@ def test_a_token_budget_fills_micro_batches_with_whole_rows(padded_model):
     shares = split_ranks(batch, 2, row_length)
     assert [[len(r.input_ids) for r in s] for s in shares] == [[10, 10], [35, 5, 5, 5]]
     assert [(len(m), live) for m, live in ln._micro_batches(shares)] == [(2, True), (1, False)]
+
+
+@pytest.mark.slow
+def test_two_ranks_packed_train_as_one_padded_process(tiny_model_dir, tmp_path):
+    """FSDP2 over 2 gloo ranks with token budgets (packed micro-batches, shares split by tokens)
+    against one process with padded micro-batches of 2 rows: an RL step (2 epochs x 2
+    mini-batches, KL on) and an SFT step give the same metrics, and the weights agree within
+    what AdamW makes of rounding (lr 3e-5 per update)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank has
+    try:
+        cfg = ranks_config(tiny_model_dir, True)
+        spawn(2, train_and_report, ranks_config(tiny_model_dir, True,
+                                                "train.max_tokens_per_micro_batch=24"),
+              [1], tmp_path / "ranks.pt")
+        got = torch.load(tmp_path / "ranks.pt", weights_only=False)
+        learner = one_process_learner(cfg)
+        want = [rl_step(learner, episodes(1)), learner.train_step(sft_batch(9))]
+        weights = trainable_weights(learner)
+    finally:
+        torch.set_num_threads(threads)
+    assert got["step"] == learner.step == 2
+    assert max((got["weights"][k] - weights[k]).abs().max().item() for k in weights) < 1e-5
+    for mine, theirs in zip(got["metrics"], want):
+        for key in ("loss", "entropy", "grad_norm", "train_tokens", "kl_ref", "logprob_gap"):
+            if key in theirs:
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
