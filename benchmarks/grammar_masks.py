@@ -63,7 +63,7 @@ def trajectory(tokenizer, tokens: int, observation: int, seed: int = 0) -> Train
         words = "the curry function drops keyword arguments when called twice".split()
         text = ""
         while len(tokenizer(text).input_ids) < tokens - 1:
-            text += " ".join(rng.choice(words) for _ in range(30)) + "\n"
+            text += " ".join(rng.choice(words) for _ in range(15)) + "\n"
         call = tokenizer(text.rstrip("\n")).input_ids[:tokens - 1] + [eos]
         return TrainRow(call, [1.0] * len(call), constrained=[(0, len(call), FREE)])
     while len(ids) < tokens:

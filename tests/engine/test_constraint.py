@@ -86,8 +86,8 @@ def test_grammar_masks_keep_only_constrained_positions_each_distinct_mask_once()
     a, b = packed_of([[0, 5]], words=2)[0], packed_of([[33]], words=2)[0]
     dense = torch.full((2, 6, 2), -1, dtype=torch.int32)
     dense[0, 1], dense[0, 2], dense[0, 3], dense[1, 4] = a, b, a, b
-    masks = GrammarMasks.from_spans((2, 6), [(0, 1, torch.stack([a, b, a])),
-                                            (1, 4, b[None])], width=2)
+    masks = GrammarMasks.from_spans((2, 6), [(0, 1, torch.stack([a, b]), torch.tensor([0, 1, 0])),
+                                            (1, 4, b[None], torch.tensor([0]))], width=2)
     assert masks.positions.tolist() == [1, 2, 3, 10] and len(masks.table) == 2
     assert torch.equal(masks.dense(), dense)
     assert torch.equal(masks.at(torch.tensor([10, 0, 3])), dense.view(12, 2)[[10, 0, 3]])
@@ -105,6 +105,14 @@ def engine(tiny_model_dir):
 def prompts(engine):
     tok = engine[0].tokenizer
     return [tok(t).input_ids for t in ["What is 2+2?", "Hi", "Call a tool, please."]]
+
+
+def test_replay_keeps_each_distinct_mask_once(engine):
+    tok = engine[0].tokenizer
+    ids = tok("Answer: 123.").input_ids + [tok.eos_token_id]
+    table, which = grammars_for(tok).replay_distinct(ANSWER, tuple(ids))
+    assert len(table) < len(ids) and len(which) == len(ids)  # the digits share one mask
+    assert len({tuple(r.tolist()) for r in table}) == len(table)
 
 
 def test_replay_allows_exactly_the_grammars_continuations(engine):
@@ -160,7 +168,7 @@ def scored(trainable, prompts, samples, grammar, temperature):
     spans = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
         ids[i, :len(rows[i])], mask[i, :len(rows[i])] = torch.tensor(rows[i]), 1
-        spans.append((i, len(p), g.replay(grammar, tuple(s.token_ids))))
+        spans.append((i, len(p), *g.replay_distinct(grammar, tuple(s.token_ids))))
     allowed = GrammarMasks.from_spans(tuple(ids.shape), spans, g.width)
     with torch.no_grad():
         masked = trainable.token_logprobs(ids, mask, temperature, allowed=allowed)

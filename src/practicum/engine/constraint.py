@@ -12,6 +12,7 @@ token's importance ratio pi / q, far from 1 on tool-call turns.
     grammars = grammars_for(tokenizer)
     m = grammars.matcher(lark)                 # one per sampled row: fill a mask, consume ids
     packed = grammars.replay(lark, ids)        # [len(ids), W] int32: the mask at every position
+    table, which = grammars.replay_distinct(lark, ids)  # the same, each distinct mask once
     logits = masked_logits(logits, packed)     # -inf outside the allowed set
     GrammarMasks.from_spans((B, T), spans, W)  # a batch's replays: constrained positions only
 
@@ -75,7 +76,8 @@ class TokenGrammars:
         """Int32 words per packed mask."""
         self._templates: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.replay = functools.lru_cache(maxsize=self.replay_cache)(self._replay)
+        self.replay_distinct = functools.lru_cache(maxsize=self.replay_cache)(
+            self._replay_distinct)
 
     def matcher(self, grammar: str):
         """A fresh llguidance matcher at the start of `grammar` (a copy of a cached one)."""
@@ -114,14 +116,28 @@ class TokenGrammars:
             raise GrammarError(f"grammar error: token {token} is not allowed by grammar "
                                f"{_short(grammar)} ({matcher.get_error().splitlines()[0]})")
 
-    def _replay(self, grammar: str, ids: tuple[int, ...]) -> Tensor:
+    def replay(self, grammar: str, ids: tuple[int, ...]) -> Tensor:
         """The mask each of `ids` was sampled under, packed [len(ids), W] int32 (module doc)."""
+        table, which = self.replay_distinct(grammar, ids)
+        return table[which]
+
+    def _replay_distinct(self, grammar: str, ids: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        """`replay`'s masks as (table [U, W] int32 of the distinct ones, which [len(ids)] int64:
+        each position's row), without holding len(ids) x W words at any time."""
         m = self.matcher(grammar)
-        out = torch.empty(len(ids), self.width, dtype=torch.int32)
-        for i, t in enumerate(ids):
-            self.fill([m], out[i:i + 1])
+        scratch = torch.empty(1, self.width, dtype=torch.int32)
+        index: dict[bytes, int] = {}
+        rows, which = [], []
+        for t in ids:
+            self.fill([m], scratch)
+            key = scratch.numpy().tobytes()
+            if key not in index:
+                index[key] = len(rows)
+                rows.append(scratch[0].clone())
+            which.append(index[key])
             self.consume(m, t, grammar)
-        return out
+        table = torch.stack(rows) if rows else torch.zeros(0, self.width, dtype=torch.int32)
+        return table, torch.tensor(which, dtype=torch.long)
 
 
 _GRAMMARS: dict[int, TokenGrammars] = {}
@@ -174,25 +190,24 @@ class GrammarMasks:
         self.shape, self.positions, self.which, self.table = shape, positions, which, table
 
     @classmethod
-    def from_spans(cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor]],
+    def from_spans(cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor, Tensor]],
                    width: int) -> GrammarMasks:
-        """From replayed spans (b, start, masks [end - start, W]) of a [B, T] batch, spans not
-        overlapping."""
+        """From replayed spans (b, start, table [U, W], which [n]: `replay_distinct`'s) of a
+        [B, T] batch, spans not overlapping."""
         index: dict[bytes, int] = {}
         rows: list[Tensor] = []
         positions, which = [], []
-        for b, start, masks in spans:
-            distinct, inverse = torch.unique(masks, dim=0, return_inverse=True)
+        for b, start, table, span_which in spans:
             slot = []
-            for row in distinct:
+            for row in table:
                 key = row.numpy().tobytes()
                 if key not in index:
                     index[key] = len(rows)
                     rows.append(row)
                 slot.append(index[key])
-            positions.append(b * shape[1] + start + torch.arange(len(masks)))
-            which.append(torch.tensor(slot, dtype=torch.long)[inverse])
-        if not positions:
+            positions.append(b * shape[1] + start + torch.arange(len(span_which)))
+            which.append(torch.tensor(slot, dtype=torch.long)[span_which])
+        if not rows:
             return cls(shape, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                        torch.zeros(0, width, dtype=torch.int32))
         pos, order = torch.cat(positions).sort()
@@ -202,8 +217,10 @@ class GrammarMasks:
     def from_dense(cls, dense: Tensor) -> GrammarMasks:
         """From dense [B, T, W] masks (all bits set where unconstrained)."""
         b, t, w = dense.shape
-        constrained = (dense != -1).any(-1)
-        spans = [(i, j, dense[i, j:j + 1]) for i, j in constrained.nonzero().tolist()]
+        dense = dense.cpu()
+        spans = []
+        for i, j in (dense != -1).any(-1).nonzero().tolist():
+            spans.append((i, j, dense[i, j:j + 1], torch.zeros(1, dtype=torch.long)))
         return cls.from_spans((b, t), spans, w)
 
     def at(self, flat: Tensor) -> Tensor:

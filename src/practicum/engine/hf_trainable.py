@@ -74,7 +74,7 @@ class HFTrainable:
     # -- log-probs ------------------------------------------------------------------------------
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
                        return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: GrammarMasks | None = None, packed: bool = False
+                       allowed: GrammarMasks | Tensor | None = None, packed: bool = False
                        ) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
 
@@ -88,7 +88,7 @@ class HFTrainable:
         tokens each constrained position was sampled among (a grammar's); the softmax there runs
         over those only, so the log-probs and entropies are the masked, renormalised
         distribution's, and a token that was the only one allowed gets log-prob 0 and no
-        gradient. packed: the backbone runs the rows' real tokens as one sequence, each row
+        gradient (dense [B, T, W] masks, all bits set where free, are taken too). packed: the backbone runs the rows' real tokens as one sequence, each row
         attending only to itself (`practicum.engine.packed_attention`): no work or memory on
         padding, the same values (a model whose head post-processes its logits runs unpacked).
         Without grad the model runs in eval mode (no dropout), so proximal and reference
@@ -100,6 +100,8 @@ class HFTrainable:
         mask = attention_mask.to(self.device)
         targets = input_ids[:, 1:]
         valid = (mask[:, 1:] * mask[:, :-1]).bool()
+        if isinstance(allowed, Tensor):  # dense [B, T, W] masks
+            allowed = GrammarMasks.from_dense(allowed)
         allowed = None if allowed is None else allowed.to(self.device)
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))

@@ -110,7 +110,7 @@ def allowed_masks(rows: list[TrainRow], width: int, tokenizer: Any) -> GrammarMa
     if tokenizer is None:
         raise ValueError("token_batch: rows sampled under a grammar need the tokenizer")
     grammars = grammars_for(tokenizer)
-    spans = [(b, start, grammars.replay(grammar, tuple(r.input_ids[start:end])))
+    spans = [(b, start, *grammars.replay_distinct(grammar, tuple(r.input_ids[start:end])))
              for b, r in enumerate(rows) for start, end, grammar in r.constrained]
     return GrammarMasks.from_spans((len(rows), width), spans, grammars.width)
 

@@ -18,10 +18,16 @@ log-probs are the update's own (detached). `cross_entropy` is SFT / RFT's -log p
 tokens at temperature 1 (`practicum.algo.rft.rft_loss`), token-mean over the mini-batch. The
 formulas live in `practicum.algo`; the step itself is plain PyTorch.
 
+Micro-batches hold `train.micro_batch_size` rows padded to the longest, or, under a token budget
+(`train.max_tokens_per_micro_batch`), whole rows up to that many tokens, run as one packed
+sequence (`HFTrainable.token_logprobs(packed=True)`); the loss reads the same per-row tensors
+either way, so its aggregation does not change.
+
 Sharded over several processes (`practicum.learner.sharded`), every rank runs this same step on
-the whole batch's rows but takes only its part of each mini-batch (`split_ranks`); the
-normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks'
-gradients sum to the one-process gradient, and the logged sums are added up across ranks. Every
+the whole batch's rows but takes only its part of each mini-batch (`split_ranks`: contiguous
+shares of about equal tokens); the normalisers (the mini-batch's tokens or sequences) stay the
+whole mini-batch's, so the ranks' gradients sum to the one-process gradient, and the logged
+sums are added up across ranks. Every
 rank runs the same number of forward passes (a rank with fewer rows pads with weightless ones):
 a sharded model's forward is a collective. The gradient norm is taken over every shard, so a
 non-finite one skips the update on every rank alike (verl and SkyRL skip such steps too).
