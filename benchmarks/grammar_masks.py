@@ -61,10 +61,9 @@ def trajectory(tokenizer, tokens: int, observation: int, seed: int = 0) -> Train
     ids, spans = [], []
     if observation == 0:
         words = "the curry function drops keyword arguments when called twice".split()
-        text = ""
-        while len(tokenizer(text).input_ids) < tokens - 1:
-            text += " ".join(rng.choice(words) for _ in range(15)) + "\n"
-        call = tokenizer(text.rstrip("\n")).input_ids[:tokens - 1] + [eos]
+        lines = [" ".join(rng.choice(words) for _ in range(15)) for _ in range(tokens // 10)]
+        # ~16 tokens a line; any cut is a prefix the grammar accepts
+        call = tokenizer("\n".join(lines)).input_ids[:tokens - 1] + [eos]
         return TrainRow(call, [1.0] * len(call), constrained=[(0, len(call), FREE)])
     while len(ids) < tokens:
         ids += [rng.randrange(100, 40000) for _ in range(observation)]
