@@ -8,7 +8,8 @@ n0 + n1, ...], and `max_length_q` / `max_length_k`), from the model's forward do
 attention call, also when gradient checkpointing recomputes a layer:
 
     segment_attention(module, q, k, v, mask, scaling=..., cu_seq_lens_q=cu, ...)
-        CUDA with flash-attn installed: flash_attn_varlen_func (one kernel, causal per segment)
+        CUDA, bf16 / fp16, flash-attn installed: flash_attn_varlen_func (one kernel, causal
+            per segment)
         elsewhere: causal scaled-dot-product attention per segment (a loop over rows)
 
 Neither builds a mask over the packed length: the work and memory of attention are the rows'
@@ -52,7 +53,8 @@ def segment_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     if cu_seq_lens_k is not None and not torch.equal(cu_seq_lens_k, cu_seq_lens_q):
         raise ValueError("segment_attention: each segment attends to itself only "
                          "(cu_seq_lens_k must equal cu_seq_lens_q)")
-    if query.is_cuda and flash_attn_installed():
+    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) \
+            and flash_attn_installed():  # flash-attn computes in half precision only
         return _flash_varlen(query, key, value, cu_seq_lens_q, max_length_q, dropout, scaling)
     bounds = cu_seq_lens_q.tolist()
     out = torch.empty_like(query)
