@@ -181,3 +181,14 @@ def test_two_ranks_packed_train_as_one_padded_process(tiny_model_dir, tmp_path):
         for key in ("loss", "entropy", "grad_norm", "train_tokens", "kl_ref", "logprob_gap"):
             if key in theirs:
                 assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
+
+
+def test_ranks_get_contiguous_shares_of_about_equal_tokens():
+    def split(lengths, world):
+        rows = [TrainRow([1] * n, [1.0] * n) for n in lengths]
+        return [[len(r.input_ids) for r in s] for s in split_ranks(rows, world, row_length)]
+
+    assert split([10, 1, 1, 1, 1], 2) == [[10], [1, 1, 1, 1]]  # by rows: 10 + 1 + 1 | 1 + 1
+    assert split([5, 5, 5, 1], 4) == [[5], [5], [5], [1]]  # every rank a row
+    assert split([3, 3, 3], 2) == [[3, 3], [3]]
+    assert split([7], 3) == [[7], [], []]
