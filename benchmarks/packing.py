@@ -20,8 +20,6 @@ import random
 import time
 from pathlib import Path
 
-import torch
-
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.factory import load_trainable
 from practicum.engine.hf_model import PolicyConfig

@@ -106,9 +106,9 @@ def test_packed_logprobs_and_entropies_equal_padded_ones(padded_model):
 def test_a_packed_step_has_the_padded_steps_loss_and_gradients(tiny_model_dir, padded_model,
                                                                loss_agg):
     """One update (KL on, a constrained row), micro-batches of 2 padded rows vs token budgets
-    of 60 (packs of 1 to 3 rows): the same loss and gradient. (Not compared: the updated weights. AdamW moves a weight
-    whose gradient is near its eps, 1e-8, by a sizeable share of lr, so rounding-level
-    differences of such gradients show up as ~lr / 30 in the weights.)"""
+    of 60 (packs of 1 to 3 rows): the same loss and gradient. (Not compared: the updated
+    weights. AdamW moves a weight whose gradient is near its eps, 1e-8, by a sizeable share of
+    lr, so rounding-level differences of such gradients show up as ~lr / 30 in the weights.)"""
     results = []
     for extra in ([], ["train.max_tokens_per_micro_batch=60"]):  # lr 0: one model serves both
         ln = Learner(padded_model, config(tiny_model_dir, f"algo.loss_agg={loss_agg}",

@@ -84,13 +84,14 @@ class HFTrainable:
         (a diagnostic: it carries no gradient). score_mask [B, T], optional: the positions the
         caller reads (a loss mask); the output projection over the vocabulary, the dearest part
         of the head, then runs on those positions only and the others get 0 as well.
-        allowed, optional: the packed masks (`practicum.engine.constraint.GrammarMasks`) of the
-        tokens each constrained position was sampled among (a grammar's); the softmax there runs
-        over those only, so the log-probs and entropies are the masked, renormalised
-        distribution's, and a token that was the only one allowed gets log-prob 0 and no
-        gradient (dense [B, T, W] masks, all bits set where free, are taken too). packed: the backbone runs the rows' real tokens as one sequence, each row
-        attending only to itself (`practicum.engine.packed_attention`): no work or memory on
-        padding, the same values (a model whose head post-processes its logits runs unpacked).
+        allowed, optional: the packed masks (`practicum.engine.constraint.GrammarMasks`, or
+        dense [B, T, W] with all bits set where free) of the tokens each constrained position
+        was sampled among (a grammar's); the softmax there runs over those only, so the
+        log-probs and entropies are the masked, renormalised distribution's, and a token that
+        was the only one allowed gets log-prob 0 and no gradient. packed: the backbone runs
+        the rows' real tokens as one sequence, each row attending only to itself
+        (`practicum.engine.packed_attention`): no work or memory on padding, the same values
+        (a model whose head post-processes its logits runs unpacked).
         Without grad the model runs in eval mode (no dropout), so proximal and reference
         log-probs are deterministic.
         """
