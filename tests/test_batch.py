@@ -259,12 +259,14 @@ def test_token_batch_replays_the_grammar_of_constrained_turns_only(tokenizer):
                                 [torch.ones(2), torch.ones(1)]), pad_id=0, tokenizer=tokenizer)
     n = len(reply)
     g = grammars_for(tokenizer)
-    assert tb.allowed.shape == (2, 2 + n + 4, g.width) and tb.allowed.dtype == torch.int32
-    assert torch.equal(tb.allowed[0, 2:2 + n], g.replay(word, tuple(reply)))
-    free = torch.ones(tb.allowed.shape[:2], dtype=torch.bool)
+    assert tb.allowed.positions.tolist() == list(range(2, 2 + n))  # the reply's only
+    allowed = tb.allowed.dense()
+    assert allowed.shape == (2, 2 + n + 4, g.width) and allowed.dtype == torch.int32
+    assert torch.equal(allowed[0, 2:2 + n], g.replay(word, tuple(reply)))
+    free = torch.ones(allowed.shape[:2], dtype=torch.bool)
     free[0, 2:2 + n] = False
-    assert (tb.allowed[free] == -1).all()  # every other position: all tokens allowed
-    assert (tb.allowed[0, 2:2 + n] != -1).any(dim=-1).all()
+    assert (allowed[free] == -1).all()  # every other position: all tokens allowed
+    assert (allowed[0, 2:2 + n] != -1).any(dim=-1).all()
 
 
 def test_token_batch_without_constrained_rows_has_no_masks_and_needs_no_tokenizer():

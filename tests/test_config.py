@@ -89,3 +89,13 @@ def test_weight_sync_broadcast_streams_full_weights_from_sharded_ranks_only():
             load_config(None, ["engine.weight_sync=broadcast", *extra])
     with pytest.raises(ConfigError, match="engine.weight_bucket_mb"):
         load_config(None, ["engine.weight_bucket_mb=0"])
+
+
+def test_a_token_budget_with_sequence_parallelism_is_refused_in_one_line():
+    plan = ["placement.kind=torchrun", "placement.ranks=2", "placement.mesh.sequence=2"]
+    assert load_config(None, plan).train.max_tokens_per_micro_batch is None
+    assert load_config(None, ["train.max_tokens_per_micro_batch=4096"]).train \
+        .max_tokens_per_micro_batch == 4096
+    with pytest.raises(ConfigError, match=r"^config error: train.max_tokens_per_micro_batch: "
+                       r"packed micro-batches do not run with sequence parallelism"):
+        load_config(None, [*plan, "train.max_tokens_per_micro_batch=4096"])

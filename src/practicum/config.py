@@ -405,7 +405,16 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(
         8, ge=1, description="Rows per forward/backward pass (gradients summed, so only speed "
         "and memory change). The default matches the default group_size: a micro-batch then "
-        "holds one GRPO group, whose shared prompt the learner runs once.")
+        "holds one GRPO group, whose shared prompt the learner runs once. Unused when "
+        "max_tokens_per_micro_batch is set.")
+    max_tokens_per_micro_batch: int | None = Field(
+        None, ge=1, description="Token budget of a micro-batch (for long rows): micro-batches "
+        "are filled with whole rows, in order, up to this many tokens (prompt and completion; a "
+        "longer row goes alone, never split), and each runs as one packed sequence whose rows "
+        "attend only to themselves (varlen flash attention on CUDA with flash-attn installed, "
+        "else causal attention per row): no padding is computed, and the loss and gradients are "
+        "those of padded rows. None: micro_batch_size rows, padded to the longest. The ranks "
+        "of a sharded learner get shares of about equal tokens either way.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm per update.")
     checkpoint_every: int = Field(5, ge=1, description="Save a checkpoint every N steps.")
     max_nonfinite_in_row: int = Field(
@@ -567,6 +576,14 @@ class Config(Section):
     @model_validator(mode="after")
     def _check_placement(self) -> "Config":
         check_plan(self.placement, self.engine, self.model.device, self.stages)
+        mesh = getattr(self.placement, "mesh", None)
+        if mesh is not None and mesh.sequence > 1 and \
+                self.train.max_tokens_per_micro_batch is not None:
+            # Ulysses slices each padded row's positions; packed rows would need their segment
+            # boundaries carried into every slice
+            raise ValueError("train.max_tokens_per_micro_batch: packed micro-batches do not "
+                             "run with sequence parallelism (placement.mesh.sequence="
+                             f"{mesh.sequence}); unset one of them")
         return self
 
     @model_validator(mode="after")

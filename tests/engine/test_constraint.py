@@ -11,6 +11,7 @@ import torch
 from practicum.engine.base import SamplingParams
 from practicum.engine.constraint import (
     GrammarError,
+    GrammarMasks,
     compiled,
     grammars_for,
     masked_logits,
@@ -80,6 +81,20 @@ def test_a_malformed_grammar_is_a_one_line_error_naming_it():
         compiled("   ")
 
 
+def test_grammar_masks_keep_only_constrained_positions_each_distinct_mask_once():
+    # a [2, 6] batch: row 0 constrained at 1..3 (masks A, B, A), row 1 at 4 (mask B)
+    a, b = packed_of([[0, 5]], words=2)[0], packed_of([[33]], words=2)[0]
+    dense = torch.full((2, 6, 2), -1, dtype=torch.int32)
+    dense[0, 1], dense[0, 2], dense[0, 3], dense[1, 4] = a, b, a, b
+    masks = GrammarMasks.from_spans((2, 6), [(0, 1, torch.stack([a, b]), torch.tensor([0, 1, 0])),
+                                            (1, 4, b[None], torch.tensor([0]))], width=2)
+    assert masks.positions.tolist() == [1, 2, 3, 10] and len(masks.table) == 2
+    assert torch.equal(masks.dense(), dense)
+    assert torch.equal(masks.at(torch.tensor([10, 0, 3])), dense.view(12, 2)[[10, 0, 3]])
+    assert torch.equal(GrammarMasks.from_dense(dense).dense(), dense)
+    assert masks.nbytes == 4 * 8 + 4 * 8 + 2 * 2 * 4  # positions, which, table: not B x T x W
+
+
 # -- replay ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
@@ -90,6 +105,14 @@ def engine(tiny_model_dir):
 def prompts(engine):
     tok = engine[0].tokenizer
     return [tok(t).input_ids for t in ["What is 2+2?", "Hi", "Call a tool, please."]]
+
+
+def test_replay_keeps_each_distinct_mask_once(engine):
+    tok = engine[0].tokenizer
+    ids = tok("Answer: 123.").input_ids + [tok.eos_token_id]
+    table, which = grammars_for(tok).replay_distinct(ANSWER, tuple(ids))
+    assert len(table) < len(ids) and len(which) == len(ids)  # the digits share one mask
+    assert len({tuple(r.tolist()) for r in table}) == len(table)
 
 
 def test_replay_allows_exactly_the_grammars_continuations(engine):
@@ -142,10 +165,11 @@ def scored(trainable, prompts, samples, grammar, temperature):
     width = max(map(len, rows))
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    allowed = torch.full((len(rows), width, g.width), -1, dtype=torch.int32)
+    spans = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
         ids[i, :len(rows[i])], mask[i, :len(rows[i])] = torch.tensor(rows[i]), 1
-        allowed[i, len(p):len(rows[i])] = g.replay(grammar, tuple(s.token_ids))
+        spans.append((i, len(p), *g.replay_distinct(grammar, tuple(s.token_ids))))
+    allowed = GrammarMasks.from_spans(tuple(ids.shape), spans, g.width)
     with torch.no_grad():
         masked = trainable.token_logprobs(ids, mask, temperature, allowed=allowed)
         free = trainable.token_logprobs(ids, mask, temperature)

@@ -55,7 +55,7 @@ class BigramPolicy(nn.Module):
         """Per token_logprobs call: 'base', 'grad' or 'nograd' (proximal log-probs)."""
 
     def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None, allowed=None):
+                       score_mask=None, allowed=None, packed=False):
         assert allowed is None, "no row of these tests is sampled under a grammar"
         self.calls.append("base" if self.in_base else
                           "grad" if torch.is_grad_enabled() else "nograd")
@@ -109,12 +109,12 @@ class FakeDeviceBigram(BigramPolicy):
         self.base = to_fake_device(self.base)
 
     def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None, allowed=None):
+                       score_mask=None, allowed=None, packed=False):
         def there(t):
             return None if t is None else t.to(DEVICE)
 
         return super().token_logprobs(there(input_ids), there(attention_mask), temperature,
-                                      return_entropy, there(score_mask), there(allowed))
+                                      return_entropy, there(score_mask), there(allowed), packed)
 
 
 # -- helpers --------------------------------------------------------------------------------------

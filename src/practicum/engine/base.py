@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # torch stays unimported where only the dataclasses are neede
     import torch
     from torch import Tensor, nn
 
+    from practicum.engine.constraint import GrammarMasks
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -147,13 +149,15 @@ class Trainable(Protocol):
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor,
                        temperature: float = 1.0, return_entropy: bool = False,
-                       score_mask: Tensor | None = None, allowed: Tensor | None = None
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+                       score_mask: Tensor | None = None, allowed: GrammarMasks | None = None,
+                       packed: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]], [B, T] fp32 (0 at position 0 and on
         padding); with return_entropy also the entropy of each distribution (no gradient).
         score_mask [B, T]: only these positions are read, others may be 0 (saves work).
-        allowed [B, T, W] packed int32 (`practicum.engine.constraint`): the softmax at t runs
-        over the tokens allowed at t only (a grammar's mask; all bits set = unconstrained)."""
+        allowed (`practicum.engine.constraint.GrammarMasks`): the softmax at a constrained
+        position t runs over the tokens its grammar allowed at t only. packed: the rows run as
+        one sequence of their real tokens, attention kept inside each row (no padding work;
+        the same values)."""
         ...
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...

@@ -12,7 +12,9 @@ token's importance ratio pi / q, far from 1 on tool-call turns.
     grammars = grammars_for(tokenizer)
     m = grammars.matcher(lark)                 # one per sampled row: fill a mask, consume ids
     packed = grammars.replay(lark, ids)        # [len(ids), W] int32: the mask at every position
+    table, which = grammars.replay_distinct(lark, ids)  # the same, each distinct mask once
     logits = masked_logits(logits, packed)     # -inf outside the allowed set
+    GrammarMasks.from_spans((B, T), spans, W)  # a batch's replays: constrained positions only
 
 Masks are llguidance's packed bitmasks: bit k of int32 word w allows token 32 w + k. When the
 grammar is complete only the tokenizer's eos is allowed, so a constrained turn ends by sampling
@@ -74,7 +76,8 @@ class TokenGrammars:
         """Int32 words per packed mask."""
         self._templates: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.replay = functools.lru_cache(maxsize=self.replay_cache)(self._replay)
+        self.replay_distinct = functools.lru_cache(maxsize=self.replay_cache)(
+            self._replay_distinct)
 
     def matcher(self, grammar: str):
         """A fresh llguidance matcher at the start of `grammar` (a copy of a cached one)."""
@@ -113,14 +116,28 @@ class TokenGrammars:
             raise GrammarError(f"grammar error: token {token} is not allowed by grammar "
                                f"{_short(grammar)} ({matcher.get_error().splitlines()[0]})")
 
-    def _replay(self, grammar: str, ids: tuple[int, ...]) -> Tensor:
+    def replay(self, grammar: str, ids: tuple[int, ...]) -> Tensor:
         """The mask each of `ids` was sampled under, packed [len(ids), W] int32 (module doc)."""
+        table, which = self.replay_distinct(grammar, ids)
+        return table[which]
+
+    def _replay_distinct(self, grammar: str, ids: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        """`replay`'s masks as (table [U, W] int32 of the distinct ones, which [len(ids)] int64:
+        each position's row), without holding len(ids) x W words at any time."""
         m = self.matcher(grammar)
-        out = torch.empty(len(ids), self.width, dtype=torch.int32)
-        for i, t in enumerate(ids):
-            self.fill([m], out[i:i + 1])
+        scratch = torch.empty(1, self.width, dtype=torch.int32)
+        index: dict[bytes, int] = {}
+        rows, which = [], []
+        for t in ids:
+            self.fill([m], scratch)
+            key = scratch.numpy().tobytes()
+            if key not in index:
+                index[key] = len(rows)
+                rows.append(scratch[0].clone())
+            which.append(index[key])
             self.consume(m, t, grammar)
-        return out
+        table = torch.stack(rows) if rows else torch.zeros(0, self.width, dtype=torch.int32)
+        return table, torch.tensor(which, dtype=torch.long)
 
 
 _GRAMMARS: dict[int, TokenGrammars] = {}
@@ -153,3 +170,82 @@ def masked_logits(logits: Tensor, packed: Tensor) -> Tensor:
     """`logits` [..., V] with -inf on the tokens `packed` [..., W] does not allow."""
     allowed = unpack(packed.to(logits.device), logits.shape[-1])
     return logits.masked_fill(~allowed, float("-inf"))
+
+
+class GrammarMasks:
+    """The packed masks of a [B, T] batch's constrained positions only, each distinct mask once.
+
+    A dense [B, T, W] replay costs 4 W bytes per token, constrained or not (W = vocab / 32 words:
+    about 19 kB per token for a 152k vocabulary). Here a position without a grammar costs
+    nothing, and a constrained one an index (8 bytes) into a table of its distinct masks (a
+    grammar revisits few states: inside a string or a name most positions allow the same set).
+    Exact: `at` returns the very words the dense replay holds.
+
+        positions [K] int64, sorted: flat index b * T + t of each constrained position
+        which     [K] int64: its row in `table`
+        table     [U, W] int32: the distinct packed masks
+    """
+
+    def __init__(self, shape: tuple[int, int], positions: Tensor, which: Tensor, table: Tensor):
+        self.shape, self.positions, self.which, self.table = shape, positions, which, table
+
+    @classmethod
+    def from_spans(cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor, Tensor]],
+                   width: int) -> GrammarMasks:
+        """From replayed spans (b, start, table [U, W], which [n]: `replay_distinct`'s) of a
+        [B, T] batch, spans not overlapping."""
+        index: dict[bytes, int] = {}
+        rows: list[Tensor] = []
+        positions, which = [], []
+        for b, start, table, span_which in spans:
+            slot = []
+            for row in table:
+                key = row.numpy().tobytes()
+                if key not in index:
+                    index[key] = len(rows)
+                    rows.append(row)
+                slot.append(index[key])
+            positions.append(b * shape[1] + start + torch.arange(len(span_which)))
+            which.append(torch.tensor(slot, dtype=torch.long)[span_which])
+        if not rows:
+            return cls(shape, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                       torch.zeros(0, width, dtype=torch.int32))
+        pos, order = torch.cat(positions).sort()
+        return cls(shape, pos, torch.cat(which)[order], torch.stack(rows))
+
+    @classmethod
+    def from_dense(cls, dense: Tensor) -> GrammarMasks:
+        """From dense [B, T, W] masks (all bits set where unconstrained)."""
+        b, t, w = dense.shape
+        dense = dense.cpu()
+        spans = []
+        for i, j in (dense != -1).any(-1).nonzero().tolist():
+            spans.append((i, j, dense[i, j:j + 1], torch.zeros(1, dtype=torch.long)))
+        return cls.from_spans((b, t), spans, w)
+
+    def at(self, flat: Tensor) -> Tensor:
+        """The packed masks [n, W] of flat positions b * T + t (`flat` [n]); all bits set where
+        the position is unconstrained."""
+        out = torch.full((len(flat), self.table.shape[1]), -1, dtype=torch.int32,
+                         device=self.table.device)
+        if not len(self.positions):
+            return out
+        flat = flat.to(self.positions.device)
+        slot = torch.searchsorted(self.positions, flat).clamp(max=len(self.positions) - 1)
+        hit = self.positions[slot] == flat
+        out[hit] = self.table[self.which[slot[hit]]]
+        return out
+
+    def dense(self) -> Tensor:
+        """The [B, T, W] masks (all bits set where unconstrained)."""
+        b, t = self.shape
+        return self.at(torch.arange(b * t, device=self.positions.device)).view(b, t, -1)
+
+    def to(self, device: torch.device | str) -> GrammarMasks:
+        return GrammarMasks(self.shape, self.positions.to(device), self.which.to(device),
+                            self.table.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (index and table)."""
+        return sum(t.numel() * t.element_size() for t in (self.positions, self.which, self.table))

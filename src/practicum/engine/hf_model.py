@@ -197,12 +197,13 @@ class Logits:
         return self.head(hidden[:, -1:] if last_only else hidden)
 
     @staticmethod
-    def hidden(lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
-               cache=None) -> Tensor:
-        """The backbone's last hidden states [B, T, H] (model dtype)."""
+    def hidden(lm: nn.Module, input_ids: Tensor, attention_mask: Tensor | None,
+               position_ids: Tensor, cache=None, **attention: Tensor | int) -> Tensor:
+        """The backbone's last hidden states [B, T, H] (model dtype); `attention`: keywords for
+        the attention function (packed rows' boundaries, `packed_attention`)."""
         backbone = lm.base_model
         inputs = model_inputs(backbone, input_ids, attention_mask, position_ids, cache)
-        return backbone(**inputs).last_hidden_state
+        return backbone(**inputs, **attention).last_hidden_state
 
     def head(self, hidden: Tensor) -> Tensor:
         """The output projection in fp32: hidden [..., H] -> logits [..., V]."""
@@ -279,7 +280,7 @@ def fp32_linear(hidden: Tensor, weight: Tensor, bias: Tensor | None = None) -> T
     return _Fp32Linear.apply(hidden, weight, bias)
 
 
-def model_inputs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+def model_inputs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None,
                  position_ids: Tensor, cache) -> dict:
     """Keyword arguments of `model`'s forward, the KV cache under the name it takes."""
     return {

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from practicum.engine.base import WeightUpdate
-from practicum.engine.constraint import masked_logits
+from practicum.engine.constraint import GrammarMasks, masked_logits
 from practicum.engine.hf_model import (
     FrozenReference,
     Logits,
@@ -31,6 +31,7 @@ from practicum.engine.hf_model import (
     pad_id,
     uses_checkpointing,
 )
+from practicum.engine.packed_attention import packed_layout, use_segment_attention
 from practicum.engine.sampling import positions
 from practicum.errors import PracticumError
 
@@ -83,7 +84,8 @@ class HFTrainable:
     # -- log-probs ------------------------------------------------------------------------------
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
                        return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                       allowed: GrammarMasks | Tensor | None = None, packed: bool = False
+                       ) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
 
         input_ids, attention_mask: [B, T], any padding side. Returns [B, T] fp32; position 0,
@@ -92,10 +94,14 @@ class HFTrainable:
         (a diagnostic: it carries no gradient). score_mask [B, T], optional: the positions the
         caller reads (a loss mask); the output projection over the vocabulary, the dearest part
         of the head, then runs on those positions only and the others get 0 as well.
-        allowed [B, T, W], optional: packed masks (`practicum.engine.constraint`) of the tokens
-        position t was sampled among (a grammar's); the softmax then runs over those only, so
-        the log-probs and entropies are the masked, renormalised distribution's, and a token
-        that was the only one allowed gets log-prob 0 and no gradient.
+        allowed, optional: the packed masks (`practicum.engine.constraint.GrammarMasks`, or
+        dense [B, T, W] with all bits set where free) of the tokens each constrained position
+        was sampled among (a grammar's); the softmax there runs over those only, so the
+        log-probs and entropies are the masked, renormalised distribution's, and a token that
+        was the only one allowed gets log-prob 0 and no gradient. packed: the backbone runs
+        the rows' real tokens as one sequence, each row attending only to itself
+        (`practicum.engine.packed_attention`): no work or memory on padding, the same values
+        (a model whose head post-processes its logits runs unpacked).
         Without grad the model runs in eval mode (no dropout), so proximal and reference
         log-probs are deterministic.
         """
@@ -105,28 +111,35 @@ class HFTrainable:
         mask = attention_mask.to(self.device)
         targets = input_ids[:, 1:]
         valid = (mask[:, 1:] * mask[:, :-1]).bool()
-        allow = None if allowed is None else allowed.to(self.device)[:, 1:]  # token t's, at t-1
+        if isinstance(allowed, Tensor):  # dense [B, T, W] masks
+            allowed = GrammarMasks.from_dense(allowed)
+        allowed = None if allowed is None else allowed.to(self.device)
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))
         with self._eval_mode(not torch.is_grad_enabled()):
             if logits.fp32_head:
-                hidden = self._hidden(lm, input_ids, mask)[:, :-1]
                 keep = valid if score_mask is None else \
                     valid & score_mask.to(self.device)[:, 1:].bool()
-                h, tgt = hidden[keep], targets[keep]  # [N, H], [N]: only the scored positions
-                a_keep = None if allow is None else allow[keep]
+                if packed:  # only the scored positions' states, from the packed sequence
+                    h = packed_hidden(lm, input_ids, mask)[_flat_index(mask)[:, :-1][keep]]
+                else:
+                    h = self._hidden(lm, input_ids, mask)[:, :-1][keep]  # [N, H]
+                tgt = targets[keep]
+                # the mask of token t is read at t - 1: flat positions b * T + t of the kept ones
+                flat = torch.arange(mask.numel(), device=self.device).view(mask.shape)[:, 1:][keep]
                 step, n = self.logit_chunk_rows, h.shape[0]
                 parts = [self._chunk_stats(logits, h[a:a + step], tgt[a:a + step], temperature,
                                            return_entropy, recompute=n > step,
-                                           allowed=None if a_keep is None else a_keep[a:a + step])
+                                           allowed=None if allowed is None else
+                                           allowed.at(flat[a:a + step]))
                          for a in range(0, max(1, n), step)]
                 zeros = torch.zeros(valid.shape, dtype=torch.float32, device=self.device)
                 logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
                 entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
             else:
                 z = logits(lm, input_ids, mask, positions(mask))[:, :-1] / temperature
-                if allow is not None:
-                    z = masked_logits(z, allow)
+                if allowed is not None:
+                    z = masked_logits(z, allowed.dense()[:, 1:])  # token t's mask, at t - 1
                 logp, entropy = _logp_entropy(z, targets, return_entropy)
         zero = logp.new_zeros(logp.shape[0], 1)
         logp = torch.cat([zero, logp.masked_fill(~valid, 0.0)], dim=1)
@@ -411,6 +424,24 @@ def prompt_runs(input_ids: Tensor, mask: Tensor, min_shared: int) -> list[tuple[
     if len(runs) > 1 and sum(positions_run(a, b) for a, b in runs) < positions_run(0, rows):
         return runs
     return [(0, rows)]
+
+
+def packed_hidden(lm, input_ids: Tensor, mask: Tensor) -> Tensor:
+    """The backbone's last hidden states [N, H] of the real tokens of rows [B, T] (any padding
+    side, real tokens contiguous), in row-major order (`_flat_index`), the rows run as one
+    packed sequence with their own position ids and attention (`packed_attention`)."""
+    use_segment_attention(lm)
+    real = mask.bool()
+    lengths = real.sum(dim=1)
+    lengths = lengths[lengths > 0].tolist()
+    ids, pos = input_ids[real][None], positions(mask)[real][None]
+    return Logits.hidden(lm, ids, None, pos, **packed_layout(lengths, ids.device))[0]
+
+
+def _flat_index(mask: Tensor) -> Tensor:
+    """[B, T]: the index of each real token in the row-major list of real tokens
+    (`packed_hidden`'s order); padding gets its neighbour's, never read."""
+    return (mask.bool().flatten().long().cumsum(0) - 1).clamp(min=0).view(mask.shape)
 
 
 def _shared_prefix(input_ids: Tensor, mask: Tensor) -> int:

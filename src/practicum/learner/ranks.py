@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -62,8 +63,45 @@ class Ranks:
         """Wait until every rank got here."""
 
 
-def split_ranks(rows: list, world: int) -> list[list]:
-    """`rows` cut into `world` contiguous parts (some empty when there are fewer rows)."""
-    size, extra = divmod(len(rows), world)
-    bounds = [k * size + min(k, extra) for k in range(world + 1)]
-    return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
+def split_ranks(rows: list, world: int, cost: Callable[[Any], int] | None = None) -> list[list]:
+    """`rows` cut into `world` contiguous parts (some empty when there are fewer rows). With
+    `cost` (a row's tokens: the forward's work) the busiest part is as light as contiguous
+    parts allow, and every rank gets a row while there are rows enough; without, the parts'
+    counts differ by at most one."""
+    if cost is None or len(rows) <= world:
+        size, extra = divmod(len(rows), world)
+        bounds = [k * size + min(k, extra) for k in range(world + 1)]
+        return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
+    costs = [cost(r) for r in rows]
+
+    def fill(limit: int) -> list[list] | None:  # greedy, leaving a row for each later rank
+        parts, i = [], 0
+        for k in range(world):
+            load, start = 0, i
+            while i < len(rows) and load + costs[i] <= limit and \
+                    (i == start or len(rows) - i > world - k - 1):
+                load += costs[i]
+                i += 1
+            parts.append(rows[start:i])
+        return parts if i == len(rows) else None
+
+    lo, hi = max(costs), sum(costs)  # the least busiest-part load that fits, by bisection
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fill(mid) is not None else (mid + 1, hi)
+    return fill(lo)
+
+
+def token_budget_batches(rows: list, budget: int, cost: Callable[[Any], int]) -> list[list]:
+    """`rows` in order, cut into micro-batches of at most `budget` total `cost` each; a row
+    costing more than `budget` forms a micro-batch alone (rows are never split)."""
+    out: list[list] = []
+    used = 0
+    for r in rows:
+        c = cost(r)
+        if not out or used + c > budget:
+            out.append([])
+            used = 0
+        out[-1].append(r)
+        used += c
+    return out

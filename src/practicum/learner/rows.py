@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from practicum.engine.constraint import grammars_for
+from practicum.engine.constraint import GrammarMasks, grammars_for
 
 Objective = Literal["policy_gradient", "cross_entropy"]
 """policy_gradient: the PPO-clip family of `algo.off_policy` on advantages (RL);
@@ -67,9 +67,10 @@ class TokenBatch:
     behaviour_logp: Tensor
     advantages: Tensor
     weights: Tensor
-    allowed: Tensor | None = None
-    """[B, T, W] packed int32 masks of the tokens position t was sampled among, replayed from
-    the grammar of its span (all bits set where unconstrained); None when no row has one."""
+    allowed: GrammarMasks | None = None
+    """The packed masks of the tokens each constrained position was sampled among, replayed
+    from the grammar of its span (unconstrained positions hold none); None when no row has
+    one."""
 
     def to(self, device: torch.device | str) -> TokenBatch:
         """The same batch on `device` (the model's: the loss mixes these with its log-probs)."""
@@ -101,19 +102,17 @@ def token_batch(rows: list[TrainRow], pad_id: int, device: torch.device | str = 
         allowed_masks(rows, width, tokenizer) if replay_grammars else None).to(device)
 
 
-def allowed_masks(rows: list[TrainRow], width: int, tokenizer: Any) -> Tensor | None:
-    """[B, width, W] packed masks: every bit set, except on the positions of constrained spans,
-    which get their grammar's replayed masks; None when no row has such a span."""
+def allowed_masks(rows: list[TrainRow], width: int, tokenizer: Any) -> GrammarMasks | None:
+    """The replayed masks of the rows' constrained spans, as a [B, width] batch's sparse
+    `GrammarMasks`; None when no row has such a span."""
     if not any(r.constrained for r in rows):
         return None
     if tokenizer is None:
         raise ValueError("token_batch: rows sampled under a grammar need the tokenizer")
     grammars = grammars_for(tokenizer)
-    out = torch.full((len(rows), width, grammars.width), -1, dtype=torch.int32)
-    for b, r in enumerate(rows):
-        for start, end, grammar in r.constrained:
-            out[b, start:end] = grammars.replay(grammar, tuple(r.input_ids[start:end]))
-    return out
+    spans = [(b, start, *grammars.replay_distinct(grammar, tuple(r.input_ids[start:end])))
+             for b, r in enumerate(rows) for start, end, grammar in r.constrained]
+    return GrammarMasks.from_spans((len(rows), width), spans, grammars.width)
 
 
 def pad_rows(values: list[Tensor], width: int) -> Tensor:

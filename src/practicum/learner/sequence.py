@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from practicum.engine.constraint import GrammarMasks
 from practicum.engine.hf_model import model_inputs
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.sampling import positions
@@ -238,9 +239,13 @@ class SequenceParallelTrainable(HFTrainable):
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
                        return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                       allowed: GrammarMasks | Tensor | None = None, packed: bool = False
+                       ) -> Tensor | tuple[Tensor, Tensor]:
         """`HFTrainable.token_logprobs` (same arguments and results, right-padded rows), this
-        rank computing positions [k c, (k + 1) c) and the group gathering them."""
+        rank computing positions [k c, (k + 1) c) and the group gathering them; never packed
+        (the config refuses a token budget with sequence parallelism)."""
+        if packed:
+            raise ValueError("sequence-parallel log-probs take padded rows, not packed ones")
         if temperature <= 0:
             raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
         g = self.groups
@@ -256,9 +261,11 @@ class SequenceParallelTrainable(HFTrainable):
             keep &= torch.nn.functional.pad(score_mask.to(self.device), (0, pad))[:, a + 1:b + 1] \
                 .bool()
         allow = None
-        if allowed is not None:
-            allow = torch.nn.functional.pad(allowed.to(self.device), (0, 0, 0, pad),
-                                            value=-1)[:, a + 1:b + 1][keep]
+        if allowed is not None:  # the masks of this slice's scored targets, in `keep`'s order
+            if isinstance(allowed, Tensor):
+                allowed = GrammarMasks.from_dense(allowed)
+            row, col = keep.nonzero(as_tuple=True)
+            allow = allowed.to(self.device).at(row * width + col + a + 1)
         lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
                       else (self.lm, self.logits))
         if not lm.config._attn_implementation.startswith("ulysses_"):  # it would attend locally

@@ -58,6 +58,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from practicum.engine.base import WeightUpdate
+from practicum.engine.constraint import GrammarMasks
 from practicum.engine.device import configure_threads
 from practicum.engine.hf_model import (
     PolicyConfig,
@@ -204,10 +205,10 @@ class ShardedTrainable:
 
     def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
                        return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: Tensor | None = None):
+                       allowed: GrammarMasks | None = None, packed: bool = False):
         root = self.reference if self._in_base and self.reference is not None else self.policy
         return root(input_ids, attention_mask, temperature, return_entropy=return_entropy,
-                    score_mask=score_mask, allowed=allowed)
+                    score_mask=score_mask, allowed=allowed, packed=packed)
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return self.inner.trainable_parameters()

@@ -18,11 +18,17 @@ log-probs are the update's own (detached). `cross_entropy` is SFT / RFT's -log p
 tokens at temperature 1 (`practicum.algo.rft.rft_loss`), token-mean over the mini-batch. The
 formulas live in `practicum.algo`; the step itself is plain PyTorch.
 
+Micro-batches hold `train.micro_batch_size` rows padded to the longest, or, under a token budget
+(`train.max_tokens_per_micro_batch`), whole rows up to that many tokens, run as one packed
+sequence (`HFTrainable.token_logprobs(packed=True)`); the loss reads the same per-row tensors
+either way, so its aggregation does not change.
+
 Sharded over several processes (`practicum.learner.sharded`), every rank runs this same step on
 the whole batch's rows but takes only its part of each mini-batch (`split_ranks` over
-`Ranks.data_world` shares: the ranks of a sequence group take one share together); the
-normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's, so the ranks'
-gradients sum to the one-process gradient, and the logged sums are added up across ranks. Every
+`Ranks.data_world` shares of about equal tokens: the ranks of a sequence group take one share
+together); the normalisers (the mini-batch's tokens or sequences) stay the whole mini-batch's,
+so the ranks' gradients sum to the one-process gradient, and the logged sums are added up
+across ranks. Every
 rank runs the same number of forward passes (a rank with fewer rows pads with weightless ones):
 a sharded model's forward is a collective. The gradient norm is taken over every shard, so a
 non-finite one skips the update on every rank alike (verl and SkyRL skip such steps too).
@@ -53,7 +59,7 @@ from practicum.config import Config
 from practicum.engine.base import QuietPart, Trainable
 from practicum.errors import TrainingError
 from practicum.learner.checkpoint import load_checkpoint, save_checkpoint
-from practicum.learner.ranks import Ranks, split_even, split_ranks
+from practicum.learner.ranks import Ranks, split_even, split_ranks, token_budget_batches
 from practicum.learner.rows import TokenBatch, TrainBatch, TrainRow, pad_rows, token_batch
 
 
@@ -89,6 +95,11 @@ def zero_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             if group.get("amsgrad"):
                 state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def row_length(row: TrainRow) -> int:
+    """A row's positions: its share of a micro-batch's token budget and of a rank's work."""
+    return len(row.input_ids)
 
 
 def colocated_engine(cfg: Config) -> bool:
@@ -181,15 +192,27 @@ class Learner(QuietPart):
                 "logprob_gap_max": max(st["gap_max"] for st, _ in seen)}
 
     def _micro_batches(self, shares: list[list[TrainRow]]) -> list[tuple[list[TrainRow], bool]]:
-        """This rank's rows (shares[rank]) in micro-batches, each with whether it is live: a
-        rank with fewer micro-batches than another adds weightless ones (a row of another
-        rank's, live False), so every rank runs the same number of passes."""
-        m = self.cfg.train.micro_batch_size
-        mine = shares[self.ranks.data_rank]
-        out = [(mine[i:i + m], True) for i in range(0, len(mine), m)]
-        count = max(math.ceil(len(rows) / m) for rows in shares)
+        """This rank's rows (shares[rank]) in micro-batches (`micro_batch_size` rows, or whole
+        rows up to `max_tokens_per_micro_batch` tokens), each with whether it is live: a rank
+        with fewer micro-batches than another adds weightless ones (a row of another rank's,
+        live False), so every rank runs the same number of passes."""
+        per_rank = [self._split_micro(rows) for rows in shares]
+        count = max(len(micros) for micros in per_rank)
         filler = next(rows[:1] for rows in shares if rows)
-        return out + [(filler, False)] * (count - len(out))
+        mine = per_rank[self.ranks.data_rank]
+        return [(m, True) for m in mine] + [(filler, False)] * (count - len(mine))
+
+    def _split_micro(self, rows: list[TrainRow]) -> list[list[TrainRow]]:
+        budget = self.cfg.train.max_tokens_per_micro_batch
+        if budget is not None:
+            return token_budget_batches(rows, budget, row_length)
+        m = self.cfg.train.micro_batch_size
+        return [rows[i:i + m] for i in range(0, len(rows), m)]
+
+    @property
+    def packed(self) -> bool:
+        """Micro-batches run as packed sequences (with a token budget)."""
+        return self.cfg.train.max_tokens_per_micro_batch is not None
 
     def _tokens(self, micro: list[TrainRow], pg: bool) -> TokenBatch:
         """A micro-batch's tensors on the model's device; grammar masks replayed for the
@@ -201,13 +224,14 @@ class Learner(QuietPart):
     def _proximal(self, minis: list[list[TrainRow]]) -> dict[int, Tensor]:
         """Log-probs of this rank's rows under the weights before this step's first update, per
         row (keyed by id(row)), computed once (eval mode, no grad)."""
-        parts = [split_ranks(mini, self.ranks.data_world) for mini in minis]
+        parts = [split_ranks(mini, self.ranks.data_world, row_length) for mini in minis]
         shares = [[r for part in parts for r in part[k]] for k in range(self.ranks.data_world)]
         out = {}
         for micro, live in self._micro_batches(shares):
             tb = self._tokens(micro, True)
             logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
-                                             score_mask=tb.loss_mask, allowed=tb.allowed)
+                                             score_mask=tb.loss_mask, allowed=tb.allowed,
+                                             packed=self.packed)
             for r, lp in zip(micro, logp):
                 if live:
                     out[id(r)] = lp[:len(r.input_ids)]
@@ -226,11 +250,13 @@ class Learner(QuietPart):
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
-        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.data_world)):
+        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.data_world,
+                                                           row_length)):
             tb = self._tokens(micro, pg)
             logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                   temperature, return_entropy=True,
-                                                  score_mask=tb.loss_mask, allowed=tb.allowed)
+                                                  score_mask=tb.loss_mask, allowed=tb.allowed,
+                                                  packed=self.packed)
             mask = tb.loss_mask
             micro_tokens = mask.sum().item()
             if pg:
@@ -242,7 +268,7 @@ class Learner(QuietPart):
                     with torch.no_grad(), self.model.frozen_base():
                         ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
                                                         temperature, score_mask=tb.loss_mask,
-                                                        allowed=tb.allowed)
+                                                        allowed=tb.allowed, packed=self.packed)
                     kl = k3_kl(logp, ref)
                     token_loss = token_loss + algo.kl_coef * kl
                     sums["kl_ref"] += (kl.detach() * mask).sum().item() * live

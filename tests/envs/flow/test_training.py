@@ -37,13 +37,17 @@ def alternating_reward(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode, packed", [("sync", False), ("async", False), ("sync", True)],
+                         ids=["sync", "async", "sync-packed"])
 def test_flow_grpo_run_trains_one_row_per_planner_turn(tiny_model_dir, tmp_path,
-                                                      alternating_reward, mode):
+                                                      alternating_reward, mode, packed):
+    """packed: micro-batches under a token budget, run packed, grammar masks replayed (the
+    planner's turns are sampled under its grammar)."""
     from practicum.runtime.train import run_training
 
+    budget = ["train.max_tokens_per_micro_batch=1500"] if packed else []
     cfg = load_config(None, [*SMALL, f"model.model={tiny_model_dir}", f"run.out_dir={tmp_path}",
-                             f"run.name={mode}", f"runtime.mode={mode}"])
+                             f"run.name={mode}", f"runtime.mode={mode}", *budget])
     summary = run_training(cfg, progress=False)
     assert summary["steps"] == 2 and summary["mode"] == mode
     episodes = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
