@@ -232,11 +232,14 @@ def _one_process(cfg, steps: tuple[int, ...]):
 @pytest.mark.parametrize("name", ["hsdp", "full"])
 def test_two_torchrun_nodes_train_as_one_process(two_nodes, tiny_model_dir, name):
     """HSDP 2 x 2 (a copy of the model per node) and full sharding over 4 ranks on 2 nodes:
-    2 RL steps, the weights within 1e-6 of one process's and the same losses."""
+    2 RL steps, the weights within 1e-5 of one process's and the same losses. (Ranks take
+    shares of equal tokens, so each sums its gradients in another order than one process;
+    AdamW's first steps move a weight whose gradient is near zero by up to lr whatever its
+    sign, which lifts that fp32 rounding to a few 1e-6 in full fine-tuning.)"""
     _, reports = two_nodes
     got = reports[0]["plans"][name]
     metrics, weights, _ = _one_process(config(tiny_model_dir, name == "full"), (1, 2))
-    assert max_diff(got["weights"], weights) < 1e-6
+    assert max_diff(got["weights"], weights) < 1e-5
     for m, want in zip(got["metrics"], metrics):
         assert m["loss"] == pytest.approx(want["loss"], rel=1e-6, abs=1e-9)
 
