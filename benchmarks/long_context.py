@@ -315,6 +315,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: children stop, temporary folders go
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         arm, length, model, rows, episodes, threads = sys.argv[2:8]
         print(json.dumps(measure(arm, int(length), Path(model), rows,

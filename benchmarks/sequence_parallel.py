@@ -139,4 +139,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: children stop, temporary folders go
     main()

@@ -178,5 +178,8 @@ def _free_port() -> int:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: children stop, temporary folders go
     process_main(int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]),
                  sys.argv[5])
