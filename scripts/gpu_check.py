@@ -32,6 +32,10 @@ for full weights, 1 for LoRA) with an HF copy standing in for vLLM on the same d
 allocated and reserved GPU memory after each phase, no out-of-memory, no growth of reserved
 memory across cycles, the woken copy equal to the learner.
 
+Run long-context: the learner alone on one row of 16k, 32k and 64k tokens (the check's model
+shape with 64k positions, full fine-tuning, checkpointing as resolved for the device): peak
+allocated memory and tokens/s per length, the first failing length recorded.
+
 Run lora-gap: benchmarks/lora_gap.py's arms on the check's model and device (full FT and LoRA,
 fp32 and bf16, merged sampling on and off, the adapter as initialised and perturbed), each
 arm's trainer/sampler gap mean, p99 and max per token.
@@ -91,6 +95,8 @@ WEIGHT_GROUP_RUN = "weight-group"
 """The broadcast weight group alone (`weight_group_check`), selectable in --runs too."""
 COLOCATION_RUNS = (("colocation-full", False), ("colocation-lora", True))
 """Sleep / train / wake cycles in the colocated order (`colocation_check`)."""
+LONG_CONTEXT_RUN = "long-context"
+"""One long row through the learner at growing lengths (`long_context_check`)."""
 LORA_GAP_RUN = "lora-gap"
 """Where the trainer/sampler gap comes from, arm by arm (`lora_gap_check`)."""
 RANKS_RUNS = (("ranks-lora", True), ("ranks-full", False))
@@ -144,7 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="above 1: also train the sharded learner over this many processes of "
                    "this node, one device each (runs ranks-lora, ranks-full)")
     names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
-        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN] + \
+        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN, LONG_CONTEXT_RUN] + \
         [name for name, _ in COLOCATION_RUNS]
     p.add_argument("--runs", default=",".join(names),
                    help="comma-separated subset of " + ", ".join(names))
@@ -172,9 +178,10 @@ def load_tokenizer(folder: Path | None):
     return load_builtin_tokenizer()
 
 
-def build_model(folder: Path, tokenizer, size: Size, seed: int = 0) -> dict:
-    """Save a randomly initialised Llama (fp32 on disk) and the tokenizer into `folder`;
-    returns its shape and parameter count."""
+def build_model(folder: Path, tokenizer, size: Size, seed: int = 0,
+                positions: int = 2048) -> dict:
+    """Save a randomly initialised Llama (fp32 on disk, `positions` of context) and the
+    tokenizer into `folder`; returns its shape and parameter count."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -183,7 +190,7 @@ def build_model(folder: Path, tokenizer, size: Size, seed: int = 0) -> dict:
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         hidden_size=size.hidden, intermediate_size=size.intermediate,
         num_hidden_layers=size.layers, num_attention_heads=size.heads,
-        num_key_value_heads=size.kv_heads, max_position_embeddings=2048,
+        num_key_value_heads=size.kv_heads, max_position_embeddings=positions,
         tie_word_embeddings=True,
         initializer_range=0.1,  # spread-out logits: samples are not uniform noise
     )
@@ -757,6 +764,61 @@ def colocation_problems(record: dict) -> list[str]:
     return out
 
 
+def long_context_check(args, size: Size, work: Path) -> dict:
+    """The learner on one long row (benchmarks/long_context.py's random row: a tenth prompt,
+    the rest scored) at 16k, 32k and 64k tokens, the check's model shape with 64k positions,
+    full fine-tuning, gradient checkpointing as the config resolves it (on for a GPU): per
+    length the peak allocated memory of the step, its seconds and tokens/s; the first length
+    that fails (out of memory) is recorded and ends the probe."""
+    import torch
+
+    from practicum.config import load_config
+    from practicum.engine.factory import load_trainable
+    from practicum.learner import Learner
+    from practicum.learner.rows import TrainBatch
+    from practicum.runtime.placement import policy_config
+
+    lengths = (256, 512) if args.quick else (16384, 32768, 65536)
+    record = {"name": LONG_CONTEXT_RUN, "error": None, "rows": []}
+    try:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from long_context import random_row
+
+        model = work / "long_model"
+        build_model(model, load_tokenizer(args.tokenizer), size, positions=max(lengths))
+        cfg = load_config(None, [f"model.model={model}", f"model.device={args.device}",
+                                 f"model.dtype={args.dtype}", "model.lora=false",
+                                 "train.micro_batch_size=1", "train.mini_batches=1",
+                                 "train.warmup_steps=0", "rollout.group_size=1",
+                                 "rollout.tasks_per_step=1", f"rollout.max_seq_len={max(lengths)}",
+                                 *args.set])
+        learner = Learner(load_trainable(policy_config(cfg)), cfg)
+        record["checkpointing"] = learner.model.cfg.gradient_checkpointing
+        learner.train_step(TrainBatch([random_row(128, seed=1)]))  # one-time allocations
+        for length in lengths:
+            row = {"tokens": length}
+            memory_reset(args.device)
+            start = time.perf_counter()
+            try:
+                learner.train_step(TrainBatch([random_row(length)]))
+            except Exception as err:  # out of memory above all: the probe stops here
+                row["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+                record["rows"].append(row)
+                break
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+                row["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            row["seconds"] = time.perf_counter() - start
+            row["tokens_per_s"] = length / row["seconds"]
+            record["rows"].append(row)
+            print(f"  {length} tokens: {row}", flush=True)
+        del learner
+    except Exception as err:  # reported with the rest
+        traceback.print_exc()
+        record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    return record
+
+
 def lora_gap_check(args, size: Size, model: str) -> dict:
     """benchmarks/lora_gap.py's arms on the check's model and device: the same weights sampled
     and scored with LoRA and full fine-tuning, bf16 and fp32, merged sampling on and off; each
@@ -828,7 +890,7 @@ def check(args) -> dict:
                            "quick": args.quick, "max_gap": args.max_gap, "extra": args.set,
                            "ranks": args.ranks},
               "model": None, "runs": [], "fsdp2": [], "ranks": [], "weight_group": None,
-              "lora_gap": None, "colocation": [],
+              "lora_gap": None, "colocation": [], "long_context": None,
               "reference": None, "problems": []}
     write(args.out, result)
     started = time.perf_counter()
@@ -870,6 +932,12 @@ def check(args) -> dict:
             record = colocation_check(args, size, str(work / "model"), work, lora)
             result["colocation"].append(record)
             result["problems"] += colocation_problems(record)
+            write(args.out, result)
+        if LONG_CONTEXT_RUN in args.runs.split(","):
+            print(f"gpu_check: {LONG_CONTEXT_RUN}", flush=True)
+            record = result["long_context"] = long_context_check(args, size, work)
+            if record["error"]:
+                result["problems"].append(f"{LONG_CONTEXT_RUN}: crashed: {record['error']}")
             write(args.out, result)
         if LORA_GAP_RUN in args.runs.split(","):
             print(f"gpu_check: {LORA_GAP_RUN}", flush=True)

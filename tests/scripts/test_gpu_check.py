@@ -75,6 +75,10 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
     for run in result["colocation"]:
         assert run["error"] is None and run["cycles"] == run["cycles_wanted"] == 2
         assert run["max_abs_weight_diff"] == 0.0 and run["memory"] == []  # no GPU figures
+    # the long-row probe: each length trained (on the GPU: 16k, 32k, 64k tokens)
+    probe = result["long_context"]
+    assert probe["error"] is None and [r["tokens"] for r in probe["rows"]] == [256, 512]
+    assert all("error" not in r and r["tokens_per_s"] > 0 for r in probe["rows"])
     # the gap ablation: every arm, fp32 ones at rounding level
     rows = result["lora_gap"]["rows"]
     assert result["lora_gap"]["error"] is None
