@@ -11,10 +11,23 @@ follows symlinks the sandboxed code planted, so only the folder's own entries go
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import time
 import weakref
 from pathlib import Path
+
+
+def remove_tree(path: str, attempts: int = 40) -> None:
+    """`shutil.rmtree` until the folder is gone: a sandboxed process being stopped (a shutdown
+    cancels every running episode at once) may still add an entry while the tree is walked,
+    which leaves the folder behind; it is retried for up to about 2 s."""
+    for _ in range(attempts):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return
+        time.sleep(0.05)
 
 
 class ScratchDir:
@@ -23,7 +36,7 @@ class ScratchDir:
     def __init__(self, owner: object, prefix: str, root: str | Path | None = None):
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
         # The callback must not reference `owner`, or the owner would never be collected.
-        self._finalizer = weakref.finalize(owner, shutil.rmtree, str(self.path), True)
+        self._finalizer = weakref.finalize(owner, remove_tree, str(self.path))
 
     def remove(self) -> None:
         """Delete the folder now (idempotent)."""
