@@ -31,18 +31,11 @@ from practicum.engine.models import load_builtin_tokenizer
 from practicum.learner.rows import TrainRow, allowed_masks
 
 from _machine import machine_state
+from constrained_decoding import GRAMMARS
 
 RESULTS = Path(__file__).parent / "results" / "grammar_masks.json"
 
-TOOL = r"""
-start: view | search | edit
-view: "view " PATH
-search: "search " QUERY
-edit: "edit " PATH "\n<<<\n" LINE "\n===\n" LINE "\n>>>"
-PATH: /[A-Za-z0-9_.\/-]{1,60}/
-QUERY: /[^\n]{1,40}/
-LINE: /[^\n]{0,80}/
-"""
+TOOL = GRAMMARS["swe tool call"]  # the SWE tool-call grammar constrained_decoding.py times
 FREE = r"""
 start: LINE ("\n" LINE)*
 LINE: /[^\n]{0,200}/
