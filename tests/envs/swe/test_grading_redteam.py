@@ -82,8 +82,11 @@ def test_printed_fake_summaries_do_not_count(tmp_path):
     assert v.log_tail.count("PASSED tests/test_calc.py::test_add\n") >= 2  # the forgery is there
 
 
-def test_background_processes_are_killed_and_cannot_forge(tmp_path):
-    inst = toy_instance(tmp_path)
+def test_background_processes_are_killed_and_cannot_forge(tmp_path, monkeypatch):
+    from practicum.envs.swe import grading
+
+    monkeypatch.setattr(grading, "LOG_TAIL", 10**7)  # the whole log: the child's first write
+    inst = toy_instance(tmp_path)                    # comes before pytest's own summary
     ids = inst.FAIL_TO_PASS + inst.PASS_TO_PASS
     fake = "\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids]) + "\n"
     child = ("import os, time\n"
