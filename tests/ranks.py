@@ -74,8 +74,6 @@ def _enter(rank: int, fn, args) -> None:
     torch.set_num_threads(1)
     try:
         fn(rank, *args)
-        if dist.is_initialized():  # every rank done before any takes the group down (rank 1
-            dist.barrier()         # once aborted in teardown while rank 0 had left)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
