@@ -52,13 +52,7 @@ class ChatFormat:
         shaped = [{**m, "content": mark} for m, mark in zip(messages, marks)]
         text = self.tokenizer.apply_chat_template(shaped, tokenize=False,
                                                   add_generation_prompt=True)
-        ids: list[int] = []
-        for m, mark in zip(messages, marks):
-            head, sep, text = text.partition(mark)
-            if not sep:
-                raise ValueError("the chat template dropped a message; cannot render it exactly")
-            ids += self.encode(head) + self.encode_text(m["content"])
-        return ids + self.encode(text)
+        return self._splice(messages, marks, text)
 
     def observation_ids(self, observation: str, sampled_ids: list[int]) -> list[int]:
         """Ids to append after `sampled_ids` so the sequence reads as the next user turn.
@@ -96,13 +90,7 @@ class ChatFormat:
             last = self.tokenizer.decode([sampled_ids[-1]])
             if last and text.startswith(last):
                 text = text[len(last):]
-        ids: list[int] = []
-        for m, mark in zip(messages, marks):
-            head, sep, text = text.partition(mark)
-            if not sep:
-                raise ValueError("the chat template dropped a message; cannot render it exactly")
-            ids += self.encode(head) + self.encode_text(m["content"])
-        return ids + self.encode(text)
+        return self._splice(messages, marks, text)
 
     def stop_ids(self) -> list[int]:
         """End-of-turn ids: the eos id and the id of the reply suffix's first token."""
@@ -121,3 +109,14 @@ class ChatFormat:
         return list(
             self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         )
+
+    def _splice(self, messages: list[dict], marks: list[str], text: str) -> list[int]:
+        """The ids of a template rendered with `marks` in place of the messages' contents: the
+        template's own text around each mark, each message's content encoded on its own."""
+        ids: list[int] = []
+        for m, mark in zip(messages, marks):
+            head, sep, text = text.partition(mark)
+            if not sep:
+                raise ValueError("the chat template dropped a message; cannot render it exactly")
+            ids += self.encode(head) + self.encode_text(m["content"])
+        return ids + self.encode(text)
