@@ -178,6 +178,11 @@ class HFEngineConfig(Section):
         "one tensor at a time in the sampler's dtype and rank 0 sends it in buckets to every "
         "receiver (practicum.engine.weight_stream); no process holds a gathered copy.")
     weight_bucket_mb: float = _bucket_mb_field()
+    verify_weights: bool = Field(
+        False, description="hf with weights of its own, streamed versions (weight_sync: "
+        "broadcast): the sender follows the weights with a checksum of each tensor and the "
+        "copy compares every parameter it computes with (practicum.engine.weight_check), so a "
+        "tensor that silently stays stale stops the run. On in the test suite.")
 
 
 class VLLMEngineConfig(Section):

@@ -92,6 +92,8 @@ class WeightGroup:
     world: int
     backend: str
     store: dist.Store
+    sent_fingerprints: dict[str, int] | None = None
+    """A receiver's: the fingerprints that followed the last stream (`receive_stream`)."""
 
     @classmethod
     def open_server(cls, world: int, backend: str, host: str = "127.0.0.1", port: int = 0,
@@ -137,18 +139,36 @@ class WeightGroup:
         self._send_buckets(zip((name for name, _, _ in meta), tensors), meta, bucket_mb)
 
     def send_stream(self, meta: Meta, tensors: Iterable[tuple[str, torch.Tensor]],
-                    bucket_mb: float = BUCKET_MB) -> None:
+                    bucket_mb: float = BUCKET_MB, verify: bool = False) -> None:
         """Rank 0: `meta` and the bucket size first (so the receivers need neither:
         `receive_stream`), then `tensors` as they come, named and ordered as `meta` says.
         Holds one bucket (a larger tensor travels as itself) beside the tensor being copied
-        in, so a gathered model streams through a few hundred MB."""
-        header = json.dumps({"meta": meta, "bucket_mb": bucket_mb}).encode()
-        self._broadcast(torch.tensor([len(header)], dtype=torch.int64))
-        self._broadcast(torch.frombuffer(bytearray(header), dtype=torch.uint8))
-        self._send_buckets(tensors, meta, bucket_mb)
+        in, so a gathered model streams through a few hundred MB. `verify`: the fingerprint
+        of every tensor as it travels (`weight_check.fingerprint`, taken from the bucket, so
+        in the receivers' dtype) follows the last bucket, for the post-sync check."""
+        self._send_json({"meta": meta, "bucket_mb": bucket_mb, "verify": verify})
+        sent: dict[str, int] | None = {} if verify else None
+        self._send_buckets(tensors, meta, bucket_mb, sent)
+        if sent is not None:
+            self._send_json(sent)
+
+    def _send_json(self, value) -> None:
+        data = json.dumps(value).encode()
+        self._broadcast(torch.tensor([len(data)], dtype=torch.int64))
+        self._broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+    def _receive_json(self):
+        size = torch.empty(1, dtype=torch.int64)
+        self._broadcast(size)
+        data = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._broadcast(data)
+        return json.loads(data.numpy().tobytes().decode())
 
     def _send_buckets(self, tensors: Iterable[tuple[str, torch.Tensor]], meta: Meta,
-                      bucket_mb: float) -> None:
+                      bucket_mb: float, fingerprints: dict[str, int] | None = None) -> None:
+        """`fingerprints`: filled with each tensor's fingerprint as it travels, if given."""
+        from practicum.engine.weight_check import fingerprint
+
         if self.rank != 0:
             raise RuntimeError("only rank 0 sends weights")
         arriving = iter(tensors)
@@ -164,22 +184,26 @@ class WeightGroup:
                                        f"{meta[i][0]!r}")
                 if part is None:  # alone in its bucket: sent as itself, cast if need be
                     flat = tensor.detach().contiguous().reshape(-1).to(self.device, dtype)
+                    part = flat
                 else:
                     part.copy_(tensor.detach().reshape(-1))
+                if fingerprints is not None:
+                    fingerprints[name] = fingerprint(part)
                 del tensor
             self.pg.broadcast(flat, 0).wait()
             del flat
 
     def receive_stream(self, device: torch.device | str = "cpu"
                        ) -> Iterator[tuple[str, torch.Tensor]]:
-        """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`)."""
-        size = torch.empty(1, dtype=torch.int64)
-        self._broadcast(size)
-        header = torch.empty(int(size.item()), dtype=torch.uint8)
-        self._broadcast(header)
-        sent = json.loads(header.numpy().tobytes().decode())
-        meta = [(n, tuple(s), d) for n, s, d in sent["meta"]]
-        yield from self.receive(meta, device, sent["bucket_mb"])
+        """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`).
+        Once it is consumed, `sent_fingerprints` holds the sender's fingerprints when it
+        sent them (`verify`), else None."""
+        self.sent_fingerprints = None
+        header = self._receive_json()
+        meta = [(n, tuple(s), d) for n, s, d in header["meta"]]
+        yield from self.receive(meta, device, header["bucket_mb"])
+        if header.get("verify"):
+            self.sent_fingerprints = self._receive_json()
 
     def _broadcast(self, small: torch.Tensor) -> None:
         """A small CPU tensor from rank 0 (through the group's device for nccl)."""
