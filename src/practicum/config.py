@@ -157,6 +157,16 @@ class ModelConfig(Section):
         return v
 
 
+def _transport_field():
+    return Field(
+        "auto", description="weight_sync=broadcast: how the bytes travel. collective = "
+        "through the weight group (nccl between GPUs, gloo otherwise); ipc = shared in place "
+        "with receivers on the sender's machine, only control messages through the group: "
+        "CUDA IPC from the sender's GPU (a sampler on the learner's own GPU, where NCCL cannot "
+        "go), shared memory from the CPU (practicum.engine.weight_ipc); auto = ipc where the "
+        "learner in this process shares vLLM's GPU, else collective.")
+
+
 def _bucket_mb_field():
     return Field(
         256, gt=0, description="weight_sync=broadcast: MiB of weights per collective "
@@ -178,6 +188,7 @@ class HFEngineConfig(Section):
         "one tensor at a time in the sampler's dtype and rank 0 sends it in buckets to every "
         "receiver (practicum.engine.weight_stream); no process holds a gathered copy.")
     weight_bucket_mb: float = _bucket_mb_field()
+    weight_transport: Literal["auto", "collective", "ipc"] = _transport_field()
     verify_weights: bool = Field(
         False, description="hf with weights of its own, streamed versions (weight_sync: "
         "broadcast): the sender follows the weights with a checksum of each tensor and the "
@@ -229,6 +240,7 @@ class VLLMEngineConfig(Section):
         "sends it in buckets, no process holding a gathered copy (practicum.engine."
         "weight_stream). LoRA adapters always go through a small peft folder.")
     weight_bucket_mb: float = _bucket_mb_field()
+    weight_transport: Literal["auto", "collective", "ipc"] = _transport_field()
     verify_weights: bool = Field(
         False, description="vllm, full fine-tuning: after every publish, compare a checksum "
         "of each parameter the engine computes with against what the learner sent "

@@ -68,7 +68,8 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
     if trainable is not None:
         return trainable_sampler(trainable)
     return HFEngineCopy(policy, engine_cfg.weight_bucket_mb,
-                        getattr(engine_cfg, "verify_weights", False))
+                        getattr(engine_cfg, "verify_weights", False),
+                        getattr(engine_cfg, "weight_transport", "auto"))
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
@@ -86,8 +87,11 @@ class HFEngineCopy(QuietPart):
     receivers = 1
     """Members it takes in a weight group (`receive_weights`)."""
 
-    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0, verify: bool = False):
+    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0, verify: bool = False,
+                 transport: str = "auto"):
         self.verify = verify
+        self.transport = "ipc" if transport == "ipc" else "collective"
+        """How streamed versions travel (`engine.weight_transport`; auto: collective)."""
         """Streamed versions carry fingerprints, checked against the copy (`weight_check`)."""
         self.holder = load_sampling_copy(policy)
         self.sampler = trainable_sampler(self.holder)
@@ -118,8 +122,10 @@ class HFEngineCopy(QuietPart):
                 if self._rendezvous is None:
                     self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
                 fmt = self.stream_format()
-                self._target = self._rendezvous.target(1 + fmt.receivers, fmt.backend,
-                                                       fmt.dtype, self.bucket_mb, self.verify)
+                backend = "gloo" if self.transport == "ipc" else fmt.backend
+                self._target = self._rendezvous.target(1 + fmt.receivers, backend, fmt.dtype,
+                                                       self.bucket_mb, self.verify,
+                                                       self.transport)
             target = self._target
             try:
                 publish(update, target, lambda: self.receive_weights(update.version, target, 1))

@@ -25,7 +25,8 @@ def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | Non
         tensor_parallel_size=engine_cfg.tensor_parallel_size,
         enable_sleep_mode=engine_cfg.enable_sleep_mode, enforce_eager=engine_cfg.enforce_eager,
         max_num_seqs=engine_cfg.max_num_seqs, weight_sync=engine_cfg.weight_sync,
-        weight_bucket_mb=engine_cfg.weight_bucket_mb, verify_weights=engine_cfg.verify_weights),
+        weight_bucket_mb=engine_cfg.weight_bucket_mb, verify_weights=engine_cfg.verify_weights,
+        weight_transport=engine_cfg.weight_transport),
         trainable)
 
 

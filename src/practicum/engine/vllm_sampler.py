@@ -117,6 +117,9 @@ class VLLMOptions:
     broadcast over a weight group with the workers (`practicum.engine.weight_group`)."""
     weight_bucket_mb: float = 256.0
     """weight_sync=broadcast: MiB per collective (`weight_group`)."""
+    weight_transport: Literal["auto", "collective", "ipc"] = "auto"
+    """weight_sync=broadcast: through the group, or shared in place on one machine
+    (`weight_ipc`); auto = ipc for a learner here on one of vLLM's GPUs."""
     verify_weights: bool = False
     """After every full-weight publish, compare each parameter the engine computes with against
     what was sent (`practicum.engine.weight_check`); a stale one raises `StaleWeights`."""
@@ -327,7 +330,9 @@ class VLLMSampler:
         learner's) is received by the workers from the learner's rank 0 (`weight_stream`)."""
         if isinstance(update, StreamedUpdate):
             self.streamed += 1
-            reload = lambda: self._stream(update, self._stream_target(self._gpu_backend()))  # noqa: E731
+            transport = "ipc" if self.options.weight_transport == "ipc" else "collective"
+            backend = "gloo" if transport == "ipc" else self._gpu_backend()
+            reload = lambda: self._stream(update, self._stream_target(backend, transport))  # noqa: E731
         elif update.kind == "lora":
             reload = lambda: self._load_lora(update)  # noqa: E731
         else:
@@ -428,20 +433,26 @@ class VLLMSampler:
         weight group with vLLM's workers (formed at the first publish, again if the weights
         change device), casting bucket by bucket."""
         device = next(iter(tensors.values())).device
-        backend = backend_for(device)
-        if backend == "nccl":
+        backend, transport = backend_for(device), self.options.weight_transport
+        if backend == "nccl" and transport != "ipc":
             import torch
 
             mine = str(torch.cuda.get_device_properties(device).uuid)
             if mine in self.llm.collective_rpc("weight_device"):
-                raise ConfigError("config error at engine.weight_sync: broadcast, but the "
-                                  "learner's weights are on a GPU vLLM also runs on, and NCCL "
-                                  "cannot join two processes on one GPU: set model.device to "
-                                  "another GPU, or weight_sync=memory")
+                if transport == "collective":
+                    raise ConfigError(
+                        "config error at engine.weight_transport: collective, but the "
+                        "learner's weights are on a GPU vLLM also runs on, and NCCL cannot "
+                        "join two processes on one GPU: weight_transport=ipc (or auto)")
+                transport = "ipc"  # auto: CUDA IPC on the shared GPU
+        if transport == "auto":
+            transport = "collective"
+        if transport == "ipc":
+            backend = "gloo"  # control messages only; the bytes stay where they are
         meta = meta_of(tensors, self.dtype)
         here = StreamedUpdate(0, lambda target: send_stream(target, meta, iter(tensors.items()),
                                                             self._sender))
-        self._stream(here, self._stream_target(backend))
+        self._stream(here, self._stream_target(backend, transport))
 
     def stream_format(self) -> StreamFormat:
         """What a sharded learner streams to it: one member per worker, in its dtype."""
@@ -453,14 +464,16 @@ class VLLMSampler:
         then send from theirs), else gloo."""
         return "gloo" if _gpu_memory() is None else "nccl"
 
-    def _stream_target(self, backend: str) -> WeightTarget:
-        """The weight group's current formation for `backend` (a new one when it changes)."""
-        if self._target is None or self._target.backend != backend:
+    def _stream_target(self, backend: str, transport: str = "collective") -> WeightTarget:
+        """The weight group's current formation for `backend` and `transport` (a new one when
+        either changes)."""
+        if self._target is None or \
+                (self._target.backend, self._target.transport) != (backend, transport):
             if self._rendezvous is None:
                 self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
             self._target = self._rendezvous.target(1 + self.receivers, backend, self.dtype,
                                                    self.options.weight_bucket_mb,
-                                                   self.options.verify_weights)
+                                                   self.options.verify_weights, transport)
         return self._target
 
     def _stream(self, update: StreamedUpdate, target: WeightTarget) -> None:

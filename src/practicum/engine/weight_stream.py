@@ -57,6 +57,10 @@ class WeightTarget:
     verify: bool = False
     """The sender follows the weights with their fingerprints (`engine.verify_weights`: the
     receivers then check what they hold, `weight_check`)."""
+    transport: str = "collective"
+    """collective: the bytes go through the group; ipc: they are shared in place with the
+    receivers on the sender's machine, control messages only through the group
+    (`weight_ipc`)."""
 
     def join(self, rank: int, bind: str | None = None) -> WeightGroup:
         return WeightGroup.join(self.host, self.port, rank, self.world, self.backend,
@@ -77,12 +81,13 @@ class WeightRendezvous:
                                    wait_for_workers=False)
 
     def target(self, world: int, backend: str, dtype: torch.dtype | str,
-               bucket_mb: float, verify: bool = False) -> WeightTarget:
+               bucket_mb: float, verify: bool = False,
+               transport: str = "collective") -> WeightTarget:
         """A new formation of `world` members."""
         self.formed += 1
         return WeightTarget(self.host, self.store.port, f"practicum-weights-{self.formed}",
                             world, backend, str(dtype).removeprefix("torch."), bucket_mb,
-                            self.timeout_s, verify)
+                            self.timeout_s, verify, transport)
 
 
 class Membership:
@@ -152,7 +157,8 @@ def send_stream(target: WeightTarget, meta: Meta, tensors: Iterator[tuple[str, t
     the rest of `tensors` is still drawn (each is a collective of the learner's ranks, which
     must stay paired) and the membership dropped (the next publish forms anew)."""
     try:
-        member.of(target, 0).send_stream(meta, tensors, target.bucket_mb, target.verify)
+        member.of(target, 0).send_stream(meta, tensors, target.bucket_mb, target.verify,
+                                         ipc=target.transport == "ipc")
     except BaseException:
         member.close()
         try:

@@ -284,11 +284,16 @@ class Streams:
                 raise ValueError(f"engine actors that receive differently cannot share a "
                                  f"weight group: {sorted(formats)}")
             (backend, dtype), = formats
+            transport = "ipc" if getattr(engine_cfg, "weight_transport", "auto") == "ipc" \
+                else "collective"
+            if transport == "ipc":
+                backend = "gloo"  # control messages only (`weight_ipc`)
             if self.rendezvous is None:
                 self.rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
             self.target = self.rendezvous.target(
                 1 + sum(e.stream_format.receivers for e in engines), backend, dtype,
-                engine_cfg.weight_bucket_mb, getattr(engine_cfg, "verify_weights", False))
+                engine_cfg.weight_bucket_mb, getattr(engine_cfg, "verify_weights", False),
+                transport)
             self._members = members
         return self.target
 
