@@ -22,6 +22,13 @@ on GPUs (the sender's buckets then live on its current GPU), gloo otherwise.
 Memory: rank 0 holds the tensor being gathered (whole, in the sampler's dtype) and one bucket
 (`bucket_mb`; a larger tensor travels as itself); the other ranks their shards and the pieces
 they send; each receiver one bucket, copied into its model as it arrives.
+
+A target says how its streams travel: `transport` collective (the bytes through the group) or
+ipc (each bucket shared in place with receivers on the sender's machine, `weight_ipc`), and
+`verify` (each tensor's fingerprint follows the weights; the receivers check what they compute
+with, `weight_check`). A receiver that fails while alive takes the rest of the stream
+(`drained`), so the sender ends with the error instead of waiting for the group's timeout; one
+that dies breaks the group's connections, which the sender sees at once.
 """
 
 from __future__ import annotations
