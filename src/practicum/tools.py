@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Generic, TypeVar
 
 
 class CallError(ValueError):
@@ -51,8 +51,8 @@ class ToolResult:
 class Tool:
     """One tool: `parse` turns a call's body into arguments, `execute` runs them."""
 
-    name: ClassVar[str] = ""
-    grammar: ClassVar[str] = ""
+    name: str = ""
+    grammar: str = ""
     """Lark rule(s) of one call of this tool, named after it (`ToolSet.grammar` joins them)."""
 
     def parse(self, body: Any) -> Any:
@@ -72,13 +72,16 @@ class Tool:
         return self.execute(args)
 
 
-class ToolSet(Mapping[str, Tool]):
+T = TypeVar("T", bound=Tool)
+
+
+class ToolSet(Mapping[str, T], Generic[T]):
     """Tools by name, in the order they are offered."""
 
-    def __init__(self, tools: Iterable[Tool]):
+    def __init__(self, tools: Iterable[T]):
         self._tools = {t.name: t for t in tools}
 
-    def __getitem__(self, name: str) -> Tool:
+    def __getitem__(self, name: str) -> T:
         return self._tools[name]
 
     def __iter__(self) -> Iterator[str]:
