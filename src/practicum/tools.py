@@ -128,8 +128,8 @@ class TagSyntax:
         self.names, self.help = list(names), help
         self.bare, self.need_body = list(bare), set(need_body)
         alternatives = "|".join(map(re.escape, self.names))
-        bare_tags = "".join(f"|<{re.escape(n)}\\s*/>" for n in self.bare)
-        self._tag = re.compile(rf"<({alternatives})>(.*?)</\1>{bare_tags}", re.S)
+        bare = "|".join(map(re.escape, self.bare)) or "(?!)"  # (?!): never matches
+        self._tag = re.compile(rf"<({alternatives})>(.*?)</\1>|<({bare})\s*/>", re.S)
         self._open = re.compile(rf"<({alternatives})\b")
 
     @property
@@ -144,8 +144,8 @@ class TagSyntax:
                 raise CallError(f"Your <{opened.group(1)}> was not closed with "
                                 f"</{opened.group(1)}>. {self.help}")
             raise CallError(f"No tool call found. {self.help}")
-        if m.group(1) is None:  # a bare tag: which one
-            return Call(re.match(r"<(\w+)", m.group(0)).group(1), "")
+        if m.group(1) is None:
+            return Call(m.group(3), "")
         tool, body = m.group(1), m.group(2)
         if tool in self.need_body and not body.strip():
             raise CallError(f"<{tool}> is empty. {self.help}")

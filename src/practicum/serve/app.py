@@ -37,11 +37,9 @@ from practicum.serve.state import ServeState, authorized
 
 def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     """The API over `served` (module doc); with `api_key`, /v1 needs it as a Bearer token."""
-    app = FastAPI(title="practicum serve", version="1")
+    app = FastAPI(title="practicum serve", version="1", exception_handlers={
+        APIError: _api_error, ServerStopped: _stopped, RequestValidationError: _invalid})
     app.state.serve = ServeState(served, api_key)
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(ServerStopped, _stopped)
-    app.add_exception_handler(RequestValidationError, _invalid)
     app.include_router(health.router)
     for routes in (models, chat, completions):
         app.include_router(routes.router, prefix="/v1", dependencies=[Depends(authorized)])

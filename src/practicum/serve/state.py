@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -40,7 +41,7 @@ class ServeState:
                 "parent": None if served.names[name] else served.target.name}
 
     def params_for(self, req: BaseRequest, prompt_len: int, default_tokens: int,
-                   stop_ids: list[int] = ()) -> SamplingParams:
+                   stop_ids: Sequence[int] = ()) -> SamplingParams:
         """max_tokens (or the default) capped by the context left and `served.max_tokens`
         (the run's max_seq_len, `--max-tokens`)."""
         served = self.served

@@ -270,7 +270,8 @@ def guess_name(text: str, tools: ToolSet) -> str:
     return next(iter(tools))
 
 
-async def reply_calls(text: str, tools: ToolSet[FunctionTool], forced: bool, forced_name: str | None,
+async def reply_calls(text: str, tools: ToolSet[FunctionTool], forced: bool,
+                      forced_name: str | None,
                       fill: Callable[[str, dict], Awaitable[tuple[dict, int]]]
                       ) -> tuple[str, list[dict[str, Any]], int | None]:
     """(content, calls, tokens sampled to fill a call or None) of a reply's `text` (with its

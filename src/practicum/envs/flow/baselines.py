@@ -15,7 +15,7 @@ from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.flow.corpus import World
 from practicum.envs.flow.parsing import extract_answer, normalise_tool, parse_command
 from practicum.envs.flow.tasks import check_answer
-from practicum.envs.flow.tools import Search, build_tools
+from practicum.envs.flow.tools import FlowTool, Search, build_tools
 from practicum.envs.sandbox import Limits
 from practicum.envs.scratch import ScratchDir
 from practicum.tools import ToolSet
@@ -62,7 +62,7 @@ class ToolIntegratedEnv(Env):
         self.world, self.tool_names, self.limits = world, tool_names, limits
         self.max_steps_by_split, self.search = max_steps, search
         self._scratch: ScratchDir | None = None
-        self.tools = ToolSet(())
+        self.tools: ToolSet[FlowTool] = ToolSet(())
 
     @property
     def _workdir(self) -> Path | None:

@@ -40,7 +40,7 @@ from practicum.envs.flow.parsing import parse_plan
 from practicum.envs.flow.roles import Roles
 from practicum.envs.flow.grammar import planner_grammar
 from practicum.envs.flow.tasks import check_answer, hop_fraction
-from practicum.envs.flow.tools import Search, build_tools
+from practicum.envs.flow.tools import FlowTool, Search, build_tools
 from practicum.envs.flow.corpus import World
 from practicum.envs.sandbox import Limits
 from practicum.envs.scratch import ScratchDir
@@ -59,7 +59,7 @@ class FlowEnv(Env):
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
         self._scratch: ScratchDir | None = None
-        self.tools = ToolSet(())
+        self.tools: ToolSet[FlowTool] = ToolSet(())
         self.task: Task | None = None
 
     @property

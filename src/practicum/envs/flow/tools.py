@@ -46,6 +46,12 @@ class ToolMeta:
                 f"Limits: {self.limitations} E.g. {self.example}")
 
 
+class FlowTool(Tool):
+    """A tool with the card the planner and executor are shown."""
+
+    meta: ToolMeta
+
+
 def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolResult:
     res = run_python(program, workdir, limits)
     if res.timed_out:
@@ -60,7 +66,7 @@ def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolResult:
     return ToolResult(out[:MAX_RESULT_CHARS], False, lines[-1].strip()[:100], res.duration)
 
 
-class Calculator(Tool):
+class Calculator(FlowTool):
     name = "calculator"
     meta = ToolMeta(
         "calculator", "evaluates one arithmetic expression.", "an expression",
@@ -81,7 +87,7 @@ class Calculator(Tool):
         return _sandbox_output(calculator_program(expr), self.workdir, self.limits)
 
 
-class PythonCoder(Tool):
+class PythonCoder(FlowTool):
     name = "python_coder"
     meta = ToolMeta(
         "python_coder", "runs a short Python program and returns what it prints.",
@@ -104,7 +110,7 @@ class PythonCoder(Tool):
         return _sandbox_output(code, self.workdir, self.limits)
 
 
-class Search(Tool):
+class Search(FlowTool):
     name = "search"
     meta = ToolMeta(
         "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
@@ -196,7 +202,7 @@ def find_relation(text: str, entity: str | None = None) -> str | None:
     return best
 
 
-class Lookup(Tool):
+class Lookup(FlowTool):
     name = "lookup"
     meta = ToolMeta(
         "lookup", "gives one attribute of one entity of the encyclopedia.",
@@ -230,7 +236,7 @@ class Lookup(Tool):
                           time.perf_counter() - start)
 
 
-class TitleLookup(Tool):
+class TitleLookup(FlowTool):
     """`lookup` over a user's document corpus: the document of one named title."""
 
     name = "lookup"
@@ -252,7 +258,7 @@ class TitleLookup(Tool):
 
 
 def build_tools(names: list[str], world: World | DocCorpus, workdir: Path, limits: Limits,
-                search: Search | None = None) -> ToolSet:
+                search: Search | None = None) -> ToolSet[FlowTool]:
     """The named tools (an unknown name is a config error caught by the options model)."""
     lookup = (lambda: TitleLookup(world)) if isinstance(world, DocCorpus) else (
         lambda: Lookup(world))

@@ -20,8 +20,8 @@ Each tool is a `practicum.tools.Tool` and the tags are its `TagSyntax`: every cl
 stop string of the episode; none is a prefix of its own opening tag (a bare ``` fence would
 stop generation at the opening fence). The first complete tag of a reply is the action; a
 reply with none, or a tag cut before its closer, is malformed; a call its tool rejects (a
-view without a path) is an error result. Every tool runs in the sandbox (`Workspace.run`): the trusted side never reads or writes a
-file of the workspace itself.
+view without a path) is an error result. Every tool runs in the sandbox (`Workspace.run`):
+the trusted side never reads or writes a file of the workspace itself.
 """
 
 from __future__ import annotations
