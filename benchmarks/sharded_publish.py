@@ -2,7 +2,9 @@
 streamed path (`engine.weight_sync: broadcast` with a sharded learner: every rank gathers one
 tensor at a time, rank 0 sends it in buckets, `practicum.engine.weight_stream`) against the
 gathered one it replaces (rank 0 gathers the whole state on its CPU, `export_weights`, then
-sends it over the same weight group, as the vLLM sampler's broadcast did).
+sends it over the same weight group, as the vLLM sampler's broadcast did), and the streamed
+path with the ipc transport (`engine.weight_transport: ipc`: each bucket shared in place
+through a file in /dev/shm, only control messages over gloo, `practicum.engine.weight_ipc`).
 
 The receiver is a bare gloo member holding the model's tensors in the sampler's dtype (what an
 HF copy or a vLLM worker holds) and copying each arriving tensor into them
@@ -47,7 +49,7 @@ def _reset_peak() -> int:
     return _rss("VmRSS")
 
 
-def process_main(index: int, model_dir: str, target: dict, repeats: int, out: str) -> None:
+def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: str) -> None:
     """Ranks 0..WORLD-1 (index) load the sharded learner and publish; index WORLD receives."""
     os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(WORLD),
                       OMP_NUM_THREADS="1")
@@ -67,10 +69,11 @@ def process_main(index: int, model_dir: str, target: dict, repeats: int, out: st
     from practicum.learner.sharded import init_ranks, sharded_learner
     from practicum.runtime.placement import policy_config
 
-    tgt = WeightTarget(**target)
+    tgt = WeightTarget(**targets["collective"])
+    ipc = WeightTarget(**targets["ipc"])
     member = Membership()
     report: dict = {"index": index, "paths": {}}
-    paths = ("streamed", "gathered")
+    paths = ("streamed", "streamed-ipc", "gathered")
     if index == WORLD:  # the receiver: the model's tensors in the sampler's dtype, then copies
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -82,7 +85,8 @@ def process_main(index: int, model_dir: str, target: dict, repeats: int, out: st
             peaks = []
             for _ in range(1 if path == "warm-up" else repeats):
                 before = _reset_peak()
-                got = receive_into(state, member.of(tgt, 1).receive_stream())
+                got = receive_into(state, member.of(ipc if path == "streamed-ipc" else tgt,
+                                                    1).receive_stream())
                 peaks.append(_rss("VmHWM") - before)
                 assert got == set(state), "a tensor did not arrive"
             report["paths"][path] = {"peak_above_before": max(peaks)}
@@ -107,8 +111,9 @@ def process_main(index: int, model_dir: str, target: dict, repeats: int, out: st
             send_stream(tgt, meta_of(tensors, tgt.torch_dtype), iter(tensors.items()), member)
 
     streamed = lambda: model.stream_weights(tgt, member)  # noqa: E731
+    streamed_ipc = lambda: model.stream_weights(ipc, member)  # noqa: E731
     for path, publish in (("warm-up", streamed), ("streamed", streamed),
-                          ("gathered", gathered)):
+                          ("streamed-ipc", streamed_ipc), ("gathered", gathered)):
         seconds, peaks = [], []
         for _ in range(1 if path == "warm-up" else repeats):
             dist.barrier()
@@ -132,13 +137,15 @@ def measure(model_dir: Path, bucket_mb: float, repeats: int = 2,
     from practicum.engine.weight_stream import WeightRendezvous
 
     rendezvous = WeightRendezvous(timeout_s=timeout_s)
-    target = rendezvous.target(2, "gloo", "float32", bucket_mb)
+    targets = {"collective": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__,
+               "ipc": rendezvous.target(2, "gloo", "float32", bucket_mb,
+                                        transport="ipc").__dict__}
     with tempfile.TemporaryDirectory(prefix="practicum-publish-") as out:
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20), "HF_HUB_OFFLINE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
         load_before = os.getloadavg()[0]
         procs = [subprocess.Popen([sys.executable, __file__, str(i), str(model_dir),
-                                   json.dumps(target.__dict__), str(repeats), out], env=env)
+                                   json.dumps(targets), str(repeats), out], env=env)
                  for i in range(WORLD + 1)]
         deadline = time.monotonic() + timeout_s
         try:
@@ -156,7 +163,7 @@ def measure(model_dir: Path, bucket_mb: float, repeats: int = 2,
     largest = ranks[0]["largest_tensor_bytes"]
     bound = largest + 2 * bucket_mb * MIB
     rows = []
-    for path in ("streamed", "gathered"):
+    for path in ("streamed", "streamed-ipc", "gathered"):
         peaks = [r["paths"][path]["peak_above_before"] for r in ranks]
         rows.append({"path": path, "ranks": WORLD, "bucket_mb": bucket_mb,
                      "mb": round(ranks[0]["model_bytes"] / MIB),

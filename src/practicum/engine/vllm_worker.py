@@ -66,7 +66,13 @@ class WeightsReloader:
             except Exception:
                 member.close()  # mid-collective: the next publish forms the group anew
                 raise
-        return group.sent_fingerprints
+        sent = group.sent_fingerprints
+        if sent is not None and "lm_head.weight" not in sent and \
+                getattr(self.model_runner.model.config, "tie_word_embeddings", False):
+            # a tied head travels once, as the embedding (`distinct_tensors`); `_reload`
+            # re-ties vLLM's own lm_head to it, so that is what it must hold
+            sent = {**sent, "lm_head.weight": sent["model.embed_tokens.weight"]}
+        return sent
 
     # -- the post-sync check -------------------------------------------------------------------
     def weight_fingerprints(self) -> tuple[dict[str, int], dict[str, list[str]]]:
