@@ -104,8 +104,8 @@ class Sampler(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         """One continuation per prompt (token-id lists, no padding). `seeds[i]` makes row i's
-        draw repeatable and independent of its batch-mates (None: not seeded). adapter=False samples from the
-        frozen base weights (the policy before any training)."""
+        draw repeatable and independent of its batch-mates (None: not seeded). adapter=False
+        samples from the frozen base weights (the policy before any training)."""
         ...
 
     def load_weights(self, update: WeightUpdate) -> None:

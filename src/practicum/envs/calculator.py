@@ -1,7 +1,7 @@
 """Multi-turn tool use: the model calls a sandboxed Python calculator, then answers.
 
 Protocol (told to the model in the prompt):
-  <calc>EXPRESSION OR SNIPPET</calc>  -> the environment runs it in the sandbox, replies "Result: ..."
+  <calc>EXPRESSION OR SNIPPET</calc>  -> run in the sandbox; the reply is "Result: ..."
   <answer>VALUE</answer>              -> graded by the task's reasoning-gym verifier; episode ends.
 Replies with neither get a short correction (a malformed turn). The reward is the verifier's
 score of the answer; `solved` when it is full marks. With `numeric_answers` (default) an

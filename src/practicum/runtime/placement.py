@@ -152,8 +152,8 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
     the plan has ranks (or none), on as many nodes, the model's heads split over the mesh's
-    sequence groups, what the plan's actors need is installed here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
-    them there."""
+    sequence groups, what the plan's actors need is installed here, and the environments (`suite`,
+    when given) can run in Ray actors if the plan puts them there."""
     from importlib.util import find_spec
 
     plan, world = cfg.placement, _torchrun_world()

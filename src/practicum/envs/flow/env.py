@@ -35,13 +35,13 @@ from pathlib import Path
 
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.flow import prompts
+from practicum.envs.flow.corpus import World
+from practicum.envs.flow.grammar import planner_grammar
 from practicum.envs.flow.memory import Memory, Step
 from practicum.envs.flow.parsing import parse_plan
 from practicum.envs.flow.roles import Roles
-from practicum.envs.flow.grammar import planner_grammar
 from practicum.envs.flow.tasks import check_answer, hop_fraction
 from practicum.envs.flow.tools import Search, Tool, ToolOutput, build_tools
-from practicum.envs.flow.corpus import World
 from practicum.envs.sandbox import Limits
 from practicum.envs.scratch import ScratchDir
 

@@ -19,7 +19,6 @@ budget's doing, the lines before it are the policy's.
 
 from __future__ import annotations
 
-
 from practicum.envs.mle.actions.parsing import (
     ActionParseError,
     code_blocks,

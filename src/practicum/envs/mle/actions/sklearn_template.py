@@ -159,8 +159,9 @@ import numpy as np
 import pandas as pd
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.metrics import (accuracy_score, cohen_kappa_score, f1_score, log_loss, mean_absolute_error,
-                             mean_squared_error, mean_squared_log_error, r2_score, roc_auc_score)
+from sklearn.metrics import (accuracy_score, cohen_kappa_score, f1_score, log_loss,
+                             mean_absolute_error, mean_squared_error, mean_squared_log_error,
+                             r2_score, roc_auc_score)
 from sklearn.model_selection import train_test_split
 {imports}
 
@@ -171,7 +172,8 @@ ID_COL = {id_col!r}
 train = pd.read_csv(DATA_DIR + "/train.csv")
 test = pd.read_csv(DATA_DIR + "/test.csv")
 y = train[TARGET]
-{_TEXT_FEATURES if text else _TABULAR_FEATURES}X_train, X_val, y_train, y_val = train_test_split(X, y, test_size=0.2, random_state=0, {split})
+{_TEXT_FEATURES if text else _TABULAR_FEATURES}X_train, X_val, y_train, y_val = train_test_split(
+    X, y, test_size=0.2, random_state=0, {split})
 
 {START_MARKER}
 {example}
