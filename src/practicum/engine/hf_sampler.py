@@ -159,7 +159,8 @@ class HFSampler(QuietPart):
         return self.lm, nullcontext()  # a frozen model: there is no adapter to turn off
 
     def _sample_loop(self, lm: nn.Module, prompts: list[list[int]], params: SamplingParams,
-                     seeds: list[int] | None) -> tuple[list[list[int]], list[list[float]], list]:
+                     seeds: list[int | None] | None
+                     ) -> tuple[list[list[int]], list[list[float]], list]:
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
