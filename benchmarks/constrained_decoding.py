@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from _machine import machine_state
 from rich.console import Console
 from rich.table import Table
 
@@ -31,8 +32,6 @@ import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.base import SamplingParams
 from practicum.engine.constraint import grammars_for, masked_logits
 from practicum.engine.hf import PolicyConfig, load_hf_engine
-
-from _machine import machine_state
 
 RESULTS = Path(__file__).parent / "results" / "constrained_decoding.json"
 

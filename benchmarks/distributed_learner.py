@@ -1,6 +1,6 @@
 """The learner in one process vs sharded over 2 gloo ranks on the CPU (`placement.ranks`,
-practicum.learner.sharded): learner tokens/s, parameters each process holds, and whether both end with
-the same weights.
+practicum.learner.sharded): learner tokens/s, parameters each process holds, and whether both end
+with the same weights.
 
 SmolLM2-135M-Instruct (LoRA, or full fine-tuning with --full), one synthetic batch per step
 (GRPO groups of random tokens with off-policy behaviour log-probs), 2 mini-batches x 1 epoch,
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine_state
 from rich.console import Console
 from rich.table import Table
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
-from _machine import machine_state
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -83,8 +83,8 @@ def rank_main(rank: int, args, world: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    from practicum.runtime.placement import policy_config
     from practicum.learner.sharded import init_ranks, sharded_learner
+    from practicum.runtime.placement import policy_config
 
     init_ranks("cpu", timeout_s=1800)
     cfg = config(args.full)

@@ -32,12 +32,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
+from bandit_sim import FAST_BEST_ARMS, PAPER_ARMS, BiasConfig, mean_field_curve, run_bias_experiment  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-
-from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
-from bandit_sim import (FAST_BEST_ARMS, PAPER_ARMS, BiasConfig, mean_field_curve,  # noqa: E402
-                        run_bias_experiment)
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = {"paper": PAPER_ARMS, "fast-best": FAST_BEST_ARMS}

@@ -27,14 +27,13 @@ import time
 from pathlib import Path
 
 import torch
+from _machine import machine_state
 from rich.console import Console
 from rich.table import Table
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFSampler, HFTrainable, PolicyConfig, load_hf_engine
-
-from _machine import machine_state
 
 QUESTIONS = [
     "Write a short story about a robot learning to paint.",

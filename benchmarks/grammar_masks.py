@@ -24,14 +24,13 @@ import time
 from pathlib import Path
 
 import torch
+from _machine import machine_state
+from constrained_decoding import GRAMMARS
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.constraint import grammars_for
 from practicum.engine.models import load_builtin_tokenizer
 from practicum.learner.rows import TrainRow, allowed_masks
-
-from _machine import machine_state
-from constrained_decoding import GRAMMARS
 
 RESULTS = Path(__file__).parent / "results" / "grammar_masks.json"
 

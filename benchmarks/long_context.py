@@ -308,7 +308,8 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / f"{stem}.json").write_text(json.dumps(payload, indent=1))
     text = (f"# long_context ({args.rows} rows, {args.model} model; CPU: "
-            f"{state.get('cpu', '?')}, bf16 {state['cpu_bf16']}, {args.threads} thread(s), load {state['load_avg_1min']:.1f} "
+            f"{state.get('cpu', '?')}, bf16 {state['cpu_bf16']}, {args.threads} thread(s), "
+            f"load {state['load_avg_1min']:.1f} "
             f"before / {state['load_avg_1min_after']:.1f} after)\n\n{table(results, fits)}\n")
     (OUT / f"{stem}.md").write_text(text)
     print(text)

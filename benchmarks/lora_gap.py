@@ -39,9 +39,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from _machine import machine_state
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
-from _machine import machine_state
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFEngineCopy, load_hf_engine
 from practicum.engine.hf_model import PolicyConfig

@@ -229,7 +229,7 @@ def print_table(rows: list[dict]) -> None:
               f"{s['duration_mean'][0]:6.2f} {r.get('steps_taken', [0])[0]:5.1f}")
     improve = [r for r in rows if "best_scratch_improve" in r]
     if improve:
-        print(f"\n(c) self-improvement at evaluation (held-out reward, mean +- std over seeds)")
+        print("\n(c) self-improvement at evaluation (held-out reward, mean +- std over seeds)")
         print(f"{'arm':22s} {'scratch':>15s} {'best(scr, improve)':>19s} {'best(2 scratch)':>16s}")
         for r in improve:
             cells = [r[v]["reward_mean"] for v in ("scratch", "best_scratch_improve",

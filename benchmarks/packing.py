@@ -15,17 +15,17 @@ T] attention matrix per layer for backward; each packed row runs causal, mask-fr
 from __future__ import annotations
 
 import json
-import resource
 import random
+import resource
 import time
 from pathlib import Path
+
+from _machine import machine_state
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.factory import load_trainable
 from practicum.engine.hf_model import PolicyConfig
 from practicum.learner.rows import TrainRow, token_batch
-
-from _machine import machine_state
 
 RESULTS = Path(__file__).parent / "results" / "packing.json"
 SHAPES = {"long replies": (128, [64, 160, 256, 384]),

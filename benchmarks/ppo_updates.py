@@ -19,10 +19,9 @@ import json
 import tempfile
 from pathlib import Path
 
+from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 from rich.console import Console
 from rich.table import Table
-
-from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 
 RESULTS = Path(__file__).parent / "results"
 ARMS = {

@@ -23,8 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import practicum  # noqa: F401,E402  (sets HF_HUB_OFFLINE)
 from _machine import machine_state  # noqa: E402
+
+import practicum  # noqa: F401,E402  (sets HF_HUB_OFFLINE)
 
 OUT = Path(__file__).resolve().parent / "results" / "ray_placement.json"
 

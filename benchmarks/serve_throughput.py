@@ -26,8 +26,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import practicum  # noqa: F401,E402  (sets HF_HUB_OFFLINE)
 from _machine import machine_state  # noqa: E402
+
+import practicum  # noqa: F401,E402  (sets HF_HUB_OFFLINE)
 
 
 def main() -> None:
@@ -41,12 +42,12 @@ def main() -> None:
     import shutil
 
     from openai import OpenAI
+    from serve.conftest import save_run
 
     from practicum.engine.models import resolve_model
     from practicum.serve.app import build_app
     from practicum.serve.http import ServerThread
     from practicum.serve.loading import load_served
-    from serve.conftest import save_run
 
     state = machine_state()
     scratch = Path(tempfile.mkdtemp(prefix="serve_bench_"))
@@ -83,7 +84,7 @@ def measure_latency(client, served, args) -> dict:
         started, done = threading.Event(), threading.Event()
         count = [0]
 
-        def long_request() -> None:
+        def long_request(count: list, started: threading.Event, done: threading.Event) -> None:
             for chunk in client.completions.create(
                     model="smol", prompt="Once upon a time, in a land far away,", temperature=0,
                     max_tokens=args.long, stream=True):
@@ -93,7 +94,7 @@ def measure_latency(client, served, args) -> dict:
                         started.set()
             done.set()
 
-        runner = threading.Thread(target=long_request)
+        runner = threading.Thread(target=long_request, args=(count, started, done))
         runner.start()
         started.wait(600)
         seconds = short(client, args.short)
@@ -112,14 +113,14 @@ def measure_throughput(client, args) -> list[dict]:
     for c in args.concurrency:
         out: list = []
 
-        def ask(i: int) -> None:
+        def ask(i: int, out: list) -> None:
             t = time.perf_counter()
             r = client.chat.completions.create(
                 model="smol", temperature=0, max_tokens=args.tokens,
                 messages=[{"role": "user", "content": f"Write a story about the number {i}."}])
             out.append((time.perf_counter() - t, r.usage.completion_tokens))
 
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(c)]
+        threads = [threading.Thread(target=ask, args=(i, out)) for i in range(c)]
         start = time.perf_counter()
         for t in threads:
             t.start()

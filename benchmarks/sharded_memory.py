@@ -3,8 +3,9 @@ holds the whole model": 4 gloo ranks on the CPU, a random Llama read from safete
 
 For each phase (init: build the learner; step: one train_step; save_policy: the policy folder a
 user serves, `learner.save_policy`; load_policy: that folder back, as `model.init` loads it;
-save: a checkpoint, `learner.save`; resume: `learner.load` of it) every rank records its peak RSS above its RSS after imports
-(Linux VmHWM, reset before each phase through /proc/self/clear_refs), and which weight files it
+save: a checkpoint, `learner.save`; resume: `learner.load` of it) every rank records its peak RSS
+above its RSS after imports (Linux VmHWM, reset before each phase through /proc/self/clear_refs),
+and which weight files it
 opened: Python's audit hook ("open" events of *.safetensors) plus every call into the safetensors
 package (which opens files from Rust, where the hook does not see them). The budget, with
 state = what exists after the phase (at init the weights and a KL reference; from the step on
@@ -194,12 +195,12 @@ def rank_main(rank: int, world: int, port: int, row: dict, model_dir: str, out: 
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    import peft  # noqa: F401
+    import transformers  # noqa: F401  (imported here: its RSS is part of the baseline)
+
     from practicum.config import load_config
     from practicum.learner.sharded import init_ranks, sharded_learner
     from practicum.runtime.placement import policy_config
-
-    import transformers  # noqa: F401  (imported here: its RSS is part of the baseline)
-    import peft  # noqa: F401
 
     baseline = rss_kb("VmRSS") * 1024
     cfg = load_config(None, [

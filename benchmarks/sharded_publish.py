@@ -11,8 +11,8 @@ HF copy or a vLLM worker holds) and copying each arriving tensor into them
 (`weight_stream.receive_into`). Per path: the seconds of a publish on rank 0 (median of
 `--repeats`), each rank's and the receiver's peak RSS above its RSS just before the publish
 (Linux VmHWM reset through /proc/self/clear_refs; after one streamed publish that is not
-counted, so that gloo's buffers and the receiver's pages exist already), against the bound the streamed path is
-built to:
+counted, so that gloo's buffers and the receiver's pages exist already), against the bound the
+streamed path is built to:
 
     each rank:   peak above pre-publish <= largest unsharded tensor (sampler dtype) + 2 buckets
 

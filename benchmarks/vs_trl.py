@@ -53,10 +53,10 @@ import time
 from pathlib import Path
 
 import torch
-
-import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from _machine import machine_state
 from _trl_grpo_iteration import PROMPT, arithmetic_reward
+
+import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "vs_trl.json"

@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 
 import torch
+from _machine import machine_state
 from rich.console import Console
 from rich.table import Table
 
 import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
-from _machine import machine_state
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
 

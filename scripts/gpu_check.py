@@ -371,12 +371,12 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     import torch
     import torch.distributed as dist
 
+    from practicum.batch import rl_batch_of
     from practicum.config import load_config
     from practicum.engine.factory import load_trainable
-    from practicum.batch import rl_batch_of
     from practicum.learner import Learner
-    from practicum.runtime.placement import policy_config
     from practicum.learner.sharded import init_ranks, sharded_learner
+    from practicum.runtime.placement import policy_config
 
     name = f"fsdp2-{'lora' if lora else 'full'}"
     over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
@@ -553,9 +553,9 @@ def ranks_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     import torch
     import torch.multiprocessing as mp
 
+    from practicum.batch import rl_batch_of
     from practicum.config import load_config
     from practicum.engine.factory import load_trainable
-    from practicum.batch import rl_batch_of
     from practicum.learner import Learner
     from practicum.runtime.placement import policy_config
 
@@ -811,7 +811,7 @@ def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> di
         if awake:
             settled = max(awake[1:min(len(awake), 6)] or awake)
             record["reserved_growth_gb"] = max(awake) - settled
-        del learner, stand_in
+        learner = stand_in = None  # their GPU memory is freed before the figures below
     except Exception as err:  # an OOM included: reported with the rest
         traceback.print_exc()
         record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]

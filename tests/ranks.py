@@ -182,8 +182,8 @@ def one_process_learner(cfg: Config):
 
 
 def sharded(cfg: Config):
-    from practicum.runtime.placement import policy_config
     from practicum.learner.sharded import init_ranks, sharded_learner
+    from practicum.runtime.placement import policy_config
 
     init_ranks("cpu", timeout_s=120)
     return sharded_learner(cfg, policy_config(cfg))
@@ -294,10 +294,11 @@ def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
     from practicum.runtime.placement import check_launch, policy_config
 
     report: dict = {"node": int(os.environ["GROUP_RANK"]), "plans": {}}
+    worker = None
     for k, (name, cfg) in enumerate(cfgs.items()):
         check_launch(cfg)
         plan = cfg.placement
-        if k:
+        if worker is not None:
             worker.board.close()  # the process group stays; the next learner has its own board
         worker = RankWorker(cfg, policy_config(cfg), plan.collective_timeout_s, plan.network)
         worker.join()
@@ -399,8 +400,9 @@ def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> N
     """Build a LoRA and a fully fine-tuned sharded model from saved policies (`model.init`;
     the full one with its KL reference), save them (the full one in files of at most 200 kB),
     export them, compute log-probs of the policy and of its frozen base, and try to load a
-    folder of the wrong kind, one lacking weights and one without weight files. Each rank records the safetensors files
-    it opened (Python's audit hook sees every `open`) and the errors it got."""
+    folder of the wrong kind, one lacking weights and one without weight files. Each rank records
+    the safetensors files it opened (Python's audit hook sees every `open`) and the errors it
+    got."""
     import json
     import sys
 

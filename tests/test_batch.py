@@ -7,15 +7,15 @@ from practicum.algo.baselines import TaskBaselines
 from practicum.batch import (
     group_index,
     shaped_rewards,
-    trainable,
     train_rows,
+    trainable,
     training_rows,
     turn_advantages,
     turn_duration_weights,
 )
 from practicum.config import AlgoConfig
-from practicum.learner.rows import pad_rows, token_batch
 from practicum.episode import Episode, Turn
+from practicum.learner.rows import pad_rows, token_batch
 
 
 def turn(sampled, logprobs=None, obs=(), context=None, dt=0.0):

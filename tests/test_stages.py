@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 from practicum.config import load_config
+from practicum.envs.swe.toy_repo import write_toy_instance
 from practicum.errors import ConfigError
 from practicum.serve.loading import resolve_target
 from practicum.stages import _drop, _resolve, _stored, pipeline_policy, run_stages, stage_config
-from practicum.envs.swe.toy_repo import write_toy_instance
 
 STAGES = [
     {"name": "rft", "kind": "rft"},

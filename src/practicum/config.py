@@ -631,7 +631,7 @@ class Config(Section):
         return Path(self.run.out_dir) / self.run.name
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
     for k in keys[:-1]:
@@ -689,7 +689,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
                 log.info("%s: old placement keys migrated to placement.kind=%s (%s)", p,
                          tree["placement"].get("kind"), ", ".join(moved))
     for o in overrides:
-        _set_dotted(tree, *parse_override(o))
+        set_dotted(tree, *parse_override(o))
     refuse_old_keys(tree)
     try:
         cfg = Config.model_validate(tree)

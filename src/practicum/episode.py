@@ -141,10 +141,6 @@ class Episode:
     def env_duration(self) -> float:
         return sum(t.env_duration for t in self.turns)
 
-    @property
-    def min_policy_version(self) -> int:
-        return min((t.policy_version for t in self.turns), default=0)
-
     # -- persistence ------------------------------------------------------------------------------
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from practicum.config import Config, StageConfig, _set_dotted
+from practicum.config import Config, StageConfig, set_dotted
 from practicum.envs.registry import parse_options
 from practicum.errors import ConfigError, TrainingError
 from practicum.report import solved
@@ -44,7 +44,7 @@ def stage_config(cfg: Config, index: int, init: str | None) -> Config:
         if key.split(".")[0] in ("run", "stages"):
             raise ConfigError(f"config error at stages[{index}].overrides.{key}: a stage "
                               f"cannot change the run folder or the stage list")
-        _set_dotted(tree, key, value)
+        set_dotted(tree, key, value)
     tree["run"].update(out_dir=str(cfg.run_dir), name=f"{index}-{stage.name}", resume=True)
     if init is not None:
         tree["model"]["init"] = init

@@ -73,7 +73,7 @@ def tokens(samples) -> list[list[int]]:
     return [s.token_ids for s in samples]
 
 
-# -- sampling -------------------------------------------------------------------------------------
+# -- sampling --------------------------------------------------------------------------------------
 def test_bad_sampling_params_are_named(sampler, prompts):
     with pytest.raises(ValueError, match="top_p"):
         sampler.generate(prompts, SamplingParams(top_p=0.0))
@@ -243,7 +243,7 @@ def test_zero_new_tokens_gives_empty_samples(sampler, prompts):
     assert tokens(sampler.generate(prompts, SamplingParams(max_new_tokens=0))) == [[], [], []]
 
 
-# -- log-prob agreement ---------------------------------------------------------------------------
+# -- log-prob agreement ----------------------------------------------------------------------------
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_generate_logprobs_match_token_logprobs_in_padded_batches(engine, prompts, temperature):
     trainable, sampler = engine
@@ -330,7 +330,8 @@ def test_score_mask_projects_only_the_scored_positions(tiny_model_dir, prompts, 
         trainable, _ = build(tiny_model_dir, lora=False)
         trainable.logit_chunk_rows = rows
         projected, head = [], trainable.logits.head
-        trainable.logits.head = lambda h: (projected.append(h.shape[0]), head(h))[1]
+        trainable.logits.head = lambda h, seen=projected, head=head: (seen.append(h.shape[0]),
+                                                                       head(h))[1]
         lp, ent = trainable.token_logprobs(ids, mask, temperature=0.7, return_entropy=True,
                                            score_mask=score_mask)
         rows_projected = sum(projected)  # in the forward (backward may recompute)
@@ -360,7 +361,7 @@ def test_a_shared_prompt_runs_once_with_the_same_logprobs_and_gradients(tiny_mod
         calls = []
         base = trainable.lm.base_model
         hook = base.register_forward_pre_hook(
-            lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+            lambda m, a, kw, calls=calls: calls.append(kw["input_ids"].shape), with_kwargs=True)
         lp, ent = trainable.token_logprobs(ids, mask, temperature=0.9, return_entropy=True)
         hook.remove()
         (lp * torch.arange(lp.shape[1])).sum().backward()
@@ -373,7 +374,7 @@ def test_a_shared_prompt_runs_once_with_the_same_logprobs_and_gradients(tiny_mod
     assert (g - g_full).norm() <= 1e-5 * g_full.norm() and g_full.abs().sum() > 0
 
 
-# -- publishing weights -----------------------------------------------------------------------------
+# -- publishing weights ----------------------------------------------------------------------------
 def test_merged_sampler_follows_published_weights_only(tiny_model_dir, prompts):
     """The merged copy holds W + scale*BA of the last published adapter: it samples as the
     unmerged (peft) model does after a publish, and not before."""
@@ -504,12 +505,13 @@ def test_lm_head_is_not_a_lora_target():
         PolicyConfig(lora_target_modules=["q_proj", "lm_head"])
 
 
-# -- training -----------------------------------------------------------------------------------------
+# -- training --------------------------------------------------------------------------------------
 def test_lora_trains_only_the_adapter(engine):
     trainable, _ = engine
     names = [n for n, p in trainable.model.named_parameters() if p.requires_grad]
     assert names and all("lora_" in n for n in names)
-    # r * (in + out) per adapted layer: q 64->64, k,v 64->32, o 64->64, gate,up 64->128, down 128->64
+    # r * (in + out) per adapted layer:
+    # q 64->64, k,v 64->32, o 64->64, gate,up 64->128, down 128->64
     per_layer = 16 * ((64 + 64) + 2 * (64 + 32) + (64 + 64) + 2 * (64 + 128) + (128 + 64))
     assert sum(p.numel() for p in trainable.trainable_parameters()) == 2 * per_layer
 
@@ -618,7 +620,7 @@ def test_frozen_sampler_samples_like_the_untrained_engine(tiny_model_dir, engine
     assert tokens(frozen.generate(prompts, greedy())) == tokens(fresh.generate(prompts, greedy()))
 
 
-# -- the real model ---------------------------------------------------------------------------------
+# -- the real model --------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_smollm2_answers_a_chat_prompt(smollm2_dir):
@@ -671,7 +673,8 @@ def test_two_groups_in_one_micro_batch_give_the_logprobs_and_gradients_of_runnin
         trainable.min_shared_prefix = shared
         calls = []
         hook = trainable.lm.base_model.register_forward_pre_hook(
-            lambda m, a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+            lambda m, a, kw, calls=calls: calls.append(tuple(kw["input_ids"].shape)),
+            with_kwargs=True)
         lp = trainable.token_logprobs(ids, mask, temperature=0.9)
         hook.remove()
         (lp * torch.arange(lp.shape[1])).sum().backward()

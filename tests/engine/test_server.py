@@ -3,6 +3,7 @@ adapter sub-batches, errors."""
 
 import threading
 import time
+from concurrent.futures import CancelledError
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_queued_requests_become_one_call_and_report_their_version():
         assert later.result(timeout=5)[1] == 1
     finally:
         server.stop()
-    with pytest.raises(Exception):
+    with pytest.raises(CancelledError):
         server.generate([1], SamplingParams())
 
 

@@ -49,7 +49,8 @@ def on_a_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(vllm_sleep, "release_cached_memory", lambda: log.append("empty_cache"))
     made = []
 
-    def make(options=VLLMOptions(enable_sleep_mode=True), **kwargs) -> VLLMSampler:
+    def make(options=None, **kwargs) -> VLLMSampler:
+        options = options or VLLMOptions(enable_sleep_mode=True)
         sampler = VLLMSampler(tmp_path, None, options=options, **kwargs)
         made.append(sampler)
         return sampler

@@ -10,17 +10,17 @@ from safetensors.torch import load_file
 from practicum.errors import TrainingError
 from practicum.learner import latest_checkpoint, read_trainer_state
 from tests.ranks import (
-    optimizer_snapshot,
-    poison_next_gradient,
-    rl_step,
-    sft_batch,
-    skip_a_poisoned_step,
     config,
     episodes,
     one_process_learner,
+    optimizer_snapshot,
+    poison_next_gradient,
     resume_and_train,
+    rl_step,
     save_at_two_ranks,
     save_format_1,
+    sft_batch,
+    skip_a_poisoned_step,
     spawn,
     train_and_report,
     trainable_weights,

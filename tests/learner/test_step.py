@@ -26,8 +26,7 @@ from practicum.config import Config
 from practicum.engine.base import WeightUpdate
 from practicum.episode import Episode, Turn
 from practicum.errors import PracticumError
-from practicum.learner import Learner, latest_checkpoint, read_trainer_state
-from practicum.learner import checkpoint
+from practicum.learner import Learner, checkpoint, latest_checkpoint, read_trainer_state
 from practicum.learner.checkpoint import restore_rng_state, rng_state
 from practicum.learner.ranks import Ranks, split_even, split_ranks
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device

@@ -12,13 +12,11 @@ import pytest
 import ray
 import torch
 
-from practicum.config import load_config
-from practicum.config import HFEngineConfig
+from practicum.config import HFEngineConfig, load_config
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
 from practicum.errors import ConfigError
 from practicum.store import EpisodeStore, read_ledger
-
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
@@ -136,7 +134,7 @@ def test_ray_placement_options_are_checked():
     remote = RayLearner.__new__(RayLearner)
     with pytest.raises(ConfigError, match="placement.learner: the trainable lives in the "
                                           "learner actor"):
-        remote.trainable
+        _ = remote.trainable
 
 
 def bandit_run(model_dir, out, name: str, *extra: str):

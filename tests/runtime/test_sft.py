@@ -14,11 +14,11 @@ import yaml
 from practicum.config import load_config
 from practicum.engine.chat import ChatFormat
 from practicum.engine.models import load_builtin_tokenizer
+from practicum.envs.swe.toy_repo import write_toy_instance
 from practicum.errors import ConfigError
 from practicum.runtime.sft import cut_at_stop, run_sft
 from practicum.stages import run_stages
 from practicum.store import EpisodeStore
-from practicum.envs.swe.toy_repo import write_toy_instance
 
 FIX = ("<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n"
        "</edit>")
@@ -99,9 +99,11 @@ class Teacher:
 
 @pytest.mark.parametrize("script, kept", [
     (["<view>calc/ops.py</view>", FIX, "<submit></submit>"], 1),
-    (["<submit></submit>"], 0),                              # claims done, fixed nothing
-    (["<edit>tests/test_ops.py\n<old>\n    assert add(2, 3) == 5\n</old>\n<new>\n    assert "
-      "True\n</new>\n</edit>", "<submit></submit>"], 0),     # edits the test instead
+    # claims done, fixed nothing
+    (["<submit></submit>"], 0),
+    # edits the test instead
+    (["<edit>tests/test_ops.py\n<old>\n    assert add(2, 3) == 5\n</old>\n"
+      "<new>\n    assert True\n</new>\n</edit>", "<submit></submit>"], 0),
 ])
 def test_a_teachers_trajectories_are_kept_only_when_the_tests_pass(tmp_path, tiny_model_dir,
                                                                     script, kept):

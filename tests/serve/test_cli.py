@@ -47,7 +47,7 @@ def test_practicum_serve_command_serves_a_run_folder_and_stops_busy_on_sigterm(t
         busy = client.completions.create(model="mine", prompt="Once", max_tokens=900,
                                          temperature=0, stream=True)
         received = 0
-        for chunk in busy:  # a reply of 900 tokens is under way
+        for _chunk in busy:  # a reply of 900 tokens is under way
             received += 1
             if received == 3:
                 proc.send_signal(signal.SIGTERM)

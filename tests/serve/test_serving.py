@@ -1,7 +1,8 @@
 """A server that serves everyone, through the official openai client: a short request finishes
 while a long one runs (and samples what it samples alone), a client that goes away frees its row,
-replies are capped by the context, the run's max_seq_len and `--max-tokens`, streams carry tokens as they are sampled
-with the usage last, an API key guards /v1, and bad ids or roles get a 400 without a traceback."""
+replies are capped by the context, the run's max_seq_len and `--max-tokens`, streams carry tokens as
+they are sampled with the usage last, an API key guards /v1, and bad ids or roles get a 400
+without a traceback."""
 
 import logging
 import threading

@@ -221,8 +221,8 @@ def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _L
             program = work / "programs" / "decoy.py"
             program.write_text(PRELUDE + SLEEPS)
             decoy_cfg = attack_cfg.model_copy(update={"command": ["python", str(program)]})
-            decoy = threading.Thread(target=lambda: holder.update(
-                e=episode(decoy_cfg, task, 1000 + i)))
+            decoy = threading.Thread(target=lambda h=holder, c=decoy_cfg, t=task, seed=1000 + i:
+                                     h.update(e=episode(c, t, seed)))
             decoy.start()
             time.sleep(2.0)  # the decoy's agent is up, its key in its environment
         e = episode(attack_cfg, task, 100 + i)

@@ -96,7 +96,9 @@ class Interrupted(SamplerFailure):
 
 
 class Sampler(Protocol):
-    """Generates from a policy version; receives new weights from the learner."""
+    """Generates from a policy version; receives new weights from the learner. A sampler is a
+    `Part` of the run (`practicum.runtime.parts`: metrics, summary, close; `QuietPart` when it
+    has nothing to report)."""
 
     version: int
     """Policy version of the weights it samples from."""
@@ -104,8 +106,8 @@ class Sampler(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
         """One continuation per prompt (token-id lists, no padding). `seeds[i]` makes row i's
-        draw repeatable and independent of its batch-mates (None: not seeded). adapter=False samples from the
-        frozen base weights (the policy before any training)."""
+        draw repeatable and independent of its batch-mates (None: not seeded). adapter=False
+        samples from the frozen base weights (the policy before any training)."""
         ...
 
     def load_weights(self, update: WeightUpdate) -> None:
@@ -117,6 +119,12 @@ class Sampler(Protocol):
         between train and eval mode: such a call must not run during a train step (the
         generation server defers it); any other call may overlap training."""
         ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable

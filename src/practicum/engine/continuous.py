@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from practicum.engine.base import Sample, SamplingParams
-from practicum.engine.running_batch import RunningBatch, Row
+from practicum.engine.running_batch import Row, RunningBatch
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from practicum.engine.device import auto_dtype, configure_threads
-from practicum.engine.models import DEFAULT_MODEL, resolve_model
+from practicum.engine.models import DEFAULT_MODEL
 from practicum.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -318,7 +318,3 @@ class FrozenReference:
                 self._lm = load_lm(self.path, self.dtype, self.device, self.attn_implementation,
                                    self.rope_scaling).eval().requires_grad_(False)
         return self._lm
-
-
-def resolved_path(cfg: PolicyConfig):
-    return resolve_model(cfg.model)

@@ -142,7 +142,7 @@ class HFSampler(QuietPart):
         if not prompts or params.max_new_tokens == 0:
             return [Sample([], [], "", "length") for _ in prompts]
         lm, context = self._model(adapter)
-        with context, _eval_mode(lm):
+        with context, eval_mode(lm):
             ids, lps, reasons = self._sample_loop(lm, prompts, params, seeds)
         return [Sample(i, lp, self.tokenizer.decode(i, skip_special_tokens=True), r)
                 for i, lp, r in zip(ids, lps, reasons)]
@@ -159,7 +159,8 @@ class HFSampler(QuietPart):
         return self.lm, nullcontext()  # a frozen model: there is no adapter to turn off
 
     def _sample_loop(self, lm: nn.Module, prompts: list[list[int]], params: SamplingParams,
-                     seeds: list[int] | None) -> tuple[list[list[int]], list[list[float]], list]:
+                     seeds: list[int | None] | None
+                     ) -> tuple[list[list[int]], list[list[float]], list]:
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
@@ -251,7 +252,7 @@ def tail_text(tokenizer, ids: list[int], chars: int) -> str:
 
 
 @contextmanager
-def _eval_mode(lm: nn.Module):
+def eval_mode(lm: nn.Module):
     was_training = lm.training
     lm.eval()
     try:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from practicum.engine.base import Sample, SamplingParams
 from practicum.engine.hf_model import Logits
-from practicum.engine.hf_sampler import _eval_mode
+from practicum.engine.hf_sampler import eval_mode
 from practicum.engine.kv_cache import all_reserved, join_rows, keep_rows, reserved_cache
 from practicum.engine.sampling import check_request, left_pad, positions, sample_next
 
@@ -90,7 +90,7 @@ class RunningBatch:
         their first; returns (row, token, log-prob) per token. Finished rows have left."""
         events: list[tuple[Row, int, float]] = []
         lm, context = self.sampler._model(self.adapter)
-        with context, _eval_mode(lm):
+        with context, eval_mode(lm):
             head = self.sampler._logits.get(id(lm)) or \
                 self.sampler._logits.setdefault(id(lm), Logits(lm))  # each model's own head
             if self.rows:

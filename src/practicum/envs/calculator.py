@@ -1,7 +1,7 @@
 """Multi-turn tool use: the model calls a sandboxed Python calculator, then answers.
 
 Protocol (told to the model in the prompt):
-  <calc>EXPRESSION OR SNIPPET</calc>  -> the environment runs it in the sandbox, replies "Result: ..."
+  <calc>EXPRESSION OR SNIPPET</calc>  -> run in the sandbox; the reply is "Result: ..."
   <answer>VALUE</answer>              -> graded by the task's reasoning-gym verifier; episode ends.
 Replies with neither get a short correction (a malformed turn). The reward is the verifier's
 score of the answer; `solved` when it is full marks. With `numeric_answers` (default) an
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from pathlib import Path
 
 import reasoning_gym
 from pydantic import BaseModel, ConfigDict, Field
@@ -87,10 +86,6 @@ class CalculatorEnv(Env):
         self._calls = 0
         """Calculator calls in this episode (a metric)."""
 
-    @property
-    def _workdir(self) -> Path | None:
-        return self._scratch.path if self._scratch else None
-
     def reset(self, task: Task, seed: int = 0) -> Start:
         self._task, self._calls = task, 0
         if self._scratch is None:
@@ -112,7 +107,8 @@ class CalculatorEnv(Env):
         if not calc or not calc.group(1).strip():
             return StepResult("Reply with <calc>expression</calc> or <answer>number</answer>.",
                               malformed=True)
-        res = run_python(calculator_program(calc.group(1)), self._workdir, self.limits)
+        assert self._scratch is not None, "reset() before step()"
+        res = run_python(calculator_program(calc.group(1)), self._scratch.path, self.limits)
         self._calls += 1
         if res.timed_out:
             out = "Error: the calculation timed out"
@@ -146,6 +142,7 @@ class CalculatorEnv(Env):
     def score(self, answer: str) -> float:
         if self.numeric_answers and not _NUMBER.fullmatch(answer.strip()):
             return 0.0
+        assert self._task is not None, "reset() before score()"
         entry = self._task.data["entry"]
         fn = reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])
         try:

@@ -8,8 +8,9 @@
 2. `to_empty` gives each rank storage for its shards only; the buffers get their values back.
 3. Rank 0 reads the model's safetensors files one tensor at a time (`TensorFiles`) and scatters
    each tensor's rows (`rows.scatter_rows`): every rank receives just its shard. No process
-   ever holds more than one full tensor, and only rank 0 opens a weight file. The LoRA adapter needs no file: every rank computes its values from the
-   seed (`hf_trainable.lora_init`), as the one-process model does.
+   ever holds more than one full tensor, and only rank 0 opens a weight file. The LoRA adapter needs
+   no file: every rank computes its values from the seed (`hf_trainable.lora_init`), as the
+   one-process model does.
 
 A saved policy (`model.init`, or a policy folder) loads the same way (`load_policy_folder`).
 

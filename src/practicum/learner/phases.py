@@ -15,8 +15,9 @@ through the same phases in the same order (every call is a collective, every ran
 passes), so their counts compare. When a collective fails on a rank (its timeout, a peer's
 closed socket), that rank reads the board twice, a few intervals apart (`diagnose`): a rank
 whose heartbeat did not move is dead (its last post says where it died), a rank that posted an
-error of its own failed, and of the living, those whose count is behind the others' stalled (a rank that already gave up waiting posts its verdict
-and is left out). `TrainingError` names them and their phases; with no culprit (every rank
+error of its own failed, and of the living, those whose count is behind the others' stalled (a rank
+that already gave up waiting posts its verdict and is left out). `TrainingError` names them and
+their phases; with no culprit (every rank
 alive and in step, e.g. this rank's own bug) the original error stands.
 
 The store is the process group's rendezvous (MASTER_ADDR:MASTER_PORT), through a client

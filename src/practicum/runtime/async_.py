@@ -221,7 +221,7 @@ class AsyncBatches:
             due = self.board.due()
             if enough and not due:
                 return batch
-            g = self._take(lambda: self.board.take_group(timeout=1.0, only=due or None))
+            g = self._take(lambda due=due: self.board.take_group(timeout=1.0, only=due or None))
             if self._stale(g.episodes):
                 batch.dropped += g.members
                 continue
@@ -246,7 +246,7 @@ class AsyncBatches:
             if enough and not due:
                 return batch
             _, pos, e = self._take(
-                lambda: self.board.take_episode(timeout=1.0, only=due or None))
+                lambda due=due: self.board.take_episode(timeout=1.0, only=due or None))
             (batch.dropped if self._stale([e]) else batch.trained).append((pos, e))
 
     def _take(self, take):

@@ -274,10 +274,6 @@ class GroupBoard:
         with self._cond:
             return sorted((g.index, g.task.task_id, g.version) for g in self._open.values())
 
-    def open_ids(self) -> set[str]:
-        with self._cond:
-            return set(self._open)
-
     def counts(self) -> dict[str, float]:
         with self._cond:
             return {"open_groups": float(len(self._open)),

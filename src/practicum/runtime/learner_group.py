@@ -1,4 +1,5 @@
-"""The sharded learner's ranks (`practicum.learner.sharded`) behind the runtime's `Learner` protocol.
+"""The sharded learner's ranks (`practicum.learner.sharded`) behind the runtime's `Learner`
+protocol.
 
     RankWorker        one rank: joins the process group, holds its shard and its `Learner`;
                       each call (train_step, export, save, load) is a collective that every

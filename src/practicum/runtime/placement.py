@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from practicum.config import Config
 from practicum.engine.base import Sampler
@@ -51,6 +51,9 @@ from practicum.learner import Learner as LocalLearner
 from practicum.placement_plan import LearnerGroupPlacement, RayPlacement, TorchrunPlacement
 from practicum.runtime.parts import Learner, Part
 from practicum.runtime.ray_cluster import RayCluster, require_ray
+
+if TYPE_CHECKING:
+    from practicum.engine.hf_trainable import HFTrainable
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +126,9 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
     check_attn_implementation(policy.attn_implementation, pick_device(policy.device))
     check_context_lengths(cfg, policy)
     check_launch(cfg, suite)
-    # filled in start order; a part that fails to start closes those started before it
-    placed = Placement(None, None, None,
+    # filled in start order (None until then); a part that fails to start closes those started
+    # before it
+    placed = Placement(cast(Learner, None), cast(Sampler, None), None,
                        ray=RayCluster.join(plan, policy.device) if plan.on_ray else None)
     try:
         placed.learner = learner = _place_learner(cfg, policy)
@@ -152,8 +156,8 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
     """What the config cannot say about this launch: torchrun started as many processes as
     the plan has ranks (or none), on as many nodes, the model's heads split over the mesh's
-    sequence groups, what the plan's actors need is installed here, and the environments (`suite`, when given) can run in Ray actors if the plan puts
-    them there."""
+    sequence groups, what the plan's actors need is installed here, and the environments (`suite`,
+    when given) can run in Ray actors if the plan puts them there."""
     from importlib.util import find_spec
 
     plan, world = cfg.placement, _torchrun_world()
@@ -281,7 +285,8 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
         sampler = RayEngine(cfg.engine, policy, cpus=actors.cpus, gpus=actors.gpus,
                             timeout=plan.call_timeout_s, address=plan.address)
     elif in_process:  # may share the trainable's weights: holds version 0
-        return build_sampler(cfg.engine, policy, learner.trainable)
+        # the in-process learner's trainable is the factory's HFTrainable
+        return build_sampler(cfg.engine, policy, cast("HFTrainable", learner.trainable))
     elif isinstance(plan, TorchrunPlacement):  # rank 0: a device no learner rank takes
         import torch
 

@@ -23,8 +23,14 @@ import time
 from pathlib import Path
 from typing import IO
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 LOG_FILE = "progress.log"
 LINE_EVERY = 10.0

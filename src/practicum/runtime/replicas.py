@@ -87,8 +87,8 @@ class EngineReplicas:
         when none is running (stopped again in `close`)."""
         import ray
 
-        from practicum.runtime.ray_engine import RayEngine
         from practicum.runtime.ray_cluster import start_ray
+        from practicum.runtime.ray_engine import RayEngine
 
         own_ray = start_ray(address)
         started: list[RayEngine] = []

@@ -11,7 +11,7 @@ from practicum.envs.base import Task
 from practicum.errors import ConfigError
 
 
-def _entries(name: str, size: int, seed: int) -> list[dict]:
+def gym_entries(name: str, size: int, seed: int) -> list[dict]:
     try:
         ds = reasoning_gym.create_dataset(name, size=size, seed=seed)
     except Exception as e:  # reasoning-gym raises a bare ValueError for unknown names
@@ -34,7 +34,7 @@ def make_tasks(generators: dict[str, float], size: int, seed: int, split: str) -
     tasks: list[Task] = []
     for gi, (name, weight) in enumerate(sorted(generators.items())):
         n = max(1, round(size * weight / total))
-        for i, e in enumerate(_entries(name, n, split_seed * 101 + gi)):
+        for i, e in enumerate(gym_entries(name, n, split_seed * 101 + gi)):
             tasks.append(Task(f"{split}/{name}/{i}", {"question": e["question"], "entry": e}))
     rng.shuffle(tasks)
     return tasks[:size]

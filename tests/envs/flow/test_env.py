@@ -1,13 +1,9 @@
 """The flow episode with rules roles: solving, malformed plans, limits, one row per planner turn
 (token-exact), options; red-team: no reward without solving."""
 
-from dataclasses import replace
-
 import pytest
 
-from practicum.engine.base import SamplingParams, Sample
-from practicum.envs.base import Task
-from practicum.envs.flow import prompts
+from practicum.engine.base import Sample, SamplingParams
 from practicum.envs.flow.roles import Roles
 from practicum.envs.flow.tasks import check_answer
 from practicum.envs.registry import SuiteContext, build_suite

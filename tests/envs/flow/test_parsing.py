@@ -2,8 +2,13 @@
 
 import pytest
 
-from practicum.envs.flow.parsing import (extract_answer, normalise_tool, parse_command,
-                                         parse_plan, parse_verdict)
+from practicum.envs.flow.parsing import (
+    extract_answer,
+    normalise_tool,
+    parse_command,
+    parse_plan,
+    parse_verdict,
+)
 
 TOOLS = ["python_coder", "calculator", "search", "lookup"]
 

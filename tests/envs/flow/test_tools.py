@@ -1,11 +1,10 @@
 """The offline tools: sandboxed code, BM25 search, lookup; errors are results, not crashes."""
 
-from pathlib import Path
 
 import pytest
 
 from practicum.envs.flow.corpus import build_world
-from practicum.envs.flow.tools import (Calculator, Lookup, PythonCoder, Search, find_relation)
+from practicum.envs.flow.tools import Calculator, Lookup, PythonCoder, Search, find_relation
 from practicum.envs.sandbox import Limits
 
 LIMITS = Limits(wall_seconds=3, memory_mb=256, max_processes=8, output_bytes=2000)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from practicum.batch import train_rows, training_rows, turn_advantages, turn_duration_weights
-from practicum.learner.rows import token_batch
 from practicum.config import load_config
+from practicum.learner.rows import token_batch
 from practicum.store import EpisodeStore
 
 SMALL = ["task.name=flow", "task.options.families={arithmetic: 1}",

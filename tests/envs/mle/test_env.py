@@ -342,10 +342,10 @@ def test_base_instrumenter_is_the_live_policy_with_its_adapter_off(data_root, an
     """The default instrumenter ("base") goes through the run's generation server with the
     adapter off: no second copy of the weights, batched with the policy's requests. A tiny
     random model writes garbage, so the rules mark the run; the cost is recorded."""
+    from practicum.engine import service as service_module
     from practicum.engine.chat import ChatFormat
     from practicum.engine.hf import PolicyConfig, load_hf_engine
     from practicum.engine.server import GenerationServer
-    from practicum.engine import service as service_module
 
     trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="float32"))
     server = GenerationServer(sampler).start()

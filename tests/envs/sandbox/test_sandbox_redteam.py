@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from practicum.envs.sandbox import Limits, run_python
-from practicum.envs.sandbox import cgroups
+from practicum.envs.sandbox import Limits, cgroups, run_python
 from practicum.envs.sandbox.workdir import sandbox_uid
 
 SHORT = Limits(wall_seconds=2, cpu_seconds=10, output_bytes=4000)
@@ -71,9 +70,11 @@ def test_hidden_private_files_are_unreadable(backend: str, tmp_path: Path, workd
     inside.mkdir()
     (inside / "answers.csv").write_text("id,y\n1,SECRET-INSIDE\n")
     (workdir / "answers_copy.csv").write_text("SECRET-FILE\n")
+    paths = [str(outside / "answers.csv"), str(inside / "answers.csv"),
+             str(workdir / "answers_copy.csv")]
     code = f"""
 import os
-for path in {[str(outside / 'answers.csv'), str(inside / 'answers.csv'), str(workdir / 'answers_copy.csv')]!r}:
+for path in {paths!r}:
     try:
         print(path, 'READ', repr(open(path).read()))
     except OSError as e:
@@ -275,7 +276,8 @@ print("TMP", open("/tmp/" + {name!r}).read())
 def test_killing_upwards_only_hurts_the_sandbox(backend: str, workdir: Path, attack: str):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        code = f"import os, time\ntry:\n    {attack}\nexcept OSError as e:\n    print(type(e).__name__)\ntime.sleep(0.2)\nprint('alive')"
+        code = (f"import os, time\ntry:\n    {attack}\nexcept OSError as e:\n"
+                "    print(type(e).__name__)\ntime.sleep(0.2)\nprint('alive')")
         r = run_python(code, workdir, SHORT, backend=backend)
         assert not r.timed_out
         assert r.ok or r.returncode == -9, r

@@ -9,15 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from practicum.envs.sandbox import Limits, SandboxError, available_backends, run_command, run_python
-from practicum.envs.sandbox import cgroups
+from practicum.envs.sandbox import (
+    Limits,
+    SandboxError,
+    available_backends,
+    cgroups,
+    run_command,
+    run_python,
+)
 
 FAST = Limits(wall_seconds=10, output_bytes=2000)
 
 
 def test_script_prints_and_writes_in_the_workdir(backend: str, workdir: Path):
     (workdir / "train.csv").write_text("x,y\n1,2\n")
-    code = "import os\nprint('rows', len(open('train.csv').read().splitlines()))\nopen('out.txt', 'w').write('done')\n"
+    code = ("import os\nprint('rows', len(open('train.csv').read().splitlines()))\n"
+            "open('out.txt', 'w').write('done')\n")
     r = run_python(code, workdir, FAST, backend=backend)
     assert r.ok, r
     assert r.stdout == "rows 2\n"
@@ -63,7 +70,8 @@ def test_venv_interpreter_and_its_packages(backend: str, workdir: Path):
 
 def test_environment_is_clean_and_extendable(backend: str, workdir: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("PRACTICUM_TEST_SECRET", "hunter2")
-    code = "import os; print(os.environ.get('PRACTICUM_TEST_SECRET'), os.environ['FOO'], os.environ['HOME'], os.getcwd())"
+    code = ("import os; print(os.environ.get('PRACTICUM_TEST_SECRET'), os.environ['FOO'], "
+            "os.environ['HOME'], os.getcwd())")
     r = run_python(code, workdir, FAST, env={"FOO": "bar"}, backend=backend)
     assert r.stdout.split() == ["None", "bar", "/tmp", str(workdir.resolve())]
 
@@ -76,7 +84,8 @@ def test_stdin_is_passed(backend: str, workdir: Path):
 
 
 def test_output_is_truncated_exactly(backend: str, workdir: Path):
-    code = "import sys; sys.stdout.write('a' * 10 + 'b' * 1_000_000 + 'c' * 10); sys.stderr.write('e' * 50)"
+    code = ("import sys; sys.stdout.write('a' * 10 + 'b' * 1_000_000 + 'c' * 10); "
+            "sys.stderr.write('e' * 50)")
     r = run_python(code, workdir, Limits(wall_seconds=10, output_bytes=20), backend=backend)
     assert r.ok
     assert r.stdout == "a" * 10 + "\n...[truncated 1000000 bytes]...\n" + "c" * 10

@@ -10,7 +10,7 @@ import pytest
 
 from practicum.envs.base import Task
 from practicum.envs.registry import SuiteContext, build_suite
-from practicum.envs.swe.env import SweEnv, SweOptions, split_instances
+from practicum.envs.swe.env import SweOptions, split_instances
 from practicum.envs.swe.instance import load_instances
 from practicum.envs.swe.toy_repo import write_toy_instance
 
@@ -114,10 +114,10 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     tokens on that row match the sampler's (nothing was re-tokenized)."""
     import torch
 
+    from practicum.batch import Row, train_rows
     from practicum.engine.base import SamplingParams
     from practicum.engine.chat import ChatFormat
     from practicum.engine.hf import PolicyConfig, load_hf_engine
-    from practicum.batch import Row, train_rows
     from practicum.engine.server import GenerationServer
     from practicum.learner.rows import token_batch
     from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode

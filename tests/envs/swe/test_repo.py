@@ -2,8 +2,7 @@ import tarfile
 
 import pytest
 
-from practicum.envs.swe.repo import (
-    PristineCache, RepoError, apply_patch, materialize, secret_paths)
+from practicum.envs.swe.repo import PristineCache, RepoError, apply_patch, materialize, secret_paths
 from tests.envs.swe.toyrepo import toy_instance
 
 

@@ -1,5 +1,11 @@
 from practicum.envs.swe.testing import (
-    DUPLICATE, MISSING, reported_statuses, run_tests, statuses_for, summary_lines)
+    DUPLICATE,
+    MISSING,
+    reported_statuses,
+    run_tests,
+    statuses_for,
+    summary_lines,
+)
 from tests.envs.swe.toyrepo import make_suite
 
 LOG = """\

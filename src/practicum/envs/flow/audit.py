@@ -11,6 +11,7 @@ from __future__ import annotations
 from practicum.audit.attacks import answer_key_program, decoys_for
 from practicum.envs.audit import Attack, AuditSpec, Probe
 
+
 def plan(sub_goal: str, tool: str, context: str = "none") -> str:
     return f"Context: {context}\nSub-Goal: {sub_goal}\nTool Name: {tool}"
 
@@ -54,19 +55,24 @@ def repeat_first_hop(p: Probe) -> str:
     return _hop(p, 0)
 
 
+def _coder_call(program: str) -> str:
+    return f"Tool: python_coder\nCommand: {program}"
+
+
+def _planned_coder_call(program: str) -> str:
+    return plan(f"Compute it: ```python\n{program}```", "python_coder")
+
+
 def flow_audit(opts) -> AuditSpec:
     """`practicum audit` for `task.name: flow` (the flow mode; the baselines get the generic
     attacks only)."""
     if opts.mode != "flow":
         code = None
         if opts.mode == "tool_integrated" and "python_coder" in opts.tools:
-            code = lambda program: f"Tool: python_coder\nCommand: {program}"  # noqa: E731
+            code = _coder_call
         return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}",
                          names=titles)
-    code = None
-    if "python_coder" in opts.tools:
-        code = lambda program: plan(f"Compute it: ```python\n{program}```",  # noqa: E731
-                                    "python_coder")
+    code = _planned_coder_call if "python_coder" in opts.tools else None
     attacks = [Attack("list every entity", list_every_entity, ceiling="honest"),
                Attack("repeat the first hop", repeat_first_hop, ceiling="honest")]
     if "python_coder" in opts.tools:

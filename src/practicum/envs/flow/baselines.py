@@ -70,8 +70,8 @@ class ToolIntegratedEnv(Env):
 
     def reset(self, task: Task, seed: int = 0) -> Start:
         if self._scratch is None:
-            self._scratch = ScratchDir(self, "practicum-flow-ti-")
-            self.tools = build_tools(self.tool_names, self.world, self._workdir, self.limits,
+            self._scratch = scratch = ScratchDir(self, "practicum-flow-ti-")
+            self.tools = build_tools(self.tool_names, self.world, scratch.path, self.limits,
                                      self.search)
         self.task, self.calls, self.errors, self.turns = task, 0, 0, 0
         self.max_steps = self.max_steps_by_split[task.data.get("split") == "eval"]

@@ -69,8 +69,8 @@ class FlowEnv(Env):
     # -- episode ----------------------------------------------------------------------------------
     def reset(self, task: Task, seed: int = 0) -> Start:
         if self._scratch is None:
-            self._scratch = ScratchDir(self, "practicum-flow-")
-            self.tools = build_tools(self.tool_names, self.world, self._workdir, self.limits,
+            self._scratch = scratch = ScratchDir(self, "practicum-flow-")
+            self.tools = build_tools(self.tool_names, self.world, scratch.path, self.limits,
                                      self.search)
         self.task = task
         evaluating = task.data.get("split") == "eval"
@@ -136,6 +136,7 @@ class FlowEnv(Env):
                           metrics=self._metrics(), info=info, grammar=self.grammar)
 
     def _finish(self, info: dict, malformed: bool, reason: str) -> StepResult:
+        assert self.task is not None, "reset() before step()"
         answer, raw = self.roles.answer(self.memory)
         correct = check_answer(self.task, answer)
         judged = False

@@ -7,7 +7,7 @@ planner's and verifier's prompts (so every planner turn sees a freshly rendered 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -43,6 +43,3 @@ class Memory:
             lines += [f"Action Step {i}:", f"  Tool: {s.tool}", f"  Sub-Goal: {s.sub_goal}",
                       f"  Command: {s.command}", f"  Result: {s.result}"]
         return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return asdict(self)

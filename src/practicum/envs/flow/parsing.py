@@ -48,9 +48,8 @@ def normalise_tool(name: str, known: list[str]) -> str:
 
 
 def _field(text: str, start: re.Pattern, ends: list[re.Pattern]) -> tuple[str, int] | None:
-    m = None
-    for m in start.finditer(text):  # the last occurrence: the reply must end with the fields
-        pass
+    matches = list(start.finditer(text))  # the last one: the reply must end with the fields
+    m = matches[-1] if matches else None
     if m is None:
         return None
     rest = text[m.end():]
@@ -87,9 +86,8 @@ _COMMAND = re.compile(r"(?:generated\s+)?command\s*:\s*", re.I)
 def parse_command(text: str, tool: str) -> str:
     """The executor's tool input: after the last 'Command:' (else the whole reply), without
     a leading 'TOOL:' prefix; code keeps its lines, other tools take the first line."""
-    m = None
-    for m in _COMMAND.finditer(text):
-        pass
+    matches = list(_COMMAND.finditer(text))
+    m = matches[-1] if matches else None
     body = text[m.end():] if m else text
     body = body.strip()
     body = re.sub(rf"^`*{re.escape(tool)}`*\s*:\s*", "", body, flags=re.I)

@@ -23,7 +23,7 @@ import reasoning_gym
 
 from practicum.envs.base import Task
 from practicum.envs.flow.corpus import World, make_questions
-from practicum.tasks.arithmetic import _entries
+from practicum.tasks.arithmetic import gym_entries
 
 FAMILIES = ("multihop", "arithmetic", "gsm", "countdown")
 GYM_NAMES = {"arithmetic": "basic_arithmetic", "gsm": "gsm_symbolic", "countdown": "countdown"}
@@ -42,7 +42,7 @@ def family_tasks(family: str, n: int, seed: int, split: str, world: World) -> li
                                                 "relations": list(q.relations),
                                                 "hops": chain_hops(q.chain)})
                 for i, q in enumerate(qs)]
-    entries = _entries(GYM_NAMES[family], n, split_seed * 101 + FAMILIES.index(family))
+    entries = gym_entries(GYM_NAMES[family], n, split_seed * 101 + FAMILIES.index(family))
     return [Task(f"{split}/{family}/{i}", {"family": family, "split": split,
                                             "question": e["question"], "answer": str(e["answer"]),
                                             "entry": e})

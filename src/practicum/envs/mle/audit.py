@@ -105,7 +105,8 @@ for m in ["libraries_imported", "data_loaded", "features_prepared", "model_built
 open("submission.csv", "wb").write(bytes(range(256)) * 100)
 """,
     "malformed submission (wrong ids, NaN)": """\
-open("submission.csv", "w").write("id,species\\n" + "".join("%d,\\n" % (1000 + i) for i in range(45)))
+rows = "".join("%d,\\n" % (1000 + i) for i in range(45))
+open("submission.csv", "w").write("id,species\\n" + rows)
 """,
     "submission.csv is a directory": """\
 import os

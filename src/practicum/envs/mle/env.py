@@ -71,8 +71,7 @@ from practicum.envs.mle.credit.outcome import (
     not_run,
     solution_output,
 )
-from practicum.envs.mle.credit.rewards import mle_reward
-from practicum.envs.mle.credit.rewards import RewardConfig
+from practicum.envs.mle.credit.rewards import RewardConfig, mle_reward
 from practicum.envs.mle.episode_data import CompetitionData
 from practicum.envs.sandbox import Limits, SandboxError, run_python
 
@@ -387,7 +386,7 @@ def _submission_folder(workdir: Path) -> Path:
     if os.path.lexists(workdir / "submission.csv"):
         return workdir
     found = []
-    for folder, dirs, files in os.walk(workdir, followlinks=False):
+    for folder, _dirs, files in os.walk(workdir, followlinks=False):
         if "submission.csv" in files:
             st = os.lstat(os.path.join(folder, "submission.csv"))
             found.append((st.st_mtime, folder))

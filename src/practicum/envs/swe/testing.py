@@ -5,15 +5,17 @@
 
 Tests run with plugin autoload off (`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`), `-rA -p
 no:cacheprovider`, the instance's `test_args`, and a wall limit. The interpreter runs isolated
-(`python -I -B`: no bytecode caches are written): pytest is imported from the venv *before* the repository is put first on
-sys.path, so a repository file named `pytest.py` or `sitecustomize.py` cannot stand in for
+(`python -I -B`: no bytecode caches are written): pytest is imported from the venv *before* the
+repository is put first on sys.path, so a repository file named `pytest.py` or `sitecustomize.py`
+cannot stand in for
 them (the repository is otherwise importable exactly as with PYTHONPATH=repo).
 
 Statuses come from a plugin of the runner that records every test report; the runner prints
 them after the run's end marker (a random nonce it prints once pytest returns, then
 `os._exit`), so lines printed by the code under test, a patched terminal reporter, atexit hooks
-or leftover processes after the run do not count. They are matched against the exact test ids asked for: ids with
-spaces or " - " inside brackets are safe, and an id reported more than once or not at all does
+or leftover processes after the run do not count. They are matched against the exact test ids asked
+for: ids with spaces or " - " inside brackets are safe, and an id reported more than once or not at
+all does
 not pass. As in SWE-bench, PASSED and XFAIL count as passed.
 """
 

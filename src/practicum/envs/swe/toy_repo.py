@@ -44,6 +44,7 @@ FILES = {
     ),
 }
 
+# \x20: a blank context line of a unified diff is one space (spelled out, so no editor trims it).
 GOLD_PATCH = """diff --git a/calc/ops.py b/calc/ops.py
 --- a/calc/ops.py
 +++ b/calc/ops.py
@@ -52,8 +53,8 @@ GOLD_PATCH = """diff --git a/calc/ops.py b/calc/ops.py
      \"\"\"Sum of a and b.\"\"\"
 -    return a - b
 +    return a + b
- 
- 
+\x20
+\x20
  def scale(xs, k):
 """
 

@@ -25,8 +25,12 @@ import pandas as pd
 import yaml
 from sklearn.dummy import DummyClassifier, DummyRegressor
 from sklearn.ensemble import (
-    ExtraTreesClassifier, ExtraTreesRegressor, HistGradientBoostingClassifier,
-    HistGradientBoostingRegressor, RandomForestClassifier, RandomForestRegressor,
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
 )
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 from sklearn.linear_model import Lasso, LogisticRegression, Ridge, RidgeClassifier

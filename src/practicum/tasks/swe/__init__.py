@@ -33,7 +33,3 @@ def bundled_packages() -> dict[str, dict]:
     """name -> package record (archive, module, test_args, version, licence) of the bundled
     source archives."""
     return json.loads((HERE / "packages.json").read_text())
-
-
-def sources_dir() -> Path:
-    return HERE / "sources"

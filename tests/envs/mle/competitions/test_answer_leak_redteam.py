@@ -21,7 +21,10 @@ from practicum.envs.mle.competitions import mlebench_compat, source_data
 from practicum.envs.mle.competitions.loading import bundled_dir
 from practicum.envs.sandbox import Limits, run_python
 from practicum.tasks.competitions.build_suite import (
-    baseline_submission, classifier_zoo, regressor_zoo, text_zoo,
+    baseline_submission,
+    classifier_zoo,
+    regressor_zoo,
+    text_zoo,
 )
 
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())
@@ -105,8 +108,10 @@ def test_the_source_data_files_are_unreadable_in_the_sandbox(tmp_path):
         "attempt('diabetes', d.load_diabetes)\n"
         "attempt('randhie', r.load_pandas)\n"
         "attempt('pydoc', lambda: __import__('pydoc_data.topics').topics.topics)\n"
-        "attempt('scipy-iris', lambda: open(scipy.__path__[0] + '/spatial/tests/data/iris.txt').read(1))\n"
-        "attempt('key', lambda: open(os.path.expanduser('~root/.cache/practicum/mle-secret')).read(1))\n"
+        "attempt('scipy-iris',\n"
+        "        lambda: open(scipy.__path__[0] + '/spatial/tests/data/iris.txt').read(1))\n"
+        "attempt('key',\n"
+        "        lambda: open(os.path.expanduser('~root/.cache/practicum/mle-secret')).read(1))\n"
     )
     result = run_python(code, tmp_path, Limits(wall_seconds=60),
                         hidden_paths=source_data.hidden_paths())

@@ -13,8 +13,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
 from practicum.envs.mle.competitions.competition import Competition
-from practicum.envs.mle.competitions.loading import bundled_dir, list_competitions, load_competition
 from practicum.envs.mle.competitions.grading import grade_submission
+from practicum.envs.mle.competitions.loading import bundled_dir, list_competitions, load_competition
 from practicum.envs.mle.competitions.prepared_data import tree_checksums
 
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())

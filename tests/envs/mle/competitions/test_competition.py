@@ -10,8 +10,8 @@ import yaml
 
 from practicum.envs.mle.competitions.competition import Competition
 from practicum.envs.mle.competitions.config import CompetitionError
-from practicum.envs.mle.competitions.loading import list_competitions, load_competition
 from practicum.envs.mle.competitions.grading import grade_submission
+from practicum.envs.mle.competitions.loading import list_competitions, load_competition
 from practicum.envs.mle.competitions.prepared_data import MARKER, default_data_root
 from practicum.envs.mle.competitions.submission_checks import InvalidSubmissionError
 

@@ -6,8 +6,7 @@ import pandas as pd
 import pytest
 
 from practicum.envs.mle.competitions.config import CompetitionError
-from practicum.envs.mle.competitions.loading import load_folder
-from practicum.envs.mle.competitions.loading import list_competitions
+from practicum.envs.mle.competitions.loading import list_competitions, load_folder
 
 CONFIG = """\
 id: wine-quality

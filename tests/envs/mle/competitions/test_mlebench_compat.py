@@ -11,8 +11,8 @@ import pytest
 
 from practicum.envs.mle.competitions import mlebench_compat
 from practicum.envs.mle.competitions.config import CompetitionError
-from practicum.envs.mle.competitions.loading import load_competition
 from practicum.envs.mle.competitions.grading import grade_submission
+from practicum.envs.mle.competitions.loading import load_competition
 from practicum.envs.mle.competitions.submission_checks import InvalidSubmissionError
 
 # --- a folder in MLE-bench's style: mlebench module paths, mlebench imports ------------------
@@ -106,9 +106,12 @@ from .classes import CLASSES
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
     if set(submission.columns) != {"id"} | set(CLASSES):
-        raise InvalidSubmissionError("Submission must have an 'id' column and a column for each class.")
-    answers_one_hot = df_to_one_hot(answers, id_column="id", target_column="species", classes=CLASSES)
-    inputs = one_hot_dfs_to_log_loss_inputs(submission, answers_one_hot, id_column="id", apply_softmax=False)
+        raise InvalidSubmissionError(
+            "Submission must have an 'id' column and a column for each class.")
+    answers_one_hot = df_to_one_hot(answers, id_column="id", target_column="species",
+                                    classes=CLASSES)
+    inputs = one_hot_dfs_to_log_loss_inputs(submission, answers_one_hot, id_column="id",
+                                            apply_softmax=False)
     return log_loss(**inputs)
 """
 LEAF_PREPARE = """\

@@ -130,7 +130,8 @@ X_test = vectorizer.transform(test["text"])
 y = train["target"].values
 
 oof = np.zeros(len(train))
-for fold, (tr, va) in enumerate(StratifiedKFold(n_splits=3, shuffle=True, random_state=0).split(X, y)):
+folds = StratifiedKFold(n_splits=3, shuffle=True, random_state=0)
+for fold, (tr, va) in enumerate(folds.split(X, y)):
     model = LogisticRegression(C=2.0, max_iter=300)
     model.fit(X[tr], y[tr])
     oof[va] = model.predict_proba(X[va])[:, 1]
@@ -138,7 +139,8 @@ auc = roc_auc_score(y, oof)
 print(f"OOF AUC: {auc:.4f}")
 
 final = LogisticRegression(C=2.0, max_iter=300).fit(X, y)
-pd.DataFrame({"id": test["id"], "target": final.predict_proba(X_test)[:, 1]}).to_csv("submission.csv", index=False)
+submission = pd.DataFrame({"id": test["id"], "target": final.predict_proba(X_test)[:, 1]})
+submission.to_csv("submission.csv", index=False)
 """
 
 FORGER = """\
@@ -365,7 +367,8 @@ def test_llm_correct_rewrite_is_accepted():
 
 def test_llm_rewrite_that_changes_a_hyperparameter_falls_back_to_rules():
     def sneaky(script, nonce):
-        return f"{FENCE}python\n{rule_instrument(script, nonce).replace('n_estimators=30', 'n_estimators=300')}{FENCE}"
+        slower = rule_instrument(script, nonce).replace("n_estimators=30", "n_estimators=300")
+        return f"{FENCE}python\n{slower}{FENCE}"
 
     result = instrument(AIDE_STYLE, NONCE, _fake(sneaky))
     assert result.method == "rules" and "changes more than marker prints" in result.rejected_reason

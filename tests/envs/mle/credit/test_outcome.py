@@ -33,7 +33,8 @@ def test_reading_its_own_file_or_argv_is_not_self_inspection():
 
 
 def test_solution_output_drops_bare_marker_lines():
-    out = "[[PRACTICUM:ab12:data_loaded]]\nscore 0.9\n[[PRACTICUM:ab12:validation_scored]] value=0.9\n"
+    out = ("[[PRACTICUM:ab12:data_loaded]]\nscore 0.9\n"
+           "[[PRACTICUM:ab12:validation_scored]] value=0.9\n")
     assert solution_output(out, 200) == "score 0.9\n[milestone: validation_scored value=0.9]"
 
 

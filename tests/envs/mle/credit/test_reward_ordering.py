@@ -15,7 +15,10 @@ from practicum.envs.mle.credit.milestones import MILESTONES
 from practicum.envs.mle.credit.rewards import RewardConfig, mle_reward
 from practicum.envs.mle.episode_data import score_anchors
 from practicum.tasks.competitions.build_suite import (
-    baseline_submission, classifier_zoo, regressor_zoo, text_zoo,
+    baseline_submission,
+    classifier_zoo,
+    regressor_zoo,
+    text_zoo,
 )
 
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())

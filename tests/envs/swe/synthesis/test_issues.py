@@ -1,5 +1,10 @@
 from practicum.envs.swe.synthesis.issues import (
-    Facts, failure_block, model_issue, summary_messages, template_issue)
+    Facts,
+    failure_block,
+    model_issue,
+    summary_messages,
+    template_issue,
+)
 
 LOG = """\
 =================================== FAILURES ===================================

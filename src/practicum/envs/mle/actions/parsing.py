@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
+
 from practicum.pyast import parse as ast_parse
 
 _PY_TAGS = {"python", "python3", "py", "py3"}

@@ -34,7 +34,8 @@ X_tr, X_val, y_tr, y_val = train_test_split(X, train["target"], test_size=0.2, r
 model = RandomForestClassifier(n_estimators=300, random_state=0).fit(X_tr, y_tr)
 print("validation accuracy:", model.score(X_val, y_val))
 model.fit(X, train["target"])
-pd.DataFrame({"id": test["id"], "target": model.predict(X_test)}).to_csv("submission.csv", index=False)
+submission = pd.DataFrame({"id": test["id"], "target": model.predict(X_test)})
+submission.to_csv("submission.csv", index=False)
 ```"""
 
 

@@ -19,7 +19,6 @@ budget's doing, the lines before it are the policy's.
 
 from __future__ import annotations
 
-
 from practicum.envs.mle.actions.parsing import (
     ActionParseError,
     code_blocks,
@@ -27,11 +26,11 @@ from practicum.envs.mle.actions.parsing import (
     syntax_problem,
 )
 from practicum.envs.mle.actions.sklearn_template import (
-    _DENSE_ONLY,
-    _ESTIMATORS,
-    _HELPERS,
-    _TASK_TYPES,
-    _validation_expr,
+    DENSE_ONLY,
+    ESTIMATORS,
+    HELPERS,
+    TASK_TYPES,
+    validation_expr,
 )
 from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, Template, fill_template
 from practicum.pyast import parse as ast_parse
@@ -116,16 +115,16 @@ def section_template(task_type: str, target: str, id_col: str, metric: str,
     classes, else one column per class in sorted order (`CLASSES`).
     """
     key = task_type.strip().lower().replace("-", "_")
-    if key not in _TASK_TYPES:
-        raise ValueError(f"unknown task_type {task_type!r}; expected one of {sorted(_TASK_TYPES)}")
-    kind, text = _TASK_TYPES[key]
-    modules = {**_ESTIMATORS[kind], **_HELPERS, **_EXTRA_IMPORTS}
-    imports = {mod: [n for n in names.split() if not (text and n in _DENSE_ONLY)]
+    if key not in TASK_TYPES:
+        raise ValueError(f"unknown task_type {task_type!r}; expected one of {sorted(TASK_TYPES)}")
+    kind, text = TASK_TYPES[key]
+    modules = {**ESTIMATORS[kind], **HELPERS, **_EXTRA_IMPORTS}
+    imports = {mod: [n for n in names.split() if not (text and n in DENSE_ONLY)]
                for mod, names in modules.items()}
     available = ("np", "pd", *(n for names in imports.values() for n in names))
     import_lines = "\n".join(f"from {mod} import {', '.join(names)}"
                              for mod, names in imports.items() if names)
-    score, proba, label = _validation_expr(metric, kind)
+    score, proba, label = validation_expr(metric, kind)
     classify = kind == "classification"
     if proba and key == "binary":
         what = (f"the probability that {target} is CLASSES[1] (the second of the two sorted "

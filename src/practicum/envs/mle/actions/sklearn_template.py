@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from practicum.envs.mle.actions.template import END_MARKER, START_MARKER, Template
 
-_ESTIMATORS = {  # kind -> module -> estimator names imported for the region
+ESTIMATORS = {  # kind -> module -> estimator names imported for the region
     "classification": {
         "sklearn.linear_model": "LogisticRegression RidgeClassifier SGDClassifier",
         "sklearn.ensemble": "RandomForestClassifier ExtraTreesClassifier "
@@ -26,12 +26,12 @@ _ESTIMATORS = {  # kind -> module -> estimator names imported for the region
         "sklearn.neural_network": "MLPRegressor",
     },
 }
-_HELPERS = {
+HELPERS = {
     "sklearn.pipeline": "make_pipeline",
     "sklearn.preprocessing": "StandardScaler MaxAbsScaler",
 }
 # TF-IDF features are sparse: drop estimators that need dense input.
-_DENSE_ONLY = set(
+DENSE_ONLY = set(
     "HistGradientBoostingClassifier HistGradientBoostingRegressor GaussianNB StandardScaler "
     "GradientBoostingClassifier GradientBoostingRegressor".split()
 )
@@ -41,7 +41,7 @@ _EXAMPLES = {  # (kind, text) -> a good region body
     ("classification", True): "model = LogisticRegression(C=4.0, max_iter=1000)",
     ("regression", True): "model = Ridge(alpha=1.0)",
 }
-_TASK_TYPES = {
+TASK_TYPES = {
     "classification": ("classification", False),
     "binary": ("classification", False),
     "multiclass": ("classification", False),
@@ -52,7 +52,7 @@ _TASK_TYPES = {
 }
 
 
-def _validation_expr(metric: str, kind: str) -> tuple[str, bool, str]:
+def validation_expr(metric: str, kind: str) -> tuple[str, bool, str]:
     """(score expression over y_val and model predictions, needs probabilities, metric label)."""
     m = metric.lower().replace("-", "_").replace(" ", "_")
     proba = "model.predict_proba(X_val)"
@@ -122,18 +122,18 @@ def default_template(
     one column per class), else predictions in the `target` column.
     """
     key = task_type.strip().lower().replace("-", "_")
-    if key not in _TASK_TYPES:
-        raise ValueError(f"unknown task_type {task_type!r}; expected one of {sorted(_TASK_TYPES)}")
-    kind, text = _TASK_TYPES[key]
+    if key not in TASK_TYPES:
+        raise ValueError(f"unknown task_type {task_type!r}; expected one of {sorted(TASK_TYPES)}")
+    kind, text = TASK_TYPES[key]
     estimators = {
-        mod: [n for n in names.split() if not (text and n in _DENSE_ONLY)]
-        for mod, names in {**_ESTIMATORS[kind], **_HELPERS}.items()
+        mod: [n for n in names.split() if not (text and n in DENSE_ONLY)]
+        for mod, names in {**ESTIMATORS[kind], **HELPERS}.items()
     }
     available = tuple(n for names in estimators.values() for n in names)
     imports = "\n".join(
         f"from {mod} import {', '.join(names)}" for mod, names in estimators.items() if names
     )
-    score_expr, needs_proba, label = _validation_expr(metric, kind)
+    score_expr, needs_proba, label = validation_expr(metric, kind)
     classify = kind == "classification"
     split = "stratify=y if y.value_counts().min() >= 2 else None" if classify else "stratify=None"
     if needs_proba:
@@ -159,8 +159,9 @@ import numpy as np
 import pandas as pd
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.metrics import (accuracy_score, cohen_kappa_score, f1_score, log_loss, mean_absolute_error,
-                             mean_squared_error, mean_squared_log_error, r2_score, roc_auc_score)
+from sklearn.metrics import (accuracy_score, cohen_kappa_score, f1_score, log_loss,
+                             mean_absolute_error, mean_squared_error, mean_squared_log_error,
+                             r2_score, roc_auc_score)
 from sklearn.model_selection import train_test_split
 {imports}
 
@@ -171,7 +172,8 @@ ID_COL = {id_col!r}
 train = pd.read_csv(DATA_DIR + "/train.csv")
 test = pd.read_csv(DATA_DIR + "/test.csv")
 y = train[TARGET]
-{_TEXT_FEATURES if text else _TABULAR_FEATURES}X_train, X_val, y_train, y_val = train_test_split(X, y, test_size=0.2, random_state=0, {split})
+{_TEXT_FEATURES if text else _TABULAR_FEATURES}X_train, X_val, y_train, y_val = train_test_split(
+    X, y, test_size=0.2, random_state=0, {split})
 
 {START_MARKER}
 {example}

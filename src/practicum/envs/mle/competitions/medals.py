@@ -52,7 +52,8 @@ def medal_thresholds(leaderboard_scores: Sequence[float]) -> dict:
 
 
 def medal_for(score: float, thresholds: dict, lower_is_better: bool) -> str | None:
-    """ "gold", "silver", "bronze" or None: the best medal whose threshold the score reaches (ties count)."""
+    """ "gold", "silver", "bronze" or None: the best medal whose threshold the score reaches
+    (ties count)."""
     for medal in ("gold", "silver", "bronze"):
         limit = thresholds[medal]
         if (score <= limit) if lower_is_better else (score >= limit):

@@ -98,7 +98,8 @@ def log_loss(y_true: np.ndarray, proba: np.ndarray, eps: float = 1e-15) -> float
 
 
 def binary_log_loss(y_true: Sequence[float], p: Sequence[float], eps: float = 1e-15) -> float:
-    """Binary log loss: -(1/N) sum_i [y_i log p_i + (1 - y_i) log(1 - p_i)], p clipped to [eps, 1-eps]."""
+    """Binary log loss: -(1/N) sum_i [y_i log p_i + (1 - y_i) log(1 - p_i)],
+    p clipped to [eps, 1-eps]."""
     y, p = np.asarray(y_true, dtype=float), np.clip(np.asarray(p, dtype=float), eps, 1 - eps)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 

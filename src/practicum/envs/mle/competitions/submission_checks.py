@@ -152,7 +152,8 @@ def check_probabilities(values: np.ndarray, columns: Sequence[str],
 
 
 def one_hot(labels: Sequence, classes: Sequence[str]) -> np.ndarray:
-    """[N, C] indicator matrix of normalised labels over `classes`; unknown labels raise ValueError."""
+    """[N, C] indicator matrix of normalised labels over `classes`; unknown labels raise
+    ValueError."""
     keys = normalise_keys(pd.Series(list(labels)))
     index = {str(c): i for i, c in enumerate(classes)}
     unknown = sorted(set(keys) - set(index))

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 MILESTONES: dict[str, str] = {
     "libraries_imported": "after the last import statement",
     "data_loaded": "after the training data is read (read_csv, np.load, open(...))",
-    "features_prepared": "after the feature matrix / inputs are built (X = ..., fit_transform, split)",
+    "features_prepared": (
+        "after the feature matrix / inputs are built (X = ..., fit_transform, split)"),
     "model_built": "after the model object is created (model = SomeClassifier(...))",
     "model_trained": "after the model is fitted (.fit(...))",
     "validation_scored": "after a validation score is computed (prints its value)",

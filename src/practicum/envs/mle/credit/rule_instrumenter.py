@@ -2,8 +2,8 @@
 
 `instrument.instrument` uses it when there is no LLM instrumenter or its rewrite is
 unusable. Which statement reaches which milestone is `milestone_detection`'s job; this module
-decides where the prints go. Rules insert text lines after whole statements (in the statement's own block),
-so comments and formatting of the original survive.
+decides where the prints go. Rules insert text lines after whole statements (in the statement's own
+block), so comments and formatting of the original survive.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def rule_instrument(code: str, nonce: str) -> str:
             if key not in chosen or milestone in _MARK_LAST:
                 chosen[key] = (stmt, line)
     order = list(MILESTONES)
-    for (_, milestone), (stmt, line) in sorted(
+    for _key, (stmt, line) in sorted(
         chosen.items(), key=lambda c: (c[1][0].lineno, order.index(c[0][1]))
     ):
         add(after, anchor(stmt), line)

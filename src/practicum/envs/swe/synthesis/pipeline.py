@@ -25,8 +25,7 @@ from practicum.envs.swe.diffs import file_diff
 from practicum.envs.swe.repo import copy_tree, extract_source
 from practicum.envs.swe.synthesis import issues
 from practicum.envs.swe.synthesis.mutators import MUTATORS, Function, candidates, mutate
-from practicum.envs.swe.synthesis.packages import (
-    PackageSource, copy_archive, source_and_test_files)
+from practicum.envs.swe.synthesis.packages import PackageSource, copy_archive, source_and_test_files
 from practicum.envs.swe.testing import TEST_LIMITS, run_tests
 
 

@@ -3,7 +3,11 @@
 import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import roc_auc
-from practicum.envs.mle.competitions.submission_checks import align_submission, check_probabilities, numeric_values
+from practicum.envs.mle.competitions.submission_checks import (
+    align_submission,
+    check_probabilities,
+    numeric_values,
+)
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:

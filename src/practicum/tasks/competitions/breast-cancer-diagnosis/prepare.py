@@ -1,4 +1,5 @@
-"""Malignant or benign breast mass from 30 cell-nucleus features (`load_breast_cancer`, 569 rows)."""
+"""Malignant or benign breast mass from 30 cell-nucleus features (`load_breast_cancer`,
+569 rows)."""
 
 from pathlib import Path
 

@@ -4,7 +4,9 @@ import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import rmsle
 from practicum.envs.mle.competitions.submission_checks import (
-    InvalidSubmissionError, align_submission, numeric_values,
+    InvalidSubmissionError,
+    align_submission,
+    numeric_values,
 )
 
 

@@ -4,7 +4,9 @@ import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import binary_log_loss
 from practicum.envs.mle.competitions.submission_checks import (
-    align_submission, check_probabilities, numeric_values,
+    align_submission,
+    check_probabilities,
+    numeric_values,
 )
 
 

@@ -4,7 +4,10 @@ import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import log_loss
 from practicum.envs.mle.competitions.submission_checks import (
-    align_submission, check_probabilities, numeric_values, one_hot,
+    align_submission,
+    check_probabilities,
+    numeric_values,
+    one_hot,
 )
 
 CLASSES = ["class_0", "class_1", "class_2"]

@@ -1,4 +1,5 @@
-"""Which of three cultivars a wine comes from, by 13 chemical measurements (`load_wine`, 178 rows)."""
+"""Which of three cultivars a wine comes from, by 13 chemical measurements (`load_wine`,
+178 rows)."""
 
 from pathlib import Path
 
