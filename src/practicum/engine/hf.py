@@ -53,7 +53,7 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     if merged_sampling_on(cfg, trainable.device):
         merged = MergedCopy(trainable.model, resolve_model(cfg.model), trainable.lm.dtype,
                             trainable.device, cfg.attn_implementation,
-                            rope_scaling=cfg.rope_scaling)
+                            rope_scaling=cfg.rope_scaling_dict)
     sampler = HFSampler(trainable.lm, trainable.tokenizer,
                         peft_model=trainable.model if cfg.lora else None, merged=merged,
                         reference=None if cfg.lora else trainable.reference)

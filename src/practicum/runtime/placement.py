@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from practicum.config import Config
@@ -102,15 +102,9 @@ class Placement:
 
 
 def policy_config(cfg: Config) -> PolicyConfig:
-    """The model section of a run config, as the engines and the trainable read it."""
-    m = cfg.model
-    return PolicyConfig(
-        model=m.model, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
-        lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-        lora_target_modules=list(m.lora_target_modules),
-        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed,
-        rope_scaling=m.rope_scaling.model_dump(exclude_none=True) if m.rope_scaling else None)
+    """The model section of a run config and the run's seed, as the engines and the trainable
+    read them."""
+    return PolicyConfig.model_validate({**dict(cfg.model), "seed": cfg.run.seed})
 
 
 def place(cfg: Config, suite: Suite | None = None) -> Placement:
@@ -143,9 +137,9 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
     positions the model covers, natively or under model.rope_scaling, is refused in one line
     before anything loads."""
     path = resolve_model(policy.model)
-    check_context(path, policy.rope_scaling, cfg.rollout.max_seq_len, "rollout.max_seq_len")
+    check_context(path, policy.rope_scaling_dict, cfg.rollout.max_seq_len, "rollout.max_seq_len")
     if cfg.engine.kind == "vllm":
-        check_context(path, policy.rope_scaling, cfg.engine.max_model_len,
+        check_context(path, policy.rope_scaling_dict, cfg.engine.max_model_len,
                       "engine.max_model_len")
 
 
@@ -289,7 +283,7 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
             plan, cfg.engine.kind, str(pick_device(policy.device)),
             int(os.environ.get("LOCAL_WORLD_SIZE", plan.ranks // plan.nodes)),
             torch.cuda.device_count())
-        sampler = build_sampler(cfg.engine, replace(policy, device=device))
+        sampler = build_sampler(cfg.engine, policy.model_copy(update={"device": device}))
     else:
         sampler = build_sampler(cfg.engine, policy)
     try:
