@@ -7,8 +7,8 @@ Errors surface as `ConfigError("config error at train.lr: ...")`.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml

@@ -85,7 +85,6 @@ from practicum.engine.weight_stream import (
 )
 from practicum.errors import ConfigError
 
-
 MAX_LORAS = 1
 """Adapters resident at once: one policy version at a time."""
 

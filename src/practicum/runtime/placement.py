@@ -37,13 +37,9 @@ from typing import Any
 from practicum.config import Config
 from practicum.engine.base import Sampler
 from practicum.engine.factory import build_sampler, load_trainable
-from practicum.engine.hf_model import (
-    PolicyConfig,
-    check_attn_implementation,
-    load_tokenizer,
-    pick_device,
-)
+from practicum.engine.hf_model import check_attn_implementation, load_tokenizer, pick_device
 from practicum.engine.models import resolve_model
+from practicum.engine.options import PolicyConfig, VLLMOptions
 from practicum.engine.rope import check_context
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
@@ -138,7 +134,7 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
     before anything loads."""
     path = resolve_model(policy.model)
     check_context(path, policy.rope_scaling_dict, cfg.rollout.max_seq_len, "rollout.max_seq_len")
-    if cfg.engine.kind == "vllm":
+    if isinstance(cfg.engine, VLLMOptions):
         check_context(path, policy.rope_scaling_dict, cfg.engine.max_model_len,
                       "engine.max_model_len")
 
