@@ -100,13 +100,12 @@ def scripted_planners(n: int, seeds: list[int]) -> dict:
         for name, planner in planners.items():
             solved = hops = reward = 0.0
             for task in suite.train_tasks:
-                env = suite.make_env(None)
-                env.reset(task)
-                for i in range(env.max_steps):
-                    r = env.step(planner(i, env.memory, task, titles))
-                    if r.done:
-                        break
-                env.close()
+                with suite.make_env(None) as env:
+                    env.reset(task)
+                    for i in range(env.max_steps):
+                        r = env.step(planner(i, env.memory, task, titles))
+                        if r.done:
+                            break
                 solved += float(r.solved)
                 hops += r.metrics["hops/multihop"]
                 reward += r.reward

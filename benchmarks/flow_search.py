@@ -40,8 +40,7 @@ RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generato
 
 def run_planner(suite, task, act) -> dict:
     """One episode with `act(messages, turn)` writing every planner reply."""
-    env = suite.make_env(None)
-    try:
+    with suite.make_env(None) as env:
         start = env.reset(task)
         messages = list(start.messages)
         for turn in range(env.max_steps):
@@ -51,8 +50,6 @@ def run_planner(suite, task, act) -> dict:
                         "verifier_stop": r.metrics["verifier_stop"],
                         "answer": r.info["flow"]["answer"]}
             messages = list(r.context)
-    finally:
-        env.close()
     raise RuntimeError("the episode outlived its step limit")
 
 

@@ -85,12 +85,9 @@ class Recording:
 def run_script(suite, service, code: str):
     from practicum.envs.base import Task
 
-    env = suite.make_env(service)
-    env.reset(Task(COMPETITION, {"competition": COMPETITION, "split": "eval"}), seed=0)
-    try:
+    with suite.make_env(service) as env:
+        env.reset(Task(COMPETITION, {"competition": COMPETITION, "split": "eval"}), seed=0)
         env.step(f"Plan.\n```python\n{code.rstrip()}\n```")
-    finally:
-        env.close()
     return env.last_outcome
 
 

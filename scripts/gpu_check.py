@@ -640,10 +640,84 @@ def weight_group_check(args, model: str) -> dict:
                       mb=sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20,
                       send_seconds=time.perf_counter() - start)
         group.close()
+        if device.type == "cuda":
+            record["cuda_ipc"] = cuda_ipc_probe(tensors)
     except Exception as err:  # reported with the rest
         traceback.print_exc()
         record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
     return record
+
+
+def cuda_ipc_probe(tensors: dict) -> dict:
+    """The ipc transport (`practicum.engine.weight_ipc`) from this process's GPU to a receiver
+    in another process on the same GPU, fingerprints checked: seconds, bytes, each side's peak
+    memory; {"status": "unsupported", ...} when CUDA IPC cannot open the handle here (gVisor
+    may not pass it through) rather than a failure."""
+    import multiprocessing as mp
+
+    import torch
+
+    from practicum.engine.weight_group import meta_of
+    from practicum.engine.weight_stream import Membership, WeightRendezvous, send_stream
+
+    rendezvous = WeightRendezvous(timeout_s=120)
+    target = rendezvous.target(2, "gloo", "bfloat16", 64, verify=True, transport="ipc")
+    ctx = mp.get_context("spawn")
+    answer = ctx.Queue()
+    proc = ctx.Process(target=ipc_receiver, args=(asdict(target), torch.cuda.current_device(),
+                                                   answer))
+    proc.start()
+    member = Membership()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    try:
+        send_stream(target, meta_of(tensors, torch.bfloat16), iter(tensors.items()), member)
+        error = None
+    except Exception as err:  # the receiver's own error says more
+        error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    seconds = time.perf_counter() - start
+    member.close()
+    try:
+        got = answer.get(timeout=120)
+    except Exception:  # noqa: BLE001 - reported below
+        got = {"error": "the receiver sent nothing"}
+    proc.join(30)
+    if proc.is_alive():
+        proc.kill()
+    out = {"seconds": seconds, "sender_peak_extra_mb":
+           (torch.cuda.max_memory_allocated() - before) / 2**20,
+           "mb": sum(t.numel() * 2 for t in tensors.values() if t.is_floating_point()) / 2**20,
+           **got}
+    if error or got.get("error"):
+        out["status"] = "unsupported"
+        out["sender_error"] = error
+    else:
+        out["status"] = "ok"
+    return out
+
+
+def ipc_receiver(target: dict, device: int, answer) -> None:
+    """The probe's receiver: takes the stream into tensors of its own on the GPU and checks
+    the fingerprints that followed it."""
+    import torch
+
+    from practicum.engine.weight_check import fingerprint
+    from practicum.engine.weight_stream import Membership, WeightTarget
+
+    torch.cuda.set_device(device)
+    member = Membership()
+    try:
+        group = member.of(WeightTarget(**target), 1)
+        held = {k: v.clone() for k, v in group.receive_stream()}
+        match = group.sent_fingerprints == {k: fingerprint(v) for k, v in held.items()}
+        answer.put({"receiver_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+                    "tensors": len(held), "fingerprints_match": match,
+                    "error": None if match else "fingerprints differ"})
+    except Exception as err:  # noqa: BLE001 - reported by the sender
+        answer.put({"error": f"{type(err).__name__}: {err}".splitlines()[0][:300]})
+    finally:
+        member.close()
 
 
 class SleepingHFEngine:

@@ -469,6 +469,26 @@ def receive_weights(rank: int, port: int, world: int, bucket_mb: float, out: Pat
     torch.save(got, out / f"received-{rank + 1}.pt")
 
 
+def receive_streamed(target: dict, rank: int, out: Path, elsewhere: bool = False) -> None:
+    """A receiver in a process of its own (weight rank `rank` of `target`): save what the
+    stream brings and the fingerprints that followed it, or the error. `elsewhere`: it
+    pretends to run on another machine (an ipc stream must refuse it)."""
+    import practicum.engine.weight_ipc as weight_ipc
+    from practicum.engine.weight_stream import Membership, WeightTarget
+
+    if elsewhere:
+        weight_ipc.machine_id = lambda: "another machine"
+    member = Membership()
+    try:
+        group = member.of(WeightTarget(**target), rank)
+        got = {k: v.clone() for k, v in group.receive_stream()}
+        torch.save({"tensors": got, "sent": group.sent_fingerprints}, out / f"got-{rank}.pt")
+    except Exception as err:  # noqa: BLE001 - the test reads it
+        (out / f"error-{rank}.txt").write_text(str(err))
+    finally:
+        member.close()
+
+
 def weights_beside_a_default_group(rank: int, out: Path) -> None:
     """Two processes in a default gloo group (as the sharded learner's ranks) form the weight
     group with the ranks reversed (default rank 1 sends); afterwards the default group still

@@ -377,7 +377,8 @@ def test_four_ranks_stream_full_weights_to_two_hf_replicas(tiny_model_dir, ray_h
     from practicum.runtime.replicas import EngineReplicas
 
     cfg = config(tiny_model_dir, False, "engine.weight_sync=broadcast",
-                 "engine.weight_bucket_mb=0.05", "placement.kind=learner_group",
+                 "engine.weight_bucket_mb=0.05", "engine.verify_weights=true",
+                 "placement.kind=learner_group",
                  "placement.ranks=4", "placement.rank.cpus=0")
     policy = policy_config(cfg)
     group = RayLearnerGroup(cfg, policy, 4, cpus=0, gpus=0, timeout=300,
@@ -389,7 +390,7 @@ def test_four_ranks_stream_full_weights_to_two_hf_replicas(tiny_model_dir, ray_h
         assert isinstance(update, StreamedUpdate)
         replicas.load_weights(update)
         target = replicas._streams.target
-        assert target.world == 3 and target.dtype == "float32"
+        assert target.world == 3 and target.dtype == "float32" and target.verify
         gathered = HFEngineCopy(policy)
         gathered.load_weights(group.call("export", 1)[1])
         here = HFEngineCopy(policy)  # the driver's copy (as under torchrun) takes the stream too

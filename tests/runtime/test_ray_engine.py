@@ -352,3 +352,28 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
     assert wa.keys() == wb.keys() and any("lora_A" in k for k in wa)
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=1e-6)
+
+
+def test_a_streamed_formation_takes_backend_and_dtype_from_the_actors():
+    """The engine actors say how they receive (on their own node and devices): the driver's
+    own device plays no part, so a driver without a GPU forms an nccl group with GPU actors;
+    actors that receive differently cannot share one group."""
+    from types import SimpleNamespace
+
+    from practicum.engine.weight_stream import StreamFormat
+    from practicum.runtime.ray_engine import Streams
+
+    cfg = SimpleNamespace(weight_bucket_mb=64.0, verify_weights=True)
+    gpu = [SimpleNamespace(stream_format=StreamFormat(2, "nccl", "bfloat16"), started=1),
+           SimpleNamespace(stream_format=StreamFormat(1, "nccl", "bfloat16"), started=1)]
+    streams = Streams()
+    target = streams.target_for(gpu, cfg)
+    assert (target.world, target.backend, target.dtype, target.verify) == \
+        (4, "nccl", "bfloat16", True)
+    assert streams.target_for(gpu, cfg) is target  # kept while the members stay
+    gpu[1].started = 2  # a replaced actor: a new formation
+    assert streams.target_for(gpu, cfg).prefix != target.prefix
+    mixed = [gpu[0], SimpleNamespace(stream_format=StreamFormat(1, "gloo", "float32"),
+                                     started=1)]
+    with pytest.raises(ValueError, match="cannot share a weight group"):
+        Streams().target_for(mixed, cfg)

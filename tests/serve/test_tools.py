@@ -83,3 +83,25 @@ def test_fields_parse_by_type_and_fall_back_to_their_default():
         T.field_prefix("b", "number", False) + "1"
     assert T.parse_tool_calls(prefix + "}}")[1] == [{"name": "f",
                                                      "arguments": {"a": "hi", "b": 1}}]
+
+
+def test_reply_calls_keep_calls_that_fit_and_fill_a_forced_one():
+    import asyncio
+
+    tools = T.function_tools({"submit_review": REVIEW, "note": {}})
+    good = {"is_bug": False, "summary": "ok", "metric": 1, "lower_is_better": True}
+    text = ("Done.\n" + T.format_call("submit_review", good) + T.format_call("submit_review",
+            {"is_bug": "no"}) + T.format_call("rm", {}))
+    asked = []
+
+    async def fill(name, schema):
+        asked.append((name, schema))
+        return {"is_bug": True}, 7
+
+    assert asyncio.run(T.reply_calls(text, tools, True, None, fill)) == (
+        "Done.", [{"name": "submit_review", "arguments": good}], None)
+    content, calls, tokens = asyncio.run(T.reply_calls(T.forced_prefix(None) + 'sub',
+                                                       tools, True, None, fill))
+    assert (content, calls, tokens) == ("", [{"name": "submit_review",
+                                              "arguments": {"is_bug": True}}], 7)
+    assert asked == [("submit_review", REVIEW)]  # the name the model began to write

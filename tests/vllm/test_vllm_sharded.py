@@ -1,7 +1,7 @@
 """vLLM beside a sharded learner (engine.weight_sync=broadcast): under torchrun (rank 0 starts
 the engine without torchrun's variables) and with a Ray learner group, the ranks stream each
-version to vLLM's worker over a gloo weight group; the engine then samples what the gathered
-file path gives it."""
+version to vLLM's worker over a gloo weight group, fingerprints appended and checked
+(`verify_weights`); the engine then samples what the gathered file path gives it."""
 
 import json
 import os
@@ -28,7 +28,7 @@ def tiny_vllm_dir(tmp_path_factory) -> Path:
 
 def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(tiny_vllm_dir, tmp_path):
     cfg = config(tiny_vllm_dir, False, "engine.kind=vllm", "engine.weight_sync=broadcast",
-                 "engine.weight_bucket_mb=1", "engine.max_model_len=256", "train.lr=1e-3",
+                 "engine.weight_bucket_mb=1", "engine.verify_weights=true", "engine.max_model_len=256", "train.lr=1e-3",
                  "train.grad_clip=1.0", "placement={kind: torchrun, ranks: 2}")
     torch.save((cfg, tmp_path), tmp_path / "args.pt")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -65,7 +65,7 @@ def test_a_ray_learner_group_trains_two_steps_with_vllm(tiny_vllm_dir, tmp_path,
     cfg = load_config(None, [
         f"model.model={tiny_vllm_dir}", "model.dtype=float32", "model.lora=false",
         "engine.kind=vllm", "engine.weight_sync=broadcast", "engine.max_model_len=256",
-        "placement={kind: learner_group, ranks: 2, rank: {cpus: 0}}",
+        "engine.verify_weights=true", "placement={kind: learner_group, ranks: 2, rank: {cpus: 0}}",
         "task.name=toy", "task.options.train_size=8", "task.options.eval_size=2",
         "rollout.group_size=2", "rollout.tasks_per_step=1", "rollout.max_turns=1",
         "sampling.max_new_tokens=4", "train.steps=2", "train.warmup_steps=0",

@@ -42,13 +42,15 @@ REPLIES: list[tuple[list[int], list[int]]] = []
 """(base, perturbed) greedy replies of each weight_sync path that ran: all must be equal."""
 
 
-@pytest.mark.parametrize("sync", ["memory", "file", "broadcast"])
+@pytest.mark.parametrize("sync", ["memory", "file", "broadcast", "broadcast-ipc"])
 def test_full_weights_reach_the_engine_in_memory_by_file_and_by_broadcast(engine, sync):
     """Every path serves each published version: greedy replies change with the weights (to
     the same reply on every path) and come back with them, and sampled log-probs are the
-    learner's. broadcast forms its gloo group with vLLM's worker process once and keeps it."""
+    learner's. broadcast forms its gloo group with vLLM's worker process once and keeps it;
+    with the ipc transport the worker copies each bucket out of shared memory."""
     trainable, sampler, chat = engine
-    sampler.options.weight_sync = sync
+    sampler.options.weight_sync, _, transport = sync.partition("-")
+    sampler.options.weight_transport = transport or "auto"
     prompt = chat.render(CAPITAL)
     greedy = SamplingParams(temperature=0, max_new_tokens=12)
     original = {k: v.clone() for k, v in trainable.model.state_dict().items()}
@@ -70,8 +72,9 @@ def test_full_weights_reach_the_engine_in_memory_by_file_and_by_broadcast(engine
     assert sampler.generate([prompt], greedy)[0].token_ids == base
     REPLIES.append((base, perturbed))
     assert REPLIES[-1] == REPLIES[0]  # the same weights served whichever way they travelled
-    if sync == "broadcast":
+    if sync.startswith("broadcast"):
         assert target is not None and target.backend == "gloo" and sampler._target is target
+        assert target.transport == (transport or "collective")
 
 
 def test_with_sleep_mode_the_engine_sits_out_the_train_step(engine):

@@ -69,7 +69,6 @@ from practicum.serve.protocol import (
     chat_chunks,
     check_roles,
     completion_prompts,
-    guess_name,
     sse,
     tool_choice_mode,
     tool_specs,
@@ -319,16 +318,13 @@ class AgentEndpoint:
         c = Choice(0, text, sample.finish_reason, len(sample.token_ids), sample)
         filled = False
         if tools:
-            specs = tool_specs(tools)
-            content, calls = T.parse_tool_calls(prefix_text + text)
-            calls = [k for k in calls if k["name"] in specs
-                     and T.check_arguments(k["arguments"], specs[k["name"]]) is None]
-            if mode == "forced" and not calls:  # filled for the agent, never trained on
-                name = forced or guess_name(prefix_text + text, specs)
-                calls, content, filled = [{"name": name, "arguments": await self._fill(
-                    live, name, specs[name], plan.prompt_ids[:len(plan.prompt_ids)
-                                                             - len(prefix)],
-                    params, adapter)}], "", True
+            # a forced call the model got wrong is filled for the agent, never trained on
+            prompt = plan.prompt_ids[:len(plan.prompt_ids) - len(prefix)]
+            content, calls, tokens = await T.reply_calls(
+                prefix_text + text, T.function_tools(tool_specs(tools)), mode == "forced",
+                forced, lambda name, schema: self._fill(live, name, schema, prompt, params,
+                                                        adapter))
+            filled = tokens is not None
             if calls:
                 c.calls, c.text, c.finish_reason = calls, content, "tool_calls"
         returned = c.text or (None if c.calls else "")
@@ -344,7 +340,7 @@ class AgentEndpoint:
                 "usage": usage}
 
     async def _fill(self, live: LiveEpisode, name: str, schema: dict, ids: list[int],
-                    params: SamplingParams, adapter: bool) -> dict:
+                    params: SamplingParams, adapter: bool) -> tuple[dict, int]:
         """A forced call's arguments when the model's own did not parse: one required field at
         a time, each value sampled after a prefix naming it, a value that does not parse
         replaced by the field's fallback (as `practicum serve` does). These engine calls are in
@@ -353,8 +349,7 @@ class AgentEndpoint:
         async def sample(prompt_ids: list[int], p: SamplingParams):
             return (await self._sample(live, prompt_ids, p, None, adapter))[0]
 
-        args, _ = await T.fill_arguments(name, schema, ids, params, self.chat.encode, sample)
-        return args
+        return await T.fill_arguments(name, schema, ids, params, self.chat.encode, sample)
 
     # -- completions ----------------------------------------------------------------------------
     async def _complete(self, live: LiveEpisode, req: CompletionRequest, adapter: bool):

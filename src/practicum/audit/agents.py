@@ -203,11 +203,8 @@ def _hidden(s, tasks) -> list[Path]:
     """The paths the environment hides from an agent on these tasks (answers, task sources)."""
     found: list[Path] = []
     for task in tasks:
-        env = s.suite.make_env(s.models)
-        try:
+        with s.suite.make_env(s.models) as env:
             found += env.agent_task(task, 0).hidden
-        finally:
-            env.close()
     return list(dict.fromkeys(found))
 
 

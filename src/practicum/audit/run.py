@@ -184,8 +184,7 @@ class _Runner:
         return result
 
     def episode(self, task: Task, policy: Policy, seed: int) -> float:
-        env = self.suite.make_env(self.service)
-        try:
+        with self.suite.make_env(self.service) as env:
             start = env.reset(task, seed)
             probe = Probe(task, start, 0, "", env, self.suite, random.Random(seed), self.options)
             step = None
@@ -197,5 +196,3 @@ class _Runner:
                 probe.observation = (step.context[-1]["content"] if step.context is not None
                                      else step.observation)
             return float(step.reward)  # truncated episodes keep the last step's reward
-        finally:
-            env.close()

@@ -31,10 +31,13 @@ from practicum.engine.hf_model import (
 from practicum.engine.hf_sampler import HFSampler, MergedCopy
 from practicum.engine.hf_trainable import HFTrainable, distinct_tensors
 from practicum.engine.models import resolve_model
+from practicum.engine.options import HFOptions
+from practicum.engine.weight_check import StaleWeights, fingerprint, stale_tensors
 from practicum.engine.weight_group import backend_for
 from practicum.engine.weight_stream import (
     Membership,
     StreamedUpdate,
+    StreamFormat,
     WeightRendezvous,
     WeightTarget,
     own_address,
@@ -61,11 +64,12 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     return sampler
 
 
-def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | None = None):
+def build_sampler(options: HFOptions, policy: PolicyConfig, trainable: HFTrainable | None = None):
     """The registry's builder for engine.kind hf (`practicum.engine.factory`)."""
     if trainable is not None:
         return trainable_sampler(trainable)
-    return HFEngineCopy(policy, engine_cfg.weight_bucket_mb)
+    return HFEngineCopy(policy, options.weight_bucket_mb, options.verify_weights,
+                        options.weight_transport)
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
@@ -83,7 +87,12 @@ class HFEngineCopy(QuietPart):
     receivers = 1
     """Members it takes in a weight group (`receive_weights`)."""
 
-    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0):
+    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0, verify: bool = False,
+                 transport: str = "auto"):
+        self.verify = verify
+        self.transport = "ipc" if transport == "ipc" else "collective"
+        """How streamed versions travel (`engine.weight_transport`; auto: collective)."""
+        """Streamed versions carry fingerprints, checked against the copy (`weight_check`)."""
         self.holder = load_sampling_copy(policy)
         self.sampler = trainable_sampler(self.holder)
         self.tokenizer = self.holder.tokenizer
@@ -112,8 +121,11 @@ class HFEngineCopy(QuietPart):
             if self._target is None:
                 if self._rendezvous is None:
                     self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
-                self._target = self._rendezvous.target(
-                    2, backend_for(self.device), self.holder.lm.dtype, self.bucket_mb)
+                fmt = self.stream_format()
+                backend = "gloo" if self.transport == "ipc" else fmt.backend
+                self._target = self._rendezvous.target(1 + fmt.receivers, backend, fmt.dtype,
+                                                       self.bucket_mb, self.verify,
+                                                       self.transport)
             target = self._target
             try:
                 publish(update, target, lambda: self.receive_weights(update.version, target, 1))
@@ -137,6 +149,10 @@ class HFEngineCopy(QuietPart):
                 self.holder.model.load_state_dict(tensors)
         self.sampler.load_weights(replace(update, tensors=tensors))
 
+    def stream_format(self) -> StreamFormat:
+        return StreamFormat(self.receivers, backend_for(self.device),
+                            str(self.holder.lm.dtype).removeprefix("torch."))
+
     def receive_weights(self, version: int, target: WeightTarget, rank: int) -> None:
         """Receive full weights streamed to `target` as member `rank`, copying each tensor
         into the copy as it arrives (one bucket held at a time), then sample them as
@@ -151,7 +167,19 @@ class HFEngineCopy(QuietPart):
         missing = set(distinct_tensors(self.holder.trainable_state())[0]) - got
         if missing:
             raise ValueError(f"the streamed weights lack {sorted(missing)[:5]}")
+        if group.sent_fingerprints is not None:
+            self.check_weights(group.sent_fingerprints)
         self.sampler.load_weights(WeightUpdate(version, "full", {}))
+
+    def check_weights(self, sent: dict[str, int]) -> None:
+        """The post-sync check: raise `StaleWeights` naming every parameter the copy computes
+        with that differs from the fingerprints `sent` (`practicum.engine.weight_check`)."""
+        held = {name: fingerprint(p) for name, p in
+                self.holder.model.named_parameters(remove_duplicate=True)}
+        problems = stale_tensors(sent, held, {})
+        if problems:
+            raise StaleWeights(f"after publishing, {len(problems)} of the HF copy's parameters "
+                               f"are not the learner's: " + "; ".join(problems[:8]))
 
     def shares_trainable(self, adapter: bool) -> bool:
         return False

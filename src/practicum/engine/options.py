@@ -168,6 +168,16 @@ class PolicyConfig(ModelOptions):
                       "vLLM's engine (run.seed).")
 
 
+def _transport_field():
+    return Field(
+        "auto", description="weight_sync=broadcast: how the bytes travel. collective = "
+        "through the weight group (nccl between GPUs, gloo otherwise); ipc = shared in place "
+        "with receivers on the sender's machine, only control messages through the group: "
+        "CUDA IPC from the sender's GPU (a sampler on the learner's own GPU, where NCCL cannot "
+        "go), shared memory from the CPU (practicum.engine.weight_ipc); auto = ipc where the "
+        "learner in this process shares vLLM's GPU, else collective.")
+
+
 def _bucket_mb_field():
     return Field(
         256, gt=0, description="weight_sync=broadcast: MiB of weights per collective "
@@ -204,6 +214,12 @@ class HFOptions(EngineOptions):
         "one tensor at a time in the sampler's dtype and rank 0 sends it in buckets to every "
         "receiver (practicum.engine.weight_stream); no process holds a gathered copy.")
     weight_bucket_mb: float = _bucket_mb_field()
+    weight_transport: Literal["auto", "collective", "ipc"] = _transport_field()
+    verify_weights: bool = Field(
+        False, description="hf with weights of its own, streamed versions (weight_sync: "
+        "broadcast): the sender follows the weights with a checksum of each tensor and the "
+        "copy compares every parameter it computes with (practicum.engine.weight_check), so a "
+        "tensor that silently stays stale stops the run. On in the test suite.")
 
     @property
     def broadcasts_weights(self) -> bool:
@@ -257,6 +273,7 @@ class VLLMOptions(EngineOptions):
         "sends it in buckets, no process holding a gathered copy (practicum.engine."
         "weight_stream). LoRA adapters always go through a small peft folder.")
     weight_bucket_mb: float = _bucket_mb_field()
+    weight_transport: Literal["auto", "collective", "ipc"] = _transport_field()
     verify_weights: bool = Field(
         False, description="vllm, full fine-tuning: after every publish, compare a checksum "
         "of each parameter the engine computes with against what the learner sent "

@@ -34,8 +34,8 @@ torchrun's rank 0, which is this process), whose ranks gather one tensor at a ti
 (`StreamedUpdate`); the workers learn each version's names, shapes and dtypes from the stream's
 header and receive it in buckets, `collective_rpc` blocking in this thread while the sender
 runs in another. Inside torchrun the engine is started without its variables
-(`without_launcher_variables`), as a launch of its own. A streamed version is not checked
-after the sync (`verify_weights` covers a learner here).
+(`without_launcher_variables`), as a launch of its own. With `verify_weights` the sender appends
+each tensor's fingerprint to the stream and the workers' parameters are checked against them.
 
 Full weights travel in the engine's dtype (bf16 on a GPU by default, `practicum.engine.device`),
 cast one tensor or bucket at a time, while the learner keeps its fp32 master weights. With
@@ -77,6 +77,7 @@ from practicum.engine.weight_group import backend_for, meta_of
 from practicum.engine.weight_stream import (
     Membership,
     StreamedUpdate,
+    StreamFormat,
     WeightRendezvous,
     WeightTarget,
     own_address,
@@ -294,7 +295,9 @@ class VLLMSampler:
         learner's) is received by the workers from the learner's rank 0 (`weight_stream`)."""
         if isinstance(update, StreamedUpdate):
             self.streamed += 1
-            reload = lambda: self._stream(update, self._stream_target(self._gpu_backend()))  # noqa: E731
+            transport = "ipc" if self.options.weight_transport == "ipc" else "collective"
+            backend = "gloo" if transport == "ipc" else self._gpu_backend()
+            reload = lambda: self._stream(update, self._stream_target(backend, transport))  # noqa: E731
         elif update.kind == "lora":
             reload = lambda: self._load_lora(update)  # noqa: E731
         else:
@@ -349,11 +352,13 @@ class VLLMSampler:
         needs of `update` is read here, before the caller returns: the tensors may be the
         learner's live ones."""
         tensors = {k: v.detach() for k, v in update.tensors.items()}
-        sent = fingerprints(tensors, self.dtype) if self.options.verify_weights else None
+        how = self.options.weight_sync
+        # a broadcast carries its fingerprints itself (`WeightGroup.send_stream`)
+        sent = fingerprints(tensors, self.dtype) \
+            if self.options.verify_weights and how != "broadcast" else None
         if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
                 tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
             tensors.pop("lm_head.weight")  # tied: sent once (safetensors refuses shared storage)
-        how = self.options.weight_sync
         if how != "broadcast":  # a CPU copy in the engine's dtype (broadcast casts per bucket)
             tensors = {k: v.to("cpu", self.dtype if v.is_floating_point() else v.dtype)
                        .contiguous() for k, v in tensors.items()}
@@ -393,33 +398,47 @@ class VLLMSampler:
         weight group with vLLM's workers (formed at the first publish, again if the weights
         change device), casting bucket by bucket."""
         device = next(iter(tensors.values())).device
-        backend = backend_for(device)
-        if backend == "nccl":
+        backend, transport = backend_for(device), self.options.weight_transport
+        if backend == "nccl" and transport != "ipc":
             import torch
 
             mine = str(torch.cuda.get_device_properties(device).uuid)
             if mine in self.llm.collective_rpc("weight_device"):
-                raise ConfigError("config error at engine.weight_sync: broadcast, but the "
-                                  "learner's weights are on a GPU vLLM also runs on, and NCCL "
-                                  "cannot join two processes on one GPU: set model.device to "
-                                  "another GPU, or weight_sync=memory")
+                if transport == "collective":
+                    raise ConfigError(
+                        "config error at engine.weight_transport: collective, but the "
+                        "learner's weights are on a GPU vLLM also runs on, and NCCL cannot "
+                        "join two processes on one GPU: weight_transport=ipc (or auto)")
+                transport = "ipc"  # auto: CUDA IPC on the shared GPU
+        if transport == "auto":
+            transport = "collective"
+        if transport == "ipc":
+            backend = "gloo"  # control messages only; the bytes stay where they are
         meta = meta_of(tensors, self.dtype)
         here = StreamedUpdate(0, lambda target: send_stream(target, meta, iter(tensors.items()),
                                                             self._sender))
-        self._stream(here, self._stream_target(backend))
+        self._stream(here, self._stream_target(backend, transport))
+
+    def stream_format(self) -> StreamFormat:
+        """What a sharded learner streams to it: one member per worker, in its dtype."""
+        return StreamFormat(self.receivers, self._gpu_backend(),
+                            str(self.dtype).removeprefix("torch."))
 
     def _gpu_backend(self) -> str:
         """A sharded learner's backend: nccl when vLLM holds its weights on GPUs (the ranks
         then send from theirs), else gloo."""
         return "gloo" if _gpu_memory() is None else "nccl"
 
-    def _stream_target(self, backend: str) -> WeightTarget:
-        """The weight group's current formation for `backend` (a new one when it changes)."""
-        if self._target is None or self._target.backend != backend:
+    def _stream_target(self, backend: str, transport: str = "collective") -> WeightTarget:
+        """The weight group's current formation for `backend` and `transport` (a new one when
+        either changes)."""
+        if self._target is None or \
+                (self._target.backend, self._target.transport) != (backend, transport):
             if self._rendezvous is None:
                 self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
             self._target = self._rendezvous.target(1 + self.receivers, backend, self.dtype,
-                                                   self.options.weight_bucket_mb)
+                                                   self.options.weight_bucket_mb,
+                                                   self.options.verify_weights, transport)
         return self._target
 
     def _stream(self, update: StreamedUpdate, target: WeightTarget) -> None:
@@ -432,7 +451,12 @@ class VLLMSampler:
             raise
 
     def _receive(self, target: WeightTarget, rank: int) -> None:
-        self.llm.collective_rpc("receive_stream", args=(asdict(target), rank, own_address()))
+        """The workers receive as members rank, rank + 1, ...; then, for a target with
+        `verify`, the post-sync check against the fingerprints the sender appended."""
+        sent = self.llm.collective_rpc("receive_stream",
+                                       args=(asdict(target), rank, own_address()))[0]
+        if target.verify:
+            self.check_weights(sent)
 
     # -- a part of the placement -------------------------------------------------------------
     def metrics(self) -> dict[str, float]:

@@ -43,11 +43,13 @@ class WeightsReloader:
             return "cpu"
         return str(torch.cuda.get_device_properties(self.device).uuid)
 
-    def receive_stream(self, target: dict, first_rank: int, bind: str | None) -> None:
+    def receive_stream(self, target: dict, first_rank: int, bind: str | None
+                       ) -> dict[str, int] | None:
         """Receive one version streamed to `target` (`weight_stream`) as member first_rank +
         this worker's rank (joined at the first, kept while the target stays; its sockets on
         `bind`, this node's address) and reload it bucket by bucket; nccl receives on this
-        worker's GPU, gloo on CPU."""
+        worker's GPU, gloo on CPU. Returns the fingerprints the sender appended (a target with
+        `verify`), else None."""
         from practicum.engine.weight_stream import Membership, WeightTarget
 
         member = getattr(self, "_weight_member", None)
@@ -64,6 +66,7 @@ class WeightsReloader:
             except Exception:
                 member.close()  # mid-collective: the next publish forms the group anew
                 raise
+        return group.sent_fingerprints
 
     # -- the post-sync check -------------------------------------------------------------------
     def weight_fingerprints(self) -> tuple[dict[str, int], dict[str, list[str]]]:

@@ -28,6 +28,7 @@ sharded learner's gathers: `weight_stream`), so the receivers need nothing befor
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from practicum.engine.weight_ipc import SharedBucket, open_shared
 
 Meta = list[tuple[str, tuple[int, ...], str]]
 """(name, shape, dtype name) of every tensor sent, in sending order."""
@@ -75,6 +78,12 @@ def buckets(meta: Meta, bucket_mb: float = BUCKET_MB) -> list[list[int]]:
     return out
 
 
+def _largest_bucket(meta: Meta, bucket_mb: float) -> int:
+    """Bytes of the largest of `meta`'s buckets."""
+    return max((sum(_numel(meta[i][1]) * getattr(torch, meta[i][2]).itemsize for i in idx)
+                for idx in buckets(meta, bucket_mb)), default=0)
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -92,6 +101,8 @@ class WeightGroup:
     world: int
     backend: str
     store: dist.Store
+    sent_fingerprints: dict[str, int] | None = None
+    """A receiver's: the fingerprints that followed the last stream (`receive_stream`)."""
 
     @classmethod
     def open_server(cls, world: int, backend: str, host: str = "127.0.0.1", port: int = 0,
@@ -137,26 +148,81 @@ class WeightGroup:
         self._send_buckets(zip((name for name, _, _ in meta), tensors), meta, bucket_mb)
 
     def send_stream(self, meta: Meta, tensors: Iterable[tuple[str, torch.Tensor]],
-                    bucket_mb: float = BUCKET_MB) -> None:
+                    bucket_mb: float = BUCKET_MB, verify: bool = False,
+                    ipc: bool = False) -> None:
         """Rank 0: `meta` and the bucket size first (so the receivers need neither:
         `receive_stream`), then `tensors` as they come, named and ordered as `meta` says.
         Holds one bucket (a larger tensor travels as itself) beside the tensor being copied
-        in, so a gathered model streams through a few hundred MB."""
-        header = json.dumps({"meta": meta, "bucket_mb": bucket_mb}).encode()
-        self._broadcast(torch.tensor([len(header)], dtype=torch.int64))
-        self._broadcast(torch.frombuffer(bytearray(header), dtype=torch.uint8))
-        self._send_buckets(tensors, meta, bucket_mb)
+        in, so a gathered model streams through a few hundred MB. `verify`: the fingerprint
+        of every tensor as it travels (`weight_check.fingerprint`, taken from the bucket, so
+        in the receivers' dtype) follows the last bucket, for the post-sync check. `ipc`:
+        the buckets are shared in place with receivers on this machine (`weight_ipc`: CUDA
+        IPC from a GPU, shared memory from the CPU) and only control messages travel."""
+        arriving = iter(tensors)
+        shared = None
+        if ipc:  # the buffer lives where the weights are: the first tensor says where
+            first = next(arriving, None)
+            device = first[1].device if first is not None else torch.device("cpu")
+            arriving = itertools.chain([first] if first is not None else [], arriving)
+            shared = SharedBucket.create(_largest_bucket(meta, bucket_mb), device)
+        try:
+            self._send_bytes(json.dumps({"meta": meta, "bucket_mb": bucket_mb,
+                                         "verify": verify, "ipc": ipc}).encode())
+            if shared is not None:
+                self._send_bytes(json.dumps(shared.handle).encode())
+                opened = self._all_ok(True)
+                shared.forget()
+                if not opened:
+                    raise RuntimeError("weight transport ipc: a receiver could not open the "
+                                       "shared buffer (its own error says why)")
+            sent: dict[str, int] | None = {} if verify else None
+            self._send_buckets(arriving, meta, bucket_mb, sent, shared)
+            if sent is not None:
+                self._send_bytes(json.dumps(sent).encode())
+        finally:
+            if shared is not None:
+                shared.forget()
+
+    def _send_bytes(self, data: bytes) -> None:
+        self._broadcast(torch.tensor([len(data)], dtype=torch.int64))
+        self._broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+    def _receive_bytes(self) -> bytes:
+        size = torch.empty(1, dtype=torch.int64)
+        self._broadcast(size)
+        data = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._broadcast(data)
+        return data.numpy().tobytes()
+
+    def _barrier(self) -> None:
+        """Every member has come this far (a one-element all-reduce: also over nccl)."""
+        self._all_ok(True)
+
+    def _all_ok(self, ok: bool) -> bool:
+        """Whether every member says ok (each says its own; all hear the verdict)."""
+        flag = torch.tensor([0.0 if ok else 1.0], device=self.device)
+        self.pg.allreduce([flag]).wait()
+        return flag.item() == 0.0
 
     def _send_buckets(self, tensors: Iterable[tuple[str, torch.Tensor]], meta: Meta,
-                      bucket_mb: float) -> None:
+                      bucket_mb: float, fingerprints: dict[str, int] | None = None,
+                      shared: SharedBucket | None = None) -> None:
+        """`fingerprints`: filled with each tensor's fingerprint as it travels, if given.
+        `shared`: every bucket is filled into it (each tensor cast on the way), then the
+        receivers are told it is ready and copy it out before the next is filled."""
+        from practicum.engine.weight_check import fingerprint
+
         if self.rank != 0:
             raise RuntimeError("only rank 0 sends weights")
         arriving = iter(tensors)
         for idx in buckets(meta, bucket_mb):
             dtype = getattr(torch, meta[idx[0]][2])
             sizes = [_numel(meta[i][1]) for i in idx]
-            flat = None if len(idx) == 1 else \
-                torch.empty(sum(sizes), dtype=dtype, device=self.device)
+            if shared is not None:
+                flat = shared.view(dtype, sum(sizes))
+            else:
+                flat = None if len(idx) == 1 else \
+                    torch.empty(sum(sizes), dtype=dtype, device=self.device)
             for i, part in zip(idx, flat.split(sizes) if flat is not None else [None]):
                 name, tensor = next(arriving, (None, None))
                 if name != meta[i][0]:
@@ -164,22 +230,59 @@ class WeightGroup:
                                        f"{meta[i][0]!r}")
                 if part is None:  # alone in its bucket: sent as itself, cast if need be
                     flat = tensor.detach().contiguous().reshape(-1).to(self.device, dtype)
+                    part = flat
                 else:
                     part.copy_(tensor.detach().reshape(-1))
+                if fingerprints is not None:
+                    fingerprints[name] = fingerprint(part)
                 del tensor
-            self.pg.broadcast(flat, 0).wait()
+            if shared is not None:
+                if flat.is_cuda:  # the receivers read it from other CUDA contexts
+                    torch.cuda.current_stream(flat.device).synchronize()
+                self._barrier()  # ready
+                self._barrier()  # taken
+            else:
+                self.pg.broadcast(flat, 0).wait()
             del flat
 
     def receive_stream(self, device: torch.device | str = "cpu"
                        ) -> Iterator[tuple[str, torch.Tensor]]:
-        """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`)."""
-        size = torch.empty(1, dtype=torch.int64)
-        self._broadcast(size)
-        header = torch.empty(int(size.item()), dtype=torch.uint8)
-        self._broadcast(header)
-        sent = json.loads(header.numpy().tobytes().decode())
-        meta = [(n, tuple(s), d) for n, s, d in sent["meta"]]
-        yield from self.receive(meta, device, sent["bucket_mb"])
+        """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`).
+        Once it is consumed, `sent_fingerprints` holds the sender's fingerprints when it
+        sent them (`verify`), else None."""
+        self.sent_fingerprints = None
+        header = json.loads(self._receive_bytes())
+        meta = [(n, tuple(s), d) for n, s, d in header["meta"]]
+        if header.get("ipc"):
+            handle = json.loads(self._receive_bytes())
+            try:
+                buffer = open_shared(handle)
+            except BaseException:
+                self._all_ok(False)  # the sender and the others stop here, not at a timeout
+                raise
+            if not self._all_ok(True):
+                raise RuntimeError("weight transport ipc: another receiver could not open the "
+                                   "shared buffer")
+            yield from self._receive_shared(meta, buffer, header["bucket_mb"])
+        else:
+            yield from self.receive(meta, device, header["bucket_mb"])
+        if header.get("verify"):
+            self.sent_fingerprints = json.loads(self._receive_bytes())
+
+    def _receive_shared(self, meta: Meta, buffer: torch.Tensor, bucket_mb: float
+                        ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The ipc side of `receive`: each bucket viewed in the sender's buffer, where it lies
+        (its GPU, or shared CPU memory), until the sender is told it was taken."""
+        for idx in buckets(meta, bucket_mb):
+            dtype = getattr(torch, meta[idx[0]][2])
+            sizes = [_numel(meta[i][1]) for i in idx]
+            self._barrier()  # ready
+            flat = buffer[:sum(sizes) * dtype.itemsize].view(dtype)
+            for i, part in zip(idx, flat.split(sizes)):
+                yield meta[i][0], part.view(meta[i][1])
+            if flat.is_cuda:
+                torch.cuda.current_stream(flat.device).synchronize()
+            self._barrier()  # taken
 
     def _broadcast(self, small: torch.Tensor) -> None:
         """A small CPU tensor from rank 0 (through the group's device for nccl)."""

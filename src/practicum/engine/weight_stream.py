@@ -22,12 +22,20 @@ on GPUs (the sender's buckets then live on its current GPU), gloo otherwise.
 Memory: rank 0 holds the tensor being gathered (whole, in the sampler's dtype) and one bucket
 (`bucket_mb`; a larger tensor travels as itself); the other ranks their shards and the pieces
 they send; each receiver one bucket, copied into its model as it arrives.
+
+A target says how its streams travel: `transport` collective (the bytes through the group) or
+ipc (each bucket shared in place with receivers on the sender's machine, `weight_ipc`), and
+`verify` (each tensor's fingerprint follows the weights; the receivers check what they compute
+with, `weight_check`). A receiver that fails while alive takes the rest of the stream
+(`drained`), so the sender ends with the error instead of waiting for the group's timeout; one
+that dies breaks the group's connections, which the sender sees at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -53,6 +61,13 @@ class WeightTarget:
     """The receivers' dtype: floating tensors are cast to it before they travel."""
     bucket_mb: float
     timeout_s: float = 600.0
+    verify: bool = False
+    """The sender follows the weights with their fingerprints (`engine.verify_weights`: the
+    receivers then check what they hold, `weight_check`)."""
+    transport: str = "collective"
+    """collective: the bytes go through the group; ipc: they are shared in place with the
+    receivers on the sender's machine, control messages only through the group
+    (`weight_ipc`)."""
 
     def join(self, rank: int, bind: str | None = None) -> WeightGroup:
         return WeightGroup.join(self.host, self.port, rank, self.world, self.backend,
@@ -73,12 +88,13 @@ class WeightRendezvous:
                                    wait_for_workers=False)
 
     def target(self, world: int, backend: str, dtype: torch.dtype | str,
-               bucket_mb: float) -> WeightTarget:
+               bucket_mb: float, verify: bool = False,
+               transport: str = "collective") -> WeightTarget:
         """A new formation of `world` members."""
         self.formed += 1
         return WeightTarget(self.host, self.store.port, f"practicum-weights-{self.formed}",
                             world, backend, str(dtype).removeprefix("torch."), bucket_mb,
-                            self.timeout_s)
+                            self.timeout_s, verify, transport)
 
 
 class Membership:
@@ -103,6 +119,19 @@ class Membership:
         group, self.group, self.target = self.group, None, None
         if group is not None:
             group.close()
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """What a receiving sampler takes of a weight group, told by the sampler itself (in an
+    engine actor: on the actor's node and devices, not the driver's)."""
+
+    receivers: int
+    """Members it joins as (vLLM: one per tensor-parallel worker)."""
+    backend: str
+    """nccl when it holds the weights on GPUs, else gloo."""
+    dtype: str
+    """The dtype it computes in (floating tensors are cast to it before they travel)."""
 
 
 @dataclass
@@ -135,7 +164,8 @@ def send_stream(target: WeightTarget, meta: Meta, tensors: Iterator[tuple[str, t
     the rest of `tensors` is still drawn (each is a collective of the learner's ranks, which
     must stay paired) and the membership dropped (the next publish forms anew)."""
     try:
-        member.of(target, 0).send_stream(meta, tensors, target.bucket_mb)
+        member.of(target, 0).send_stream(meta, tensors, target.bucket_mb, target.verify,
+                                         ipc=target.transport == "ipc")
     except BaseException:
         member.close()
         try:
@@ -151,7 +181,7 @@ def receive_into(state: dict[str, torch.Tensor],
     """Copy each arriving tensor into `state`'s tensor of that name (in place, as it arrives);
     the names received. An unknown name or shape raises, after the rest has arrived."""
     got, problems = set(), []
-    with torch.no_grad():
+    with torch.no_grad(), drained(arriving):
         for name, tensor in arriving:
             mine = state.get(name)
             if mine is None or mine.shape != tensor.shape:
@@ -162,6 +192,22 @@ def receive_into(state: dict[str, torch.Tensor],
     if problems:
         raise ValueError(f"weights streamed that this sampler has no place for: {problems[:5]}")
     return got
+
+
+@contextmanager
+def drained(arriving: Iterator):
+    """Whatever the body raises, the rest of `arriving` is taken before it propagates: the
+    sender sends every bucket and would otherwise wait for the group's timeout (a receiver
+    that fails while staying alive; one that dies breaks the group's connections at once)."""
+    try:
+        yield arriving
+    except BaseException:
+        try:
+            for _ in arriving:
+                pass
+        except Exception:  # noqa: BLE001 - the body's failure is the one to report
+            pass
+        raise
 
 
 def publish(update: StreamedUpdate, target: WeightTarget, receive: Callable[[], None]) -> None:

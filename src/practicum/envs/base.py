@@ -1,8 +1,8 @@
 """The environment contract: Gym-like, chat messages in, text actions, one typed result per step.
 
-    start = env.reset(task, seed)      # Start: the first prompt's chat messages + stop strings
-    result = env.step(action_text)     # StepResult: observation, reward, done, duration, ...
-    env.close()
+    with make_env(models) as env:      # `close` on the way out, however the episode ends
+        start = env.reset(task, seed)  # Start: the first prompt's chat messages + stop strings
+        result = env.step(action_text) # StepResult: observation, reward, done, duration, ...
 
 An environment that can host an outside agent (`rollout.agent`, `practicum.agent`) also says
 what the agent gets and how its outcome is graded:
@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from practicum.engine.chat import Message  # re-exported: environments write chat messages
 
@@ -116,6 +116,9 @@ class AgentOutcome:
     """Text of every policy reply it got, in call order."""
 
 
+E = TypeVar("E", bound="Env")
+
+
 class Env(ABC):
     """A stateful environment serving one episode at a time."""
 
@@ -129,6 +132,12 @@ class Env(ABC):
 
     def close(self) -> None:
         """Release processes and files (called once per episode, after it ended)."""
+
+    def __enter__(self: E) -> E:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def kill(self) -> None:
         """Stop work in progress now, from another thread (runtime shutdown). Default: nothing."""

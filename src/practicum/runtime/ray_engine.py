@@ -83,10 +83,10 @@ class EngineWorker:
         self.sampler.load_weights(update)
         return self.sampler.version
 
-    def receivers(self) -> int:
-        """Members its sampler takes in a weight group (vLLM: one per tensor-parallel
-        worker)."""
-        return self.sampler.receivers
+    def stream_format(self):
+        """What its sampler takes of a weight group (`weight_stream.StreamFormat`), decided
+        here, where its devices are."""
+        return self.sampler.stream_format()
 
     def receive_weights(self, version: int, target, rank: int) -> int:
         """Receive a streamed version as members rank, rank + 1, ... (`weight_stream`)."""
@@ -115,8 +115,8 @@ class RayEngine:
         self.handle = None
         self.pid = 0
         self.started = self.restarts = 0
-        self.receivers = 1
-        """Members the actor's sampler takes in a weight group."""
+        self.stream_format = None
+        """What the actor's sampler takes of a weight group (`weight_stream.StreamFormat`)."""
         self._streams = Streams()
         self._streamed = self.awaits_stream = False
         """Versions arrive by broadcast; a replacement actor holds none until the next."""
@@ -220,7 +220,7 @@ class RayEngine:
         limit = max(self.timeout, START_SECONDS)
         try:
             self.pid = ray.get(handle.pid.remote(), timeout=limit)
-            self.receivers = ray.get(handle.receivers.remote(), timeout=limit)
+            self.stream_format = ray.get(handle.stream_format.remote(), timeout=limit)
             self.awaits_stream = self._streamed
             if self._weights is not None and not self._streamed:
                 ray.get(handle.load_weights.remote(self._weights), timeout=limit)
@@ -272,20 +272,28 @@ class Streams:
         self.target = None
         self._members: tuple = ()
 
-    def target_for(self, engines: list[RayEngine], policy: PolicyConfig,
-                   bucket_mb: float):
-        from practicum.engine.hf_model import pick_device, resolve_dtype
-        from practicum.engine.weight_group import backend_for
+    def target_for(self, engines: list[RayEngine], engine_cfg):
+        """The current formation with `engines`' receivers, in the backend and dtype the
+        actors report for themselves (a driver without a GPU beside GPU actors: nccl)."""
         from practicum.engine.weight_stream import WeightRendezvous, own_address
 
         members = tuple((id(e), e.started) for e in engines)
         if self.target is None or members != self._members:
+            formats = {(e.stream_format.backend, e.stream_format.dtype) for e in engines}
+            if len(formats) > 1:
+                raise ValueError(f"engine actors that receive differently cannot share a "
+                                 f"weight group: {sorted(formats)}")
+            (backend, dtype), = formats
+            transport = "ipc" if getattr(engine_cfg, "weight_transport", "auto") == "ipc" \
+                else "collective"
+            if transport == "ipc":
+                backend = "gloo"  # control messages only (`weight_ipc`)
             if self.rendezvous is None:
                 self.rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
-            device = pick_device(policy.device)
             self.target = self.rendezvous.target(
-                1 + sum(e.receivers for e in engines), backend_for(device),
-                resolve_dtype(policy, device, sampler=True), bucket_mb)
+                1 + sum(e.stream_format.receivers for e in engines), backend, dtype,
+                engine_cfg.weight_bucket_mb, getattr(engine_cfg, "verify_weights", False),
+                transport)
             self._members = members
         return self.target
 
@@ -299,8 +307,9 @@ def stream_to(engines: list[RayEngine], update, streams: Streams, pool=None) -> 
     for e in engines:
         if e.handle is None:
             e._start()
-    target = streams.target_for(engines, first.policy, first.engine_cfg.weight_bucket_mb)
-    ranks = [1 + sum(e.receivers for e in engines[:i]) for i in range(len(engines))]
+    target = streams.target_for(engines, first.engine_cfg)
+    ranks = [1 + sum(e.stream_format.receivers for e in engines[:i])
+             for i in range(len(engines))]
 
     def receive() -> None:
         if pool is None or len(engines) == 1:

@@ -139,16 +139,6 @@ def tool_choice_mode(req: ChatRequest) -> tuple[str, str | None]:
     raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
 
 
-def guess_name(text: str, specs: dict[str, dict]) -> str:
-    """Under tool_choice=required: the function whose name the model began to write, else the
-    first one."""
-    written = text.split('"name": "', 1)[-1].split('"', 1)[0]
-    for name in specs:
-        if written and (name.startswith(written) or written.startswith(name)):
-            return name
-    return next(iter(specs))
-
-
 def completion_prompts(prompt, chat, vocab_size: int) -> list[list[int]]:
     if isinstance(prompt, str):
         prompt = [prompt]

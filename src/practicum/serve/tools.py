@@ -1,6 +1,7 @@
 """Tool calls for models whose chat template knows no tools: described in the system prompt,
 written by the model as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes /
-Qwen convention), parsed back into OpenAI `tool_calls`.
+Qwen convention), parsed back into OpenAI `tool_calls`. The client's functions are a
+`practicum.tools.ToolSet` of `FunctionTool`s: the client runs them, the set checks their calls.
 
     messages = tool_messages(messages, tools)          # tools described, tool turns rendered
     content, calls = parse_tool_calls(text)            # free text before the calls, the calls
@@ -8,9 +9,10 @@ Qwen convention), parsed back into OpenAI `tool_calls`.
                                                        # is started for the model, which writes
                                                        # the arguments
     check_arguments(args, schema)                      # None, or what is wrong with them
+    content, calls, filled = await reply_calls(prefix + text, function_tools(specs), ...)
 
-Arguments the model leaves unparseable under a forced call are filled one field at a time by
-`app` (each value written by the model after a prefix naming the field).
+Under a forced call whose arguments the model left unusable, `reply_calls` has them filled one
+field at a time (`fill_arguments`: each value written by the model after a prefix naming it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import re
 import uuid
 from dataclasses import replace
 from typing import Any, Awaitable, Callable
+
+from practicum.tools import CallError, Tool, ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +239,60 @@ async def fill_arguments(name: str, schema: dict, ids: list[int], params,
         dumped = json.dumps(value)
         text += dumped[1:] if kind == "string" and isinstance(value, str) else dumped
     return args, tokens
+
+
+class FunctionTool(Tool):
+    """A function of the request's `tools`: the client runs it; a call's arguments must fit its
+    parameters schema (`check_arguments`)."""
+
+    def __init__(self, name: str, schema: dict):
+        self.name, self.schema = name, schema
+
+    def parse(self, arguments: Any) -> dict:
+        problem = check_arguments(arguments, self.schema)
+        if problem is not None:
+            raise CallError(problem)
+        return arguments
+
+
+def function_tools(specs: dict[str, dict]) -> ToolSet[FunctionTool]:
+    """The request's functions (name -> parameters schema) as a tool set."""
+    return ToolSet(FunctionTool(name, schema) for name, schema in specs.items())
+
+
+def guess_name(text: str, tools: ToolSet) -> str:
+    """Under tool_choice=required: the function whose name the model began to write, else the
+    first one."""
+    written = text.split('"name": "', 1)[-1].split('"', 1)[0]
+    for name in tools:
+        if written and (name.startswith(written) or written.startswith(name)):
+            return name
+    return next(iter(tools))
+
+
+async def reply_calls(text: str, tools: ToolSet[FunctionTool], forced: bool,
+                      forced_name: str | None,
+                      fill: Callable[[str, dict], Awaitable[tuple[dict, int]]]
+                      ) -> tuple[str, list[dict[str, Any]], int | None]:
+    """(content, calls, tokens sampled to fill a call or None) of a reply's `text` (with its
+    forced prefix): calls of functions not in `tools`, or with arguments their schema rejects,
+    are dropped. Under a forced tool_choice with no call left, the named function (else the
+    one the model began to write) is called with the arguments `fill(name, schema)` writes."""
+    content, calls = parse_tool_calls(text)
+    calls = [k for k in calls if _accepted(tools, k)]
+    if forced and not calls:
+        name = forced_name or guess_name(text, tools)
+        args, tokens = await fill(name, tools[name].schema)
+        return "", [{"name": name, "arguments": args}], tokens
+    return content, calls, None
+
+
+def _accepted(tools: ToolSet, call: dict[str, Any]) -> bool:
+    try:
+        tools.parse(call["name"], call["arguments"])
+    except CallError:
+        return False
+    return True
 
 
 def call_id() -> str:

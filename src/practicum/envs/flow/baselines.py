@@ -15,9 +15,10 @@ from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.flow.corpus import World
 from practicum.envs.flow.parsing import extract_answer, normalise_tool, parse_command
 from practicum.envs.flow.tasks import check_answer
-from practicum.envs.flow.tools import Search, Tool, build_tools
+from practicum.envs.flow.tools import FlowTool, Search, build_tools
 from practicum.envs.sandbox import Limits
 from practicum.envs.scratch import ScratchDir
+from practicum.tools import ToolSet
 
 DIRECT_SYSTEM = "Answer the question. Reply with one line: Answer: <the answer only>"
 DIRECT_EXAMPLE = [{"role": "user", "content": "Question: Calculate 17 * 3 - 4."},
@@ -61,7 +62,7 @@ class ToolIntegratedEnv(Env):
         self.world, self.tool_names, self.limits = world, tool_names, limits
         self.max_steps_by_split, self.search = max_steps, search
         self._scratch: ScratchDir | None = None
-        self.tools: dict[str, Tool] = {}
+        self.tools: ToolSet[FlowTool] = ToolSet(())
 
     @property
     def _workdir(self) -> Path | None:
@@ -90,14 +91,14 @@ class ToolIntegratedEnv(Env):
         tool_line = _TOOL_LINE.search(action)
         if re.search(r"answer\s*:", action, re.I) and not tool_line:
             return _finish(self.task, extract_answer(action), self._metrics(), {})
-        name = normalise_tool(tool_line.group(1).splitlines()[0], list(self.tools)) \
+        name = normalise_tool(tool_line.group(1).splitlines()[0], self.tools.names) \
             if tool_line else ""
         if self.turns > self.max_steps:
             return _finish(self.task, "", self._metrics(), {"stopped_by": "max_steps"})
         if not name:
             return StepResult("Reply with 'Tool: <name>' and 'Command: <input>', or "
                               "'Answer: <answer>'.", malformed=True, metrics=self._metrics())
-        out = self.tools[name].run(parse_command(action, name))
+        out = self.tools.run(name, parse_command(action, name))
         self.calls += 1
         self.errors += out.error
         return StepResult(f"Result: {out.text}", metrics=self._metrics(),

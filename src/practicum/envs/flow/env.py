@@ -35,15 +35,16 @@ from pathlib import Path
 
 from practicum.envs.base import Env, Start, StepResult, Task
 from practicum.envs.flow import prompts
+from practicum.envs.flow.corpus import World
+from practicum.envs.flow.grammar import planner_grammar
 from practicum.envs.flow.memory import Memory, Step
 from practicum.envs.flow.parsing import parse_plan
 from practicum.envs.flow.roles import Roles
-from practicum.envs.flow.grammar import planner_grammar
 from practicum.envs.flow.tasks import check_answer, hop_fraction
-from practicum.envs.flow.tools import Search, Tool, ToolOutput, build_tools
-from practicum.envs.flow.corpus import World
+from practicum.envs.flow.tools import FlowTool, Search, build_tools
 from practicum.envs.sandbox import Limits
 from practicum.envs.scratch import ScratchDir
+from practicum.tools import ToolResult, ToolSet
 
 
 class FlowEnv(Env):
@@ -58,7 +59,7 @@ class FlowEnv(Env):
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
         self._scratch: ScratchDir | None = None
-        self.tools: dict[str, Tool] = {}
+        self.tools: ToolSet[FlowTool] = ToolSet(())
         self.task: Task | None = None
 
     @property
@@ -102,13 +103,13 @@ class FlowEnv(Env):
 
     def _step(self, action: str) -> StepResult:
         start_step = time.monotonic()
-        plan = parse_plan(action, list(self.tools))
+        plan = parse_plan(action, self.tools.names)
         info: dict = {"flow": {"step": len(self.memory.steps) + 1, "plan": asdict(plan)}}
         if len(self.memory.steps) == 0:
             info["flow"]["query"], info["flow"]["analysis"] = self.memory.query, self.analysis
         if plan.malformed:
             self.malformed += 1
-            out, command, raw = ToolOutput(
+            out, command, raw = ToolResult(
                 f"Error: malformed plan ({plan.reason}); end with Context:, Sub-Goal:, "
                 "Tool Name:", True), "", ""
         else:
@@ -117,12 +118,12 @@ class FlowEnv(Env):
             try:
                 out = tool.run(command)
             except Exception as e:  # a tool bug is an error result, never a crash
-                out = ToolOutput(f"Error: {type(e).__name__}: {e}"[:200], True)
+                out = ToolResult(f"Error: {type(e).__name__}: {e}"[:200], True)
         self.tool_errors += out.error and not plan.malformed
         self.memory.add(Step(plan.tool or plan.raw_tool or "(none)", plan.sub_goal, command,
                              out.text, out.error, out.value))
         info["flow"].update(executor=raw, command=command, result=out.text, error=out.error,
-                            tool_seconds=out.duration)
+                            tool_seconds=out.seconds)
         if len(self.memory.steps) >= self.max_steps:
             return self._finish(info, plan.malformed, "max_steps")
         if self.elapsed + time.monotonic() - start_step >= self.max_seconds:

@@ -1,6 +1,9 @@
 """The flow's offline tools, each with the metadata the planner and executor are shown.
 
-    tool.run(command) -> ToolOutput(text, error, value, duration)
+    tool.run(command) -> ToolResult(text, error, value, seconds)
+
+Each is a `practicum.tools.Tool`; `build_tools` gathers the episode's into a `ToolSet`. A command
+a tool rejects outright (an empty program, words given to the calculator) fails in its `parse`.
 
 python_coder and calculator run model-written code in the sandbox (`practicum.envs.sandbox`);
 search (BM25 via bm25s) and lookup read the generated corpus (`corpus.World`) in this process,
@@ -22,19 +25,12 @@ from practicum.envs.calculator import calculator_program
 from practicum.envs.flow.corpus import RELATIONS, World
 from practicum.envs.flow.user_data import DocCorpus
 from practicum.envs.sandbox import Limits, run_python
+from practicum.tools import CallError, Tool, ToolResult, ToolSet
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 MAX_RESULT_CHARS = 300
 """Results are truncated before they enter memory (as the paper's executor does)."""
-
-
-@dataclass
-class ToolOutput:
-    text: str
-    error: bool = False
-    value: str = ""
-    duration: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,28 +46,28 @@ class ToolMeta:
                 f"Limits: {self.limitations} E.g. {self.example}")
 
 
-class Tool:
+class FlowTool(Tool):
+    """A tool with the card the planner and executor are shown."""
+
     meta: ToolMeta
 
-    def run(self, command: str) -> ToolOutput:
-        raise NotImplementedError
 
-
-def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolOutput:
+def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolResult:
     res = run_python(program, workdir, limits)
     if res.timed_out:
-        return ToolOutput("Error: timed out", True, duration=res.duration)
+        return ToolResult("Error: timed out", True, seconds=res.duration)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or ["failed"])[-1]
-        return ToolOutput(f"Error: {last[:200]}", True, duration=res.duration)
+        return ToolResult(f"Error: {last[:200]}", True, seconds=res.duration)
     out = res.stdout.strip()
     if not out:
-        return ToolOutput("Error: nothing printed", True, duration=res.duration)
+        return ToolResult("Error: nothing printed", True, seconds=res.duration)
     lines = out.splitlines()
-    return ToolOutput(out[:MAX_RESULT_CHARS], False, lines[-1].strip()[:100], res.duration)
+    return ToolResult(out[:MAX_RESULT_CHARS], False, lines[-1].strip()[:100], res.duration)
 
 
-class Calculator(Tool):
+class Calculator(FlowTool):
+    name = "calculator"
     meta = ToolMeta(
         "calculator", "evaluates one arithmetic expression.", "an expression",
         "numbers and + - * / ( ) only.", "calculator: (12 + 30) * 2")
@@ -79,16 +75,20 @@ class Calculator(Tool):
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
 
-    def run(self, command: str) -> ToolOutput:
+    def parse(self, command: str) -> str:
         expr = command.strip().strip("`").strip()
         if not expr:
-            return ToolOutput("Error: empty expression", True)
+            raise CallError("Error: empty expression")
         if re.search(r"[A-Za-z_]", expr):
-            return ToolOutput("Error: the calculator takes numbers and operators only", True)
+            raise CallError("Error: the calculator takes numbers and operators only")
+        return expr
+
+    def execute(self, expr: str) -> ToolResult:
         return _sandbox_output(calculator_program(expr), self.workdir, self.limits)
 
 
-class PythonCoder(Tool):
+class PythonCoder(FlowTool):
+    name = "python_coder"
     meta = ToolMeta(
         "python_coder", "runs a short Python program and returns what it prints.",
         "Python code that prints its result", "sandboxed, a few seconds, no network.", "python_coder: print(sum(range(10)))")
@@ -96,18 +96,22 @@ class PythonCoder(Tool):
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
 
-    def run(self, command: str) -> ToolOutput:
+    def parse(self, command: str) -> str:
         code = command.strip()
         fence = re.search(r"```(?:python)?\n?(.*?)(?:```|$)", code, re.S)
         code = fence.group(1) if fence else code
         if not code.strip():
-            return ToolOutput("Error: empty program", True)
+            raise CallError("Error: empty program")
         if "print" not in code:  # a bare expression: print its value
             code = calculator_program(code)
+        return code
+
+    def execute(self, code: str) -> ToolResult:
         return _sandbox_output(code, self.workdir, self.limits)
 
 
-class Search(Tool):
+class Search(FlowTool):
+    name = "search"
     meta = ToolMeta(
         "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
         "regions).", "keywords", "returns the top 2 documents.", "search: founder of Velor Works")
@@ -131,14 +135,14 @@ class Search(Tool):
                                                show_progress=False)
         return [int(d) for d, s in zip(docs[0], scores[0]) if s > 0]
 
-    def run(self, command: str) -> ToolOutput:
+    def execute(self, command: str) -> ToolResult:
         start = time.perf_counter()
         hits = self.top(command, self.k)
         if not hits:
-            return ToolOutput("Error: no document matches", True,
-                              duration=time.perf_counter() - start)
+            return ToolResult("Error: no document matches", True,
+                              seconds=time.perf_counter() - start)
         text = " | ".join(self.docs[i] for i in hits)
-        return ToolOutput(text[:MAX_RESULT_CHARS], False, "", time.perf_counter() - start)
+        return ToolResult(text[:MAX_RESULT_CHARS], False, "", time.perf_counter() - start)
 
 
 ALL_RELATIONS = sorted({r for rels in RELATIONS.values() for r in rels})
@@ -198,7 +202,8 @@ def find_relation(text: str, entity: str | None = None) -> str | None:
     return best
 
 
-class Lookup(Tool):
+class Lookup(FlowTool):
+    name = "lookup"
     meta = ToolMeta(
         "lookup", "gives one attribute of one entity of the encyclopedia.",
         "'ENTITY | ATTRIBUTE', ATTRIBUTE one of " + ", ".join(ALL_RELATIONS),
@@ -209,57 +214,58 @@ class Lookup(Tool):
         self.world = world
         self.titles = world.titles
 
-    def run(self, command: str) -> ToolOutput:
+    def execute(self, command: str) -> ToolResult:
         start = time.perf_counter()
         head, _, tail = command.partition("|")
         entity = find_entity(head, self.titles) or find_entity(command, self.titles)
         if entity is None:
-            return ToolOutput("Error: no entity of that name", True,
-                              duration=time.perf_counter() - start)
+            return ToolResult("Error: no entity of that name", True,
+                              seconds=time.perf_counter() - start)
         relation = find_relation(tail or command, entity if not tail else None)
         if relation is None:
             doc = self.world.entities[entity].document()
-            return ToolOutput(f"Error: name an attribute. {doc}"[:MAX_RESULT_CHARS], True,
-                              duration=time.perf_counter() - start)
+            return ToolResult(f"Error: name an attribute. {doc}"[:MAX_RESULT_CHARS], True,
+                              seconds=time.perf_counter() - start)
         value = self.world.fact(entity, relation)
         if value is None:
             kind = self.world.entities[entity].kind
-            return ToolOutput(f"Error: a {kind} has no {relation} (it has "
+            return ToolResult(f"Error: a {kind} has no {relation} (it has "
                               f"{', '.join(RELATIONS[kind])})", True,
-                              duration=time.perf_counter() - start)
-        return ToolOutput(f"The {relation} of {entity} is {value}.", False, value,
+                              seconds=time.perf_counter() - start)
+        return ToolResult(f"The {relation} of {entity} is {value}.", False, value,
                           time.perf_counter() - start)
 
 
-class TitleLookup(Tool):
+class TitleLookup(FlowTool):
     """`lookup` over a user's document corpus: the document of one named title."""
 
+    name = "lookup"
     meta = ToolMeta("lookup", "gives the document of one title.", "'TITLE'",
                     "exact title; one document per call.", "lookup: Velor Works")
 
     def __init__(self, corpus: DocCorpus):
         self.corpus = corpus
 
-    def run(self, command: str) -> ToolOutput:
+    def execute(self, command: str) -> ToolResult:
         start = time.perf_counter()
         title = find_entity(command.partition("|")[0], self.corpus.titles) or find_entity(
             command, self.corpus.titles)
         if title is None:
-            return ToolOutput("Error: no document of that title", True,
-                              duration=time.perf_counter() - start)
+            return ToolResult("Error: no document of that title", True,
+                              seconds=time.perf_counter() - start)
         text = f"{title}: {self.corpus.texts[title]}"[:MAX_RESULT_CHARS]
-        return ToolOutput(text, False, "", time.perf_counter() - start)
+        return ToolResult(text, False, "", time.perf_counter() - start)
 
 
 def build_tools(names: list[str], world: World | DocCorpus, workdir: Path, limits: Limits,
-                search: Search | None = None) -> dict[str, Tool]:
+                search: Search | None = None) -> ToolSet[FlowTool]:
     """The named tools (an unknown name is a config error caught by the options model)."""
     lookup = (lambda: TitleLookup(world)) if isinstance(world, DocCorpus) else (
         lambda: Lookup(world))
     make = {"python_coder": lambda: PythonCoder(workdir, limits),
             "calculator": lambda: Calculator(workdir, limits),
             "search": lambda: search or Search(world), "lookup": lookup}
-    return {n: make[n]() for n in names}
+    return ToolSet(make[n]() for n in names)
 
 
 TOOL_NAMES = ("python_coder", "calculator", "search", "lookup")

@@ -29,9 +29,10 @@ from practicum.envs.swe.demo import Demonstrator
 from practicum.envs.swe.grammar import GrammarCaps, tool_grammar
 from practicum.envs.swe.instance import SweInstance, load_instances
 from practicum.envs.swe.prompts import first_messages
-from practicum.envs.swe.tools import STOP_STRINGS, ParseError, Tools, parse_action, truncate
+from practicum.envs.swe.tools import STOP_STRINGS, parse_action, swe_tools, truncate
 from practicum.envs.swe.workspace import Workspace
 from practicum.errors import ConfigError
+from practicum.tools import CallError, ToolSet
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class SweEnv(Env):
         self._materialize, self._grade = materialize, grade
         self._cancel = threading.Event()
         self._ws: Workspace | None = None
-        self._tools: Tools | None = None
+        self._tools: ToolSet | None = None
         self._instance: SweInstance | None = None
         self._done = False
         self._turns = self._errors = self._malformed = 0
@@ -118,8 +119,8 @@ class SweEnv(Env):
         self._ws = Workspace.create(self._instance, self.hidden, self.opts.backend,
                                     materialize=self._materialize)
         self._ws.cancel = self._cancel
-        self._tools = Tools(self._ws, self.opts.command_seconds, self.opts.view_lines,
-                            memory_mb=self.opts.memory_mb)
+        self._tools = swe_tools(self._ws, self.opts.command_seconds, self.opts.view_lines,
+                                memory_mb=self.opts.memory_mb)
         return Start(first_messages(self._instance, self.opts.few_shot, self.opts.issue_chars),
                      list(self.stop_strings), self.grammar)
 
@@ -129,7 +130,7 @@ class SweEnv(Env):
         last = self._turns >= self.max_turns
         try:
             act = parse_action(action)
-        except ParseError as err:
+        except CallError as err:
             self._malformed += 1
             if last:
                 return self._finish(0.0, submitted=False, malformed=True)
@@ -138,11 +139,11 @@ class SweEnv(Env):
         if act.tool == "submit":
             return self._finish(0.0, submitted=True)
         t0 = time.perf_counter()
-        result = self._tools.run(act)
+        result = self._tools.run(act.tool, act.body)
         self._errors += int(result.error)
         if last:
             return self._finish(time.perf_counter() - t0, submitted=False)
-        return StepResult(self._observe(result.output), duration=time.perf_counter() - t0,
+        return StepResult(self._observe(result.text), duration=time.perf_counter() - t0,
                           metrics=self._metrics(), info={"tool": act.tool,
                                                          "error": result.error},
                           grammar=self.grammar)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from practicum.envs.swe.tools import TOOL_CLASSES
+from practicum.tools import call_grammar
+
 
 @dataclass(frozen=True)
 class GrammarCaps:
@@ -30,15 +33,10 @@ class GrammarCaps:
 
 def tool_grammar(caps: GrammarCaps = GrammarCaps()) -> str:
     """One tool call: <bash>, <view> (path or node id, optional line range), <search>, <edit>
-    (path, old block, new block) or <submit></submit>."""
+    (path, old block, new block) or <submit></submit>: each tool's own rule (`tools.py`), then
+    the capped parts they share."""
     p, s, c, e = caps.path_chars, caps.search_chars, caps.command_chars, caps.edit_tokens
-    return "\n".join([
-        "start: bash | view | search | edit | submit",
-        'bash: "<bash>" command "</bash>"',
-        'view: "<view>" path RANGE? "</view>"',
-        'search: "<search>" search_text "</search>"',
-        'edit: "<edit>" path "\\n<old>\\n" old "\\n<new>\\n" new "\\n</edit>"',
-        'submit: "<submit></submit>"',
+    return call_grammar(TOOL_CLASSES, *[
         f"path[max_tokens={caps.path_tokens}]: PATH",
         f"search_text[max_tokens={caps.search_tokens}]: SEARCH",
         f"command[max_tokens={caps.command_tokens}]: COMMAND",
@@ -49,4 +47,4 @@ def tool_grammar(caps: GrammarCaps = GrammarCaps()) -> str:
         "RANGE: / [0-9]{1,5}(-[0-9]{1,5})?/",
         f"SEARCH: /[^\\n<]{{1,{s}}}/",
         f"COMMAND: /[^\\n<]{{1,{c}}}/",
-    ]) + "\n"
+    ])

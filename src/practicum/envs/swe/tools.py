@@ -16,11 +16,12 @@
     </edit>                                           replace one exact, unique snippet
     <submit></submit>                                 end the episode; the diff is graded
 
-Every closing tag is a stop string of the episode; none is a prefix of its own opening tag
-(a bare ``` fence would stop generation at the opening fence). The first complete tag of a
-reply is the action; a reply with none, or a tag cut before its closer, is malformed.
-Every tool runs in the sandbox (`Workspace.run`): the trusted side never reads or writes a
-file of the workspace itself.
+Each tool is a `practicum.tools.Tool` and the tags are its `TagSyntax`: every closing tag is a
+stop string of the episode; none is a prefix of its own opening tag (a bare ``` fence would
+stop generation at the opening fence). The first complete tag of a reply is the action; a
+reply with none, or a tag cut before its closer, is malformed; a call its tool rejects (a
+view without a path) is an error result. Every tool runs in the sandbox (`Workspace.run`):
+the trusted side never reads or writes a file of the workspace itself.
 """
 
 from __future__ import annotations
@@ -31,12 +32,8 @@ from dataclasses import dataclass
 
 from practicum.envs.sandbox import Limits, RunResult
 from practicum.envs.swe.workspace import Workspace
+from practicum.tools import Call, CallError, TagSyntax, Tool, ToolResult, ToolSet
 
-TOOLS = ("bash", "view", "search", "edit", "submit")
-STOP_STRINGS = ["</bash>", "</view>", "</search>", "</edit>", "</submit>", "<submit/>"]
-
-_TAG = re.compile(r"<(bash|view|search|edit|submit)>(.*?)</\1>|<submit\s*/>", re.S)
-_OPEN = re.compile(r"<(bash|view|search|edit|submit)\b")
 _EDIT = re.compile(r"\A\s*(?P<path>[^\n<]+?)\s*\n\s*<old>\n?(?P<old>.*?)\n?</old>\s*"
                    r"<new>\n?(?P<new>.*?)\n?</new>\s*\Z", re.S)
 _VIEW = re.compile(r"\A\s*(?P<path>\S+)(?:\s+(?P<start>\d+)\s*(?:[-:,]\s*(?P<end>\d+))?)?\s*\Z")
@@ -45,34 +42,8 @@ FORMAT_HELP = ("Use exactly one tool per reply: <bash>command</bash>, <view>path
                "<search>text</search>, <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
                "lines\n</new>\n</edit>, or <submit></submit> when the fix is done.")
 
-
-@dataclass(frozen=True)
-class Action:
-    tool: str
-    """One of TOOLS."""
-    body: str
-    """Text between the tags."""
-
-
-class ParseError(ValueError):
-    """The reply holds no usable tool call; the message is the corrective observation."""
-
-
-def parse_action(reply: str) -> Action:
-    """The first complete tool tag of `reply` (a thought before it is allowed)."""
-    m = _TAG.search(reply)
-    if m is None:
-        opened = _OPEN.search(reply)
-        if opened:
-            raise ParseError(f"Your <{opened.group(1)}> was not closed with "
-                             f"</{opened.group(1)}>. {FORMAT_HELP}")
-        raise ParseError(f"No tool call found. {FORMAT_HELP}")
-    if m.group(1) is None:
-        return Action("submit", "")
-    tool, body = m.group(1), m.group(2)
-    if tool in ("bash", "search", "view") and not body.strip():
-        raise ParseError(f"<{tool}> is empty. {FORMAT_HELP}")
-    return Action(tool, body)
+ParseError = CallError
+"""The reply holds no usable tool call; the message is the corrective observation."""
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -82,15 +53,6 @@ def truncate(text: str, max_chars: int) -> str:
     keep = max(max_chars - 60, 20)
     head, tail = keep * 2 // 3, keep - keep * 2 // 3
     return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
-
-
-@dataclass
-class ToolResult:
-    output: str
-    """Observation text (before truncation)."""
-    error: bool = False
-    """The tool call failed (bad path, snippet not found, command failed)."""
-    seconds: float = 0.0
 
 
 # Small scripts run by the sandbox's interpreter in isolated mode (-I: the repository's own
@@ -180,66 +142,130 @@ for k, l in enumerate(shown, max(1, first - 2)):
 """
 
 
-class Tools:
-    """Runs parsed actions in a workspace; every call is one sandboxed command."""
+@dataclass
+class Shell:
+    """Where every tool runs: the episode's workspace, one sandboxed command per call."""
 
-    def __init__(self, ws: Workspace, command_seconds: float = 20.0, view_lines: int = 40,
-                 max_search_hits: int = 30, memory_mb: int = 1024):
-        self.ws = ws
-        self.view_lines, self.max_search_hits = view_lines, max_search_hits
-        self.limits = Limits(wall_seconds=command_seconds, memory_mb=memory_mb,
-                             max_processes=64, output_bytes=16_000)
+    ws: Workspace
+    limits: Limits
 
-    def run(self, action: Action) -> ToolResult:
-        return getattr(self, f"_{action.tool}")(action.body)
+    def run(self, argv: list[str], stdin: str | None = None) -> RunResult:
+        return self.ws.run(argv, self.limits, stdin=stdin)
 
-    def _bash(self, body: str) -> ToolResult:
-        res = self.ws.run(["bash", "-c", body.strip()], self.limits)
-        return ToolResult(_format(res), error=not res.ok, seconds=res.duration)
-
-    def _view(self, body: str) -> ToolResult:
-        m = _VIEW.match(body)
-        if m is None:
-            return ToolResult("Usage: <view>path</view> or <view>path 10-40</view>", True)
-        start = int(m["start"]) if m["start"] else None
-        end = int(m["end"]) if m["end"] else None
-        if start and end and end < start:
-            return ToolResult(f"The line range {start}-{end} is empty.", True)
-        if start and end and end - start >= 4 * self.view_lines:
-            end = start + 4 * self.view_lines - 1
-        arg = {"path": m["path"], "start": start, "end": end, "window": self.view_lines}
-        return self._script(_VIEW_SCRIPT, arg)
-
-    def _search(self, body: str) -> ToolResult:
-        text = body.strip()
-        if "\n" in text:
-            return ToolResult("<search> takes one line of text.", True)
-        res = self.ws.run(["grep", "-rnIF", "--exclude-dir=.git", "-e", text, "."],
-                          self.limits)
-        if res.returncode == 1:
-            return ToolResult(f"No match for {text!r}.", seconds=res.duration)
-        lines = res.stdout.splitlines()
-        out = "\n".join(line.removeprefix("./") for line in lines[: self.max_search_hits])
-        if len(lines) > self.max_search_hits:
-            out += f"\n({len(lines) - self.max_search_hits} more matches)"
-        return ToolResult(out if res.ok else _format(res), error=not res.ok,
-                          seconds=res.duration)
-
-    def _edit(self, body: str) -> ToolResult:
-        m = _EDIT.match(body)
-        if m is None:
-            return ToolResult("Usage: <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
-                              "lines\n</new>\n</edit>", True)
-        if not m["old"]:
-            return ToolResult("<old> is empty: give the exact lines to replace.", True)
-        return self._script(_EDIT_SCRIPT, {"path": m["path"], "old": m["old"], "new": m["new"]})
-
-    def _script(self, script: str, arg: dict) -> ToolResult:
-        res = self.ws.run(["python", "-I", "-c", script], self.limits, stdin=json.dumps(arg))
+    def script(self, script: str, arg: dict) -> ToolResult:
+        """One of the scripts above, `arg` on stdin; exit 3 is the script's own error."""
+        res = self.run(["python", "-I", "-c", script], stdin=json.dumps(arg))
         if res.returncode in (0, 3):
             return ToolResult(res.stdout.rstrip("\n"), error=res.returncode != 0,
                               seconds=res.duration)
         return ToolResult(_format(res), error=True, seconds=res.duration)
+
+
+class Bash(Tool):
+    name = "bash"
+    grammar = 'bash: "<bash>" command "</bash>"'
+
+    def __init__(self, shell: Shell):
+        self.shell = shell
+
+    def execute(self, command: str) -> ToolResult:
+        res = self.shell.run(["bash", "-c", command.strip()])
+        return ToolResult(_format(res), error=not res.ok, seconds=res.duration)
+
+
+class View(Tool):
+    name = "view"
+    grammar = 'view: "<view>" path RANGE? "</view>"'
+
+    def __init__(self, shell: Shell, lines: int = 40):
+        self.shell, self.lines = shell, lines
+
+    def parse(self, body: str) -> dict:
+        m = _VIEW.match(body)
+        if m is None:
+            raise CallError("Usage: <view>path</view> or <view>path 10-40</view>")
+        start = int(m["start"]) if m["start"] else None
+        end = int(m["end"]) if m["end"] else None
+        if start and end and end < start:
+            raise CallError(f"The line range {start}-{end} is empty.")
+        if start and end and end - start >= 4 * self.lines:
+            end = start + 4 * self.lines - 1
+        return {"path": m["path"], "start": start, "end": end, "window": self.lines}
+
+    def execute(self, args: dict) -> ToolResult:
+        return self.shell.script(_VIEW_SCRIPT, args)
+
+
+class Search(Tool):
+    name = "search"
+    grammar = 'search: "<search>" search_text "</search>"'
+
+    def __init__(self, shell: Shell, max_hits: int = 30):
+        self.shell, self.max_hits = shell, max_hits
+
+    def parse(self, body: str) -> str:
+        text = body.strip()
+        if "\n" in text:
+            raise CallError("<search> takes one line of text.")
+        return text
+
+    def execute(self, text: str) -> ToolResult:
+        res = self.shell.run(["grep", "-rnIF", "--exclude-dir=.git", "-e", text, "."])
+        if res.returncode == 1:
+            return ToolResult(f"No match for {text!r}.", seconds=res.duration)
+        lines = res.stdout.splitlines()
+        out = "\n".join(line.removeprefix("./") for line in lines[: self.max_hits])
+        if len(lines) > self.max_hits:
+            out += f"\n({len(lines) - self.max_hits} more matches)"
+        return ToolResult(out if res.ok else _format(res), error=not res.ok,
+                          seconds=res.duration)
+
+
+class Edit(Tool):
+    name = "edit"
+    grammar = 'edit: "<edit>" path "\\n<old>\\n" old "\\n<new>\\n" new "\\n</edit>"'
+
+    def __init__(self, shell: Shell):
+        self.shell = shell
+
+    def parse(self, body: str) -> dict:
+        m = _EDIT.match(body)
+        if m is None:
+            raise CallError("Usage: <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
+                            "lines\n</new>\n</edit>")
+        if not m["old"]:
+            raise CallError("<old> is empty: give the exact lines to replace.")
+        return {"path": m["path"], "old": m["old"], "new": m["new"]}
+
+    def execute(self, args: dict) -> ToolResult:
+        return self.shell.script(_EDIT_SCRIPT, args)
+
+
+class Submit(Tool):
+    """Ends the episode: the environment grades the workspace's diff (never run here)."""
+
+    name = "submit"
+    grammar = 'submit: "<submit></submit>"'
+
+
+TOOL_CLASSES: tuple[type[Tool], ...] = (Bash, View, Search, Edit, Submit)
+SYNTAX = TagSyntax([t.name for t in TOOL_CLASSES], FORMAT_HELP, bare=["submit"],
+                   need_body=["bash", "search", "view"])
+STOP_STRINGS = SYNTAX.stop_strings
+
+
+def parse_action(reply: str) -> Call:
+    """The first complete tool tag of `reply` (a thought before it is allowed)."""
+    return SYNTAX.parse(reply)
+
+
+def swe_tools(ws: Workspace, command_seconds: float = 20.0, view_lines: int = 40,
+              max_search_hits: int = 30, memory_mb: int = 1024) -> ToolSet:
+    """The episode's tools over `ws`; every call is one sandboxed command."""
+    shell = Shell(ws, Limits(wall_seconds=command_seconds, memory_mb=memory_mb,
+                             max_processes=64, output_bytes=16_000))
+    return ToolSet([Bash(shell), View(shell, view_lines), Search(shell, max_search_hits),
+                    Edit(shell), Submit()])
 
 
 def _format(res: RunResult) -> str:
