@@ -39,10 +39,10 @@ def main() -> None:
     import ray
     import torch
 
-    from practicum.config import HFEngineConfig
     from practicum.engine.base import SamplingParams
     from practicum.engine.chat import ChatFormat
     from practicum.engine.hf import PolicyConfig, load_hf_engine
+    from practicum.engine.options import HFOptions
     from practicum.runtime.ray_engine import RayEngine
 
     state = machine_state()
@@ -50,7 +50,7 @@ def main() -> None:
     policy = PolicyConfig(model="smollm2-135m-instruct", dtype="float32")
     trainable, local = load_hf_engine(policy)
     t0 = time.perf_counter()
-    engine = RayEngine(HFEngineConfig(), policy, cpus=1)
+    engine = RayEngine(HFOptions(), policy, cpus=1)
     start_s = time.perf_counter() - t0
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():

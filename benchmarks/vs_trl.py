@@ -166,7 +166,7 @@ class TRLProcess:
     """TRL's GRPOTrainer in its own venv, one training step per `step()` call."""
 
     def __init__(self, args, path: Path, dtype: torch.dtype, steps: int, out_dir: str):
-        from practicum.engine.hf_model import LLAMA_LINEARS
+        from practicum.engine.options import LLAMA_LINEARS
 
         python = subprocess.run(["bash", str(ROOT / "scripts" / "trl_venv.sh")], check=True,
                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]

@@ -78,11 +78,11 @@ def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
               verify: bool = False) -> list[dict]:
     """One vLLM engine holding the trainable's weights; each publishing path in turn (with
     `verify`, full weights: each path again with the post-sync check on)."""
-    from practicum.config import VLLMEngineConfig
+    from practicum.engine.options import VLLMOptions
     from practicum.engine.vllm import build_sampler
 
     start = time.perf_counter()
-    vl = build_sampler(VLLMEngineConfig(kind="vllm", max_model_len=512), policy, trainable)
+    vl = build_sampler(VLLMOptions(max_model_len=512), policy, trainable)
     startup = time.perf_counter() - start
     paths = [("peft folder, reloaded in place", None)] if kind == "lora" else \
         [("collective_rpc, bytes in memory", "memory"), ("safetensors file", "file"),

@@ -20,17 +20,24 @@ import practicum
 ROOT = Path(practicum.__file__).parent
 
 LAYERS = {
-    "practicum.engine": ("practicum.envs", "practicum.runtime"),
+    "practicum.engine": ("practicum.envs", "practicum.runtime", "practicum.config"),
     "practicum.envs": ("practicum.runtime",),
     "practicum.learner": ("practicum.runtime", "practicum.envs", "practicum.episode",
                           "practicum.batch"),
     "practicum.finetune": ("practicum.runtime.session", "practicum.runtime.loop",
                            "practicum.envs"),
+    "practicum.cli": ("practicum.envs",),
 }
 """Package -> packages it must not import: sampling knows no environment and no loop, and an
-environment does not drive the loop; the learner trains the rows the driver built, knowing no
-loop, session, environment or episode; SFT / RFT training knows no session and no
-environment (its stages in runtime/ do)."""
+environment does not drive the loop; the engine declares its own options, which the config
+composes (never the reverse); the learner trains the rows the driver built, knowing no loop,
+session, environment or episode; SFT / RFT training knows no session and no environment (its
+stages in runtime/ do); the command line knows no environment: each registers its own
+commands."""
+
+SEAMS = {"practicum.cli": ("practicum.envs.registry",)}
+"""Modules a layer may import although LAYERS forbids their package: the command line reaches
+the environments (their options, audits and commands) only through their registry."""
 
 
 def module_files(root: Path, package: str) -> dict[str, Path]:
@@ -169,7 +176,8 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
         for layer, forbidden in LAYERS.items():
             if module == layer or module.startswith(layer + "."):
                 out += [f"{module} imports {t}" for t in sorted(targets)
-                        if any(t == f or t.startswith(f + ".") for f in forbidden)]
+                        if any(t == f or t.startswith(f + ".") for f in forbidden)
+                        and t not in SEAMS.get(layer, ())]
     return out
 
 
@@ -247,3 +255,15 @@ def test_layering_names_each_violation():
              "practicum.runtime.loop": {"practicum.envs.base"}}
     assert layering_violations(graph) == ["practicum.engine.x imports practicum.envs.base",
                                           "practicum.envs.y imports practicum.runtime.loop"]
+
+
+def test_the_seams_contracts_are_enforced():
+    """Issue 38's contracts: the command line imports no environment (the registry only), the
+    engine no config, the learner no runtime loop; function-local imports count."""
+    graph = {"practicum.cli": {"practicum.envs.registry", "practicum.envs.mle.cli",
+                               "practicum.serve.cli"},
+             "practicum.engine.options": {"practicum.config"},
+             "practicum.learner.step": {"practicum.runtime.loop", "practicum.config"}}
+    assert layering_violations(graph) == ["practicum.cli imports practicum.envs.mle.cli",
+                                          "practicum.engine.options imports practicum.config",
+                                          "practicum.learner.step imports practicum.runtime.loop"]

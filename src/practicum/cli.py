@@ -1,4 +1,5 @@
-"""`practicum` command line: train, sft, rft, eval, plot, show, envs, audit, mle, swe, serve."""
+"""`practicum` command line: train, sft, rft, eval, plot, show, envs, audit, serve, and the
+commands environments add (mle, swe, ...: `practicum.envs.registry.register_command`)."""
 
 from __future__ import annotations
 
@@ -95,34 +96,6 @@ def cmd_eval(args) -> int:
     finally:
         s.close()
     print(json.dumps(result, indent=1))
-    return 0
-
-
-def cmd_mle_evaluate(args) -> int:
-    """`practicum mle evaluate`: the mle package decides which episodes to run and which to
-    keep (`scratch_then_improve`); the session runs them. Composed here because an
-    environment never drives the runtime."""
-    from practicum.envs.mle.cli.evaluate import (
-        default_label,
-        require_mle,
-        scratch_then_improve,
-        write_evaluation,
-    )
-    from practicum.runtime.session import open_session
-
-    cfg = _config(args)
-    require_mle(cfg.task.name)
-    s = open_session(cfg)  # the run's latest checkpoint, if any
-    try:
-        def run_episodes(tasks, ids):
-            return s.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)], cfg.eval.temperature)
-
-        result = scratch_then_improve(run_episodes, s.suite.eval_tasks)
-        result["policy_version"] = s.server.version
-    finally:
-        s.close()
-    label = args.label or default_label(s.learner.step)
-    write_evaluation(result, s.run_dir / "eval" / f"{label}.json")
     return 0
 
 
@@ -249,22 +222,23 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--episode", type=int, help="index in RUN/episodes.jsonl (default: last)")
     sh.set_defaults(func=cmd_show)
 
-    from practicum.envs.mle import add_mle_commands
-    from practicum.envs.mle.cli.evaluate import add_evaluate_command
+    from practicum.envs.registry import CommandHost, env_commands
 
-    m = sub.add_parser("mle", help="ML-engineering competitions")
-    mle_commands = add_mle_commands(m.add_subparsers(dest="mle_command", required=True))
-    add_evaluate_command(mle_commands, cmd_mle_evaluate)
-
-    from practicum.envs.swe.cli import add_swe_commands
-
-    w = sub.add_parser("swe", help="SWE tasks: list, show, run (grade a patch), check, synthesize")
-    add_swe_commands(w.add_subparsers(dest="swe_command", required=True))
+    host = CommandHost(open_session=_open_session)
+    for command in env_commands():
+        command.add_arguments(sub.add_parser(command.name, help=command.summary), host)
 
     from practicum.serve.cli import add_serve_command
 
     add_serve_command(sub)
     return p
+
+
+def _open_session(cfg):
+    """A runtime session of `cfg`'s run, for an environment's command (`CommandHost`)."""
+    from practicum.runtime.session import open_session
+
+    return open_session(cfg)
 
 
 def _positive(text: str) -> int:

@@ -501,8 +501,12 @@ def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tin
 
 
 def test_lm_head_is_not_a_lora_target():
-    with pytest.raises(ConfigError, match="lm_head"):
-        PolicyConfig(lora_target_modules=["q_proj", "lm_head"])
+    from practicum.config import load_config
+
+    with pytest.raises(ConfigError, match="^config error at model.lora_target_modules: lm_head "
+                                          "is not supported"):
+        load_config(None, ["model.lora_target_modules=[q_proj, lm_head]"])
+    assert load_config(None, ["model.lora=false", "model.lora_target_modules=[lm_head]"])
 
 
 # -- training --------------------------------------------------------------------------------------

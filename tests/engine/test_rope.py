@@ -108,4 +108,4 @@ def test_yarn_changes_long_rows_and_the_sampler_scores_them_as_the_learner(tiny_
     assert torch.allclose(scaled[1100:], torch.tensor(out.logprobs), atol=1e-4)
     assert (scaled - unscaled)[1024:].abs().max() > 0.05
     trainable.save(tmp_path / "policy")
-    assert _policy_config(resolve_target(tmp_path / "policy"), "float32").rope_scaling == YARN
+    assert _policy_config(resolve_target(tmp_path / "policy"), "float32").rope_scaling_dict == YARN

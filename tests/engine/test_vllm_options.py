@@ -100,23 +100,6 @@ def test_the_multi_gpu_sampling_example_loads_in_its_three_layouts():
         load_config(path, ["model.lora=false", "engine.weight_sync=broadcast"])  # both on GPU 0
 
 
-def test_every_engine_setting_reaches_the_vllm_options(monkeypatch):
-    """A config key the builder forgot would silently fall back to VLLMOptions' default."""
-    from practicum.config import VLLMEngineConfig
-    from practicum.engine import vllm
-
-    got = []
-    monkeypatch.setattr(vllm, "_vllm_sampler", lambda policy, options, trainable: got.append(
-        options))
-    values = {"max_model_len": 384, "kv_cache_gb": 3, "threads": "0-1",
-              "gpu_memory_utilization": 0.4, "tensor_parallel_size": 2,
-              "enable_sleep_mode": True, "enforce_eager": False, "max_num_seqs": 7,
-              "weight_sync": "broadcast", "weight_bucket_mb": 64.0, "verify_weights": True}
-    assert set(values) == set(VLLMEngineConfig.model_fields) - {"kind"}
-    vllm.build_sampler(VLLMEngineConfig(kind="vllm", **values), policy=None)
-    assert {k: getattr(got[0], k) for k in values} == values
-
-
 def test_rope_scaling_reaches_vllm_as_the_learners_rope_parameters(tiny_model_dir, monkeypatch):
     """vLLM is not installed here (its tests run in .venv-vllm): what `vllm.LLM` would be
     given is captured instead. Its hf_overrides carry the very rope_parameters the learner's

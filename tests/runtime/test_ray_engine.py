@@ -12,9 +12,10 @@ import pytest
 import ray
 import torch
 
-from practicum.config import HFEngineConfig, load_config
+from practicum.config import load_config
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import HFEngineCopy, PolicyConfig, load_hf_engine
+from practicum.engine.options import HFOptions
 from practicum.errors import ConfigError
 from practicum.store import EpisodeStore, read_ledger
 
@@ -49,7 +50,7 @@ def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_o
 
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
     trainable, local = load_hf_engine(policy)
-    engine = RayEngine(HFEngineConfig(), policy, cpus=1, timeout=60)
+    engine = RayEngine(HFOptions(), policy, cpus=1, timeout=60)
     try:
         assert engine.pid != os.getpid() and engine.version == 0
         update = trained_update(trainable, 3)

@@ -11,9 +11,10 @@ import time
 import pytest
 import ray
 
-from practicum.config import HFEngineConfig, load_config
+from practicum.config import load_config
 from practicum.engine.base import Sample, SamplerFailure, SamplingParams
 from practicum.engine.hf import PolicyConfig, load_hf_engine
+from practicum.engine.options import HFOptions
 from practicum.errors import ConfigError
 from practicum.runtime.replicas import EngineReplicas, cut_row_args, shard_rows
 from practicum.store import EpisodeStore
@@ -92,7 +93,7 @@ def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(
         tiny_model_dir):
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
     trainable, local = load_hf_engine(policy)
-    replicas = EngineReplicas.start(HFEngineConfig(), policy, n=2, cpus=0, timeout=60)
+    replicas = EngineReplicas.start(HFOptions(), policy, n=2, cpus=0, timeout=60)
     try:
         a, b = replicas.replicas
         assert len({a.pid, b.pid, os.getpid()}) == 3

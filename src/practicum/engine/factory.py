@@ -4,42 +4,35 @@
     sampler = build_sampler(cfg.engine, policy, trainable)   # shares its weights where it can
     sampler = build_sampler(cfg.engine, policy)              # weights of its own (an actor)
 
-Engine kinds form a registry: `engine.kind` names a module whose `build_sampler(engine_cfg,
-policy, trainable)` returns a `Sampler`. Adding an engine is one module, one entry in
-`ENGINES` and one config variant (`practicum.config.EngineConfig`); the modules are imported
-only when their kind is used, so vLLM's own environment is needed only for `engine.kind: vllm`.
+Engine kinds form a registry (`practicum.engine.kinds`): `engine.kind` names an options
+model and a `build_sampler(engine_options, policy, trainable)` returning a `Sampler`. Adding an
+engine is one module that registers both; builders are imported only when their kind is
+used, so vLLM's own environment is needed only for `engine.kind: vllm`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from importlib import import_module
 from typing import TYPE_CHECKING, Protocol
 
 from practicum.engine.hf_model import (
     DTYPES,
     FrozenReference,
-    PolicyConfig,
     load_lm,
     load_tokenizer,
     pick_device,
     resolve_dtype,
 )
+from practicum.engine.kinds import engine_kind
 from practicum.engine.models import resolve_model
+from practicum.engine.options import EngineOptions, PolicyConfig
 
 if TYPE_CHECKING:
     from practicum.engine.base import Sampler
     from practicum.engine.hf_trainable import HFTrainable
 
-ENGINES: dict[str, str] = {
-    "hf": "practicum.engine.hf",
-    "vllm": "practicum.engine.vllm",
-}
-"""engine.kind -> the module holding that engine's `build_sampler`."""
-
 
 class SamplerBuilder(Protocol):
-    def __call__(self, engine_cfg, policy: PolicyConfig,
+    def __call__(self, engine_cfg: EngineOptions, policy: PolicyConfig,
                  trainable: HFTrainable | None = None) -> Sampler: ...
 
 
@@ -52,10 +45,10 @@ def load_trainable(policy: PolicyConfig) -> HFTrainable:
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
     return HFTrainable(policy, load_lm(path, dtype, device, policy.attn_implementation,
-                                       policy.rope_scaling),
+                                       policy.rope_scaling_dict),
                        load_tokenizer(path),
                        FrozenReference(path, dtype, device, policy.attn_implementation,
-                                       policy.rope_scaling))
+                                       policy.rope_scaling_dict))
 
 
 def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
@@ -65,22 +58,18 @@ def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
     natively, full fine-tuning included (`practicum.engine.device.auto_dtype`)."""
     dtype = resolve_dtype(policy, pick_device(policy.device), sampler=True)
     name = next(k for k, v in DTYPES.items() if v == dtype)
-    holder = load_trainable(replace(policy, dtype=name, init=None, gradient_checkpointing=False))
+    holder = load_trainable(policy.model_copy(update={
+        "dtype": name, "init": None, "gradient_checkpointing": False}))
     holder.model.requires_grad_(False)
     return holder
 
 
 def sampler_builder(kind: str) -> SamplerBuilder:
     """The registered `build_sampler` of engine kind `kind`."""
-    if kind not in ENGINES:
-        from practicum.errors import ConfigError
-
-        raise ConfigError(f"config error at engine.kind: unknown engine {kind!r} "
-                          f"(known: {', '.join(ENGINES)})")
-    return import_module(ENGINES[kind]).build_sampler
+    return engine_kind(kind).build_sampler()
 
 
-def build_sampler(engine_cfg, policy: PolicyConfig,
+def build_sampler(engine_cfg: EngineOptions, policy: PolicyConfig,
                   trainable: HFTrainable | None = None) -> Sampler:
     """A sampler of kind `engine_cfg.kind` holding the policy's starting weights as version 0
     when `trainable` is given (it may share them), else the untrained policy until the first

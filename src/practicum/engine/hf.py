@@ -31,6 +31,7 @@ from practicum.engine.hf_model import (
 from practicum.engine.hf_sampler import HFSampler, MergedCopy
 from practicum.engine.hf_trainable import HFTrainable, distinct_tensors
 from practicum.engine.models import resolve_model
+from practicum.engine.options import HFOptions
 from practicum.engine.weight_check import StaleWeights, fingerprint, stale_tensors
 from practicum.engine.weight_group import backend_for
 from practicum.engine.weight_stream import (
@@ -55,7 +56,7 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     if merged_sampling_on(cfg, trainable.device):
         merged = MergedCopy(trainable.model, resolve_model(cfg.model), trainable.lm.dtype,
                             trainable.device, cfg.attn_implementation,
-                            rope_scaling=cfg.rope_scaling)
+                            rope_scaling=cfg.rope_scaling_dict)
     sampler = HFSampler(trainable.lm, trainable.tokenizer,
                         peft_model=trainable.model if cfg.lora else None, merged=merged,
                         reference=None if cfg.lora else trainable.reference)
@@ -63,13 +64,12 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     return sampler
 
 
-def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | None = None):
+def build_sampler(options: HFOptions, policy: PolicyConfig, trainable: HFTrainable | None = None):
     """The registry's builder for engine.kind hf (`practicum.engine.factory`)."""
     if trainable is not None:
         return trainable_sampler(trainable)
-    return HFEngineCopy(policy, engine_cfg.weight_bucket_mb,
-                        getattr(engine_cfg, "verify_weights", False),
-                        getattr(engine_cfg, "weight_transport", "auto"))
+    return HFEngineCopy(policy, options.weight_bucket_mb, options.verify_weights,
+                        options.weight_transport)
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:

@@ -11,69 +11,19 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from practicum.engine.device import auto_dtype, configure_threads
-from practicum.engine.models import DEFAULT_MODEL
+from practicum.engine.options import PolicyConfig
 from practicum.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 SKINNY_ROWS = 64
 """Up to this many rows the output projection runs as weight @ hidden.T on CPU (`Logits.head`)."""
-
-
-@dataclass
-class PolicyConfig:
-    """How to build the HF engine (sampler + trainable)."""
-
-    model: str = DEFAULT_MODEL
-    """Model spec for `resolve_model`: built-in name, local HF folder or locally cached hub id."""
-    dtype: str = "auto"
-    """"float32", "bfloat16", or "auto": bf16 when the hardware computes it natively (CPU with
-    avx512_bf16/AMX, or a CUDA GPU with bf16) and LoRA is on, else fp32. Full fine-tuning stays
-    fp32 under "auto": AdamW on bf16 weights loses updates below 2^-8 relative."""
-    device: str = "auto"
-    """"cpu", "cuda", "cuda:1", ... or "auto" (cuda when available, else cpu)."""
-    attn_implementation: str = "sdpa"
-    """transformers attention kernel: sdpa, eager or flash_attention_2."""
-    lora: bool = True
-    """Train a LoRA adapter (peft) on frozen base weights; False trains every parameter."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    """The adapter's update is scaled by lora_alpha / lora_r."""
-    lora_dropout: float = 0.0
-    """Dropout on the adapter's input while training (never while sampling)."""
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEARS))
-    gradient_checkpointing: bool | None = None
-    """Recompute activations in the backward pass: less memory, more learner time; None = on
-    a GPU, off on a CPU (`uses_checkpointing`)."""
-    rope_scaling: dict | None = None
-    """transformers rope_parameters overrides (rope_type, factor, ...) applied to every copy
-    of the model (`practicum.engine.rope`); None = the model's own RoPE."""
-    merged_sampling: bool | None = None
-    """With LoRA, sample from a copy whose adapted linears hold W + (alpha / r) B A
-    (`hf_sampler.MergedCopy`, those linears in fp32 when dtype is bf16, so small updates are not
-    rounded away): faster sampling on CPU for one more copy of those layers. None: on a CPU
-    only (`merged_sampling_on`)."""
-    init: str | None = None
-    """A saved policy folder (e.g. an RFT adapter) whose weights the trainable starts from."""
-    seed: int = 0
-    """Seed of the adapter's random initialisation."""
-
-    def __post_init__(self) -> None:
-        if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise ConfigError(f"config error at model.dtype: expected auto, "
-                              f"{', '.join(DTYPES)}; got {self.dtype!r}")
-        if self.lora and "lm_head" in self.lora_target_modules:
-            raise ConfigError(
-                "config error at model.lora_target_modules: lm_head is not supported (the "
-                "output projection runs in fp32 from the base weights); train it with lora=false")
 
 
 def pick_device(spec: str) -> torch.device:

@@ -15,7 +15,6 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -54,7 +53,8 @@ class HFTrainable:
     def __init__(self, cfg: PolicyConfig, lm, tokenizer, reference: FrozenReference):
         self.device = next(lm.parameters()).device
         if cfg.gradient_checkpointing is None:  # resolved once, on this model's device
-            cfg = replace(cfg, gradient_checkpointing=uses_checkpointing(cfg, self.device))
+            cfg = cfg.model_copy(update={
+                "gradient_checkpointing": uses_checkpointing(cfg, self.device)})
         self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
         if cfg.gradient_checkpointing:
             _enable_checkpointing(lm)
@@ -318,7 +318,7 @@ def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
     RoPE scaling: an adapter is served on the base model scaled as it was trained)."""
     meta = {"lora": cfg.lora, "model": cfg.model}
     if cfg.rope_scaling:
-        meta["rope_scaling"] = cfg.rope_scaling
+        meta["rope_scaling"] = cfg.rope_scaling_dict
     (folder / META).write_text(json.dumps(meta, indent=1))
 
 

@@ -8,26 +8,19 @@ trainable stays HF + peft (`practicum.engine.factory.load_trainable`).
 from __future__ import annotations
 
 from practicum.engine.factory import load_trainable
-from practicum.engine.hf_model import PolicyConfig, load_tokenizer, pick_device, resolve_dtype
+from practicum.engine.hf_model import load_tokenizer, pick_device, resolve_dtype
 from practicum.engine.hf_trainable import HFTrainable
 from practicum.engine.models import resolve_model
+from practicum.engine.options import PolicyConfig, VLLMOptions
 from practicum.engine.rope import vllm_overrides
-from practicum.engine.vllm_sampler import VLLMOptions, VLLMSampler
+from practicum.engine.vllm_sampler import VLLMSampler
 
 
-def build_sampler(engine_cfg, policy: PolicyConfig, trainable: HFTrainable | None = None
-                  ) -> VLLMSampler:
+def build_sampler(options: VLLMOptions, policy: PolicyConfig,
+                  trainable: HFTrainable | None = None) -> VLLMSampler:
     """The registry's builder for engine.kind vllm: a vLLM engine of the policy's model,
     holding the trainable's weights as version 0 when one is given."""
-    return _vllm_sampler(policy, VLLMOptions(
-        max_model_len=engine_cfg.max_model_len, kv_cache_gb=engine_cfg.kv_cache_gb,
-        threads=engine_cfg.threads, gpu_memory_utilization=engine_cfg.gpu_memory_utilization,
-        tensor_parallel_size=engine_cfg.tensor_parallel_size,
-        enable_sleep_mode=engine_cfg.enable_sleep_mode, enforce_eager=engine_cfg.enforce_eager,
-        max_num_seqs=engine_cfg.max_num_seqs, weight_sync=engine_cfg.weight_sync,
-        weight_bucket_mb=engine_cfg.weight_bucket_mb, verify_weights=engine_cfg.verify_weights,
-        weight_transport=engine_cfg.weight_transport),
-        trainable)
+    return _vllm_sampler(policy, options, trainable)
 
 
 def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
@@ -38,7 +31,7 @@ def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
     sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
                           lora_rank=policy.lora_r if policy.lora else None,
                           full_weights=not policy.lora, options=options, seed=policy.seed,
-                          hf_overrides=vllm_overrides(path, policy.rope_scaling))
+                          hf_overrides=vllm_overrides(path, policy.rope_scaling_dict))
     if trainable is not None:
         sampler.load_weights(trainable.export_weights(0))
     return sampler

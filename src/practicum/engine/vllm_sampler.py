@@ -59,12 +59,12 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
 from practicum.engine.base import Sample, SamplingParams, WeightUpdate
 from practicum.engine.constraint import compiled
+from practicum.engine.options import VLLMOptions
 from practicum.engine.sampling import check_request
 from practicum.engine.vllm_sleep import GPUHandover
 from practicum.engine.weight_check import (
@@ -86,43 +86,8 @@ from practicum.engine.weight_stream import (
 )
 from practicum.errors import ConfigError
 
-
-@dataclass
-class VLLMOptions:
-    """How to start the vLLM engine."""
-
-    max_model_len: int = 2048
-    """Context length the engine reserves KV cache for (prompt + generated tokens)."""
-    kv_cache_gb: int = 1
-    """CPU KV-cache size (VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
-    max_loras: int = 1
-    """Adapters resident at once (one policy version at a time)."""
-    threads: str | None = None
-    """Cores vLLM's CPU worker binds to (VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"); None = its
-    default (one core, the other left to the caller)."""
-    gpu_memory_utilization: float | None = None
-    """On a GPU: the share of its memory vLLM may take; None = `memory_share` of what is free
-    when the engine starts (whatever a learner on the same GPU left)."""
-    tensor_parallel_size: int = 1
-    """GPUs one engine shards the model over."""
-    enable_sleep_mode: bool = False
-    """Sleep while the learner trains (full weights dropped, LoRA's base offloaded to CPU
-    memory; KV cache dropped); wake in the colocated order to publish (`vllm_sleep`)."""
-    enforce_eager: bool = True
-    """No CUDA graphs / torch.compile (the CPU build needs it)."""
-    max_num_seqs: int | None = None
-    """Sequences batched per engine step (None = vLLM's default)."""
-    weight_sync: Literal["memory", "file", "broadcast"] = "file"
-    """Full weights: serialised in memory through collective_rpc, via a safetensors file, or
-    broadcast over a weight group with the workers (`practicum.engine.weight_group`)."""
-    weight_bucket_mb: float = 256.0
-    """weight_sync=broadcast: MiB per collective (`weight_group`)."""
-    weight_transport: Literal["auto", "collective", "ipc"] = "auto"
-    """weight_sync=broadcast: through the group, or shared in place on one machine
-    (`weight_ipc`); auto = ipc for a learner here on one of vLLM's GPUs."""
-    verify_weights: bool = False
-    """After every full-weight publish, compare each parameter the engine computes with against
-    what was sent (`practicum.engine.weight_check`); a stale one raises `StaleWeights`."""
+MAX_LORAS = 1
+"""Adapters resident at once: one policy version at a time."""
 
 
 def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -> float:
@@ -211,7 +176,7 @@ class VLLMSampler:
         kwargs = {}
         if lora_rank is not None:
             kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(lora_rank),
-                          max_loras=opts.max_loras, max_cpu_loras=opts.max_loras + 1)
+                          max_loras=MAX_LORAS, max_cpu_loras=MAX_LORAS + 1)
         if full_weights:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
         if hf_overrides:  # the model config's changes, e.g. rope_parameters (engine.rope)

@@ -9,10 +9,23 @@ where `CalculatorOptions` is a pydantic model of its `task.options` and
 `task.name: X` finds the entry by importing `practicum.envs.X` (built-in environments) or the
 `practicum.envs` entry-point group (environments in other packages); adding an environment
 never edits a central list.
+
+An environment may also add a command, `practicum <name> ...`, from a module of its own:
+
+    register_command("mle", "ML-engineering competitions", add_arguments)
+
+where `add_arguments(parser, host)` fills the command's parser (subcommands included) and sets
+each handler with `set_defaults(func=...)` (args -> exit code). The command line finds these
+modules without importing any environment, so building its parser stays cheap: the `cli`
+module (or package) of each built-in environment package (`practicum.envs.X.cli`), and the
+modules of the `practicum.commands` entry-point group (other packages). A command that runs
+episodes opens a runtime session through `host` (`CommandHost`): an environment never imports
+the runtime.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata
 import importlib.util
@@ -135,3 +148,51 @@ def _import_provider(name: str) -> None:
         if ep.name == name:
             ep.load()
             return
+
+
+@dataclass(frozen=True)
+class CommandHost:
+    """What the `practicum` command line lends an environment's commands."""
+
+    open_session: Callable[[Any], Any]
+    """open_session(cfg) -> a runtime session of the run (`practicum.runtime.session`): its
+    `rollout`, `suite`, `learner`, `server`, `run_dir` and `close`; the run's latest checkpoint
+    loaded, if any."""
+
+
+@dataclass(frozen=True)
+class EnvCommand:
+    name: str
+    summary: str
+    """The line `practicum --help` shows."""
+    add_arguments: Callable[[argparse.ArgumentParser, CommandHost], None]
+    """add_arguments(parser, host): fills `practicum <name>`'s parser; every (sub)command sets
+    `func` (args -> exit code)."""
+
+
+_COMMANDS: dict[str, EnvCommand] = {}
+
+COMMAND_ENTRY_POINTS = "practicum.commands"
+
+
+def register_command(name: str, summary: str,
+                     add_arguments: Callable[[argparse.ArgumentParser, CommandHost], None]
+                     ) -> None:
+    """Make `practicum <name> ...` an environment's command (see the module docstring)."""
+    _COMMANDS[name] = EnvCommand(name, summary, add_arguments)
+
+
+def env_commands() -> list[EnvCommand]:
+    """Every environment's command, by name: the built-in environment packages' `cli` modules
+    and the `practicum.commands` entry points are imported, not the environments' suites (a
+    package's `__init__` runs first, so it stays cheap; handlers import the heavy parts)."""
+    import practicum.envs as pkg
+
+    for root in map(Path, pkg.__path__):
+        for info in pkgutil.iter_modules([str(root)]):
+            folder = root / info.name
+            if info.ispkg and ((folder / "cli.py").is_file() or (folder / "cli").is_dir()):
+                importlib.import_module(f"practicum.envs.{info.name}.cli")
+    for ep in importlib.metadata.entry_points(group=COMMAND_ENTRY_POINTS):
+        ep.load()
+    return [_COMMANDS[name] for name in sorted(_COMMANDS)]

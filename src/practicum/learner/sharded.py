@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -344,21 +343,22 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int =
     the process group is joined."""
     device = load.rank_device(policy.device)
     # resolved here: the model is built on the meta device, which is no GPU
-    policy = replace(policy, gradient_checkpointing=uses_checkpointing(policy, device))
+    policy = policy.model_copy(update={
+        "gradient_checkpointing": uses_checkpointing(policy, device)})
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
     check_attn_implementation(policy.attn_implementation, device)
     configure_threads()
     mp = load.mixed_precision(device, policy.lora)
-    lm = load.empty_lm(path, dtype, policy.attn_implementation, policy.rope_scaling)
+    lm = load.empty_lm(path, dtype, policy.attn_implementation, policy.rope_scaling_dict)
     reference = None
     if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
         reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation,
-                                  policy.rope_scaling)
+                                  policy.rope_scaling_dict)
         reference.eval().requires_grad_(False)
     make = HFTrainable if sequence == 1 else \
         partial(SequenceParallelTrainable, groups=sequence_groups(device.type, sequence))
-    inner = make(replace(policy, init=None), lm, load_tokenizer(path),
+    inner = make(policy.model_copy(update={"init": None}), lm, load_tokenizer(path),
                  load.BuiltReference(reference))
     inner.cfg = policy  # `init` is loaded below, sharded
     model = ShardedTrainable(inner, reference, mp,

@@ -31,19 +31,15 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from practicum.config import Config
 from practicum.engine.base import Sampler
 from practicum.engine.factory import build_sampler, load_trainable
-from practicum.engine.hf_model import (
-    PolicyConfig,
-    check_attn_implementation,
-    load_tokenizer,
-    pick_device,
-)
+from practicum.engine.hf_model import check_attn_implementation, load_tokenizer, pick_device
 from practicum.engine.models import resolve_model
+from practicum.engine.options import PolicyConfig, VLLMOptions
 from practicum.engine.rope import check_context
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
@@ -105,15 +101,9 @@ class Placement:
 
 
 def policy_config(cfg: Config) -> PolicyConfig:
-    """The model section of a run config, as the engines and the trainable read it."""
-    m = cfg.model
-    return PolicyConfig(
-        model=m.model, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation,
-        lora=m.lora, lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-        lora_target_modules=list(m.lora_target_modules),
-        gradient_checkpointing=m.gradient_checkpointing, merged_sampling=m.merged_sampling,
-        init=m.init, seed=cfg.run.seed,
-        rope_scaling=m.rope_scaling.model_dump(exclude_none=True) if m.rope_scaling else None)
+    """The model section of a run config and the run's seed, as the engines and the trainable
+    read them."""
+    return PolicyConfig.model_validate({**dict(cfg.model), "seed": cfg.run.seed})
 
 
 def place(cfg: Config, suite: Suite | None = None) -> Placement:
@@ -147,9 +137,9 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
     positions the model covers, natively or under model.rope_scaling, is refused in one line
     before anything loads."""
     path = resolve_model(policy.model)
-    check_context(path, policy.rope_scaling, cfg.rollout.max_seq_len, "rollout.max_seq_len")
-    if cfg.engine.kind == "vllm":
-        check_context(path, policy.rope_scaling, cfg.engine.max_model_len,
+    check_context(path, policy.rope_scaling_dict, cfg.rollout.max_seq_len, "rollout.max_seq_len")
+    if isinstance(cfg.engine, VLLMOptions):
+        check_context(path, policy.rope_scaling_dict, cfg.engine.max_model_len,
                       "engine.max_model_len")
 
 
@@ -294,7 +284,7 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
             plan, cfg.engine.kind, str(pick_device(policy.device)),
             int(os.environ.get("LOCAL_WORLD_SIZE", plan.ranks // plan.nodes)),
             torch.cuda.device_count())
-        sampler = build_sampler(cfg.engine, replace(policy, device=device))
+        sampler = build_sampler(cfg.engine, policy.model_copy(update={"device": device}))
     else:
         sampler = build_sampler(cfg.engine, policy)
     try:

@@ -105,7 +105,7 @@ def _run_name(checkpoint: Path) -> str:
 
 
 def _policy_config(target: Target, dtype: str):
-    from practicum.engine.hf import PolicyConfig
+    from practicum.engine.options import PolicyConfig
 
     meta = json.loads((target.policy_dir / POLICY_META).read_text())
     rope = meta.get("rope_scaling")  # the model as it was trained (engine.rope)
@@ -173,15 +173,15 @@ class Served:
 def load_served(target: str | Path, name: str | None = None, dtype: str = "auto",
                 max_batch: int = 32, max_tokens: int | None = None) -> Served:
     """Load `target`'s weights into a started generation server (module doc)."""
-    from practicum.config import HFEngineConfig
     from practicum.engine.factory import build_sampler, load_trainable
     from practicum.engine.hf import load_frozen_sampler
+    from practicum.engine.options import HFOptions
 
     t = resolve_target(target, name)
     if t.policy_dir is None:
         sampler = load_frozen_sampler(t.model, dtype)
     else:
-        sampler = build_sampler(HFEngineConfig(), policy := _policy_config(t, dtype),
+        sampler = build_sampler(HFOptions(), policy := _policy_config(t, dtype),
                                 load_trainable(policy))
     server = ContinuousServer(sampler, max_batch=max_batch).start()
     reply_cap = min((n for n in (t.max_seq_len, max_tokens) if n), default=None)

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from practicum.console import table_console
+from practicum.envs.registry import CommandHost, register_command
 from practicum.envs.swe.instance import InstanceError, SweInstance, load_instances
 from practicum.errors import PracticumError, read_text_file
 
@@ -260,3 +261,11 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
                    "local:<model>) that writes the issue texts; default: templates")
     p.set_defaults(func=cmd_synthesize)
 
+
+def add_arguments(parser: argparse.ArgumentParser, host: CommandHost) -> None:
+    """list, show, run, check and synthesize on the `swe` parser."""
+    add_swe_commands(parser.add_subparsers(dest="swe_command", required=True))
+
+
+register_command("swe", "SWE tasks: list, show, run (grade a patch), check, synthesize",
+                 add_arguments)

@@ -1,10 +1,10 @@
 """`practicum mle list | prepare | grade | run | evaluate`: the competitions' command line.
 
-The main CLI creates the `mle` parser and its subparsers and calls `add_mle_commands(sub)`;
+`add_mle_commands` fills the `mle` parser (the package registers it as the `mle` command);
 every command sets `func`, so the CLI dispatches with `args.func(args)` (an exit code: 0 ok,
 1 an invalid submission or a broken folder listed). Bad input raises a `PracticumError`.
 `mle run` lives in its own module and `add_mle_commands` registers it; `mle evaluate` runs
-episodes, so the main CLI composes it (`practicum.cli`) from what `evaluate` offers.
+episodes in a runtime session that the main CLI lends (`practicum.envs.mle.cli.evaluate`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from practicum.envs.mle.cli.run import add_run_command
 
 def add_mle_commands(subparsers: argparse._SubParsersAction | argparse.ArgumentParser):
     """Add `list`, `prepare`, `grade` and `run` to the `mle` subparsers; return the subparsers
-    action (the main CLI adds `evaluate`: it needs the runtime).
+    action (`evaluate`, which needs a runtime session, is added to it by the package).
 
     Accepts the `mle` ArgumentParser itself too (its subparsers are then created here).
     """

@@ -5,10 +5,9 @@ the prompt), and the better of the two is kept.
     practicum mle evaluate configs/mle.yaml [overrides] [--label NAME]
 
 loads the run's latest checkpoint (or the untrained policy when there is none), evaluates the
-suite's held-out tasks and writes RUN/eval/<label>.json. This module is what the environment
-knows: the command's arguments, `scratch_then_improve` (which episodes to run, which to keep)
-and the result file. The command itself is composed by the main CLI (`practicum.cli`), which
-opens the runtime session that runs the episodes: an environment never drives the loop.
+suite's held-out tasks and writes RUN/eval/<label>.json. The environment decides which
+episodes to run and which to keep (`scratch_then_improve`); a runtime session, opened through
+the `CommandHost` the main CLI lends, runs them: an environment never imports the loop.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from practicum.envs.base import Task
+from practicum.envs.registry import CommandHost
 from practicum.errors import ConfigError
 
 
@@ -85,15 +85,36 @@ def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task]) -> dict[s
     }
 
 
-def add_evaluate_command(sub: argparse._SubParsersAction,
-                         handler: Callable[[argparse.Namespace], int]) -> None:
-    """Register `evaluate` on the `mle` subparsers; `handler` runs it (the main CLI's)."""
+def add_evaluate_command(sub: argparse._SubParsersAction, host: CommandHost) -> None:
+    """Register `evaluate` on the `mle` subparsers; its episodes run in `host`'s sessions."""
     ev = sub.add_parser("evaluate", help="held-out evaluation: scratch, then one improvement, "
                         "keep the better (uses the run's latest checkpoint)")
     ev.add_argument("config", help="YAML config of the run (task.name must be mle)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.temperature=0")
     ev.add_argument("--label", default=None, help="name of RUN/eval/<label>.json")
-    ev.set_defaults(func=handler)
+    ev.set_defaults(func=lambda args: evaluate(args, host))
+
+
+def evaluate(args: argparse.Namespace, host: CommandHost) -> int:
+    """`practicum mle evaluate` (module doc): the run's session runs `scratch_then_improve`'s
+    episodes on the suite's held-out tasks; the result goes to RUN/eval/<label>.json."""
+    from practicum.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    require_mle(cfg.task.name)
+    session = host.open_session(cfg)  # the run's latest checkpoint, if any
+    try:
+        def run_episodes(tasks, ids):
+            return session.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)],
+                                   cfg.eval.temperature)
+
+        result = scratch_then_improve(run_episodes, session.suite.eval_tasks)
+        result["policy_version"] = session.server.version
+    finally:
+        session.close()
+    label = args.label or default_label(session.learner.step)
+    write_evaluation(result, session.run_dir / "eval" / f"{label}.json")
+    return 0
 
 
 def require_mle(task_name: str) -> None:
