@@ -71,6 +71,9 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
 
     tgt = WeightTarget(**targets["collective"])
     ipc = WeightTarget(**targets["ipc"])
+    # a formation per path: a group formed again under a prefix already used would read the
+    # old members' addresses from the store
+    tgt_gathered = WeightTarget(**targets["gathered"])
     member = Membership()
     report: dict = {"index": index, "paths": {}}
     paths = ("streamed", "streamed-ipc", "gathered")
@@ -85,8 +88,8 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
             peaks = []
             for _ in range(1 if path == "warm-up" else repeats):
                 before = _reset_peak()
-                got = receive_into(state, member.of(ipc if path == "streamed-ipc" else tgt,
-                                                    1).receive_stream())
+                which = {"streamed-ipc": ipc, "gathered": tgt_gathered}.get(path, tgt)
+                got = receive_into(state, member.of(which, 1).receive_stream())
                 peaks.append(_rss("VmHWM") - before)
                 assert got == set(state), "a tensor did not arrive"
             report["paths"][path] = {"peak_above_before": max(peaks)}
@@ -108,7 +111,8 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
         update = model.export_weights(0)
         if index == 0:
             tensors = distinct_tensors(update.tensors)[0]
-            send_stream(tgt, meta_of(tensors, tgt.torch_dtype), iter(tensors.items()), member)
+            send_stream(tgt_gathered, meta_of(tensors, tgt.torch_dtype),
+                        iter(tensors.items()), member)
 
     streamed = lambda: model.stream_weights(tgt, member)  # noqa: E731
     streamed_ipc = lambda: model.stream_weights(ipc, member)  # noqa: E731
@@ -139,7 +143,8 @@ def measure(model_dir: Path, bucket_mb: float, repeats: int = 2,
     rendezvous = WeightRendezvous(timeout_s=timeout_s)
     targets = {"collective": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__,
                "ipc": rendezvous.target(2, "gloo", "float32", bucket_mb,
-                                        transport="ipc").__dict__}
+                                        transport="ipc").__dict__,
+               "gathered": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__}
     with tempfile.TemporaryDirectory(prefix="practicum-publish-") as out:
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20), "HF_HUB_OFFLINE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from practicum.engine.weight_ipc import SharedBucket, open_shared
+from practicum.engine.weight_ipc import SharedBucket, cuda_handle, open_shared
 
 Meta = list[tuple[str, tuple[int, ...], str]]
 """(name, shape, dtype name) of every tensor sent, in sending order."""
@@ -78,10 +78,21 @@ def buckets(meta: Meta, bucket_mb: float = BUCKET_MB) -> list[list[int]]:
     return out
 
 
-def _largest_bucket(meta: Meta, bucket_mb: float) -> int:
-    """Bytes of the largest of `meta`'s buckets."""
-    return max((sum(_numel(meta[i][1]) * getattr(torch, meta[i][2]).itemsize for i in idx)
-                for idx in buckets(meta, bucket_mb)), default=0)
+def _nbytes(meta: Meta, idx: list[int]) -> int:
+    return sum(_numel(meta[i][1]) * getattr(torch, meta[i][2]).itemsize for i in idx)
+
+
+def _oversized(meta: Meta, idx: list[int], bucket_mb: float) -> bool:
+    """A bucket that is one tensor larger than a bucket: the ipc transport sends it as itself
+    (its own CUDA IPC handle, or through the group from the CPU), never through a buffer as
+    large, so the sender holds at most that tensor and one bucket."""
+    return len(idx) == 1 and _nbytes(meta, idx) > bucket_mb * 2**20
+
+
+def _shared_capacity(meta: Meta, bucket_mb: float) -> int:
+    """Bytes of the ipc buffer: the largest bucket that goes through it."""
+    return max((_nbytes(meta, idx) for idx in buckets(meta, bucket_mb)
+                if not _oversized(meta, idx, bucket_mb)), default=0)
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -164,7 +175,7 @@ class WeightGroup:
             first = next(arriving, None)
             device = first[1].device if first is not None else torch.device("cpu")
             arriving = itertools.chain([first] if first is not None else [], arriving)
-            shared = SharedBucket.create(_largest_bucket(meta, bucket_mb), device)
+            shared = SharedBucket.create(_shared_capacity(meta, bucket_mb), device)
         try:
             self._send_bytes(json.dumps({"meta": meta, "bucket_mb": bucket_mb,
                                          "verify": verify, "ipc": ipc}).encode())
@@ -209,7 +220,8 @@ class WeightGroup:
                       shared: SharedBucket | None = None) -> None:
         """`fingerprints`: filled with each tensor's fingerprint as it travels, if given.
         `shared`: every bucket is filled into it (each tensor cast on the way), then the
-        receivers are told it is ready and copy it out before the next is filled."""
+        receivers are told it is ready and copy it out before the next is filled; a tensor
+        larger than a bucket goes as itself (`_oversized`)."""
         from practicum.engine.weight_check import fingerprint
 
         if self.rank != 0:
@@ -218,7 +230,8 @@ class WeightGroup:
         for idx in buckets(meta, bucket_mb):
             dtype = getattr(torch, meta[idx[0]][2])
             sizes = [_numel(meta[i][1]) for i in idx]
-            if shared is not None:
+            through_buffer = shared is not None and not _oversized(meta, idx, bucket_mb)
+            if through_buffer:
                 flat = shared.view(dtype, sum(sizes))
             else:
                 flat = None if len(idx) == 1 else \
@@ -229,17 +242,23 @@ class WeightGroup:
                     raise RuntimeError(f"weight stream: got {name!r} where the metadata has "
                                        f"{meta[i][0]!r}")
                 if part is None:  # alone in its bucket: sent as itself, cast if need be
-                    flat = tensor.detach().contiguous().reshape(-1).to(self.device, dtype)
+                    # (ipc from a GPU: shared where it lies; otherwise on the group's device)
+                    where = tensor.device if shared is not None and tensor.is_cuda \
+                        else self.device
+                    flat = tensor.detach().contiguous().reshape(-1).to(where, dtype)
                     part = flat
                 else:
                     part.copy_(tensor.detach().reshape(-1))
                 if fingerprints is not None:
                     fingerprints[name] = fingerprint(part)
                 del tensor
-            if shared is not None:
-                if flat.is_cuda:  # the receivers read it from other CUDA contexts
-                    torch.cuda.current_stream(flat.device).synchronize()
+            if flat.is_cuda and shared is not None:  # read from other CUDA contexts
+                torch.cuda.current_stream(flat.device).synchronize()
+            if through_buffer:
                 self._barrier()  # ready
+                self._barrier()  # taken
+            elif flat.is_cuda and shared is not None:  # its own handle, opened in place
+                self._send_bytes(json.dumps(cuda_handle(flat)).encode())
                 self._barrier()  # taken
             else:
                 self.pg.broadcast(flat, 0).wait()
@@ -263,25 +282,38 @@ class WeightGroup:
             if not self._all_ok(True):
                 raise RuntimeError("weight transport ipc: another receiver could not open the "
                                    "shared buffer")
-            yield from self._receive_shared(meta, buffer, header["bucket_mb"])
+            yield from self._receive_shared(meta, buffer, header["bucket_mb"],
+                                            "cuda" in handle)
         else:
             yield from self.receive(meta, device, header["bucket_mb"])
         if header.get("verify"):
             self.sent_fingerprints = json.loads(self._receive_bytes())
 
-    def _receive_shared(self, meta: Meta, buffer: torch.Tensor, bucket_mb: float
-                        ) -> Iterator[tuple[str, torch.Tensor]]:
+    def _receive_shared(self, meta: Meta, buffer: torch.Tensor, bucket_mb: float,
+                        cuda: bool) -> Iterator[tuple[str, torch.Tensor]]:
         """The ipc side of `receive`: each bucket viewed in the sender's buffer, where it lies
-        (its GPU, or shared CPU memory), until the sender is told it was taken."""
+        (its GPU, or shared CPU memory), until the sender is told it was taken; a tensor
+        larger than a bucket opened by its own handle (`cuda`) or received through the group
+        (from a CPU sender)."""
         for idx in buckets(meta, bucket_mb):
             dtype = getattr(torch, meta[idx[0]][2])
             sizes = [_numel(meta[i][1]) for i in idx]
-            self._barrier()  # ready
-            flat = buffer[:sum(sizes) * dtype.itemsize].view(dtype)
+            oversized = _oversized(meta, idx, bucket_mb)
+            if oversized and not cuda:
+                flat = torch.empty(sum(sizes), dtype=dtype)
+                self.pg.broadcast(flat, 0).wait()
+                yield meta[idx[0]][0], flat.view(meta[idx[0]][1])
+                continue
+            if oversized:
+                flat = open_shared(json.loads(self._receive_bytes()))
+            else:
+                self._barrier()  # ready
+                flat = buffer[:sum(sizes) * dtype.itemsize].view(dtype)
             for i, part in zip(idx, flat.split(sizes)):
                 yield meta[i][0], part.view(meta[i][1])
             if flat.is_cuda:
                 torch.cuda.current_stream(flat.device).synchronize()
+            del flat
             self._barrier()  # taken
 
     def _broadcast(self, small: torch.Tensor) -> None:

@@ -54,13 +54,8 @@ class SharedBucket:
     def create(cls, nbytes: int, device: torch.device) -> SharedBucket:
         nbytes = max(1, nbytes)
         if device.type == "cuda":
-            from torch.multiprocessing.reductions import reduce_tensor
-
             buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
-            rebuild, args = reduce_tensor(buffer)
-            gpu = str(torch.cuda.get_device_properties(device).uuid)
-            cuda = base64.b64encode(pickle.dumps((rebuild, args))).decode()
-            return cls(buffer, {"machine": machine_id(), "cuda": cuda, "gpu": gpu})
+            return cls(buffer, cuda_handle(buffer))
         path = Path(_shm_dir()) / f"practicum-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with open(path, "wb") as f:
             f.truncate(nbytes)
@@ -80,8 +75,19 @@ class SharedBucket:
             self.path = None
 
 
+def cuda_handle(tensor: torch.Tensor) -> dict:
+    """A handle by which another process on this machine opens `tensor` (a CUDA tensor) in
+    place (`open_shared`); the tensor must stay alive until it has copied what it needs."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    rebuild, args = reduce_tensor(tensor)
+    gpu = str(torch.cuda.get_device_properties(tensor.device).uuid)
+    return {"machine": machine_id(), "cuda": base64.b64encode(pickle.dumps((rebuild, args)))
+            .decode(), "gpu": gpu}
+
+
 def open_shared(handle: dict) -> torch.Tensor:
-    """A receiver's view of the sender's buffer (uint8). CUDA: the handle is opened on this
+    """A receiver's view of the sender's buffer (uint8) or tensor. CUDA: the handle is opened on this
     process's device with the sender's GPU (device indices differ between processes that see
     different GPUs)."""
     if handle["machine"] != machine_id():
