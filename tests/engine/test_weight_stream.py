@@ -9,7 +9,6 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import asdict
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch

@@ -130,7 +130,7 @@ class Env(ABC):
     def step(self, action: str) -> StepResult:
         """Apply the policy's reply; say what happened."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: most environments hold nothing
         """Release processes and files (called once per episode, after it ended)."""
 
     def __enter__(self: E) -> E:
@@ -139,7 +139,7 @@ class Env(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def kill(self) -> None:
+    def kill(self) -> None:  # noqa: B027 - an optional hook, as close
         """Stop work in progress now, from another thread (runtime shutdown). Default: nothing."""
 
     def agent_task(self, task: Task, seed: int) -> AgentTask:

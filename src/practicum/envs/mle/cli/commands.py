@@ -17,13 +17,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from practicum.console import table_console
 from practicum.envs.mle.cli.arguments import (
     DATA_HELP,
     RAW_HELP,
     competitions_option,
     mle_data_root,
 )
-from practicum.console import table_console
 from practicum.envs.mle.cli.run import add_run_command
 
 
