@@ -46,7 +46,7 @@ def main() -> None:
     from practicum.runtime.ray_engine import RayEngine
 
     state = machine_state()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     policy = PolicyConfig(model="smollm2-135m-instruct", dtype="float32")
     trainable, local = load_hf_engine(policy)
     t0 = time.perf_counter()

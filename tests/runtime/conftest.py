@@ -72,6 +72,6 @@ def local_ray():
     # Ray starts workers at nice 15: on a busy 2-core machine an actor loading a model then
     # gets almost no CPU and misses its start-up limit
     os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

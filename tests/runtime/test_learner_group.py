@@ -33,7 +33,7 @@ def ray_here():
     the ranks on a shared, busy CPU); the groups join it."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              _system_config={"worker_niceness": 0})
     yield
     ray.shutdown()

@@ -19,7 +19,7 @@ def test_an_actor_without_a_gpu_is_refused_where_gpus_exist(monkeypatch, tmp_pat
         raise AssertionError("an actor was started")
 
     monkeypatch.setattr(placement, "_place_learner", no_actor)
-    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         for plan, key in ((["placement.kind=ray", "placement.learner.cpus=0"], "learner"),
                           (["placement.kind=learner_group", "placement.ranks=2"], "rank"),

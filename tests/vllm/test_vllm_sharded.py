@@ -52,7 +52,7 @@ def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(tiny_vllm_dir, 
 def ray_here():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              _system_config={"worker_niceness": 0})
     yield
     ray.shutdown()

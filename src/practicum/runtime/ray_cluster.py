@@ -39,8 +39,10 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 log_to_driver=False)
+        # "local": a Ray of its own, never one a `ray start` left on this machine (which
+        # ray.init() alone would join, and then refuse num_cpus)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
+                 include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
     return True

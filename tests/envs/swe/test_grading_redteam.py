@@ -91,14 +91,19 @@ def test_background_processes_are_killed_and_cannot_forge(tmp_path, monkeypatch)
     fake = "\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids]) + "\n"
     child = ("import os, time\n"
              f"FAKE = {fake!r}.encode()\n"
-             "for i in range(60):\n    for fd in range(1, 20):\n"
+             "for i in range(60):\n    for fd in range(1, 64):\n"
              "        try:\n            os.write(fd, FAKE)\n        except OSError:\n"
              "            pass\n"
              "    if i == 0:\n        open('child_started', 'w').close()\n"
              "    time.sleep(0.05)\n"
              "time.sleep(300)\n")
+    # pytest captures fds 1 and 2 while it imports the code (to a file of its own) and keeps
+    # the real stdout in a descriptor it does not hand down: the attack hands it down, so the
+    # child's writes reach the log whenever they happen (before and after the summary)
     extra = ("\nimport os, subprocess, sys, time\n"
              "if not os.environ.get('CHILD'):\n    os.environ['CHILD'] = '1'\n"
+             "    for fd in range(3, 64):\n        try:\n            os.set_inheritable(fd, True)\n"
+             "        except OSError:\n            pass\n"
              f"    subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
              "close_fds=False)\n"
              "    for _ in range(1000):\n"  # a loaded machine may take seconds to start python
