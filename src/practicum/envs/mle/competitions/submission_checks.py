@@ -1,8 +1,9 @@
 """Checking a submission before a metric sees it: read, align to the answers, validate values.
 
-A competition's grade.py calls `align_submission`, `numeric_values`, `check_probabilities`
-first, so a bad submission fails with a readable reason (`InvalidSubmissionError`, naming the
-column, row or id at fault) instead of a numpy traceback.
+A competition's grade.py calls `aligned_labels`, `aligned_values` or `aligned_probabilities`
+(built from `align_submission`, `numeric_values`, `check_probabilities`) first, so a bad
+submission fails with a readable reason (`InvalidSubmissionError`, naming the column, row or id
+at fault) instead of a numpy traceback.
 """
 
 from __future__ import annotations
@@ -163,6 +164,29 @@ def one_hot(labels: Sequence, classes: Sequence[str]) -> np.ndarray:
     out[np.arange(len(keys)), [index[k] for k in keys]] = 1.0
     return out
 
+
+def aligned_labels(submission: pd.DataFrame, answers: pd.DataFrame,
+                   column: str) -> tuple[pd.Series, pd.Series]:
+    """(true, predicted) labels of column `column`, aligned by id and normalised for comparison."""
+    sub, ans = align_submission(submission, answers, "id", [column])
+    return normalise_keys(ans[column]), normalise_keys(sub[column])
+
+
+def aligned_values(submission: pd.DataFrame, answers: pd.DataFrame,
+                   column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(true, predicted) numbers of column `column`, aligned by id; text or infinities rejected."""
+    sub, ans = align_submission(submission, answers, "id", [column])
+    return ans[column].to_numpy(dtype=float), numeric_values(sub, [column])[:, 0]
+
+
+def aligned_probabilities(submission: pd.DataFrame, answers: pd.DataFrame, columns: Sequence[str],
+                          answer_columns: Sequence[str] | None = None
+                          ) -> tuple[pd.DataFrame, np.ndarray]:
+    """(answers aligned by id, predicted probabilities [N, len(columns)]), each in [0, 1]."""
+    sub, ans = align_submission(submission, answers, "id", columns, answer_columns)
+    proba = numeric_values(sub, columns)
+    check_probabilities(proba, columns, lines=sub.attrs["lines"])
+    return ans, proba
 
 # ---------------------------------------------------------------------------------------------
 # Reading a submission file.

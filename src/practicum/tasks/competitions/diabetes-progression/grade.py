@@ -3,9 +3,8 @@
 import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import rmse
-from practicum.envs.mle.competitions.submission_checks import align_submission, numeric_values
+from practicum.envs.mle.competitions.submission_checks import aligned_values
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    sub, ans = align_submission(submission, answers, "id", ["progression"])
-    return rmse(ans["progression"].to_numpy(dtype=float), numeric_values(sub, ["progression"])[:, 0])
+    return rmse(*aligned_values(submission, answers, "progression"))

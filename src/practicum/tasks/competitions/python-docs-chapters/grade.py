@@ -3,9 +3,8 @@
 import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import macro_f1
-from practicum.envs.mle.competitions.submission_checks import align_submission, normalise_keys
+from practicum.envs.mle.competitions.submission_checks import aligned_labels
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    sub, ans = align_submission(submission, answers, "id", ["chapter"])
-    return macro_f1(normalise_keys(ans["chapter"]), normalise_keys(sub["chapter"]))
+    return macro_f1(*aligned_labels(submission, answers, "chapter"))
