@@ -1,8 +1,8 @@
 """Checking a submission before a metric sees it: read, align to the answers, validate values.
 
-A competition's grade.py calls `aligned_labels`, `aligned_values` or `aligned_probabilities`
-(built from `align_submission`, `numeric_values`, `check_probabilities`) first, so a bad
-submission fails with a readable reason (`InvalidSubmissionError`, naming the column, row or id
+A competition's grade.py is a `label_grader` or `value_grader`, or calls `aligned_labels`,
+`aligned_values` or `aligned_probabilities` (built from `align_submission`, `numeric_values`,
+`check_probabilities`) first, so a bad submission fails with a readable reason (`InvalidSubmissionError`, naming the column, row or id
 at fault) instead of a numpy traceback.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -178,6 +178,18 @@ def aligned_values(submission: pd.DataFrame, answers: pd.DataFrame,
     sub, ans = align_submission(submission, answers, "id", [column])
     return ans[column].to_numpy(dtype=float), numeric_values(sub, [column])[:, 0]
 
+
+Grader = Callable[[pd.DataFrame, pd.DataFrame], float]
+
+
+def label_grader(metric: Callable[[pd.Series, pd.Series], float], column: str) -> Grader:
+    """grade(submission, answers) = metric(true, predicted) over the labels of `column`."""
+    return lambda submission, answers: metric(*aligned_labels(submission, answers, column))
+
+
+def value_grader(metric: Callable[[np.ndarray, np.ndarray], float], column: str) -> Grader:
+    """grade(submission, answers) = metric(true, predicted) over the numbers of `column`."""
+    return lambda submission, answers: metric(*aligned_values(submission, answers, column))
 
 def aligned_probabilities(submission: pd.DataFrame, answers: pd.DataFrame, columns: Sequence[str],
                           answer_columns: Sequence[str] | None = None

@@ -1,10 +1,6 @@
 """Root mean squared error of the predicted progression."""
 
-import pandas as pd
-
 from practicum.envs.mle.competitions.metrics import rmse
-from practicum.envs.mle.competitions.submission_checks import aligned_values
+from practicum.envs.mle.competitions.submission_checks import value_grader
 
-
-def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    return rmse(*aligned_values(submission, answers, "progression"))
+grade = value_grader(rmse, "progression")

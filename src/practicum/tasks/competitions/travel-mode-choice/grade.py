@@ -1,10 +1,6 @@
 """Accuracy of the predicted travel mode."""
 
-import pandas as pd
-
 from practicum.envs.mle.competitions.metrics import accuracy
-from practicum.envs.mle.competitions.submission_checks import aligned_labels
+from practicum.envs.mle.competitions.submission_checks import label_grader
 
-
-def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    return accuracy(*aligned_labels(submission, answers, "mode"))
+grade = label_grader(accuracy, "mode")
