@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random Llama with the real SmolLM2 tokenizer, and the real SmolLM2."""
+"""Shared fixtures: a tiny random Llama with the real SmolLM2 tokenizer (and its peaked variant),
+and the real SmolLM2."""
 
 from __future__ import annotations
 
@@ -76,6 +77,22 @@ def build_tiny_model(folder: Path, seed: int = 0, **overrides) -> Path:
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A random tiny Llama (2 layers, hidden 64, SmolLM2 tokenizer and chat template), fp32."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="session")
+def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny random model with embeddings scaled x4: its next-token distribution has ~5 nats
+    of entropy instead of ~10.8, so RL credit concentrates on tokens it actually samples and a
+    few steps move the toy reward."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("peaked")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(4)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
 
 
 @pytest.fixture(scope="session")

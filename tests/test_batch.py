@@ -14,18 +14,8 @@ from practicum.batch import (
     turn_duration_weights,
 )
 from practicum.config import AlgoConfig
-from practicum.episode import Episode, Turn
 from practicum.learner.rows import pad_rows, token_batch
-
-
-def turn(sampled, logprobs=None, obs=(), context=None, dt=0.0):
-    lps = [-1.0] * len(sampled) if logprobs is None else logprobs
-    return Turn(list(sampled), list(lps), 0, observation_ids=list(obs),
-                context_ids=None if context is None else list(context), env_duration=dt)
-
-
-def episode(reward, turns, prompt=(1,), group="g", task="t", overlong=False):
-    return Episode(task, group, list(prompt), turns, reward=reward, overlong=overlong)
+from tests.episodes import episode, turn
 
 
 def sampled(n):

@@ -12,7 +12,7 @@ from practicum.config import load_config
 from practicum.envs.swe.toy_repo import write_toy_instance
 from practicum.errors import ConfigError
 from practicum.serve.loading import resolve_target
-from practicum.stages import _drop, _resolve, _stored, pipeline_policy, run_stages, stage_config
+from practicum.stages import _resolve, _stored, pipeline_policy, run_stages, stage_config
 
 STAGES = [
     {"name": "rft", "kind": "rft"},
@@ -50,11 +50,6 @@ def test_stage_config_applies_overrides_in_its_own_folder(tmp_path):
         stage_config(bad, 0, None)
     with pytest.raises(ConfigError, match="stages.0.kind"):
         config(tmp_path, "m", [{"name": "a", "kind": "ppo"}])
-
-
-def test_refresh_drops_always_and_never_solved_tasks_after_enough_attempts():
-    assert _drop([4, 0], 4, 0.75) and _drop([4, 4], 4, 0.75)
-    assert not _drop([4, 3], 4, 0.75) and not _drop([3, 0], 4, 0.75)
 
 
 def test_pipeline_runs_every_stage_and_resumes(tmp_path, tiny_model_dir):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from practicum.algo.curriculum import SolveRateTracker
 from practicum.config import Config, StageConfig, set_dotted
 from practicum.envs.registry import parse_options
 from practicum.errors import ConfigError, TrainingError
@@ -182,29 +183,21 @@ def refresh(cfg: Config, index: int, sub: Config) -> list[str] | None:
     more than max_solve_rate did. None (keep all) if that would drop every task."""
     from practicum.store import EpisodeStore
 
-    counts: dict[str, list[int]] = {}
+    tracker = SolveRateTracker()
     for j in range(index):
         folder = cfg.run_dir / f"{j}-{cfg.stages[j].name}"
         for path in (folder / "episodes.jsonl", folder / "rft" / "episodes.jsonl"):
             # (sft episodes are acted by a demonstrator or teacher: not the policy's record)
             if path.exists():
                 for e in EpisodeStore(path).read():
-                    c = counts.setdefault(e.task_id, [0, 0])
-                    c[0] += 1
-                    c[1] += int(solved(e, sub.curriculum.solved_reward))
+                    tracker.update(e.task_id, solved(e, sub.curriculum.solved_reward))
     from practicum.envs.registry import SuiteContext, build_suite
 
     tasks = [t.task_id for t in build_suite(sub.task.name, sub.task.options,
                                             SuiteContext(sub.run.seed)).train_tasks]
     cur = sub.curriculum
-    kept = [t for t in tasks if not _drop(counts.get(t, [0, 0]), cur.min_attempts,
-                                          cur.max_solve_rate)]
+    kept = [t for t in tasks if tracker.keep(t, cur.max_solve_rate, cur.min_attempts)]
     return kept if kept else None
-
-
-def _drop(count: list[int], min_attempts: int, max_rate: float) -> bool:
-    attempts, successes = count
-    return attempts >= min_attempts and (successes == 0 or successes / attempts > max_rate)
 
 
 def _stopped_summary(sub: Config, prev: tuple[Config, dict] | None) -> dict:

@@ -1,28 +1,10 @@
-"""Outside-agent runs on the toy task: the peaked tiny model and the overrides that make the
-example agent (examples/openai_agent.py) its policy's client."""
+"""Outside-agent runs on the toy task: the overrides that make the example agent
+(examples/openai_agent.py) its policy's client (the peaked tiny model is tests/conftest.py's)."""
 
 import json
 from pathlib import Path
 
-import pytest
-import torch
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai_agent.py"
-
-
-@pytest.fixture(scope="session")
-def peaked_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny random model with embeddings scaled x4 (as tests/runtime's peaked model): RL
-    credit concentrates on tokens it samples, so a few steps move the toy reward."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("peaked")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(4)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
 
 
 def agent_overrides(model_dir: Path, out: Path, *extra: str, turns: int = 1,

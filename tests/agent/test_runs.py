@@ -15,13 +15,13 @@ from .conftest import agent_overrides, metric_rows
 pytestmark = pytest.mark.slow
 
 
-def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_dir, tmp_path):
+def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_model_dir, tmp_path):
     """16 agents side by side (16 async actors), 7 calls each (112 trained calls): every
     trained turn's context is the prompt the engine got (the request log, written apart from
     the episodes), each turn carries the version that sampled it, and the learner's log-probs
     are the sampler's."""
     cfg = load_config(None, agent_overrides(
-        peaked_dir, tmp_path, "rollout.group_size=4", "rollout.tasks_per_step=4",
+        peaked_model_dir, tmp_path, "rollout.group_size=4", "rollout.tasks_per_step=4",
         "train.steps=1", "train.lr=1e-3", "rollout.agent.request_log=true",
         "runtime.mode=async", "runtime.num_actors=16", "runtime.max_staleness=0", turns=7,
         max_tokens=6))
@@ -46,14 +46,14 @@ def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_dir, tmp_path):
     print(f"\nlearner vs sampler log-prob gap over {7 * len(episodes)} calls: {gap}")
 
 
-def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(peaked_dir,
+def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(peaked_model_dir,
                                                                            tmp_path):
     """Same seeds, same agent: with lr 1e-2 the held-out reward rises; with lr 0 nothing
     changes (the first batches are identical: same weights, same seeds)."""
     runs = {}
     for lr in (1e-2, 0):
         cfg = load_config(None, agent_overrides(
-            peaked_dir, tmp_path / f"lr{lr}", "rollout.group_size=4", "rollout.tasks_per_step=2",
+            peaked_model_dir, tmp_path / f"lr{lr}", "rollout.group_size=4", "rollout.tasks_per_step=2",
             "train.steps=4", f"train.lr={lr}", "task.options.eval_size=4"))
         summary = run_training(cfg, progress=False)
         runs[lr] = (summary, [r["reward_mean"] for r in metric_rows(tmp_path / f"lr{lr}" /

@@ -59,3 +59,11 @@ def test_state_round_trips_through_json():
 def test_load_rejects_inconsistent_counts():
     with pytest.raises(ValueError, match="'a'"):
         SolveRateTracker().load_state_dict({"tasks": {"a": {"attempts": 1, "successes": 2}}})
+
+
+def test_rule_reads_the_configured_rate_and_attempts():
+    # the stage refresh's config: min_attempts 4, max_solve_rate 0.75
+    assert not tracker_with("a", [False] * 4).keep("a", 0.75, 4)
+    assert not tracker_with("a", [True] * 4).keep("a", 0.75, 4)
+    assert tracker_with("a", [True] * 3 + [False]).keep("a", 0.75, 4)
+    assert tracker_with("a", [False] * 3).keep("a", 0.75, 4)

@@ -346,28 +346,31 @@ def test_score_mask_projects_only_the_scored_positions(tiny_model_dir, prompts, 
     assert projected == int(score.sum())  # not B x (T - 1)
 
 
+def shared_prefix_run(model_dir, ids, mask, min_shared: int):
+    """(log-probs, entropy, gradient of a fixed weighting of them, the shapes the base model ran)
+    of a trainable with a live adapter that shares prompts of at least `min_shared` tokens."""
+    trainable, _ = build(model_dir, seed=3)
+    for p in trainable.trainable_parameters():  # LoRA B = 0 at init: make the adapter live
+        torch.nn.init.normal_(p, std=0.05)
+    trainable.min_shared_prefix = min_shared
+    calls = []
+    hook = trainable.lm.base_model.register_forward_pre_hook(
+        lambda m, a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    lp, ent = trainable.token_logprobs(ids, mask, temperature=0.9, return_entropy=True)
+    hook.remove()
+    (lp * torch.arange(lp.shape[1])).sum().backward()
+    grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
+    return lp.detach(), ent, grads, calls
+
+
 def test_a_shared_prompt_runs_once_with_the_same_logprobs_and_gradients(tiny_model_dir, prompts):
     """A GRPO group's rows share the prompt: token_logprobs runs it once and repeats its keys and
     values; log-probs, entropy and gradients equal those of running every row in full."""
     prompt = prompts[0]
     rows = [prompt + prompts[2], prompt + prompts[1], prompt + prompts[2][::-1] + prompts[1]]
     ids, mask = padded(rows, "right")  # different lengths: right padding after the prompt
-    outs = []
-    for shared in (10**9, 2):
-        trainable, _ = build(tiny_model_dir, seed=3)
-        for p in trainable.trainable_parameters():  # LoRA B = 0 at init: make the adapter live
-            torch.nn.init.normal_(p, std=0.05)
-        trainable.min_shared_prefix = shared
-        calls = []
-        base = trainable.lm.base_model
-        hook = base.register_forward_pre_hook(
-            lambda m, a, kw, calls=calls: calls.append(kw["input_ids"].shape), with_kwargs=True)
-        lp, ent = trainable.token_logprobs(ids, mask, temperature=0.9, return_entropy=True)
-        hook.remove()
-        (lp * torch.arange(lp.shape[1])).sum().backward()
-        grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
-        outs.append((lp.detach(), ent, grads, calls))
-    (lp_full, ent_full, g_full, calls_full), (lp, ent, g, calls) = outs
+    lp_full, ent_full, g_full, calls_full = shared_prefix_run(tiny_model_dir, ids, mask, 10**9)
+    lp, ent, g, calls = shared_prefix_run(tiny_model_dir, ids, mask, 2)
     assert calls_full == [ids.shape]
     assert calls == [(1, len(prompt)), (3, ids.shape[1] - len(prompt))]
     assert torch.allclose(lp, lp_full, atol=1e-5) and torch.allclose(ent, ent_full, atol=1e-5)
@@ -669,22 +672,8 @@ def test_two_groups_in_one_micro_batch_give_the_logprobs_and_gradients_of_runnin
     rows = [prompts[0] + prompts[2], prompts[0] + prompts[1],
             prompts[2] + prompts[0], prompts[2] + prompts[1]]
     ids, mask = padded(rows, "right")
-    outs = []
-    for shared in (10**9, 2):
-        trainable, _ = build(tiny_model_dir, seed=3)
-        for p in trainable.trainable_parameters():
-            torch.nn.init.normal_(p, std=0.05)
-        trainable.min_shared_prefix = shared
-        calls = []
-        hook = trainable.lm.base_model.register_forward_pre_hook(
-            lambda m, a, kw, calls=calls: calls.append(tuple(kw["input_ids"].shape)),
-            with_kwargs=True)
-        lp = trainable.token_logprobs(ids, mask, temperature=0.9)
-        hook.remove()
-        (lp * torch.arange(lp.shape[1])).sum().backward()
-        grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
-        outs.append((lp.detach(), grads, calls))
-    (lp_full, g_full, calls_full), (lp, g, calls) = outs
+    lp_full, _, g_full, calls_full = shared_prefix_run(tiny_model_dir, ids, mask, 10**9)
+    lp, _, g, calls = shared_prefix_run(tiny_model_dir, ids, mask, 2)
     assert calls_full == [tuple(ids.shape)]
     assert [c[0] for c in calls] == [1, 2, 1, 2]  # per group: its prompt once, then its rows
     assert torch.allclose(lp, lp_full, atol=1e-5)

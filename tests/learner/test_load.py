@@ -100,10 +100,7 @@ def test_the_streamed_lora_folder_is_the_one_process_one(on_ranks, tiny_model_di
                                      streamed)
     loaded = {k: v for k, v in peft.state_dict().items() if "lora_" in k}
     assert len(loaded) == len(want)
-    fresh = one_process_learner(config_without_init(cfgs["lora"])).model
-    fresh.load_weights(streamed)
-    exported = fresh.export_weights(0).tensors
-    assert all(torch.equal(exported[k], want[k]) for k in want)
+    assert_loads(cfgs["lora"], streamed, want)
 
 
 @pytest.mark.slow
@@ -125,10 +122,7 @@ def test_the_streamed_full_folder_is_a_sharded_hf_model(on_ranks, tmp_path):
     got = AutoModelForCausalLM.from_pretrained(streamed).state_dict()
     want = AutoModelForCausalLM.from_pretrained(tmp_path / "one").state_dict()
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    fresh = one_process_learner(config_without_init(cfgs["full"])).model
-    fresh.load_weights(streamed)
-    exported = fresh.export_weights(0).tensors
-    assert all(torch.equal(exported[k], want[k]) for k in want)
+    assert_loads(cfgs["full"], streamed, want)
 
 
 @pytest.mark.slow
@@ -147,6 +141,14 @@ def test_a_wrong_folder_is_refused_on_every_rank(on_ranks):
 
 def config_without_init(cfg):
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"init": None})})
+
+
+def assert_loads(cfg, folder, want) -> None:
+    """A fresh one-process learner (no init) loading `folder` exports exactly `want`."""
+    fresh = one_process_learner(config_without_init(cfg)).model
+    fresh.load_weights(folder)
+    exported = fresh.export_weights(0).tensors
+    assert all(torch.equal(exported[k], want[k]) for k in want)
 
 
 def test_the_meta_device_build_gets_the_same_rotary_tables_under_rope_scaling(tiny_model_dir):

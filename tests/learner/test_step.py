@@ -29,6 +29,8 @@ from practicum.errors import PracticumError
 from practicum.learner import Learner, checkpoint, latest_checkpoint, read_trainer_state
 from practicum.learner.checkpoint import restore_rng_state, rng_state
 from practicum.learner.ranks import Ranks, split_even, split_ranks
+from tests import episodes
+from tests.episodes import episode
 from tests.fake_device import DEVICE, on_fake_device, to_fake_device
 from tests.ranks import rl_step, save_format_1
 
@@ -136,14 +138,9 @@ def make_learner(table=None, **sections) -> Learner:
     return Learner(BigramPolicy(table), config(**sections))
 
 
-def turn(sampled, logprobs=None, obs=(), context=None, dt=0.0):
-    lps = [U] * len(sampled) if logprobs is None else logprobs
-    return Turn(list(sampled), list(lps), 0, observation_ids=list(obs),
-                context_ids=None if context is None else list(context), env_duration=dt)
-
-
-def episode(reward, turns, prompt=(1,), group="g", task="t", overlong=False):
-    return Episode(task, group, list(prompt), turns, reward=reward, overlong=overlong)
+def turn(sampled, logprobs=None, **kw):
+    """Sampled at the uniform log-prob U unless `logprobs` say otherwise (ratio 1 at the start)."""
+    return episodes.turn(sampled, logprobs, logprob=U, **kw)
 
 
 def uniform_grad(*terms):

@@ -1,26 +1,10 @@
-"""Whole-run helpers for the runtime tests, as fixtures: a peaked tiny model, toy overrides,
-one-call training, metric readers, a local Ray."""
+"""Whole-run helpers for the runtime tests, as fixtures: toy overrides, one-call training,
+metric readers, a local Ray (the peaked tiny model is tests/conftest.py's)."""
 
 import json
 from pathlib import Path
 
 import pytest
-import torch
-
-
-@pytest.fixture(scope="session")
-def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny random model with embeddings scaled x4: its next-token distribution has ~5 nats
-    of entropy instead of ~10.8, so RL credit concentrates on tokens it actually samples."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("peaked")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(4)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
 
 
 def _toy_overrides(model_dir: Path, out: Path, steps: int, *extra: str) -> list[str]:

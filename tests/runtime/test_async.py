@@ -36,8 +36,9 @@ def bandit_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
             "task.options.fallback_arm=random", *extra]
 
 
-def audit(run_dir: Path, max_staleness: int | None) -> tuple[list, list[dict]]:
-    """Check the ledger against the store; return (stored episodes, ledger rows)."""
+def audit(run_dir: Path, max_staleness: int | None = None) -> tuple[list, list[dict]]:
+    """Check the ledger against the store (every consumed position a stored episode, none
+    consumed twice, no episode stored twice, staleness bounded); return (stored, ledger rows)."""
     stored = list(EpisodeStore(run_dir / "episodes.jsonl"))
     rows = read_ledger(run_dir / "consumed.jsonl")
     consumed = [(p, eid) for r in rows for k in ("trained", "filtered", "dropped")
@@ -45,6 +46,7 @@ def audit(run_dir: Path, max_staleness: int | None) -> tuple[list, list[dict]]:
     positions = [p for p, _ in consumed]
     assert len(positions) == len(set(positions))  # nothing consumed twice
     assert all(stored[p].episode_id == eid for p, eid in consumed)
+    assert len({e.episode_id for e in stored}) == len(stored)
     if max_staleness is not None:  # every trained token, one by one
         for r in rows:
             version = r["step"] - 1  # the weights the update started from

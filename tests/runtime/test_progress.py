@@ -23,8 +23,9 @@ def test_step_line_has_reward_solved_episodes_seconds_and_eta():
                     "step 41.2 s  elapsed 3m05s  ETA 4m48s")
 
 
-def test_eval_line_shows_the_valid_rate_when_the_environment_reports_one():
-    result = {"reward_mean": -8.9, "solved_rate": 0.08, "tasks": 24, "env/valid": 0.125}
+def test_eval_line_shows_the_headline_metrics_the_environment_reports():
+    result = {"reward_mean": -8.9, "solved_rate": 0.08, "tasks": 24, "env/headline/valid": 0.125,
+              "env/milestones": 2.5}
     assert eval_line(0, result, 95.3, "before training") == (
         "eval step 0 (before training)  reward -8.900  solved 0.080  valid 0.125  "
         "24 episodes  95.3 s")

@@ -15,7 +15,7 @@ import pytest
 from practicum.config import load_config
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
-from practicum.store import EpisodeStore, read_ledger
+from tests.runtime.test_async import audit
 
 STEP_SECONDS = 0.3
 
@@ -74,19 +74,6 @@ class Killer:
             if busy:
                 os.kill(busy[0].pid, signal.SIGKILL)
                 self.killed.append(busy[0].pid)
-
-
-def audit(run_dir: Path) -> tuple[list, list[dict]]:
-    """Every consumed position is a stored episode, and none is consumed twice."""
-    stored = list(EpisodeStore(run_dir / "episodes.jsonl"))
-    rows = read_ledger(run_dir / "consumed.jsonl")
-    consumed = [(p, eid) for r in rows for k in ("trained", "filtered", "dropped")
-                for p, eid in r[k]]
-    positions = [p for p, _ in consumed]
-    assert len(positions) == len(set(positions))
-    assert all(stored[p].episode_id == eid for p, eid in consumed)
-    assert len({e.episode_id for e in stored}) == len(stored)
-    return stored, rows
 
 
 @pytest.mark.slow

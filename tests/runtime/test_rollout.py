@@ -3,10 +3,10 @@ seeds, environment failures."""
 
 import pytest
 
-from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.base import Sample, SamplingParams, derive_seed
 from practicum.engine.chat import ChatFormat
 from practicum.envs.base import Env, Start, StepResult, Task
-from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, derive_seed, run_episode
+from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode
 
 
 @pytest.fixture(scope="module")

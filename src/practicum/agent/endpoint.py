@@ -55,7 +55,7 @@ from fastapi.responses import JSONResponse
 
 from practicum.agent.calls import ContextExceeded, EpisodeCalls, reply_key
 from practicum.agent.live import CallLimits, LiveEpisode
-from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.base import Sample, SamplingParams, derive_seed
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
 from practicum.serve import tools as T
@@ -256,8 +256,6 @@ class AgentEndpoint:
 
     async def _sample(self, live: LiveEpisode, ids: list[int], params: SamplingParams,
                       seed: int | None, adapter: bool) -> tuple[Sample, int]:
-        from practicum.runtime.rollout import derive_seed
-
         seed = derive_seed(live.seed, live.admitted) if seed is None else seed
         future = self.server.submit(ids, params, seed, adapter)
         try:

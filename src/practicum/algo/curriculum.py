@@ -31,22 +31,12 @@ class SolveRateTracker:
         attempts, successes = self._counts.get(task_id, [0, 0])
         return successes / attempts if attempts else 0.0
 
-    def keep(
-        self,
-        task_id: str,
-        max_rate: float = 2 / 3,
-        min_attempts_unsolved: int = 8,
-        min_attempts_rate: int = 8,
-    ) -> bool:
-        """False if the task is too easy (solve rate > max_rate after at least
-        `min_attempts_rate` attempts) or too hard (no success in at least
-        `min_attempts_unsolved` attempts); True otherwise, including for unseen tasks."""
+    def keep(self, task_id: str, max_rate: float = 2 / 3, min_attempts: int = 8) -> bool:
+        """The curriculum rule: after at least `min_attempts` attempts a task is dropped
+        (False) if it was never solved or solved more often than `max_rate`; True otherwise,
+        including for unseen tasks."""
         attempts, successes = self._counts.get(task_id, [0, 0])
-        if successes == 0 and attempts >= min_attempts_unsolved:
-            return False
-        if attempts >= min_attempts_rate and successes / attempts > max_rate:
-            return False
-        return True
+        return attempts < min_attempts or 0 < successes / attempts <= max_rate
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state: {"tasks": {task_id: {"attempts": n, "successes": k}}}."""

@@ -11,6 +11,7 @@ history: the actor keeps the exact ids (see `practicum.episode`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -44,6 +45,14 @@ class SamplingParams:
     def __post_init__(self) -> None:  # lists from callers become hashable tuples
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit sampling seed from any parts, distinct parts giving unrelated seeds: an episode's
+    from (run seed, group, slot), a turn's from (episode seed, turn), a service call's from its
+    prompt ids (so a sampled call repeats exactly)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 @dataclass

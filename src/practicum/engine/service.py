@@ -17,14 +17,13 @@ process gets a proxy with the same interface whose calls the parent serves (`pro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import urllib.request
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.base import Sample, SamplingParams, derive_seed
 from practicum.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ class ModelService:
         ids = self.chat.render(messages)
         params = replace(params, stop_token_ids=tuple(sorted({*params.stop_token_ids,
                                                              *self.chat.stop_ids()})))
-        seed = None if params.temperature == 0 else _content_seed(ids)
+        seed = None if params.temperature == 0 else derive_seed(*ids)
         sample, _version = self.server.generate(ids, params, seed=seed, adapter=adapter)
         return Completion(sample.text, sample.token_ids, sample.finish_reason)
 
@@ -156,7 +155,7 @@ class LocalClient:
             ids = self._chat.render(messages)
             params = replace(params, stop_token_ids=tuple(sorted({*params.stop_token_ids,
                                                                  *self._chat.stop_ids()})))
-            seed = None if params.temperature == 0 else _content_seed(ids)
+            seed = None if params.temperature == 0 else derive_seed(*ids)
             sample: Sample = self._sampler.generate([ids], params, seeds=[seed] if seed else None,
                                                     adapter=False)[0]
         return Completion(sample.text, sample.token_ids, sample.finish_reason)
@@ -201,9 +200,3 @@ class OpenAIClient:
             choice = json.loads(response.read())["choices"][0]
         return Completion(choice["message"].get("content") or "", [],
                           choice.get("finish_reason") or "stop")
-
-
-def _content_seed(ids: list[int]) -> int:
-    """A sampled (T > 0) service call is seeded by its prompt, so it repeats exactly."""
-    digest = hashlib.blake2b(repr(ids).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1

@@ -28,8 +28,12 @@ from practicum.engine.chat import Message  # re-exported: environments write cha
 if TYPE_CHECKING:
     from practicum.engine.service import ModelService
 
-__all__ = ["AgentOutcome", "AgentTask", "Env", "EnvFactory", "Message", "Start", "StepResult",
-           "Task"]
+__all__ = ["HEADLINE", "AgentOutcome", "AgentTask", "Env", "EnvFactory", "Message", "Start",
+           "StepResult", "Task"]
+
+HEADLINE = "headline/"
+"""Prefix of an episode metric that progress lines show beside reward and solved rate: the
+environment's own measure of a usable outcome (MLE's `headline/valid`, a valid submission)."""
 
 
 @dataclass
@@ -67,8 +71,9 @@ class StepResult:
     malformed: bool = False
     """The action could not be parsed or applied (RFT masks such turns; metrics count them)."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """Numbers about the episode so far (e.g. {"valid": 1.0}). Those of an episode's last step
-    describe the episode: evaluations and logs average them over episodes."""
+    """Numbers about the episode so far (e.g. {"milestones": 3.0}). Those of an episode's last
+    step describe the episode: evaluations and logs average them over episodes (as `env/NAME`);
+    a name starting with `HEADLINE` is also shown on evaluation progress lines."""
     solved: bool | None = None
     """With done: whether the task was solved (success rates, RFT selection, the curriculum).
     None = the environment has no notion of solving; a reward threshold is used instead."""

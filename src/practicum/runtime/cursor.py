@@ -37,8 +37,7 @@ class Curriculum:
         if not self.cfg.enabled:
             return True
         with self._lock:
-            return self.tracker.keep(task_id, self.cfg.max_solve_rate, self.cfg.min_attempts,
-                                     self.cfg.min_attempts)
+            return self.tracker.keep(task_id, self.cfg.max_solve_rate, self.cfg.min_attempts)
 
     def state(self) -> dict:
         with self._lock:

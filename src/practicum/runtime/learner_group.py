@@ -42,7 +42,12 @@ from practicum.engine.hf_model import PolicyConfig, pick_device
 from practicum.engine.weight_stream import StreamedUpdate
 from practicum.errors import TrainingError
 from practicum.placement_plan import Network
-from practicum.runtime.ray_learner import LearnerWorker, RayLearner, TrainableInActor
+from practicum.runtime.ray_learner import (
+    LearnerWorker,
+    RayLearner,
+    RemoteLearner,
+    TrainableInActor,
+)
 
 
 class RankWorker(LearnerWorker):
@@ -291,7 +296,7 @@ def _first_line(e: BaseException) -> str:
     return lines[-1] if lines else ""
 
 
-class TorchrunLearner(QuietPart):
+class TorchrunLearner(QuietPart, RemoteLearner):
     """Rank 0 of a torchrun launch, in the driver: each call runs here and on ranks > 0
     (`follow`), which receive it over a control group (module doc)."""
 
@@ -303,10 +308,6 @@ class TorchrunLearner(QuietPart):
         self.control = _control_group(self.worker.network)
         self.step = 0
         self._closed = False
-
-    @property
-    def temperature(self) -> float:
-        return self.cfg.sampling.temperature or 1.0
 
     @property
     def trainable(self):
@@ -330,10 +331,6 @@ class TorchrunLearner(QuietPart):
         raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
                             "with run.resume=true")
 
-    def train_step(self, batch) -> dict[str, Any] | None:
-        metrics, self.step = self.call("train_step", batch)
-        return metrics
-
     def export_weights(self, version: int) -> WeightUpdate | StreamedUpdate:
         """The gathered weights on this process's CPU, or with engine.weight_sync=broadcast a
         `StreamedUpdate` the sampler pulls through its weight group."""
@@ -341,16 +338,6 @@ class TorchrunLearner(QuietPart):
             return StreamedUpdate(version, lambda target: self.call("send_weights", version,
                                                                     target))
         return self.call("export", version)[1]
-
-    def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
-        return self.call("save_checkpoint", Path(ckpt_root), extra, keep)
-
-    def load(self, ckpt: Path) -> dict[str, Any]:
-        extra, self.step = self.call("load_checkpoint", Path(ckpt))
-        return extra
-
-    def save_policy(self, path: Path) -> None:
-        self.call("save_policy", Path(path))
 
     def close(self) -> None:
         import torch.distributed as dist

@@ -32,6 +32,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from practicum.envs.base import HEADLINE
+
 LOG_FILE = "progress.log"
 LINE_EVERY = 10.0
 """Seconds between two plain lines of a `Count` (its first and last lines always print)."""
@@ -73,12 +75,13 @@ def count_line(label: str, done: int, total: int, elapsed: float, eta: float | N
 
 
 def eval_line(step: int, result: dict, seconds: float, when: str = "") -> str:
-    """One held-out evaluation: reward, solved and valid rate, episodes, seconds."""
+    """One held-out evaluation: reward, solved rate, the environment's headline metrics,
+    episodes, seconds."""
     parts = [f"eval step {step}" + (f" ({when})" if when else ""),
              f"reward {result.get('reward_mean', float('nan')):.3f}",
              f"solved {result.get('solved_rate', float('nan')):.3f}"]
-    if "env/valid" in result:  # environments that report a valid-output rate (mle)
-        parts.append(f"valid {result['env/valid']:.3f}")
+    shown = f"env/{HEADLINE}"  # the metrics the environment asks to show (envs.base)
+    parts += [f"{k[len(shown):]} {v:.3f}" for k, v in sorted(result.items()) if k.startswith(shown)]
     parts += [f"{result.get('tasks', 0)} episodes", f"{seconds:.1f} s"]
     return "  ".join(parts)
 

@@ -95,7 +95,36 @@ class LearnerWorker:
         self.learner.save_policy(path)
 
 
-class RayLearner:
+class RemoteLearner:
+    """What every learner whose model lives elsewhere (a Ray actor, torchrun ranks) answers the
+    same way: each `Learner` call is one `call(what, *args)` to where the model is."""
+
+    cfg: Any
+    step: int
+
+    def call(self, what: str, *args) -> Any:
+        raise NotImplementedError
+
+    @property
+    def temperature(self) -> float:
+        return self.cfg.sampling.temperature or 1.0
+
+    def train_step(self, batch) -> dict[str, Any] | None:
+        metrics, self.step = self.call("train_step", batch)
+        return metrics
+
+    def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
+        return self.call("save_checkpoint", Path(ckpt_root), extra, keep)
+
+    def load(self, ckpt: Path) -> dict[str, Any]:
+        extra, self.step = self.call("load_checkpoint", Path(ckpt))
+        return extra
+
+    def save_policy(self, path: Path) -> None:
+        self.call("save_policy", Path(path))
+
+
+class RayLearner(RemoteLearner):
     """The runtime's `Learner` (`practicum.runtime.parts`) on a `LearnerWorker` actor. Starts a
     local Ray when none is running (and stops it in `close`).
 
@@ -122,36 +151,18 @@ class RayLearner:
                 from None
 
     @property
-    def temperature(self) -> float:
-        return self.cfg.sampling.temperature or 1.0
-
-    @property
     def trainable(self):
         raise TrainableInActor("config error at placement.learner: the trainable lives in the "
                                "learner actor, so this command (it reaches into the model) "
                                "needs the learner here (placement.learner: null)")
 
-    # -- the Learner protocol -------------------------------------------------------------------
-    def train_step(self, batch) -> dict[str, Any] | None:
-        metrics, self.step = self.call("train_step", batch)
-        return metrics
-
+    # -- the Learner protocol (the rest: RemoteLearner) -----------------------------------------
     def export_weights(self, version: int) -> RemoteUpdate | WeightUpdate:
         """The weights to publish, left in Ray's object store: an engine actor loads them from
         there without a copy through the driver (`RemoteUpdate.fetch` brings them here)."""
         kind, ref = self.call("export", version, num_returns=2)
         update = RemoteUpdate(version, kind, ref, self.timeout)
         return update if self.export_refs else update.fetch()
-
-    def save(self, ckpt_root: Path, extra: dict[str, Any], keep: int = 2) -> Path:
-        return self.call("save_checkpoint", Path(ckpt_root), extra, keep)
-
-    def load(self, ckpt: Path) -> dict[str, Any]:
-        extra, self.step = self.call("load_checkpoint", Path(ckpt))
-        return extra
-
-    def save_policy(self, path: Path) -> None:
-        self.call("save_policy", Path(path))
 
     def metrics(self) -> dict[str, float]:
         return {}

@@ -36,9 +36,8 @@ def rft_config(cfg: Config) -> Config:
 
 def run_rft(cfg: Config, progress: bool = True) -> dict:
     sub = rft_config(cfg)
-    done = sub.run_dir / "summary.json"
-    if done.exists() and (sub.run_dir / "policy").exists():
-        return json.loads(done.read_text())
+    if (finished := finished_summary(sub.run_dir)) is not None:
+        return finished
     started = time.time()
     s = open_session(sub)
     try:
@@ -59,7 +58,7 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
         "eval_before": before, "eval_after": after, "wall_seconds": time.time() - started,
         "next": f"practicum train ... model.init={sub.run_dir / 'policy'}",
     }
-    done.write_text(json.dumps(summary, indent=1))
+    (sub.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
@@ -91,6 +90,15 @@ def evaluate(s: Session, when: str, progress: bool) -> dict:
         result = s.evaluate(when.split()[0], lambda e: count.advance())
     bar.evaluation(0, result, time.perf_counter() - t0, when)
     return result
+
+
+def finished_summary(run_dir: Path) -> dict | None:
+    """The summary of a warm-start stage (rft, sft) that already finished in `run_dir`
+    (summary.json and policy/ both written): a rerun returns it instead of starting over."""
+    done = run_dir / "summary.json"
+    if done.exists() and (run_dir / "policy").exists():
+        return json.loads(done.read_text())
+    return None
 
 
 def stored_eval(run_dir: Path, label: str) -> dict | None:

@@ -21,7 +21,6 @@ no two turns or rows share a seed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import traceback
@@ -30,7 +29,7 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from practicum.engine.base import Sample, SamplingParams
+from practicum.engine.base import Sample, SamplingParams, derive_seed
 from practicum.engine.chat import ChatFormat
 from practicum.engine.constraint import GrammarError, compiled
 from practicum.engine.server import GenerationServer
@@ -38,12 +37,6 @@ from practicum.envs.base import Env, StepResult, Task
 from practicum.episode import Episode, Turn
 
 log = logging.getLogger(__name__)
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any parts (distinct parts give unrelated seeds)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
 
 
 @dataclass

@@ -27,7 +27,7 @@ from practicum.agent.runner import AgentEpisode
 from practicum.algo.baselines import TaskBaselines
 from practicum.batch import rl_batch
 from practicum.config import Config, dump_config
-from practicum.engine.base import SamplingParams, Trainable
+from practicum.engine.base import SamplingParams, Trainable, derive_seed
 from practicum.engine.chat import ChatFormat
 from practicum.engine.server import GenerationServer
 from practicum.engine.service import ModelService
@@ -39,7 +39,7 @@ from practicum.report import MetricsLogger, episode_metrics, plot_rewards
 from practicum.runtime.cursor import Curriculum, TaskCursor
 from practicum.runtime.parts import Learner
 from practicum.runtime.placement import Placement, place, place_envs
-from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, derive_seed, rollout_batch
+from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, rollout_batch
 from practicum.store import ConsumptionLedger, EpisodeStore
 
 log = logging.getLogger(__name__)

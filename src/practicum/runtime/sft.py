@@ -38,7 +38,7 @@ from practicum.errors import ConfigError
 from practicum.finetune import stage_config
 from practicum.report import solved
 from practicum.runtime.progress import counting
-from practicum.runtime.rft import evaluate, keep_and_finetune, stored_eval
+from practicum.runtime.rft import evaluate, finished_summary, keep_and_finetune, stored_eval
 from practicum.runtime.rollout import EpisodeBuilder, run_episode
 from practicum.runtime.session import Session, open_session
 
@@ -145,9 +145,8 @@ def collect(s: Session, progress: bool) -> list[Episode]:
 
 def run_sft(cfg: Config, progress: bool = True) -> dict:
     sub = stage_config(cfg, "sft", cfg.sft)
-    done = sub.run_dir / "summary.json"
-    if done.exists() and (sub.run_dir / "policy").exists():
-        return json.loads(done.read_text())
+    if (finished := finished_summary(sub.run_dir)) is not None:
+        return finished
     started = time.time()
     s = open_session(sub)
     try:
@@ -170,5 +169,5 @@ def run_sft(cfg: Config, progress: bool = True) -> dict:
         "sft_loss_last": losses[-1] if losses else None,
         "eval_before": before, "eval_after": after, "wall_seconds": time.time() - started,
     }
-    done.write_text(json.dumps(summary, indent=1))
+    (sub.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -88,9 +88,9 @@ def test_perfect_submission_earns_score_plus_milestones(suite, answers):
     assert (b.failure, b.milestone_credit, b.score_credit) == pytest.approx((0.0, 0.3, 1.0))
     assert result.done and result.solved is True
     assert not result.malformed and result.failure is None
-    assert result.metrics == pytest.approx({"valid": 1.0, "milestones": 3.0, "score_credit": 1.0,
-                                            "attempts": 1.0, "malformed": 0.0,
-                                            "improve_prompt": 0.0})
+    assert result.metrics == pytest.approx({"headline/valid": 1.0, "milestones": 3.0,
+                                            "score_credit": 1.0, "attempts": 1.0,
+                                            "malformed": 0.0, "improve_prompt": 0.0})
     assert result.duration > 0 and result.duration == outcome.duration
     assert result.info["valid"] and result.info["reward"]["total"] == pytest.approx(1.3)
     assert "Submission valid" in result.observation and "PRACTICUM" not in result.observation
@@ -108,7 +108,7 @@ def test_unparsable_reply_is_malformed_not_a_failure(suite):
     assert result.malformed and result.failure is None
     assert result.reward == -10.0 and result.done and result.duration == 0.0
     assert result.solved is False and result.metrics["malformed"] == 1.0
-    assert result.metrics["valid"] == 0.0
+    assert result.metrics["headline/valid"] == 0.0
     assert env.last_outcome.parse_error.startswith("no ```python code block")
     assert result.info["failure_reason"] == "unparsable reply"
     assert "could not be run" in result.observation and "```python" in result.observation
@@ -238,7 +238,7 @@ def test_several_attempts_show_the_run_and_keep_the_best_reward(data_root, answe
     assert second.done and second.malformed and second.reward == pytest.approx(1.3)  # the best
     assert second.solved is True  # the first attempt was valid
     assert second.metrics["attempts"] == 2.0 and second.metrics["malformed"] == 1.0
-    assert second.metrics["valid"] == 1.0 and second.metrics["milestones"] == 3.0
+    assert second.metrics["headline/valid"] == 1.0 and second.metrics["milestones"] == 3.0
     env.close()
 
 

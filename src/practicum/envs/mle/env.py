@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from practicum.envs.base import AgentOutcome, AgentTask, Env, Start, StepResult, Task
+from practicum.envs.base import HEADLINE, AgentOutcome, AgentTask, Env, Start, StepResult, Task
 from practicum.envs.mle.actions import prompts
 from practicum.envs.mle.actions.parsing import ActionParseError
 from practicum.envs.mle.actions.section import parse_section
@@ -346,12 +346,12 @@ class MleEnv(Env):
         return self._progress.best_reward if last else reward
 
     def metrics(self) -> dict[str, float]:
-        """The episode so far: valid (1/0: some attempt was), most milestones an attempt
-        reached, best score credit of a valid attempt (0 if none), attempts, malformed replies,
-        improve_prompt (1/0) and, with an LLM instrumenter, the share of runs it marked and the
-        seconds its calls took."""
+        """The episode so far: headline/valid (1/0: some attempt was; shown on progress lines),
+        most milestones an attempt reached, best score credit of a valid attempt (0 if none),
+        attempts, malformed replies, improve_prompt (1/0) and, with an LLM instrumenter, the share
+        of runs it marked and the seconds its calls took."""
         p = self._progress
-        metrics = {"valid": float(p.valid), "milestones": float(p.milestones),
+        metrics = {f"{HEADLINE}valid": float(p.valid), "milestones": float(p.milestones),
                    "score_credit": 0.0 if p.score_credit is None else p.score_credit,
                    "attempts": float(p.attempts), "malformed": float(p.malformed),
                    "improve_prompt": float(self.prompt_mode == "improve")}

@@ -16,6 +16,7 @@ from practicum.envs.mle.competitions.competition import Competition
 from practicum.envs.mle.competitions.grading import grade_submission
 from practicum.envs.mle.competitions.loading import bundled_dir, list_competitions, load_competition
 from practicum.envs.mle.competitions.prepared_data import tree_checksums
+from practicum.tasks.competitions.build_suite import baseline_submission
 
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())
 
@@ -83,32 +84,15 @@ def test_preparation_is_deterministic(cid, data_root, tmp_path):
 
 
 def solve(comp: Competition, public: Path, out: Path) -> Path:
-    """A short script of the kind an agent should write: read, fit a linear model, write."""
+    """A short script of the kind an agent should write: read, fit a linear model, write (in the
+    format the leaderboard's baselines use)."""
     train, test = pd.read_csv(public / "train.csv"), pd.read_csv(public / "test.csv")
-    target = comp.practicum.target_columns[0]
     if comp.practicum.task == "text-classification":
         model = make_pipeline(TfidfVectorizer(), LinearSVC())
-        x_train, x_test = train["text"], test["text"]
     else:
-        features = [c for c in test.columns if c != "id"]
-        x_train, x_test = train[features], test[features]
         linear = Ridge() if comp.practicum.task == "regression" else LogisticRegression(max_iter=2000)
         model = make_pipeline(StandardScaler(), linear)
-    model.fit(x_train, train[target])
-    submission = pd.DataFrame({"id": test["id"]})
-    columns = comp.practicum.submission_columns[1:]
-    if comp.metric in ("log-loss", "auc-roc"):
-        proba = model.predict_proba(x_test)
-        classes = [str(c) for c in model.classes_]
-        if len(columns) > 1:
-            for column in columns:
-                submission[column] = proba[:, classes.index(column)]
-        else:
-            submission[target] = proba[:, classes.index("1")]
-    else:
-        predicted = model.predict(x_test)
-        submission[target] = np.clip(predicted, 0, None) if comp.metric == "rmsle" else predicted
-    submission.to_csv(out, index=False)
+    baseline_submission(comp, model, train, test).to_csv(out, index=False)
     return out
 
 

@@ -1,15 +1,16 @@
 """Checking a submission before a metric sees it: read, align to the answers, validate values.
 
-A competition's grade.py calls `align_submission`, `numeric_values`, `check_probabilities`
-first, so a bad submission fails with a readable reason (`InvalidSubmissionError`, naming the
-column, row or id at fault) instead of a numpy traceback.
+A competition's grade.py is a `label_grader` or `value_grader`, or calls `aligned_labels`,
+`aligned_values` or `aligned_probabilities` (built from `align_submission`, `numeric_values`,
+`check_probabilities`) first, so a bad submission fails with a readable reason (`InvalidSubmissionError`, naming the column, row or id
+at fault) instead of a numpy traceback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -163,6 +164,41 @@ def one_hot(labels: Sequence, classes: Sequence[str]) -> np.ndarray:
     out[np.arange(len(keys)), [index[k] for k in keys]] = 1.0
     return out
 
+
+def aligned_labels(submission: pd.DataFrame, answers: pd.DataFrame,
+                   column: str) -> tuple[pd.Series, pd.Series]:
+    """(true, predicted) labels of column `column`, aligned by id and normalised for comparison."""
+    sub, ans = align_submission(submission, answers, "id", [column])
+    return normalise_keys(ans[column]), normalise_keys(sub[column])
+
+
+def aligned_values(submission: pd.DataFrame, answers: pd.DataFrame,
+                   column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(true, predicted) numbers of column `column`, aligned by id; text or infinities rejected."""
+    sub, ans = align_submission(submission, answers, "id", [column])
+    return ans[column].to_numpy(dtype=float), numeric_values(sub, [column])[:, 0]
+
+
+Grader = Callable[[pd.DataFrame, pd.DataFrame], float]
+
+
+def label_grader(metric: Callable[[pd.Series, pd.Series], float], column: str) -> Grader:
+    """grade(submission, answers) = metric(true, predicted) over the labels of `column`."""
+    return lambda submission, answers: metric(*aligned_labels(submission, answers, column))
+
+
+def value_grader(metric: Callable[[np.ndarray, np.ndarray], float], column: str) -> Grader:
+    """grade(submission, answers) = metric(true, predicted) over the numbers of `column`."""
+    return lambda submission, answers: metric(*aligned_values(submission, answers, column))
+
+def aligned_probabilities(submission: pd.DataFrame, answers: pd.DataFrame, columns: Sequence[str],
+                          answer_columns: Sequence[str] | None = None
+                          ) -> tuple[pd.DataFrame, np.ndarray]:
+    """(answers aligned by id, predicted probabilities [N, len(columns)]), each in [0, 1]."""
+    sub, ans = align_submission(submission, answers, "id", columns, answer_columns)
+    proba = numeric_values(sub, columns)
+    check_probabilities(proba, columns, lines=sub.attrs["lines"])
+    return ans, proba
 
 # ---------------------------------------------------------------------------------------------
 # Reading a submission file.

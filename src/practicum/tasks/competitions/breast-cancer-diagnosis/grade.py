@@ -3,15 +3,9 @@
 import pandas as pd
 
 from practicum.envs.mle.competitions.metrics import roc_auc
-from practicum.envs.mle.competitions.submission_checks import (
-    align_submission,
-    check_probabilities,
-    numeric_values,
-)
+from practicum.envs.mle.competitions.submission_checks import aligned_probabilities
 
 
 def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    sub, ans = align_submission(submission, answers, "id", ["malignant"])
-    proba = numeric_values(sub, ["malignant"])
-    check_probabilities(proba, ["malignant"], lines=sub.attrs["lines"])
+    ans, proba = aligned_probabilities(submission, answers, ["malignant"])
     return roc_auc(ans["malignant"].to_numpy(), proba[:, 0])

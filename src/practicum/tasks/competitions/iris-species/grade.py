@@ -1,11 +1,6 @@
 """Accuracy of the predicted species."""
 
-import pandas as pd
-
 from practicum.envs.mle.competitions.metrics import accuracy
-from practicum.envs.mle.competitions.submission_checks import align_submission, normalise_keys
+from practicum.envs.mle.competitions.submission_checks import label_grader
 
-
-def grade(submission: pd.DataFrame, answers: pd.DataFrame) -> float:
-    sub, ans = align_submission(submission, answers, "id", ["species"])
-    return accuracy(normalise_keys(ans["species"]), normalise_keys(sub["species"]))
+grade = label_grader(accuracy, "species")
