@@ -88,8 +88,10 @@ def test_drop_policy_discards_stale_groups_instead(tiny_model_dir, tmp_path, tra
 @pytest.mark.slow
 def test_streaming_trains_the_first_episodes_to_finish(tiny_model_dir, tmp_path, train_run,
                                                       metric_rows):
+    # arms 10x apart at full scale: a group's episodes end far apart whatever the load adds
     cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "rollout.batching=streaming",
-                                             "runtime.max_staleness=1"))
+                                             "runtime.max_staleness=1",
+                                             "task.options.time_scale=1.0"))
     assert cfg.algo.advantage == "baseline" and not cfg.algo.duration_weights
     assert train_run(cfg)["steps"] == 4
     stored, rows = audit(cfg.run_dir, 1)
