@@ -34,10 +34,18 @@ def cpu_model() -> dict:
         text = open("/proc/cpuinfo").read()
     except OSError:
         return {}
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                 if line.startswith("model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
-                  if line.startswith("flags")), [])
+    name = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if line.startswith("model name")
+        ),
+        "",
+    )
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
     return {"cpu": name, "avx512": "avx512f" in flags, "avx512_bf16": "avx512_bf16" in flags}
 
 
@@ -48,8 +56,12 @@ def machine_state(busy_limit: float = 0.25) -> dict:
         busy = cpu_busy_fraction()
     except OSError:  # no /proc (macOS): report the load average only
         busy = float("nan")
-    state = {"cpus": os.cpu_count(), **cpu_model(), "busy_before": busy,
-             "load_avg_1min": os.getloadavg()[0]}
+    state = {
+        "cpus": os.cpu_count(),
+        **cpu_model(),
+        "busy_before": busy,
+        "load_avg_1min": os.getloadavg()[0],
+    }
     if busy > busy_limit:
         print(
             f"WARNING: the CPU is {busy:.0%} busy before the benchmark starts; other processes "

@@ -55,7 +55,8 @@ def main(settings: dict) -> None:
     config = GRPOConfig(
         output_dir=settings["out_dir"],
         use_cpu=True,
-        bf16=dtype == torch.bfloat16, fp16=False,  # TRL defaults to bf16 autocast: match the dtype
+        bf16=dtype == torch.bfloat16,
+        fp16=False,  # TRL defaults to bf16 autocast: match the dtype
         gradient_checkpointing=False,  # TRL's default is True; practicum's is False
         num_generations=group,
         per_device_train_batch_size=group,  # one forward/backward over the whole group
@@ -64,21 +65,44 @@ def main(settings: dict) -> None:
         max_completion_length=settings["new_tokens"],
         # every completion runs the full length (eos suppressed), as on practicum's side
         generation_kwargs={"min_new_tokens": settings["new_tokens"]},
-        temperature=1.0, top_p=1.0,
+        temperature=1.0,
+        top_p=1.0,
         beta=0.0,  # no KL term, no reference model (practicum algo.kl_coef = 0)
-        epsilon=settings["clip_low"], epsilon_high=settings["clip_high"],
+        epsilon=settings["clip_low"],
+        epsilon_high=settings["clip_high"],
         loss_type="dapo",  # token mean over the batch = practicum's token_mean
-        learning_rate=settings["lr"], lr_scheduler_type="constant", warmup_steps=0,
-        adam_beta1=0.9, adam_beta2=0.99, weight_decay=0.0, max_grad_norm=1.0,
-        max_steps=steps, num_train_epochs=1,
+        learning_rate=settings["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=steps,
+        num_train_epochs=1,
         use_vllm=False,
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-        seed=settings["seed"], dataloader_num_workers=0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=settings["seed"],
+        dataloader_num_workers=0,
     )
-    peft = LoraConfig(r=settings["lora_r"], lora_alpha=settings["lora_alpha"], lora_dropout=0.0,
-                      target_modules=settings["target_modules"], task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data,
-                          processing_class=tokenizer, peft_config=peft)
+    peft = LoraConfig(
+        r=settings["lora_r"],
+        lora_alpha=settings["lora_alpha"],
+        lora_dropout=0.0,
+        target_modules=settings["target_modules"],
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        peft_config=peft,
+    )
 
     timers = {"generate": 0.0}
     generate = trainer._generate_single_turn
@@ -101,8 +125,17 @@ def main(settings: dict) -> None:
 
         def on_step_end(self, args, state, control, **kwargs):
             seconds = time.perf_counter() - timers["start"]
-            print(json.dumps({"seconds": seconds, "generate_seconds": timers["generate"],
-                              "tokens": sum(lengths), "rows": len(lengths)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "seconds": seconds,
+                        "generate_seconds": timers["generate"],
+                        "tokens": sum(lengths),
+                        "rows": len(lengths),
+                    }
+                ),
+                flush=True,
+            )
 
     trainer.add_callback(Lockstep())
     trainer.remove_callback(PrinterCallback)  # its log dicts would interleave with our JSON lines
@@ -110,12 +143,24 @@ def main(settings: dict) -> None:
     import transformers
     import trl
 
-    print(json.dumps({"ready": True, "versions": {
-        "trl": trl.__version__, "transformers": transformers.__version__,
-        "peft": peft_pkg.__version__, "torch": torch.__version__},
-        "threads": torch.get_num_threads(),
-        "trainable_params": sum(p.numel() for p in trainer.model.parameters()
-                                if p.requires_grad)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ready": True,
+                "versions": {
+                    "trl": trl.__version__,
+                    "transformers": transformers.__version__,
+                    "peft": peft_pkg.__version__,
+                    "torch": torch.__version__,
+                },
+                "threads": torch.get_num_threads(),
+                "trainable_params": sum(
+                    p.numel() for p in trainer.model.parameters() if p.requires_grad
+                ),
+            }
+        ),
+        flush=True,
+    )
     trainer.train()
 
 

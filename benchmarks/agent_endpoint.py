@@ -39,9 +39,14 @@ def run_agent(agent: str, steps: int | None, overrides: list[str]) -> dict:
     from practicum.serve.agents import agent_python
 
     agent_python(VENVS[agent])  # the agent's own venv, made once
-    extra = [f"run.out_dir={RUNS}", f"run.name={agent}", "run.resume=false",
-             "rollout.agent.request_log=true", *([f"train.steps={steps}"] if steps else []),
-             *overrides]
+    extra = [
+        f"run.out_dir={RUNS}",
+        f"run.name={agent}",
+        "run.resume=false",
+        "rollout.agent.request_log=true",
+        *([f"train.steps={steps}"] if steps else []),
+        *overrides,
+    ]
     cfg = load_config(str(CONFIGS[agent]), extra)
     run_training(cfg, progress=False)
     return collect(agent, cfg.run_dir, extra)
@@ -67,36 +72,50 @@ def collect(agent: str, run: Path, overrides: list[str]) -> dict:
     per_step = []
     for r in step_rows:
         eps = by_step.get(r["step"], [])
-        per_step.append({
-            "step": r["step"], "reward_mean": r["reward_mean"],
-            "episodes": len(eps), "train_tokens": r.get("train_tokens", 0.0),
-            "calls_per_episode": _mean([e.metrics.get("agent_calls", 0) for e in eps]),
-            "format_share": _mean([e.metrics.get("agent_format_share", 0) for e in eps]),
-            "failures": sum(bool(e.failure) for e in eps), "seconds": r["step_seconds"],
-            "logprob_gap_max": r.get("logprob_gap_max")})
+        per_step.append(
+            {
+                "step": r["step"],
+                "reward_mean": r["reward_mean"],
+                "episodes": len(eps),
+                "train_tokens": r.get("train_tokens", 0.0),
+                "calls_per_episode": _mean([e.metrics.get("agent_calls", 0) for e in eps]),
+                "format_share": _mean([e.metrics.get("agent_format_share", 0) for e in eps]),
+                "failures": sum(bool(e.failure) for e in eps),
+                "seconds": r["step_seconds"],
+                "logprob_gap_max": r.get("logprob_gap_max"),
+            }
+        )
     calls = sum(e.metrics.get("agent_calls", 0) for e in training)
     continued = sum(e.metrics.get("agent_continued", 0) for e in training)
     kept = sum(e.metrics.get("agent_kept_history", 0) for e in training)
     after_first = calls - sum(1 for e in training if e.metrics.get("agent_calls", 0))
     exact = check_exactness(training, run / "agent_requests.jsonl")
-    reasons = collections.Counter((e.failure or "").split(":")[0] for e in training
-                                  if e.failure)
+    reasons = collections.Counter((e.failure or "").split(":")[0] for e in training if e.failure)
     return {
-        "agent": agent, "config": str(CONFIGS[agent].relative_to(ROOT)), "overrides": overrides,
-        "steps": per_step, "episodes": len(training), "calls": calls,
+        "agent": agent,
+        "config": str(CONFIGS[agent].relative_to(ROOT)),
+        "overrides": overrides,
+        "steps": per_step,
+        "episodes": len(training),
+        "calls": calls,
         "continued_share": continued / after_first if after_first else None,
         "continued_share_of_kept_history": continued / kept if kept else None,
-        "kept_history_calls": kept, "failures": dict(reasons),
+        "kept_history_calls": kept,
+        "failures": dict(reasons),
         "skipped_batches": summary.get("skipped_batches"),
-        "logprob_gap": {"max": max((r.get("logprob_gap_max", 0) for r in step_rows),
-                                   default=None),
-                        "mean": _mean([r["logprob_gap"] for r in step_rows
-                                       if "logprob_gap" in r])},
-        "exactness": {"ok": exact.ok, "trained_turns": exact.trained_turns,
-                      "problems": exact.problems[:5]},
+        "logprob_gap": {
+            "max": max((r.get("logprob_gap_max", 0) for r in step_rows), default=None),
+            "mean": _mean([r["logprob_gap"] for r in step_rows if "logprob_gap" in r]),
+        },
+        "exactness": {
+            "ok": exact.ok,
+            "trained_turns": exact.trained_turns,
+            "problems": exact.problems[:5],
+        },
         "eval_before": (summary.get("eval_before") or {}).get("reward_mean"),
         "eval_after": (summary.get("eval_after") or {}).get("reward_mean"),
-        "seconds": seconds}
+        "seconds": seconds,
+    }
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -107,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agents", nargs="+", choices=sorted(CONFIGS), default=["mini", "aide"])
     ap.add_argument("--steps", type=int, default=None, help="train.steps (default: config's)")
-    ap.add_argument("--collect", action="store_true", help="only recompute the figures of the "
-                    "agents' finished run folders")
+    ap.add_argument(
+        "--collect",
+        action="store_true",
+        help="only recompute the figures of the agents' finished run folders",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted overrides for every agent's config")
     args = ap.parse_args(argv)
     machine = machine_state()  # before each run's start: recorded with the run
@@ -117,21 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     for agent in args.agents:
         if args.collect:
             old = results.get(agent, {})
-            results[agent] = {**collect(agent, RUNS / agent,
-                                        old.get("overrides", [])),
-                              "machine": old.get("machine", machine)}
+            results[agent] = {
+                **collect(agent, RUNS / agent, old.get("overrides", [])),
+                "machine": old.get("machine", machine),
+            }
         else:
-            results[agent] = {**run_agent(agent, args.steps, args.overrides),
-                              "machine": machine}
+            results[agent] = {**run_agent(agent, args.steps, args.overrides), "machine": machine}
         RESULTS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"runs": results}, indent=1) + "\n")
         r = results[agent]
-        print(f"{agent}: {r['episodes']} episodes, {r['calls']} calls, continued "
-              f"{r['continued_share']}, exact {r['exactness']['ok']}, {r['seconds']:.0f} s")
+        print(
+            f"{agent}: {r['episodes']} episodes, {r['calls']} calls, continued "
+            f"{r['continued_share']}, exact {r['exactness']['ok']}, {r['seconds']:.0f} s"
+        )
         for s in r["steps"]:
-            print(f"  step {s['step']}: reward {s['reward_mean']:.3f}, {s['episodes']} episodes, "
-                  f"{s['calls_per_episode']} calls/episode, train_tokens {s['train_tokens']:.0f},"
-                  f" {s['seconds']:.0f} s")
+            print(
+                f"  step {s['step']}: reward {s['reward_mean']:.3f}, {s['episodes']} episodes, "
+                f"{s['calls_per_episode']} calls/episode, train_tokens {s['train_tokens']:.0f},"
+                f" {s['seconds']:.0f} s"
+            )
     return 0
 
 

@@ -45,8 +45,12 @@ AGENTS = ("aide", "mini")
 POLICIES = ("base", "trained")
 SERVED_NAME = "policy"
 """Model id of the trained policy on the benchmark's servers (its base: `policy-base`)."""
-SCAFFOLD = {"aide": "AIDE (aideml 0.2.2)", "mini": "mini-swe-agent 2.4.6",
-            "practicum-mle": "practicum MLE env (template)", "practicum-swe": "practicum SWE env"}
+SCAFFOLD = {
+    "aide": "AIDE (aideml 0.2.2)",
+    "mini": "mini-swe-agent 2.4.6",
+    "practicum-mle": "practicum MLE env (template)",
+    "practicum-swe": "practicum SWE env",
+}
 SUITE = {"aide": "mle", "mini": "swe", "practicum-mle": "mle", "practicum-swe": "swe"}
 
 
@@ -66,8 +70,14 @@ def serve_target(run: str | Path) -> Path | str:
 
 
 def _stage_dirs(run: Path) -> list[Path]:
-    return sorted((p for p in run.iterdir() if p.is_dir() and re.fullmatch(r"\d+-.+", p.name)),
-                  key=lambda p: int(p.name.split("-", 1)[0])) if run.is_dir() else []
+    return (
+        sorted(
+            (p for p in run.iterdir() if p.is_dir() and re.fullmatch(r"\d+-.+", p.name)),
+            key=lambda p: int(p.name.split("-", 1)[0]),
+        )
+        if run.is_dir()
+        else []
+    )
 
 
 def adapter_summary(target) -> dict | None:
@@ -86,8 +96,11 @@ def adapter_summary(target) -> dict | None:
         return None
     tensors = load_file(str(path))
     b = [v for k, v in tensors.items() if "lora_B" in k]
-    return {"policy_dir": str(t.policy_dir), "step": t.step,
-            "lora_b_max_abs": max(float(v.abs().max()) for v in b) if b else None}
+    return {
+        "policy_dir": str(t.policy_dir),
+        "step": t.step,
+        "lora_b_max_abs": max(float(v.abs().max()) for v in b) if b else None,
+    }
 
 
 def run_config(run: str | Path, default: str):
@@ -118,6 +131,7 @@ def swe_held_out(run) -> list:
 
 def eval_files(run: Path) -> tuple[Path, Path] | None:
     """(held-out evaluation of the untrained policy, the final one) of a run or pipeline."""
+
     def ordered(stage: Path) -> list[Path]:
         rft = [stage / "rft" / "eval" / f"{k}.json" for k in ("before", "after")]
         return [p for p in rft if p.is_file()] + sorted((stage / "eval").glob("step_*.json"))
@@ -138,20 +152,33 @@ def practicum_rows(agent_kind: str, run: Path, tasks: list[str]) -> list[dict]:
         data = json.loads(path.read_text())
         eps = [e for e in data["episodes"] if re.sub(r"#\d+$", "", e["task_id"]) in tasks]
         # The evaluation's mean sampled tokens per episode, when all its episodes are kept.
-        tokens = {"completion_tokens": data.get("sampled_tokens_mean")} \
-            if len(eps) == data.get("tasks") else None
+        tokens = (
+            {"completion_tokens": data.get("sampled_tokens_mean")}
+            if len(eps) == data.get("tasks")
+            else None
+        )
         for e in eps:
             m = e.get("metrics") or {}
-            out.append({
-                "agent": agent_kind, "policy": policy, "task": e["task_id"], "source": str(path),
-                "solved": bool(e["solved"]), "score": float(m.get("score_credit", e["reward"]))
-                if agent_kind == "practicum-mle" else float(e["reward"]),
-                "reward": float(e["reward"]), "seconds": None,
-                "steps": len(e.get("turns") or []),
-                "malformed": float(m.get("malformed", m.get("malformed_turns", 0.0))),
-                "output": bool(m.get("valid")) if agent_kind == "practicum-mle"
-                else bool(m.get("patch_lines", 0.0)),
-                "tokens": tokens})
+            out.append(
+                {
+                    "agent": agent_kind,
+                    "policy": policy,
+                    "task": e["task_id"],
+                    "source": str(path),
+                    "solved": bool(e["solved"]),
+                    "score": float(m.get("score_credit", e["reward"]))
+                    if agent_kind == "practicum-mle"
+                    else float(e["reward"]),
+                    "reward": float(e["reward"]),
+                    "seconds": None,
+                    "steps": len(e.get("turns") or []),
+                    "malformed": float(m.get("malformed", m.get("malformed_turns", 0.0))),
+                    "output": bool(m.get("valid"))
+                    if agent_kind == "practicum-mle"
+                    else bool(m.get("patch_lines", 0.0)),
+                    "tokens": tokens,
+                }
+            )
     return out
 
 
@@ -166,13 +193,29 @@ class Server:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        }
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "practicum.cli", "serve", str(target), "--port",
-             str(self.port), "--dtype", dtype, "--name", SERVED_NAME],
-            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "practicum.cli",
+                "serve",
+                str(target),
+                "--port",
+                str(self.port),
+                "--dtype",
+                dtype,
+                "--name",
+                SERVED_NAME,
+            ],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
 
     def __enter__(self) -> Server:
         deadline = time.monotonic() + 600
@@ -213,8 +256,7 @@ def model_id(policy: str) -> str:
 def usage_delta(before: dict, after: dict, model: str) -> dict:
     """Tokens served to `model` between two /health readings."""
     a, b = after.get(model, {}), before.get(model, {})
-    return {k: a.get(k, 0) - b.get(k, 0) for k in ("samples", "prompt_tokens",
-                                                   "completion_tokens")}
+    return {k: a.get(k, 0) - b.get(k, 0) for k in ("samples", "prompt_tokens", "completion_tokens")}
 
 
 # -- one agent on one task -----------------------------------------------------------------------
@@ -228,29 +270,57 @@ def aide_task(args, server: Server, policy: str, comp_id: str, work: Path) -> di
     from practicum.serve.agents import agent_python, run_aide
 
     before = server.usage()
-    run = run_aide(server.url + "/v1", model_id(policy), comp_id, work, steps=args.aide_steps,
-                   python=agent_python("aide"), exec_timeout=args.aide_exec_seconds,
-                   timeout=args.aide_seconds)
+    run = run_aide(
+        server.url + "/v1",
+        model_id(policy),
+        comp_id,
+        work,
+        steps=args.aide_steps,
+        python=agent_python("aide"),
+        exec_timeout=args.aide_exec_seconds,
+        timeout=args.aide_seconds,
+    )
     tokens = usage_delta(before, server.usage(), model_id(policy))
     report = run.report or {}
     valid, score = bool(report.get("valid")), report.get("score")
     credit = 0.0
     if valid:  # the MLE env's score credit (suite option score_scale: leaderboard)
         data = load_competition_data(load_competition(comp_id), None)
-        credit = normalise_score(score, data.anchors) if usable_anchors(data.anchors) else \
-            orient_score(score, data.comp.lower_is_better, "inverse", 3.0)
-    nodes = [{"plan": (n.get("plan") or "")[:400], "code": (n.get("code") or "")[:800],
-              "analysis": (n.get("analysis") or "")[:300], "is_buggy": n.get("is_buggy"),
-              "metric": n.get("metric"), "exc_type": n.get("exc_type")} for n in run.journal]
-    return {"solved": valid, "score": credit, "raw_score": score, "reward": None,
-            "seconds": run.seconds, "steps": len(run.journal),
-            # replies AIDE could not extract a plan and code block from (it retries each)
-            "malformed": len(re.findall(r"extraction (?:attempt )?failed", run.log_tail)),
-            "output": run.submission is not None, "tokens": tokens,
-            "returncode": run.returncode, "timed_out": run.timed_out,
-            "buggy_nodes": sum(1 for n in run.journal if n["is_buggy"]),
-            "exceptions": [n["exc_type"] for n in run.journal if n["exc_type"]],
-            "grade": report or None, "nodes": nodes, "log_tail": run.log_tail[-1500:]}
+        credit = (
+            normalise_score(score, data.anchors)
+            if usable_anchors(data.anchors)
+            else orient_score(score, data.comp.lower_is_better, "inverse", 3.0)
+        )
+    nodes = [
+        {
+            "plan": (n.get("plan") or "")[:400],
+            "code": (n.get("code") or "")[:800],
+            "analysis": (n.get("analysis") or "")[:300],
+            "is_buggy": n.get("is_buggy"),
+            "metric": n.get("metric"),
+            "exc_type": n.get("exc_type"),
+        }
+        for n in run.journal
+    ]
+    return {
+        "solved": valid,
+        "score": credit,
+        "raw_score": score,
+        "reward": None,
+        "seconds": run.seconds,
+        "steps": len(run.journal),
+        # replies AIDE could not extract a plan and code block from (it retries each)
+        "malformed": len(re.findall(r"extraction (?:attempt )?failed", run.log_tail)),
+        "output": run.submission is not None,
+        "tokens": tokens,
+        "returncode": run.returncode,
+        "timed_out": run.timed_out,
+        "buggy_nodes": sum(1 for n in run.journal if n["is_buggy"]),
+        "exceptions": [n["exc_type"] for n in run.journal if n["exc_type"]],
+        "grade": report or None,
+        "nodes": nodes,
+        "log_tail": run.log_tail[-1500:],
+    }
 
 
 def model_turns(messages: list[dict]) -> list[dict]:
@@ -260,15 +330,28 @@ def model_turns(messages: list[dict]) -> list[dict]:
     for m in messages:
         extra = m.get("extra") or {}
         if m.get("role") == "assistant":
-            turns.append({"text": _text(m.get("content")), "malformed": False,
-                          "commands": [c.get("function", {}).get("arguments", "")
-                                       for c in m.get("tool_calls") or []]})
+            turns.append(
+                {
+                    "text": _text(m.get("content")),
+                    "malformed": False,
+                    "commands": [
+                        c.get("function", {}).get("arguments", "")
+                        for c in m.get("tool_calls") or []
+                    ],
+                }
+            )
         elif extra.get("interrupt_type") == "FormatError":
             response = extra.get("response")
             choice = (response.get("choices") or [{}])[0] if isinstance(response, dict) else {}
-            turns.append({"text": _text((choice.get("message") or {}).get("content"))
-                          or str(response or ""), "malformed": True, "commands": [],
-                          "finish_reason": choice.get("finish_reason")})
+            turns.append(
+                {
+                    "text": _text((choice.get("message") or {}).get("content"))
+                    or str(response or ""),
+                    "malformed": True,
+                    "commands": [],
+                    "finish_reason": choice.get("finish_reason"),
+                }
+            )
     return turns
 
 
@@ -278,27 +361,47 @@ def mini_task(args, server: Server, policy: str, instance, work: Path) -> dict:
 
     before = server.usage()
     run, verdict = run_mini_swe_agent_on_task(
-        server.url + "/v1", model_id(policy), instance, work, step_limit=args.mini_steps,
-        python=agent_python("mini"), timeout=args.mini_seconds, max_tokens=args.mini_max_tokens)
+        server.url + "/v1",
+        model_id(policy),
+        instance,
+        work,
+        step_limit=args.mini_steps,
+        python=agent_python("mini"),
+        timeout=args.mini_seconds,
+        max_tokens=args.mini_max_tokens,
+    )
     tokens = usage_delta(before, server.usage(), model_id(policy))
-    messages = json.loads(run.trajectory.read_text()).get("messages", []) \
-        if run.trajectory.is_file() else []
+    messages = (
+        json.loads(run.trajectory.read_text()).get("messages", [])
+        if run.trajectory.is_file()
+        else []
+    )
     turns = model_turns(messages)
-    return {"solved": bool(verdict.resolved), "score": 1.0 if verdict.resolved else 0.0,
-            "reward": 1.0 if verdict.resolved else 0.0, "seconds": run.seconds,
-            "steps": len(turns), "malformed": sum(t["malformed"] for t in turns),
-            "cut_at_token_limit": sum(t.get("finish_reason") == "length" for t in turns),
-            "output": bool((run.patch or "").strip()), "tokens": tokens,
-            "returncode": run.returncode, "timed_out": run.timed_out,
-            "exit_status": run.exit_status,
-            "commands": [c[:300] for t in turns for c in t["commands"]],
-            "replies": [t["text"][:400] for t in turns],
-            "patch": (run.patch or "")[:2000], "verdict": {
-                "resolved": verdict.resolved, "reason": verdict.reason,
-                "patch_applied": verdict.patch_applied,
-                "fail_to_pass": list(verdict.fail_to_pass),
-                "pass_to_pass": list(verdict.pass_to_pass)},
-            "log_tail": run.log_tail[-1500:]}
+    return {
+        "solved": bool(verdict.resolved),
+        "score": 1.0 if verdict.resolved else 0.0,
+        "reward": 1.0 if verdict.resolved else 0.0,
+        "seconds": run.seconds,
+        "steps": len(turns),
+        "malformed": sum(t["malformed"] for t in turns),
+        "cut_at_token_limit": sum(t.get("finish_reason") == "length" for t in turns),
+        "output": bool((run.patch or "").strip()),
+        "tokens": tokens,
+        "returncode": run.returncode,
+        "timed_out": run.timed_out,
+        "exit_status": run.exit_status,
+        "commands": [c[:300] for t in turns for c in t["commands"]],
+        "replies": [t["text"][:400] for t in turns],
+        "patch": (run.patch or "")[:2000],
+        "verdict": {
+            "resolved": verdict.resolved,
+            "reason": verdict.reason,
+            "patch_applied": verdict.patch_applied,
+            "fail_to_pass": list(verdict.fail_to_pass),
+            "pass_to_pass": list(verdict.pass_to_pass),
+        },
+        "log_tail": run.log_tail[-1500:],
+    }
 
 
 def _text(content) -> str:
@@ -325,22 +428,30 @@ def aggregate(records: list[dict]) -> list[dict]:
     for r in records:
         groups.setdefault((r["agent"], r["policy"]), []).append(r)
     rows = []
-    for (agent, policy), rs in sorted(groups.items(), key=lambda kv: (
-            order.index(kv[0][0]) if kv[0][0] in order else len(order), kv[0][1])):
+    for (agent, policy), rs in sorted(
+        groups.items(),
+        key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order else len(order), kv[0][1]),
+    ):
         tok = [r["tokens"] for r in rs if r.get("tokens")]
-        rows.append({
-            "agent": agent, "scaffold": SCAFFOLD.get(agent, agent), "suite": SUITE.get(agent),
-            "policy": policy, "tasks": len(rs),
-            "task_ids": sorted({re.sub(r"#\d+$", "", r["task"]) for r in rs}),
-            "solved_rate": _mean([float(r["solved"]) for r in rs]),
-            "score_mean": _mean([r["score"] for r in rs]),
-            "seconds_per_task": _mean([r.get("seconds") for r in rs]),
-            "completion_tokens_per_task": _mean([t.get("completion_tokens") for t in tok]),
-            "prompt_tokens_per_task": _mean([t.get("prompt_tokens") for t in tok]),
-            "steps_per_task": _mean([r.get("steps") for r in rs]),
-            "malformed_per_task": _mean([r.get("malformed") for r in rs]),
-            "output_rate": _mean([float(bool(r.get("output"))) for r in rs]),
-            "timed_out": sum(1 for r in rs if r.get("timed_out"))})
+        rows.append(
+            {
+                "agent": agent,
+                "scaffold": SCAFFOLD.get(agent, agent),
+                "suite": SUITE.get(agent),
+                "policy": policy,
+                "tasks": len(rs),
+                "task_ids": sorted({re.sub(r"#\d+$", "", r["task"]) for r in rs}),
+                "solved_rate": _mean([float(r["solved"]) for r in rs]),
+                "score_mean": _mean([r["score"] for r in rs]),
+                "seconds_per_task": _mean([r.get("seconds") for r in rs]),
+                "completion_tokens_per_task": _mean([t.get("completion_tokens") for t in tok]),
+                "prompt_tokens_per_task": _mean([t.get("prompt_tokens") for t in tok]),
+                "steps_per_task": _mean([r.get("steps") for r in rs]),
+                "malformed_per_task": _mean([r.get("malformed") for r in rs]),
+                "output_rate": _mean([float(bool(r.get("output"))) for r in rs]),
+                "timed_out": sum(1 for r in rs if r.get("timed_out")),
+            }
+        )
     return rows
 
 
@@ -353,21 +464,40 @@ def print_table(rows: list[dict]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Base vs RL-trained policy under the same scaffold, held-out tasks "
-                  "(SmolLM2-135M-Instruct + LoRA, fp32, CPU)")
-    for col in ("scaffold", "suite", "policy", "tasks", "solved", "score", "s/task",
-                "sampled tok/task", "prompt tok/task", "steps/task", "malformed/task",
-                "output made"):
-        table.add_column(col, justify="left" if col in ("scaffold", "suite", "policy")
-                         else "right")
+    table = Table(
+        title="Base vs RL-trained policy under the same scaffold, held-out tasks "
+        "(SmolLM2-135M-Instruct + LoRA, fp32, CPU)"
+    )
+    for col in (
+        "scaffold",
+        "suite",
+        "policy",
+        "tasks",
+        "solved",
+        "score",
+        "s/task",
+        "sampled tok/task",
+        "prompt tok/task",
+        "steps/task",
+        "malformed/task",
+        "output made",
+    ):
+        table.add_column(col, justify="left" if col in ("scaffold", "suite", "policy") else "right")
     for r in rows:
-        table.add_row(r["scaffold"], r["suite"], r["policy"], str(r["tasks"]),
-                      _fmt(r["solved_rate"], ".2f"), _fmt(r["score_mean"], "+.3f"),
-                      _fmt(r["seconds_per_task"], ".0f"),
-                      _fmt(r["completion_tokens_per_task"], ".0f"),
-                      _fmt(r["prompt_tokens_per_task"], ".0f"),
-                      _fmt(r["steps_per_task"], ".1f"), _fmt(r["malformed_per_task"], ".1f"),
-                      _fmt(r["output_rate"], ".2f"))
+        table.add_row(
+            r["scaffold"],
+            r["suite"],
+            r["policy"],
+            str(r["tasks"]),
+            _fmt(r["solved_rate"], ".2f"),
+            _fmt(r["score_mean"], "+.3f"),
+            _fmt(r["seconds_per_task"], ".0f"),
+            _fmt(r["completion_tokens_per_task"], ".0f"),
+            _fmt(r["prompt_tokens_per_task"], ".0f"),
+            _fmt(r["steps_per_task"], ".1f"),
+            _fmt(r["malformed_per_task"], ".1f"),
+            _fmt(r["output_rate"], ".2f"),
+        )
     console = Console(width=200, record=True)
     console.print(table)
     return console.export_text()
@@ -381,22 +511,33 @@ def plot(rows: list[dict], path: Path) -> None:
     from matplotlib.patches import Patch
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, suite, title in ((axes[0], "mle", "MLE held-out competitions: valid submission "
-                              "rate, score credit"),
-                             (axes[1], "swe", "SWE held-out tasks: resolved rate")):
+    for ax, suite, title in (
+        (axes[0], "mle", "MLE held-out competitions: valid submission rate, score credit"),
+        (axes[1], "swe", "SWE held-out tasks: resolved rate"),
+    ):
         mine = [r for r in rows if r["suite"] == suite]
-        labels = [r["scaffold"].split(" (")[0].replace("practicum ", "practicum\n") + "\n"
-                  + r["policy"] for r in mine]
+        labels = [
+            r["scaffold"].split(" (")[0].replace("practicum ", "practicum\n") + "\n" + r["policy"]
+            for r in mine
+        ]
         xs = list(range(len(mine)))
         colors = ["C0" if r["policy"] == "base" else "C1" for r in mine]
-        solved = ax.bar([x - 0.2 for x in xs], [r["solved_rate"] or 0 for r in mine], 0.4,
-                        color=colors)
+        solved = ax.bar(
+            [x - 0.2 for x in xs], [r["solved_rate"] or 0 for r in mine], 0.4, color=colors
+        )
         ax.bar_label(solved, fmt="%.2f", fontsize=7)
-        handles = [Patch(color="C0", label="solved rate, base"),
-                   Patch(color="C1", label="solved rate, trained")]
+        handles = [
+            Patch(color="C0", label="solved rate, base"),
+            Patch(color="C1", label="solved rate, trained"),
+        ]
         if suite == "mle":
-            credit = ax.bar([x + 0.2 for x in xs], [r["score_mean"] or 0 for r in mine], 0.4,
-                            color="C2", alpha=0.7)
+            credit = ax.bar(
+                [x + 0.2 for x in xs],
+                [r["score_mean"] or 0 for r in mine],
+                0.4,
+                color="C2",
+                alpha=0.7,
+            )
             ax.bar_label(credit, fmt="%.2f", fontsize=7)
             handles.append(Patch(color="C2", alpha=0.7, label="mean score credit"))
         ax.legend(handles=handles, fontsize=7, loc="upper left")
@@ -414,10 +555,19 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def budget(args, agent: str) -> dict:
-    return ({"steps": args.aide_steps, "seconds": args.aide_seconds,
-             "exec_seconds": args.aide_exec_seconds} if agent == "aide" else
-            {"steps": args.mini_steps, "seconds": args.mini_seconds,
-             "max_tokens": args.mini_max_tokens})
+    return (
+        {
+            "steps": args.aide_steps,
+            "seconds": args.aide_seconds,
+            "exec_seconds": args.aide_exec_seconds,
+        }
+        if agent == "aide"
+        else {
+            "steps": args.mini_steps,
+            "seconds": args.mini_seconds,
+            "max_tokens": args.mini_max_tokens,
+        }
+    )
 
 
 def run_agent(args, agent: str, run: str, runs_dir: Path) -> None:
@@ -440,43 +590,65 @@ def run_agent(args, agent: str, run: str, runs_dir: Path) -> None:
         return
     adapter = adapter_summary(target)
     print(f"{agent}: {len(todo)} runs against practicum serve {target} ({adapter})", flush=True)
-    with tempfile.TemporaryDirectory(prefix=f"agents-baseline-{agent}-") as tmp, \
-            Server(target, args.dtype, Path(tmp) / "serve.log") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"agents-baseline-{agent}-") as tmp,
+        Server(target, args.dtype, Path(tmp) / "serve.log") as server,
+    ):
         for policy, task_id, task, path in todo:
             work = Path(tmp) / f"{policy}-{task_id.replace('/', '_')}"
             started = time.time()
             fn = aide_task if agent == "aide" else mini_task
             result = fn(args, server, policy, task, work)
-            record = {"agent": agent, "policy": policy, "task": task_id, "model": model_id(policy),
-                      "target": str(target), "run": str(run), "adapter": adapter,
-                      "budget": budget(args, agent),
-                      "started": started, **result}
+            record = {
+                "agent": agent,
+                "policy": policy,
+                "task": task_id,
+                "model": model_id(policy),
+                "target": str(target),
+                "run": str(run),
+                "adapter": adapter,
+                "budget": budget(args, agent),
+                "started": started,
+                **result,
+            }
             path.write_text(json.dumps(record, indent=1))
-            print(f"  {agent} {policy:7s} {task_id:40s} solved={record['solved']!s:5s} "
-                  f"score={record['score']:+.3f} steps={record['steps']} "
-                  f"output={record['output']} {record['seconds']:.0f} s "
-                  f"{record['tokens']['completion_tokens']} tok", flush=True)
+            print(
+                f"  {agent} {policy:7s} {task_id:40s} solved={record['solved']!s:5s} "
+                f"score={record['score']:+.3f} steps={record['steps']} "
+                f"output={record['output']} {record['seconds']:.0f} s "
+                f"{record['tokens']['completion_tokens']} tok",
+                flush=True,
+            )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--agents", nargs="+", choices=AGENTS, default=list(AGENTS))
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
-    p.add_argument("--mle-run", default=str(ROOT / "runs" / "mle"),
-                   help="trained MLE run (folder with checkpoints/), checkpoint or policy")
-    p.add_argument("--swe-run", default=str(ROOT / "runs" / "swe"),
-                   help="trained SWE run or stage pipeline, checkpoint, policy, or a plain "
-                   "model (then 'trained' is the base model)")
+    p.add_argument(
+        "--mle-run",
+        default=str(ROOT / "runs" / "mle"),
+        help="trained MLE run (folder with checkpoints/), checkpoint or policy",
+    )
+    p.add_argument(
+        "--swe-run",
+        default=str(ROOT / "runs" / "swe"),
+        help="trained SWE run or stage pipeline, checkpoint, policy, or a plain "
+        "model (then 'trained' is the base model)",
+    )
     p.add_argument("--tasks", type=int, default=None, help="first N held-out tasks per agent")
     p.add_argument("--aide-steps", type=int, default=1, help="AIDE steps per competition")
     p.add_argument("--aide-seconds", type=float, default=600, help="AIDE time limit per task")
-    p.add_argument("--aide-exec-seconds", type=int, default=60,
-                   help="limit of one run of AIDE's script")
+    p.add_argument(
+        "--aide-exec-seconds", type=int, default=60, help="limit of one run of AIDE's script"
+    )
     p.add_argument("--mini-steps", type=int, default=5, help="mini-swe-agent step limit")
-    p.add_argument("--mini-seconds", type=float, default=300,
-                   help="mini-swe-agent time limit per task")
-    p.add_argument("--mini-max-tokens", type=int, default=256,
-                   help="tokens per mini-swe-agent reply")
+    p.add_argument(
+        "--mini-seconds", type=float, default=300, help="mini-swe-agent time limit per task"
+    )
+    p.add_argument(
+        "--mini-max-tokens", type=int, default=256, help="tokens per mini-swe-agent reply"
+    )
     p.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--report", action="store_true", help="only rebuild the table from records")
@@ -488,8 +660,11 @@ def main() -> None:
     if not args.report:
         for agent in args.agents:
             run_agent(args, agent, args.mle_run if agent == "aide" else args.swe_run, runs_dir)
-    records = [json.loads(f.read_text()) for f in sorted(runs_dir.glob("*.json"))
-               if not f.name.startswith("practicum-")]
+    records = [
+        json.loads(f.read_text())
+        for f in sorted(runs_dir.glob("*.json"))
+        if not f.name.startswith("practicum-")
+    ]
     # practicum's own held-out rows for the runs and tasks the agents were run on
     for kind, agent in (("practicum-mle", "aide"), ("practicum-swe", "mini")):
         mine = [r for r in records if r["agent"] == agent]
@@ -505,9 +680,18 @@ def main() -> None:
         raise SystemExit(f"no stored runs under {runs_dir}")
     rows = aggregate(records)
     text = print_table(rows)
-    (out / "agents_baseline.json").write_text(json.dumps(
-        {"machine": state, "args": vars(args), "table": rows, "table_text": text,
-         "runs": records}, indent=1))
+    (out / "agents_baseline.json").write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "args": vars(args),
+                "table": rows,
+                "table_text": text,
+                "runs": records,
+            },
+            indent=1,
+        )
+    )
     plot(rows, out / "agents_baseline.png")
     print(f"wrote {out / 'agents_baseline.json'} and {out / 'agents_baseline.png'}")
 

@@ -94,10 +94,17 @@ def group_mean_advantage(q: Tensor, rewards: Tensor, group_size: int, scale_by_s
     return out.to(q.dtype)
 
 
-def expected_logit_update(pi: Tensor, rewards: Tensor, seconds: Tensor, estimator: Estimator,
-                          weighted: bool, allocation: Allocation = "time_slice",
-                          baseline: float = 0.0, group_size: int = 4,
-                          scale_by_std: bool = False) -> Tensor:
+def expected_logit_update(
+    pi: Tensor,
+    rewards: Tensor,
+    seconds: Tensor,
+    estimator: Estimator,
+    weighted: bool,
+    allocation: Allocation = "time_slice",
+    baseline: float = 0.0,
+    group_size: int = 4,
+    scale_by_std: bool = False,
+) -> Tensor:
     """Mean-field direction of one learner step on softmax logits (module docstring).
 
         q_a = consumed share (`consumed_share`)
@@ -151,7 +158,9 @@ class BiasConfig:
 
     def __post_init__(self) -> None:
         if self.advantage == "reward" and self.batching != "streaming":
-            raise ValueError("advantage='reward' is a streaming reference: use batching='streaming'")
+            raise ValueError(
+                "advantage='reward' is a streaming reference: use batching='streaming'"
+            )
 
     @property
     def best(self) -> int:
@@ -169,10 +178,16 @@ def mean_field_curve(cfg: BiasConfig) -> list[float]:
     curve = [float(torch.softmax(z, 0)[cfg.best])]
     for _ in range(cfg.steps):
         pi = torch.softmax(z, 0)
-        z = z + cfg.lr * expected_logit_update(pi, rewards, seconds, cfg.estimator(),
-                                               cfg.duration_weights, cfg.allocation,
-                                               group_size=cfg.group_size,
-                                               scale_by_std=cfg.scale_by_std)
+        z = z + cfg.lr * expected_logit_update(
+            pi,
+            rewards,
+            seconds,
+            cfg.estimator(),
+            cfg.duration_weights,
+            cfg.allocation,
+            group_size=cfg.group_size,
+            scale_by_std=cfg.scale_by_std,
+        )
         curve.append(float(torch.softmax(z, 0)[cfg.best]))
     return curve
 
@@ -297,8 +312,11 @@ def _learn(policy: _Policy, runs: list[Run], baselines: TaskBaselines, cfg: Bias
         adv = baselines.advantages(tasks, rewards)
         baselines.update(tasks, rewards.tolist())
     dts = torch.tensor([r.seconds for r in runs])
-    w = (duration_weights(dts, cfg.duration_floor * cfg.time_scale, cfg.duration_cap)
-         if cfg.duration_weights else torch.ones_like(dts))
+    w = (
+        duration_weights(dts, cfg.duration_floor * cfg.time_scale, cfg.duration_cap)
+        if cfg.duration_weights
+        else torch.ones_like(dts)
+    )
     logp = torch.log_softmax(policy.logits, 0)[arms][:, None]  # [B, 1]: one token per run
     prox = logp.detach()
     token_loss, _ = ppo_clip_loss(logp, prox, adv[:, None])

@@ -55,16 +55,17 @@ TOOL: "Wikipedia_Search" | "Web_Search" | "Python_Coder" | "Base_Generator"
 PROMPTS = {
     "free": "Write a short story about a robot learning to paint.",
     "swe tool call": "Fix the bug in toolz/functoolz.py: curry drops keyword arguments. "
-                     "Reply with one tool call: view PATH, search TEXT, edit PATH or submit.",
+    "Reply with one tool call: view PATH, search TEXT, edit PATH or submit.",
     "flow planner": "Query: Who directed the film that won Best Picture in 1998? Plan the next "
-                    "step as Context, Sub-Goal and Tool Name.",
+    "step as Context, Sub-Goal and Tool Name.",
 }
 
 
 def prompts_for(tok, name: str, n: int) -> list[list[int]]:
     msgs = [{"role": "user", "content": PROMPTS[name]}]
-    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                  return_dict=False)
+    ids = tok.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     return [list(ids) for _ in range(n)]
 
 
@@ -102,14 +103,14 @@ def learner_side(trainable, prompts, samples, grammar) -> dict:
     mask = torch.zeros_like(ids)
     score = torch.zeros(len(rows), width)
     for i, (p, r) in enumerate(zip(prompts, rows)):
-        ids[i, :len(r)], mask[i, :len(r)], score[i, len(p):len(r)] = torch.tensor(r), 1, 1
+        ids[i, : len(r)], mask[i, : len(r)], score[i, len(p) : len(r)] = torch.tensor(r), 1, 1
     allowed = None
     replay_s = 0.0
     if grammar is not None:
         start = time.perf_counter()
         allowed = torch.full((len(rows), width, g.width), -1, dtype=torch.int32)
         for i, (p, s) in enumerate(zip(prompts, samples)):
-            allowed[i, len(p):len(rows[i])] = g.replay(grammar, tuple(s.token_ids))
+            allowed[i, len(p) : len(rows[i])] = g.replay(grammar, tuple(s.token_ids))
         replay_s = time.perf_counter() - start
 
     def step(masks) -> tuple[float, torch.Tensor]:
@@ -123,10 +124,14 @@ def learner_side(trainable, prompts, samples, grammar) -> dict:
     seconds, lp = step(allowed)
     behaviour = torch.zeros_like(lp)
     for i, (p, s) in enumerate(zip(prompts, samples)):
-        behaviour[i, len(p):len(rows[i])] = torch.tensor(s.logprobs)
+        behaviour[i, len(p) : len(rows[i])] = torch.tensor(s.logprobs)
     gap = (lp - behaviour).abs()[score.bool()]
-    out = {"replay_s": replay_s, "learner_s": seconds, "gap_max": gap.max().item(),
-           "gap_mean": gap.mean().item()}
+    out = {
+        "replay_s": replay_s,
+        "learner_s": seconds,
+        "gap_max": gap.max().item(),
+        "gap_mean": gap.mean().item(),
+    }
     if grammar is not None:
         out["learner_s_unmasked"], lp_free = step(None)
         free_gap = (lp_free - behaviour).abs()[score.bool()]
@@ -150,7 +155,9 @@ def main() -> None:
         args.batches, args.new_tokens, args.repeats = [2], 24, 1
 
     state = machine_state()
-    trainable, sampler = load_hf_engine(PolicyConfig(model=args.model, dtype=args.dtype, device=args.device))
+    trainable, sampler = load_hf_engine(
+        PolicyConfig(model=args.model, dtype=args.dtype, device=args.device)
+    )
     torch.manual_seed(0)
     for p in trainable.trainable_parameters():  # a trained-looking adapter, merged for sampling
         torch.nn.init.normal_(p, std=0.01)
@@ -174,9 +181,15 @@ def main() -> None:
                 if best is None or seconds / tokens < best[1] / best[3]:
                     best = (out, seconds, cpu, tokens)
             out, seconds, cpu, tokens = best
-            row = {"batch": batch, "grammar": name, "tokens": tokens, "seconds": seconds,
-                   "ms_per_token": 1000 * seconds / tokens, "cpu_ms_per_token": 1000 * cpu / tokens,
-                   "stopped": sum(s.finish_reason == "stop" for s in out) / len(out)}
+            row = {
+                "batch": batch,
+                "grammar": name,
+                "tokens": tokens,
+                "seconds": seconds,
+                "ms_per_token": 1000 * seconds / tokens,
+                "cpu_ms_per_token": 1000 * cpu / tokens,
+                "stopped": sum(s.finish_reason == "stop" for s in out) / len(out),
+            }
             if grammar is not None:
                 row["mask_ms_per_token"] = 1000 * mask_work(tok, vocab, grammar, out) / tokens
                 row["forced_share"] = sum(lp == 0.0 for s in out for lp in s.logprobs) / tokens
@@ -189,32 +202,65 @@ def main() -> None:
         row["vs_free"] = row["ms_per_token"] / free["ms_per_token"]
         row["cpu_vs_free"] = row["cpu_ms_per_token"] / free["cpu_ms_per_token"]
 
-    table = Table(title=f"Constrained decoding, HF sampler, {args.model} {args.dtype} "
-                        "(LoRA merged), T=1")
-    for col in ("batch", "grammar", "tokens", "ms/token", "vs free", "CPU ms/token",
-                "CPU vs free", "mask ms/token",
-                "forced", "replay ms/token", "learner s (masked / free)", "gap max (masked)",
-                "gap max (unmasked)"):
+    table = Table(
+        title=f"Constrained decoding, HF sampler, {args.model} {args.dtype} (LoRA merged), T=1"
+    )
+    for col in (
+        "batch",
+        "grammar",
+        "tokens",
+        "ms/token",
+        "vs free",
+        "CPU ms/token",
+        "CPU vs free",
+        "mask ms/token",
+        "forced",
+        "replay ms/token",
+        "learner s (masked / free)",
+        "gap max (masked)",
+        "gap max (unmasked)",
+    ):
         table.add_column(col)
     for r in rows:
         constrained = r["grammar"] != "free"
         table.add_row(
-            str(r["batch"]), r["grammar"], str(r["tokens"]), f"{r['ms_per_token']:.1f}",
-            f"{r['vs_free']:.2f}x", f"{r['cpu_ms_per_token']:.1f}", f"{r['cpu_vs_free']:.2f}x",
+            str(r["batch"]),
+            r["grammar"],
+            str(r["tokens"]),
+            f"{r['ms_per_token']:.1f}",
+            f"{r['vs_free']:.2f}x",
+            f"{r['cpu_ms_per_token']:.1f}",
+            f"{r['cpu_vs_free']:.2f}x",
             f"{r['mask_ms_per_token']:.2f}" if constrained else "-",
             f"{r['forced_share']:.0%}" if constrained else "-",
             f"{r['replay_ms_per_token']:.2f}" if constrained else "-",
-            f"{r['learner_s']:.2f} / {r['learner_s_unmasked']:.2f}" if constrained
+            f"{r['learner_s']:.2f} / {r['learner_s_unmasked']:.2f}"
+            if constrained
             else f"{r['learner_s']:.2f}",
             f"{r['gap_max']:.1e}",
-            f"{r['gap_max_unmasked']:.2f}" if constrained else "-")
+            f"{r['gap_max_unmasked']:.2f}" if constrained else "-",
+        )
     Console(width=200).print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "machine": {**state, "python": platform.python_version(), "torch": torch.__version__,
-                    "busy_after": machine_state(busy_limit=1.1)["busy_before"]},
-        "model": args.model, "dtype": args.dtype, "device": args.device, "new_tokens": args.new_tokens,
-        "grammars": GRAMMARS, "rows": rows}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "machine": {
+                    **state,
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "busy_after": machine_state(busy_limit=1.1)["busy_before"],
+                },
+                "model": args.model,
+                "dtype": args.dtype,
+                "device": args.device,
+                "new_tokens": args.new_tokens,
+                "grammars": GRAMMARS,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

@@ -43,8 +43,11 @@ def batch(seed: int, rows: int, length: int):
         prompt = [rng.randrange(100, 40000) for _ in range(32)]
         for k in range(4):
             n = rng.randrange(length // 2, length + length // 2)
-            turn = Turn([rng.randrange(100, 40000) for _ in range(n)],
-                        [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)
+            turn = Turn(
+                [rng.randrange(100, 40000) for _ in range(n)],
+                [-rng.uniform(0.5, 6.0) for _ in range(n)],
+                0,
+            )
             out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, [turn], reward=float(k % 2)))
     return out
 
@@ -52,11 +55,21 @@ def batch(seed: int, rows: int, length: int):
 def config(full: bool):
     from practicum.config import load_config
 
-    return load_config(None, [
-        "model.model=smollm2-135m-instruct", "model.dtype=float32", "model.device=cpu",
-        f"model.lora={str(not full).lower()}", "algo.kl_coef=0.05", "train.epochs=1",
-        "train.mini_batches=2", "train.micro_batch_size=4", "train.lr=1e-4",
-        "train.warmup_steps=0"])
+    return load_config(
+        None,
+        [
+            "model.model=smollm2-135m-instruct",
+            "model.dtype=float32",
+            "model.device=cpu",
+            f"model.lora={str(not full).lower()}",
+            "algo.kl_coef=0.05",
+            "train.epochs=1",
+            "train.mini_batches=2",
+            "train.micro_batch_size=4",
+            "train.lr=1e-4",
+            "train.warmup_steps=0",
+        ],
+    )
 
 
 def train(learner, args) -> dict:
@@ -71,17 +84,23 @@ def train(learner, args) -> dict:
             seconds += time.perf_counter() - t
             tokens += m["train_tokens"] * m["updates"]
     update = learner.export_weights(learner.step)
-    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
-                for p in learner.model.trainable_parameters())
-    return {"tokens_per_s": tokens / seconds, "trainable_params_per_process": local,
-            "weights": None if update is None else update.tensors}
+    local = sum(
+        p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+        for p in learner.model.trainable_parameters()
+    )
+    return {
+        "tokens_per_s": tokens / seconds,
+        "trainable_params_per_process": local,
+        "weights": None if update is None else update.tensors,
+    }
 
 
 def rank_main(rank: int, args, world: int, port: int, out: str) -> None:
     import torch
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     from practicum.learner.sharded import init_ranks, sharded_learner
     from practicum.runtime.placement import policy_config
@@ -119,25 +138,41 @@ def main() -> None:
         out = str(Path(tmp) / "ranks.pt")
         mp.start_processes(rank_main, (args, 2, port, out), nprocs=2, start_method="spawn")
         two = torch.load(out, weights_only=False)
-    diff = max((one["weights"][k] - two["weights"][k]).abs().max().item()
-               for k in one["weights"])
-    rows = [{"ranks": n, "threads_per_process": max(1, (os.cpu_count() or 1) // n),
-             "tokens_per_s": r["tokens_per_s"],
-             "trainable_params_per_process": r["trainable_params_per_process"]}
-            for n, r in ((1, one), (2, two))]
+    diff = max((one["weights"][k] - two["weights"][k]).abs().max().item() for k in one["weights"])
+    rows = [
+        {
+            "ranks": n,
+            "threads_per_process": max(1, (os.cpu_count() or 1) // n),
+            "tokens_per_s": r["tokens_per_s"],
+            "trainable_params_per_process": r["trainable_params_per_process"],
+        }
+        for n, r in ((1, one), (2, two))
+    ]
     kind = "full" if args.full else "lora"
-    result = {"benchmark": "distributed_learner", "model": "smollm2-135m-instruct",
-              "fine_tuning": kind, "rows": args.rows, "reply_tokens": args.length,
-              "steps": args.steps, "rows_by_ranks": rows, "max_abs_weight_diff": diff,
-              "machine": state, "load_avg_after": os.getloadavg()[0]}
+    result = {
+        "benchmark": "distributed_learner",
+        "model": "smollm2-135m-instruct",
+        "fine_tuning": kind,
+        "rows": args.rows,
+        "reply_tokens": args.length,
+        "steps": args.steps,
+        "rows_by_ranks": rows,
+        "max_abs_weight_diff": diff,
+        "machine": state,
+        "load_avg_after": os.getloadavg()[0],
+    }
     OUT.mkdir(exist_ok=True)
     (OUT / f"distributed_learner_{kind}.json").write_text(json.dumps(result, indent=1))
     table = Table(title=f"learner: 1 process vs 2 gloo ranks ({kind}, SmolLM2-135M, CPU)")
     for col in ("ranks", "threads each", "tokens/s", "trainable params per process"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["ranks"]), str(r["threads_per_process"]),
-                      f"{r['tokens_per_s']:.0f}", f"{r['trainable_params_per_process']:,}")
+        table.add_row(
+            str(r["ranks"]),
+            str(r["threads_per_process"]),
+            f"{r['tokens_per_s']:.0f}",
+            f"{r['trainable_params_per_process']:,}",
+        )
     Console().print(table)
     print(f"max |weights 1 process - weights 2 ranks| = {diff:.2e}")
 

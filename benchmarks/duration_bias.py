@@ -53,13 +53,21 @@ CONDITIONS = [  # (arms, batching, allocation, advantage label, extra config)
 ]
 
 
-def run_condition(arms: str, batching: str, allocation: str, weighted: bool, extra: dict,
-                  args) -> dict:
+def run_condition(
+    arms: str, batching: str, allocation: str, weighted: bool, extra: dict, args
+) -> dict:
     runs, cfg = [], None
     for seed in range(args.seeds):
-        cfg = BiasConfig(arms=ARMS[arms], batching=batching, allocation=allocation,
-                         duration_weights=weighted, steps=args.steps, time_scale=args.time_scale,
-                         seed=seed, **extra)
+        cfg = BiasConfig(
+            arms=ARMS[arms],
+            batching=batching,
+            allocation=allocation,
+            duration_weights=weighted,
+            steps=args.steps,
+            time_scale=args.time_scale,
+            seed=seed,
+            **extra,
+        )
         runs.append(run_bias_experiment(cfg))
     finals = [r.best_curve()[-1] for r in runs]
     best = cfg.arms[cfg.best].name
@@ -79,15 +87,35 @@ def run_condition(arms: str, batching: str, allocation: str, weighted: bool, ext
 
 def print_table(rows: list[dict]) -> None:
     table = Table(title="Duration bias: final P(best arm) over seeds (real threads, real sleeps)")
-    for col in ("arms", "batching", "allocation", "advantage", "weights", "P(best) final",
-                "mean field", "best share", "staleness", "wall s"):
-        table.add_column(col, justify="left" if col in ("arms", "batching", "allocation",
-                                                        "advantage") else "right")
+    for col in (
+        "arms",
+        "batching",
+        "allocation",
+        "advantage",
+        "weights",
+        "P(best) final",
+        "mean field",
+        "best share",
+        "staleness",
+        "wall s",
+    ):
+        table.add_column(
+            col,
+            justify="left" if col in ("arms", "batching", "allocation", "advantage") else "right",
+        )
     for r in rows:
-        table.add_row(r["arms"], r["batching"], r["allocation"], r["advantage"],
-                      "on" if r["weights"] else "off", f"{r['mean']:.3f} ± {r['std']:.3f}",
-                      f"{r['mean_field'][-1]:.3f}", f"{r['share_best']:.2f}",
-                      f"{r['staleness_mean']:.2f}", f"{statistics.fmean(r['wall_seconds']):.1f}")
+        table.add_row(
+            r["arms"],
+            r["batching"],
+            r["allocation"],
+            r["advantage"],
+            "on" if r["weights"] else "off",
+            f"{r['mean']:.3f} ± {r['std']:.3f}",
+            f"{r['mean_field'][-1]:.3f}",
+            f"{r['share_best']:.2f}",
+            f"{r['staleness_mean']:.2f}",
+            f"{statistics.fmean(r['wall_seconds']):.1f}",
+        )
     Console(width=160).print(table)
 
 
@@ -112,8 +140,10 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.legend(fontsize=8, loc="lower right")
     for ax in axes[:, 0]:
         ax.set_ylabel("P(best arm)")
-    fig.suptitle("Duration bias in asynchronous RL (thin: seeds, thick: mean, dashed: mean field;"
-                 " arXiv 2509.01684)")
+    fig.suptitle(
+        "Duration bias in asynchronous RL (thin: seeds, thick: mean, dashed: mean field;"
+        " arXiv 2509.01684)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -122,8 +152,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=60, help="learner steps per run")
-    p.add_argument("--time-scale", type=float, default=0.05,
-                   help="multiplies arm durations (0.05: slow arm ~50 ms)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.05,
+        help="multiplies arm durations (0.05: slow arm ~50 ms)",
+    )
     args = p.parse_args()
     state = machine_state()
     start = time.perf_counter()
@@ -131,17 +165,32 @@ def main() -> None:
     for arms, batching, allocation, label, extra in CONDITIONS:
         for weighted in (False, True):
             r = run_condition(arms, batching, allocation, weighted, extra, args)
-            rows.append({"arms": arms, "batching": batching, "allocation": allocation,
-                         "advantage": label, "weights": weighted, **r})
-            print(f"{arms:9} {batching:9} {allocation:10} {label:13} weights={weighted!s:5} "
-                  f"P(best)={r['final_p_best']}", flush=True)
+            rows.append(
+                {
+                    "arms": arms,
+                    "batching": batching,
+                    "allocation": allocation,
+                    "advantage": label,
+                    "weights": weighted,
+                    **r,
+                }
+            )
+            print(
+                f"{arms:9} {batching:9} {allocation:10} {label:13} weights={weighted!s:5} "
+                f"P(best)={r['final_p_best']}",
+                flush=True,
+            )
     elapsed = time.perf_counter() - start
     print_table(rows)
     print(f"total {elapsed:.0f} s")
     RESULTS.mkdir(exist_ok=True)
     plot(rows, RESULTS / "duration_bias.png")
-    (RESULTS / "duration_bias.json").write_text(json.dumps(
-        {"args": vars(args), "machine": state, "elapsed_seconds": elapsed, "rows": rows}, indent=1))
+    (RESULTS / "duration_bias.json").write_text(
+        json.dumps(
+            {"args": vars(args), "machine": state, "elapsed_seconds": elapsed, "rows": rows},
+            indent=1,
+        )
+    )
     print(f"wrote {RESULTS / 'duration_bias.png'} and .json")
 
 

@@ -55,12 +55,14 @@ def chat_prompts(sampler: HFSampler, n: int) -> list[list[int]]:
     ]
 
 
-def bench_generation(sampler: HFSampler, batch: int, new_tokens: int,
-                     adapter: bool = True) -> tuple[dict, list]:
+def bench_generation(
+    sampler: HFSampler, batch: int, new_tokens: int, adapter: bool = True
+) -> tuple[dict, list]:
     prompts = chat_prompts(sampler, batch)
     params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens)
-    sampler.generate(prompts[:1], SamplingParams(max_new_tokens=2), seeds=[0],
-                     adapter=adapter)  # warm-up
+    sampler.generate(
+        prompts[:1], SamplingParams(max_new_tokens=2), seeds=[0], adapter=adapter
+    )  # warm-up
     start = time.perf_counter()
     samples = sampler.generate(prompts, params, seeds=list(range(batch)), adapter=adapter)
     seconds = time.perf_counter() - start
@@ -128,9 +130,9 @@ def bench_vllm(args, gen_rows: list, gaps: list) -> list[dict]:
             start = time.perf_counter()
             policy, sampler = load_vllm_engine(
                 PolicyConfig(model=args.model, dtype=dtype, lora=lora),
-                VLLMOptions(max_model_len=1024, threads=args.vllm_threads))
-            startups.append({"dtype": dtype, "lora": lora,
-                             "seconds": time.perf_counter() - start})
+                VLLMOptions(max_model_len=1024, threads=args.vllm_threads),
+            )
+            startups.append({"dtype": dtype, "lora": lora, "seconds": time.perf_counter() - start})
             sampler.ignore_eos = True
             if lora:
                 trained_adapter(policy)
@@ -141,8 +143,15 @@ def bench_vllm(args, gen_rows: list, gaps: list) -> list[dict]:
                     row, pairs = bench_generation(sampler, batch, args.new_tokens, adapter)
                     gen_rows.append({"engine": "vllm", "dtype": dtype, "adapter": name, **row})
                     if adapter and batch == max(b for b in args.batches if b <= 8):
-                        gaps.append({"engine": "vllm", "dtype": dtype, "adapter": name,
-                                     "batch": batch, **logprob_gap(policy, pairs)})
+                        gaps.append(
+                            {
+                                "engine": "vllm",
+                                "dtype": dtype,
+                                "adapter": name,
+                                "batch": batch,
+                                **logprob_gap(policy, pairs),
+                            }
+                        )
             sampler.close()
             del policy, sampler  # the engine's processes stop when the LLM is collected
     return startups
@@ -162,8 +171,11 @@ def main() -> None:
         "--quick", action="store_true", help="batches 1 8, 16 new tokens, 2x128 learner"
     )
     ap.add_argument("--engines", nargs="+", choices=["hf", "vllm"], default=["hf"])
-    ap.add_argument("--vllm-threads", default=None,
-                    help="cores vLLM's worker binds to (e.g. 0-1); default: vLLM's own (1 core)")
+    ap.add_argument(
+        "--vllm-threads",
+        default=None,
+        help="cores vLLM's worker binds to (e.g. 0-1); default: vLLM's own (1 core)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     if args.quick:
@@ -176,8 +188,9 @@ def main() -> None:
     for dtype in args.dtypes if "hf" in args.engines else []:
         for adapter in variants:
             lora, merged = adapter != "none", adapter == "LoRA merged"
-            policy, sampler = load_hf_engine(PolicyConfig(model=args.model, dtype=dtype, lora=lora,
-                                                          merged_sampling=merged))
+            policy, sampler = load_hf_engine(
+                PolicyConfig(model=args.model, dtype=dtype, lora=lora, merged_sampling=merged)
+            )
             sampler.eos_ids = set()  # ignore eos: every row runs the full length
             if lora:
                 trained_adapter(policy)
@@ -186,9 +199,15 @@ def main() -> None:
                 row, pairs = bench_generation(sampler, batch, args.new_tokens)
                 gen_rows.append({"engine": "hf", "dtype": dtype, "adapter": adapter, **row})
                 if lora and batch == max(b for b in args.batches if b <= 8):
-                    gaps.append({"engine": "hf", "dtype": dtype, "adapter": adapter,
-                                 "batch": batch,
-                                 **logprob_gap(policy, pairs)})
+                    gaps.append(
+                        {
+                            "engine": "hf",
+                            "dtype": dtype,
+                            "adapter": adapter,
+                            "batch": batch,
+                            **logprob_gap(policy, pairs),
+                        }
+                    )
             if adapter == "LoRA":
                 stats = bench_learner(
                     policy, args.learner_batch, args.learner_seq, args.learner_steps
@@ -197,10 +216,15 @@ def main() -> None:
             del policy, sampler
     startups = bench_vllm(args, gen_rows, gaps) if "vllm" in args.engines else []
     for r in gen_rows:
-        hf = [h for h in gen_rows if h["engine"] == "hf" and h["dtype"] == r["dtype"]
-              and h["batch"] == r["batch"]
-              and h["adapter"] == (VLLM_VS_HF[r["adapter"]] if r["engine"] == "vllm"
-                                   else r["adapter"])]
+        hf = [
+            h
+            for h in gen_rows
+            if h["engine"] == "hf"
+            and h["dtype"] == r["dtype"]
+            and h["batch"] == r["batch"]
+            and h["adapter"]
+            == (VLLM_VS_HF[r["adapter"]] if r["engine"] == "vllm" else r["adapter"])
+        ]
         r["vs_hf"] = r["tok_per_s"] / hf[0]["tok_per_s"] if hf else None
 
     result = {
@@ -258,9 +282,15 @@ def report(result: dict) -> None:
     for col in ("engine", "dtype", "adapter", "batch", "tokens", "max", "mean"):
         t.add_column(col, justify="right")
     for g in result["logprob_gap"]:
-        t.add_row(g.get("engine", "hf"), g["dtype"], g["adapter"], str(g["batch"]),
-                  str(g["tokens"]),
-                  f"{g['max']:.2e}", f"{g['mean']:.2e}")
+        t.add_row(
+            g.get("engine", "hf"),
+            g["dtype"],
+            g["adapter"],
+            str(g["batch"]),
+            str(g["tokens"]),
+            f"{g['max']:.2e}",
+            f"{g['mean']:.2e}",
+        )
     console.print(t)
     t = Table(title="Learner: forward + backward + AdamW (LoRA)")
     for col in ("dtype", "batch x seq", "s/step", "tok/s"):
@@ -274,8 +304,9 @@ def report(result: dict) -> None:
         )
     console.print(t)
     for s in result.get("vllm_startup", []):
-        console.print(f"vLLM engine start-up ({s['dtype']}, LoRA {s['lora']}): "
-                      f"{s['seconds']:.0f} s")
+        console.print(
+            f"vLLM engine start-up ({s['dtype']}, LoRA {s['lora']}): {s['seconds']:.0f} s"
+        )
     m = result["machine"]
     console.print(
         f"{m['cpu']}, torch {m['torch']}, {m['torch_threads']} threads, "

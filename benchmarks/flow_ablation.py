@@ -42,17 +42,33 @@ from _machine import machine_state  # noqa: E402  (benchmarks/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "flow.yaml"
-ARMS = ["flow (untrained)", "flow + Flow-GRPO", "direct (no flow)", "tool-integrated",
-        "flow + offline SFT", "flow + demo SFT", "flow + demo SFT + Flow-GRPO"]
+ARMS = [
+    "flow (untrained)",
+    "flow + Flow-GRPO",
+    "direct (no flow)",
+    "tool-integrated",
+    "flow + offline SFT",
+    "flow + demo SFT",
+    "flow + demo SFT + Flow-GRPO",
+]
 
 
 def base_overrides(args, seed: int, out: str, name: str) -> list[str]:
-    return [f"run.out_dir={out}", f"run.name={name}", "run.resume=false", f"run.seed={seed}",
-            f"task.options.eval_per_family={args.eval_per_family}",
-            f"task.options.world_seed={seed}", f"train.steps={args.steps}",
-            f"rollout.group_size={args.group_size}",
-            f"rollout.tasks_per_step={args.tasks_per_step}", "eval.every=0",
-            "train.checkpoint_every=1000", "runtime.mode=sync", *args.set]
+    return [
+        f"run.out_dir={out}",
+        f"run.name={name}",
+        "run.resume=false",
+        f"run.seed={seed}",
+        f"task.options.eval_per_family={args.eval_per_family}",
+        f"task.options.world_seed={seed}",
+        f"train.steps={args.steps}",
+        f"rollout.group_size={args.group_size}",
+        f"rollout.tasks_per_step={args.tasks_per_step}",
+        "eval.every=0",
+        "train.checkpoint_every=1000",
+        "runtime.mode=sync",
+        *args.set,
+    ]
 
 
 def family_scores(ev: dict) -> dict[str, float]:
@@ -83,19 +99,26 @@ def scripted_planners(n: int, seeds: list[int]) -> dict:
     planners = {
         "honest hops": lambda i, m, t, titles: hop_plan(t, i, ""),
         "entity only in Context": lambda i, m, t, titles: plan(
-            f"Find the {hop(i, t)[0]}.", m.steps[-1].result if m.steps else t.data["question"]),
+            f"Find the {hop(i, t)[0]}.", m.steps[-1].result if m.steps else t.data["question"]
+        ),
         "repeat hop 1": lambda i, m, t, titles: plan("Find the {} of {}.".format(*hop(0, t))),
         "copy the query": lambda i, m, t, titles: plan(t.data["question"]),
-        "list every entity": lambda i, m, t, titles: plan(
-            f"Find the {hop(i, t)[0]} of {titles}."),
+        "list every entity": lambda i, m, t, titles: plan(f"Find the {hop(i, t)[0]} of {titles}."),
     }
-    rules = {"analyst": "rules", "executor": "rules", "verifier": "rules",
-             "generator": "rules"}
+    rules = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generator": "rules"}
     out: dict = {name: {"solved": [], "hops": [], "reward": []} for name in planners}
     for seed in seeds:
-        suite = build_suite("flow", {**rules, "families": {"multihop": 1}, "train_size": n,
-                                     "eval_per_family": 1, "tools": ["search", "lookup"]},
-                            SuiteContext(seed))
+        suite = build_suite(
+            "flow",
+            {
+                **rules,
+                "families": {"multihop": 1},
+                "train_size": n,
+                "eval_per_family": 1,
+                "tools": ["search", "lookup"],
+            },
+            SuiteContext(seed),
+        )
         titles = ", ".join(suite.make_env(None).world.titles)
         for name, planner in planners.items():
             solved = hops = reward = 0.0
@@ -121,13 +144,19 @@ def evaluate_mode(args, seed: int, out: str, mode: str) -> dict[str, float]:
     from practicum.runtime.progress import counting
     from practicum.runtime.session import open_session
 
-    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_{mode}")
-                      + [f"task.options.mode={mode}",  # room for the answer turn
-                         f"rollout.max_turns={args.max_turns + 1}"])
+    cfg = load_config(
+        CONFIG,
+        base_overrides(args, seed, out, f"s{seed}_{mode}")
+        + [
+            f"task.options.mode={mode}",  # room for the answer turn
+            f"rollout.max_turns={args.max_turns + 1}",
+        ],
+    )
     s = open_session(cfg)
     try:
-        with counting(f"evaluating {mode} (seed {seed})", len(s.eval_tasks),
-                      log_dir=s.run_dir) as count:
+        with counting(
+            f"evaluating {mode} (seed {seed})", len(s.eval_tasks), log_dir=s.run_dir
+        ) as count:
             return family_scores(s.evaluate(mode, lambda episode: count.advance()))
     finally:
         s.close()
@@ -146,9 +175,16 @@ def run_seed(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     res["direct (no flow)"] = evaluate_mode(args, seed, out, "direct")
     res["tool-integrated"] = evaluate_mode(args, seed, out, "tool_integrated")
     episodes = args.steps * args.group_size * args.tasks_per_step
-    cfg = load_config(CONFIG, base_overrides(args, seed, out, f"s{seed}_sft") + [
-        f"rft.tasks={args.steps * args.tasks_per_step}", f"rft.samples_per_task={args.group_size}",
-        "rft.temperature=0.8", "rft.epochs=2"])
+    cfg = load_config(
+        CONFIG,
+        base_overrides(args, seed, out, f"s{seed}_sft")
+        + [
+            f"rft.tasks={args.steps * args.tasks_per_step}",
+            f"rft.samples_per_task={args.group_size}",
+            "rft.temperature=0.8",
+            "rft.epochs=2",
+        ],
+    )
     reuse_untrained_eval(Path(out) / f"s{seed}_rl", Path(out) / f"s{seed}_sft")
     sft = run_rft(cfg, progress=True)
     res["flow + offline SFT"] = family_scores(sft["eval_after"])
@@ -168,8 +204,10 @@ def demo_pipeline(args, seed: int, out: str) -> dict[str, dict[str, float]]:
     sft, rl = (Path(r["run_dir"]) for r in report["stages"])
     after_sft = json.loads(next(sft.rglob("eval/after.json")).read_text())
     after_rl = json.loads(sorted((rl / "eval").glob("step_*.json"))[-1].read_text())
-    res = {"flow + demo SFT": family_scores(after_sft),
-           "flow + demo SFT + Flow-GRPO": family_scores(after_rl)}
+    res = {
+        "flow + demo SFT": family_scores(after_sft),
+        "flow + demo SFT + Flow-GRPO": family_scores(after_rl),
+    }
     res["flow + demo SFT"]["kept"] = float(report["stages"][0]["kept"])
     res["flow + demo SFT + Flow-GRPO"]["rl_steps"] = float(report["stages"][1]["steps"])
     return res
@@ -229,9 +267,14 @@ def plot(table: dict, dest: Path) -> None:
     width = 0.8 / len(ARMS)
     for i, arm in enumerate(ARMS):
         vals = [table[arm].get(f) or [0.0] for f in families]
-        ax.bar([j + i * width for j in range(len(families))], [statistics.mean(v) for v in vals],
-               width, yerr=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in vals],
-               label=arm, capsize=3)
+        ax.bar(
+            [j + i * width for j in range(len(families))],
+            [statistics.mean(v) for v in vals],
+            width,
+            yerr=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in vals],
+            label=arm,
+            capsize=3,
+        )
     ax.set_xticks([j + width * (len(ARMS) - 1) / 2 for j in range(len(families))], families)
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(0, 1)
@@ -257,12 +300,26 @@ def main() -> None:
     p.add_argument("--tasks-per-step", type=int, default=3)
     p.add_argument("--eval-per-family", type=int, default=6)
     p.add_argument("--max-turns", type=int, default=4, help="= rollout.max_turns of flow.yaml")
-    p.add_argument("--set", nargs="*", default=[], help="extra config overrides for every "
-                   "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)")
-    p.add_argument("--out", default=None, help="run folders and finished seeds (default: a "
-                   "temporary folder); re-run with the same --out to resume")
-    p.add_argument("--scripted", type=int, default=0, metavar="N",
-                   help="only the scripted planners on N multihop tasks per seed (no model)")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        help="extra config overrides for every "
+        "arm, e.g. model.model=/path/to/tiny (a pipeline smoke test)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="run folders and finished seeds (default: a "
+        "temporary folder); re-run with the same --out to resume",
+    )
+    p.add_argument(
+        "--scripted",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the scripted planners on N multihop tasks per seed (no model)",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     started = time.time()
@@ -270,25 +327,51 @@ def main() -> None:
         res = scripted_planners(args.scripted, args.seeds)
         print(f"{'planner':<24}{'solved':>18}{'hop credit':>18}{'reward':>18}")
         for name, r in res.items():
-            print(f"{name:<24}" + "".join(f"{mean_std(r[c]):>18}"
-                                          for c in ("solved", "hops", "reward")))
+            print(
+                f"{name:<24}"
+                + "".join(f"{mean_std(r[c]):>18}" for c in ("solved", "hops", "reward"))
+            )
         dest = ROOT / "benchmarks" / "results" / "flow_scripted_planners.json"
-        dest.write_text(json.dumps({"args": vars(args), "planners": res,
-                                    "wall_seconds": time.time() - started,
-                                    "machine": machine_state()}, indent=1))
+        dest.write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "planners": res,
+                    "wall_seconds": time.time() - started,
+                    "machine": machine_state(),
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {dest}")
         return
     out = args.out or tempfile.mkdtemp(prefix="flow-ablation-")
     per_seed = {seed: finished_seed(args, seed, out) for seed in args.seeds}
-    columns = sorted({k for r in per_seed.values() for a in r.values() for k in a
-                      if k not in ("kept", "sampled")})
-    table = {arm: {c: [per_seed[s][arm][c] for s in args.seeds if c in per_seed[s][arm]]
-                   for c in columns} for arm in ARMS}
+    columns = sorted(
+        {
+            k
+            for r in per_seed.values()
+            for a in r.values()
+            for k in a
+            if k not in ("kept", "sampled")
+        }
+    )
+    table = {
+        arm: {
+            c: [per_seed[s][arm][c] for s in args.seeds if c in per_seed[s][arm]] for c in columns
+        }
+        for arm in ARMS
+    }
     print(f"{'arm':<30}" + "".join(f"{c:>20}" for c in columns))
     for arm in ARMS:
         print(f"{arm:<30}" + "".join(f"{mean_std(table[arm][c]):>20}" for c in columns))
-    result = {"args": vars(args), "per_seed": per_seed, "table": table,
-              "wall_seconds": time.time() - started, "machine": machine_state()}
+    result = {
+        "args": vars(args),
+        "per_seed": per_seed,
+        "table": table,
+        "wall_seconds": time.time() - started,
+        "machine": machine_state(),
+    }
     dest = ROOT / "benchmarks" / "results" / "flow_ablation.json"
     dest.parent.mkdir(exist_ok=True)
     dest.write_text(json.dumps(result, indent=1))

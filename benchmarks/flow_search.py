@@ -46,9 +46,12 @@ def run_planner(suite, task, act) -> dict:
         for turn in range(env.max_steps):
             r = env.step(act(messages, turn))
             if r.done:
-                return {"solved": r.solved, "hops": r.metrics.get("hops/multihop", 0.0),
-                        "verifier_stop": r.metrics["verifier_stop"],
-                        "answer": r.info["flow"]["answer"]}
+                return {
+                    "solved": r.solved,
+                    "hops": r.metrics.get("hops/multihop", 0.0),
+                    "verifier_stop": r.metrics["verifier_stop"],
+                    "answer": r.info["flow"]["answer"],
+                }
             messages = list(r.context)
     raise RuntimeError("the episode outlived its step limit")
 
@@ -73,8 +76,12 @@ def planners(tasks) -> dict:
         act = demo(task.task_id)
         return lambda messages, turn: act(messages)
 
-    return {"look up each chain document": look_up_chain, "the demonstrations' script": script,
-            "search the question": search_question, "copy the question, lookup": lookup_question}
+    return {
+        "look up each chain document": look_up_chain,
+        "the demonstrations' script": script,
+        "search the question": search_question,
+        "copy the question, lookup": lookup_question,
+    }
 
 
 def main() -> None:
@@ -85,11 +92,19 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=4, help="= flow.yaml's max_steps_eval")
     args = p.parse_args()
     started = time.time()
-    suite = build_suite("flow", {**RULES, "families": {"multihop": 1.0},
-                                 "eval_per_family": args.eval, "questions": args.questions,
-                                 "corpus": args.corpus, "max_steps_eval": args.max_steps,
-                                 "tools": ["python_coder", "calculator", "search", "lookup"]},
-                        SuiteContext(0))
+    suite = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1.0},
+            "eval_per_family": args.eval,
+            "questions": args.questions,
+            "corpus": args.corpus,
+            "max_steps_eval": args.max_steps,
+            "tools": ["python_coder", "calculator", "search", "lookup"],
+        },
+        SuiteContext(0),
+    )
     tasks = suite.eval_tasks
     result = {}
     for name, make in planners(tasks).items():
@@ -99,14 +114,26 @@ def main() -> None:
             "solved": sum(r["solved"] for r in runs.values()) / n,
             "hops": sum(r["hops"] for r in runs.values()) / n,
             "verifier_stop": sum(r["verifier_stop"] for r in runs.values()) / n,
-            "solved_ids": [k for k, r in runs.items() if r["solved"]]}
+            "solved_ids": [k for k, r in runs.items() if r["solved"]],
+        }
         r = result[name]
-        print(f"{name:<32} solved {len(r['solved_ids'])}/{n}  hops {r['hops']:.2f}  "
-              f"verifier stops {r['verifier_stop']:.2f}")
+        print(
+            f"{name:<32} solved {len(r['solved_ids'])}/{n}  hops {r['hops']:.2f}  "
+            f"verifier stops {r['verifier_stop']:.2f}"
+        )
     dest = ROOT / "benchmarks" / "results" / "flow_search_scripted.json"
-    dest.write_text(json.dumps({"args": vars(args), "tasks": len(tasks), "planners": result,
-                                "wall_seconds": time.time() - started,
-                                "machine": machine_state()}, indent=1))
+    dest.write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "tasks": len(tasks),
+                "planners": result,
+                "wall_seconds": time.time() - started,
+                "machine": machine_state(),
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {dest}")
 
 

@@ -39,10 +39,15 @@ FREE = r"""
 start: LINE ("\n" LINE)*
 LINE: /[^\n]{0,200}/
 """
-CALLS = ["view src/toolz/functoolz.py", "search def curry", "view tests/test_functoolz.py",
-         "edit src/toolz/functoolz.py\n<<<\n        return self.func(*args, **kwargs)\n===\n"
-         "        return self.func(*args, **{**self.keywords, **kwargs})\n>>>",
-         "search keywords=", "view src/toolz/__init__.py"]
+CALLS = [
+    "view src/toolz/functoolz.py",
+    "search def curry",
+    "view tests/test_functoolz.py",
+    "edit src/toolz/functoolz.py\n<<<\n        return self.func(*args, **kwargs)\n===\n"
+    "        return self.func(*args, **{**self.keywords, **kwargs})\n>>>",
+    "search keywords=",
+    "view src/toolz/__init__.py",
+]
 
 
 def trajectory(tokenizer, tokens: int, observation: int, seed: int = 0) -> TrainRow:
@@ -55,7 +60,7 @@ def trajectory(tokenizer, tokens: int, observation: int, seed: int = 0) -> Train
         words = "the curry function drops keyword arguments when called twice".split()
         lines = [" ".join(rng.choice(words) for _ in range(15)) for _ in range(tokens // 10)]
         # ~16 tokens a line; any cut is a prefix the grammar accepts
-        call = tokenizer("\n".join(lines)).input_ids[:tokens - 1] + [eos]
+        call = tokenizer("\n".join(lines)).input_ids[: tokens - 1] + [eos]
         return TrainRow(call, [1.0] * len(call), constrained=[(0, len(call), FREE)])
     while len(ids) < tokens:
         ids += [rng.randrange(100, 40000) for _ in range(observation)]
@@ -82,18 +87,26 @@ def mask_memory(tokens: int, observation: int = 600, check: bool = False) -> dic
         for a, b, g in row.constrained:
             dense[0, a:b] = grammars.replay(g, tuple(row.input_ids[a:b]))
         assert torch.equal(sparse.dense(), dense), "sparse masks differ from the dense replay"
-    return {"tokens": t, "constrained_tokens": constrained, "distinct_masks": len(sparse.table),
-            "words": grammars.width, "dense_mb_per_1k": dense_bytes / t * 1000 / 2**20,
-            "sparse_mb_per_1k": sparse.nbytes / t * 1000 / 2**20,
-            "dense_mb": dense_bytes / 2**20, "sparse_mb": sparse.nbytes / 2**20,
-            "build_seconds": seconds, "exact": check or None}
+    return {
+        "tokens": t,
+        "constrained_tokens": constrained,
+        "distinct_masks": len(sparse.table),
+        "words": grammars.width,
+        "dense_mb_per_1k": dense_bytes / t * 1000 / 2**20,
+        "sparse_mb_per_1k": sparse.nbytes / t * 1000 / 2**20,
+        "dense_mb": dense_bytes / 2**20,
+        "sparse_mb": sparse.nbytes / 2**20,
+        "build_seconds": seconds,
+        "exact": check or None,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--observation", type=int, default=600,
-                        help="unconstrained tokens between tool calls")
+    parser.add_argument(
+        "--observation", type=int, default=600, help="unconstrained tokens between tool calls"
+    )
     args = parser.parse_args()
     lengths = [8192] if args.quick else [8192, 32768, 131072]
     machine = machine_state()
@@ -102,10 +115,12 @@ def main() -> None:
         for n in lengths:
             r = {"row": kind, **mask_memory(n, observation, check=n == lengths[0])}
             rows.append(r)
-            print(f"{kind:16s} T={r['tokens']:6d} constrained={r['constrained_tokens']:6d} "
-                  f"distinct={r['distinct_masks']:4d}  dense {r['dense_mb_per_1k']:.2f} MB/1k "
-                  f"-> sparse {r['sparse_mb_per_1k']:.4f} MB/1k  (whole row {r['dense_mb']:.0f}"
-                  f" -> {r['sparse_mb']:.2f} MB; built in {r['build_seconds']:.1f} s)")
+            print(
+                f"{kind:16s} T={r['tokens']:6d} constrained={r['constrained_tokens']:6d} "
+                f"distinct={r['distinct_masks']:4d}  dense {r['dense_mb_per_1k']:.2f} MB/1k "
+                f"-> sparse {r['sparse_mb_per_1k']:.4f} MB/1k  (whole row {r['dense_mb']:.0f}"
+                f" -> {r['sparse_mb']:.2f} MB; built in {r['build_seconds']:.1f} s)"
+            )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
     print(f"wrote {RESULTS}")

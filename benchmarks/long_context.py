@@ -58,8 +58,14 @@ ARMS: dict[str, list[str]] = {
 }
 """Arm name -> config overrides (module doc)."""
 
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True}
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
 SWE_NATIVE = 8192
 """SmolLM2-135M's native context; the swe rows run YaRN x2 over it."""
 YARN = "model.rope_scaling={rope_type: yarn, factor: 2}"
@@ -83,9 +89,14 @@ def write_model(folder: Path, context: int) -> None:
 
     tok = load_builtin_tokenizer()
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         max_position_embeddings=context, **TINY)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        max_position_embeddings=context,
+        **TINY,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
 
@@ -119,8 +130,9 @@ def swe_row(length: int, episodes_file: Path):
     return TrainRow(ids, mask, advantages=list(mask), behaviour_logp=[-2.0 * m for m in mask])
 
 
-def measure(arm: str, length: int, model: Path, rows: str, episodes: Path | None,
-            threads: int) -> dict:
+def measure(
+    arm: str, length: int, model: Path, rows: str, episodes: Path | None, threads: int
+) -> dict:
     """One training step on one row of `length` tokens: peak RSS above the RSS before it,
     and seconds."""
     import torch
@@ -133,10 +145,22 @@ def measure(arm: str, length: int, model: Path, rows: str, episodes: Path | None
 
     torch.set_num_threads(threads)
     extra = [YARN] if rows == "swe" else []
-    cfg = load_config(None, [f"model.model={model}", "model.dtype=float32", "model.device=cpu",
-                             "train.micro_batch_size=1", "train.mini_batches=1",
-                             "train.warmup_steps=0", "train.lr=1e-4", "rollout.group_size=1",
-                             "rollout.tasks_per_step=1", *extra, *ARMS[arm]])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={model}",
+            "model.dtype=float32",
+            "model.device=cpu",
+            "train.micro_batch_size=1",
+            "train.mini_batches=1",
+            "train.warmup_steps=0",
+            "train.lr=1e-4",
+            "rollout.group_size=1",
+            "rollout.tasks_per_step=1",
+            *extra,
+            *ARMS[arm],
+        ],
+    )
     learner = Learner(load_trainable(policy_config(cfg)), cfg)
     row = random_row(length) if rows == "random" else swe_row(length, episodes)
     learner.train_step(TrainBatch([random_row(WARM_UP, seed=1)]))  # one-time allocations
@@ -146,11 +170,17 @@ def measure(arm: str, length: int, model: Path, rows: str, episodes: Path | None
     out = learner.train_step(TrainBatch([row]))
     seconds = time.perf_counter() - start
     peak = rss_kb("VmHWM") * 1024
-    return {"arm": arm, "tokens": length, "rows": rows,
-            "checkpointing": learner.model.cfg.gradient_checkpointing,
-            "peak_above_start_mb": (peak - before) / 2**20, "seconds": seconds,
-            "tokens_per_s": length / seconds, "loss": out["loss"],
-            "trained_tokens": int(out["train_tokens"])}
+    return {
+        "arm": arm,
+        "tokens": length,
+        "rows": rows,
+        "checkpointing": learner.model.cfg.gradient_checkpointing,
+        "peak_above_start_mb": (peak - before) / 2**20,
+        "seconds": seconds,
+        "tokens_per_s": length / seconds,
+        "loss": out["loss"],
+        "trained_tokens": int(out["train_tokens"]),
+    }
 
 
 # -- the stored SWE episodes -------------------------------------------------------------------
@@ -164,40 +194,75 @@ def store_swe_episodes(path: Path, work: Path, model: Path) -> dict:
     from practicum.runtime.sft import collect
     from practicum.store import EpisodeStore
 
-    cfg = load_config(REPO / "configs" / "swe.yaml", [
-        f"run.out_dir={work}", f"model.model={model}", "model.dtype=float32",
-        "model.device=cpu", "stages=[]", "rollout.max_turns=8", "rollout.max_seq_len=8192",
-        "rollout.env_workers=1", "task.options.episode_obs_chars=20000"])
+    cfg = load_config(
+        REPO / "configs" / "swe.yaml",
+        [
+            f"run.out_dir={work}",
+            f"model.model={model}",
+            "model.dtype=float32",
+            "model.device=cpu",
+            "stages=[]",
+            "rollout.max_turns=8",
+            "rollout.max_seq_len=8192",
+            "rollout.env_workers=1",
+            "task.options.episode_obs_chars=20000",
+        ],
+    )
     session = open_session(cfg)
     try:
         collect(session, progress=False)
     finally:
         session.close()
     episodes = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
-    segments = [{"input_ids": list(seg.input_ids), "loss_mask": list(seg.loss_mask)}
-                for e in episodes for seg in e.segments()]
+    segments = [
+        {"input_ids": list(seg.input_ids), "loss_mask": list(seg.loss_mask)}
+        for e in episodes
+        for seg in e.segments()
+    ]
     path.write_text(json.dumps(segments))
     lengths = [len(s["input_ids"]) for s in segments]
-    return {"episodes": len(episodes), "solved": sum(e.reward > 0 for e in episodes),
-            "segments": len(segments), "segment_tokens_min_max": [min(lengths), max(lengths)],
-            "tokens": sum(lengths)}
+    return {
+        "episodes": len(episodes),
+        "solved": sum(e.reward > 0 for e in episodes),
+        "segments": len(segments),
+        "segment_tokens_min_max": [min(lengths), max(lengths)],
+        "tokens": sum(lengths),
+    }
 
 
 # -- the parent ---------------------------------------------------------------------------------
 def run_child(arm: str, length: int, model: Path, args, episodes: Path | None) -> dict:
     """`measure` in a child process, killed when its RSS passes args.max_gb."""
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**20), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, __file__, "--child", arm, str(length), str(model), args.rows,
-           str(episodes or ""), str(args.threads)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": str(2**20),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        arm,
+        str(length),
+        str(model),
+        args.rows,
+        str(episodes or ""),
+        str(args.threads),
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     status = Path(f"/proc/{proc.pid}/status")
     killed = False
     while proc.poll() is None:
         try:
-            rss = next(int(line.split()[1]) for line in status.read_text().splitlines()
-                       if line.startswith("VmRSS:")) * 1024
+            rss = (
+                next(
+                    int(line.split()[1])
+                    for line in status.read_text().splitlines()
+                    if line.startswith("VmRSS:")
+                )
+                * 1024
+            )
         except (OSError, StopIteration):
             rss = 0
         if rss > args.max_gb * 2**30:
@@ -206,8 +271,12 @@ def run_child(arm: str, length: int, model: Path, args, episodes: Path | None) -
         time.sleep(0.2)
     stdout, stderr = proc.communicate()
     if killed:
-        return {"arm": arm, "tokens": length, "rows": args.rows,
-                "stopped": f"RSS passed {args.max_gb} GiB"}
+        return {
+            "arm": arm,
+            "tokens": length,
+            "rows": args.rows,
+            "stopped": f"RSS passed {args.max_gb} GiB",
+        }
     if proc.returncode != 0:
         raise SystemExit(f"long_context: {arm} at {length} tokens failed:\n{stderr[-3000:]}")
     return json.loads(stdout.strip().splitlines()[-1])
@@ -218,52 +287,79 @@ def fit(results: list[dict]) -> dict:
     slope between the two longest rows (1: linear, 2: quadratic)."""
     out = {}
     for arm in dict.fromkeys(r["arm"] for r in results):
-        pts = sorted((r["tokens"], r["peak_above_start_mb"]) for r in results
-                     if r["arm"] == arm and "peak_above_start_mb" in r)
+        pts = sorted(
+            (r["tokens"], r["peak_above_start_mb"])
+            for r in results
+            if r["arm"] == arm and "peak_above_start_mb" in r
+        )
         if len(pts) < 2:
             continue
         n = len(pts)
         mx, my = sum(t for t, _ in pts) / n, sum(m for _, m in pts) / n
         slope = sum((t - mx) * (m - my) for t, m in pts) / sum((t - mx) ** 2 for t, _ in pts)
         (t1, m1), (t2, m2) = pts[-2], pts[-1]
-        out[arm] = {"mb_per_1k_tokens": slope * 1000, "intercept_mb": my - slope * mx,
-                    "loglog_slope_longest": math.log(m2 / m1) / math.log(t2 / t1)}
+        out[arm] = {
+            "mb_per_1k_tokens": slope * 1000,
+            "intercept_mb": my - slope * mx,
+            "loglog_slope_longest": math.log(m2 / m1) / math.log(t2 / t1),
+        }
     return out
 
 
 def table(results: list[dict], fits: dict) -> str:
-    lines = ["| rows | arm | tokens | checkpointing | peak above start (MB) | seconds | "
-             "tokens/s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rows | arm | tokens | checkpointing | peak above start (MB) | seconds | tokens/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         if "stopped" in r:
             lines.append(f"| {r['rows']} | {r['arm']} | {r['tokens']} | | {r['stopped']} | | |")
             continue
-        lines.append(f"| {r['rows']} | {r['arm']} | {r['tokens']} | {r['checkpointing']} | "
-                     f"{r['peak_above_start_mb']:.0f} | {r['seconds']:.1f} | "
-                     f"{r['tokens_per_s']:.0f} |")
-    lines += ["", "| arm | MB per 1k tokens (least squares) | log-log slope, two longest |",
-              "|---|---|---|"]
-    lines += [f"| {arm} | {f['mb_per_1k_tokens']:.1f} | {f['loglog_slope_longest']:.2f} |"
-              for arm, f in fits.items()]
+        lines.append(
+            f"| {r['rows']} | {r['arm']} | {r['tokens']} | {r['checkpointing']} | "
+            f"{r['peak_above_start_mb']:.0f} | {r['seconds']:.1f} | "
+            f"{r['tokens_per_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "| arm | MB per 1k tokens (least squares) | log-log slope, two longest |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {arm} | {f['mb_per_1k_tokens']:.1f} | {f['loglog_slope_longest']:.2f} |"
+        for arm, f in fits.items()
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", choices=("random", "swe"), default="random")
-    ap.add_argument("--lengths", default=None, help="comma-separated T (default: 2048,8192,"
-                    "32768 for random rows, 8192,16384 for swe)")
+    ap.add_argument(
+        "--lengths",
+        default=None,
+        help="comma-separated T (default: 2048,8192,32768 for random rows, 8192,16384 for swe)",
+    )
     ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
-    ap.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
-                    help="tiny: the random Llama above; smollm2: the real SmolLM2-135M-Instruct "
-                    "(swe rows only: its native context is the 8,192 the rows stretch)")
+    ap.add_argument(
+        "--model",
+        choices=("tiny", "smollm2"),
+        default="tiny",
+        help="tiny: the random Llama above; smollm2: the real SmolLM2-135M-Instruct "
+        "(swe rows only: its native context is the 8,192 the rows stretch)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads per child")
     ap.add_argument("--max-gb", type=float, default=8.0, help="kill a child past this RSS")
     ap.add_argument("--output", default=None, help="results file stem")
     args = ap.parse_args()
-    lengths = [int(x) for x in (args.lengths or ("2048,8192,32768" if args.rows == "random"
-                                                 else "8192,16384")).split(",")]
+    lengths = [
+        int(x)
+        for x in (
+            args.lengths or ("2048,8192,32768" if args.rows == "random" else "8192,16384")
+        ).split(",")
+    ]
     arms = args.arms.split(",")
     unknown = set(arms) - set(ARMS)
     if unknown:
@@ -299,18 +395,27 @@ def main() -> None:
                 results.append(r)
     state["load_avg_1min_after"] = os.getloadavg()[0]
     fits = fit(results)
-    stem = args.output or ("long_context" if args.rows == "random"
-                           else f"long_context_swe_{args.model}")
-    payload = {"benchmark": "long_context", "rows": args.rows,
-               "model": TINY if args.model == "tiny" else "smollm2-135m-instruct",
-               "rope_scaling": YARN if args.rows == "swe" else None, "machine": state,
-               "results": results, "fits": fits, **extra}
+    stem = args.output or (
+        "long_context" if args.rows == "random" else f"long_context_swe_{args.model}"
+    )
+    payload = {
+        "benchmark": "long_context",
+        "rows": args.rows,
+        "model": TINY if args.model == "tiny" else "smollm2-135m-instruct",
+        "rope_scaling": YARN if args.rows == "swe" else None,
+        "machine": state,
+        "results": results,
+        "fits": fits,
+        **extra,
+    }
     OUT.mkdir(exist_ok=True)
     (OUT / f"{stem}.json").write_text(json.dumps(payload, indent=1))
-    text = (f"# long_context ({args.rows} rows, {args.model} model; CPU: "
-            f"{state.get('cpu', '?')}, bf16 {state['cpu_bf16']}, {args.threads} thread(s), "
-            f"load {state['load_avg_1min']:.1f} "
-            f"before / {state['load_avg_1min_after']:.1f} after)\n\n{table(results, fits)}\n")
+    text = (
+        f"# long_context ({args.rows} rows, {args.model} model; CPU: "
+        f"{state.get('cpu', '?')}, bf16 {state['cpu_bf16']}, {args.threads} thread(s), "
+        f"load {state['load_avg_1min']:.1f} "
+        f"before / {state['load_avg_1min_after']:.1f} after)\n\n{table(results, fits)}\n"
+    )
     (OUT / f"{stem}.md").write_text(text)
     print(text)
 
@@ -321,7 +426,17 @@ if __name__ == "__main__":
     unwind_on_sigterm()  # `kill` unwinds: children stop, temporary folders go
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         arm, length, model, rows, episodes, threads = sys.argv[2:8]
-        print(json.dumps(measure(arm, int(length), Path(model), rows,
-                                 Path(episodes) if episodes else None, int(threads))))
+        print(
+            json.dumps(
+                measure(
+                    arm,
+                    int(length),
+                    Path(model),
+                    rows,
+                    Path(episodes) if episodes else None,
+                    int(threads),
+                )
+            )
+        )
     else:
         main()

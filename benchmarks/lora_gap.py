@@ -51,14 +51,22 @@ from practicum.engine.models import resolve_model
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "lora_gap.json"
 QUESTIONS = [
-    "Write a Python function that reverses a string.", "What is the capital of Australia?",
-    "Explain gradient descent in two sentences.", "Give three uses of a hash map.",
-    "How do I read a CSV file with pandas?", "Name a prime number larger than 100.",
-    "Summarise the plot of Hamlet in one line.", "What does `git rebase` do?",
-    "Write a haiku about compilers.", "Why is the sky blue?",
-    "Fix this code: `for i in range(10) print(i)`", "What is 17 times 23?",
-    "List the planets in order from the sun.", "What is a random forest?",
-    "Translate 'good morning' into French.", "How does HTTPS keep data private?",
+    "Write a Python function that reverses a string.",
+    "What is the capital of Australia?",
+    "Explain gradient descent in two sentences.",
+    "Give three uses of a hash map.",
+    "How do I read a CSV file with pandas?",
+    "Name a prime number larger than 100.",
+    "Summarise the plot of Hamlet in one line.",
+    "What does `git rebase` do?",
+    "Write a haiku about compilers.",
+    "Why is the sky blue?",
+    "Fix this code: `for i in range(10) print(i)`",
+    "What is 17 times 23?",
+    "List the planets in order from the sun.",
+    "What is a random forest?",
+    "Translate 'good morning' into French.",
+    "How does HTTPS keep data private?",
 ]
 
 ARMS = {  # name: (lora, learner dtype, how the sampler is built)
@@ -85,16 +93,23 @@ def perturb_adapter(model: torch.nn.Module, rms: float, seed: int = 1) -> None:
 def build(arm: str, model: str, rms: float, device: str = "cpu"):
     """(trainable, sampler) for one arm, holding the same weights."""
     lora, dtype, how = ARMS[arm]
-    policy = PolicyConfig(model=model, dtype=dtype, lora=lora, device=device,
-                          merged_sampling=how != "unmerged")
+    policy = PolicyConfig(
+        model=model, dtype=dtype, lora=lora, device=device, merged_sampling=how != "unmerged"
+    )
     trainable, sampler = load_hf_engine(policy)
     if lora and rms:
         perturb_adapter(trainable.model, rms)
     if how == "cast":
-        merged = MergedCopy(trainable.model, resolve_model(model), trainable.lm.dtype,
-                            trainable.device, fp32_master=False)
-        sampler = HFSampler(trainable.lm, trainable.tokenizer, peft_model=trainable.model,
-                            merged=merged)
+        merged = MergedCopy(
+            trainable.model,
+            resolve_model(model),
+            trainable.lm.dtype,
+            trainable.device,
+            fp32_master=False,
+        )
+        sampler = HFSampler(
+            trainable.lm, trainable.tokenizer, peft_model=trainable.model, merged=merged
+        )
     elif how == "bf16-copy":
         sampler = HFEngineCopy(replace(policy, dtype="bfloat16"))
     sampler.load_weights(trainable.export_weights(1))
@@ -110,21 +125,22 @@ def gaps(trainable, sampler, prompts: list[list[int]], new_tokens: int) -> torch
     ids = torch.full((len(rows), width), trainable.pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(r)] = 1
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
     with torch.no_grad():
         lp = trainable.token_logprobs(ids, mask)
     out = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
-        learner = lp[i, len(p):len(p) + len(s.token_ids)]
+        learner = lp[i, len(p) : len(p) + len(s.token_ids)]
         out.append((learner.cpu() - torch.tensor(s.logprobs)).abs())
     return torch.cat(out)
 
 
 def gpu_check_model(folder: Path) -> str:
     """The GPU check's random model, saved into `folder`."""
-    spec = importlib.util.spec_from_file_location("gpu_check", HERE.parent / "scripts" /
-                                                  "gpu_check.py")
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check", HERE.parent / "scripts" / "gpu_check.py"
+    )
     gpu_check = importlib.util.module_from_spec(spec)
     sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up
     spec.loader.exec_module(gpu_check)
@@ -137,14 +153,24 @@ def gpu_check_model(folder: Path) -> str:
 
 def chat_prompts(tokenizer, n: int) -> list[list[int]]:
     """The first `n` questions as chat prompts (token ids)."""
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}],
-                                           add_generation_prompt=True, tokenize=False)
-             for q in QUESTIONS[:n]]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
+        )
+        for q in QUESTIONS[:n]
+    ]
     return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def arm_rows(model: str, arms: list[str], adapter_rms: list[float], n_prompts: int,
-             new_tokens: int, device: str = "cpu", log=print) -> list[dict]:
+def arm_rows(
+    model: str,
+    arms: list[str],
+    adapter_rms: list[float],
+    n_prompts: int,
+    new_tokens: int,
+    device: str = "cpu",
+    log=print,
+) -> list[dict]:
     """One row per (arm, adapter RMS): the gap's mean, p99 and max over the sampled tokens."""
     rows = []
     for rms in adapter_rms:
@@ -153,14 +179,25 @@ def arm_rows(model: str, arms: list[str], adapter_rms: list[float], n_prompts: i
                 continue  # full FT has no adapter: one row is enough
             t0 = time.perf_counter()
             trainable, sampler = build(arm, model, rms, device)
-            g = gaps(trainable, sampler, chat_prompts(trainable.tokenizer, n_prompts),
-                     new_tokens).float().cpu()
-            row = {"arm": arm, "adapter_rms": rms if ARMS[arm][0] else None, "tokens": g.numel(),
-                   "gap_mean": g.mean().item(), "gap_p99": g.quantile(0.99).item(),
-                   "gap_max": g.max().item(), "seconds": round(time.perf_counter() - t0, 1)}
+            g = (
+                gaps(trainable, sampler, chat_prompts(trainable.tokenizer, n_prompts), new_tokens)
+                .float()
+                .cpu()
+            )
+            row = {
+                "arm": arm,
+                "adapter_rms": rms if ARMS[arm][0] else None,
+                "tokens": g.numel(),
+                "gap_mean": g.mean().item(),
+                "gap_p99": g.quantile(0.99).item(),
+                "gap_max": g.max().item(),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
             rows.append(row)
-            log(f"{arm:22s} rms={row['adapter_rms']!s:6s} tokens={row['tokens']:5d} "
-                f"mean={row['gap_mean']:.2e} p99={row['gap_p99']:.2e} max={row['gap_max']:.2e}")
+            log(
+                f"{arm:22s} rms={row['adapter_rms']!s:6s} tokens={row['tokens']:5d} "
+                f"mean={row['gap_mean']:.2e} p99={row['gap_p99']:.2e} max={row['gap_max']:.2e}"
+            )
             del trainable, sampler
     return rows
 
@@ -173,23 +210,40 @@ def main() -> None:
     ap.add_argument("--adapter-rms", type=float, nargs="+", default=[0.0, 1e-3])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--device", default="cpu", help="model.device of every arm")
-    ap.add_argument("--random", action="store_true",
-                    help="the GPU check's random 88M Llama instead of --model")
+    ap.add_argument(
+        "--random", action="store_true", help="the GPU check's random 88M Llama instead of --model"
+    )
     args = ap.parse_args()
     machine = machine_state()
     scratch = tempfile.TemporaryDirectory(prefix="lora_gap_")
     model = gpu_check_model(Path(scratch.name)) if args.random else args.model
     torch.manual_seed(0)
-    rows = arm_rows(model, args.arms, args.adapter_rms, args.prompts, args.new_tokens,
-                    args.device, log=lambda line: print(line, flush=True))
+    rows = arm_rows(
+        model,
+        args.arms,
+        args.adapter_rms,
+        args.prompts,
+        args.new_tokens,
+        args.device,
+        log=lambda line: print(line, flush=True),
+    )
     scratch.cleanup()
     machine["load_avg_after"] = __import__("os").getloadavg()[0]
     out = OUT.with_name("lora_gap_random.json") if args.random else OUT
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": machine, "model": "gpu_check random 88M Llama"
-                               if args.random else args.model, "date":
-                               time.strftime("%Y-%m-%d"), "settings": vars(args), "rows": rows},
-                              indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": machine,
+                "model": "gpu_check random 88M Llama" if args.random else args.model,
+                "date": time.strftime("%Y-%m-%d"),
+                "settings": vars(args),
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
 
 

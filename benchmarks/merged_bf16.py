@@ -42,8 +42,9 @@ def lora_model(path, dtype):
     from peft import LoraConfig, get_peft_model
 
     lm = load_lm(path, dtype, torch.device("cpu"))
-    peft = get_peft_model(lm, LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS,
-                                         task_type="CAUSAL_LM"))
+    peft = get_peft_model(
+        lm, LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM")
+    )
     return lm, peft.eval()
 
 
@@ -54,10 +55,11 @@ def random_update(peft, rms: float, seed: int = 0) -> WeightUpdate:
     g = torch.Generator().manual_seed(seed)
     tensors = {}  # A ~ N(0, 1/r), B ~ N(0, (rms / scale)^2): entries of scale B A have RMS rms
     for k, v in get_peft_model_state_dict(peft).items():
-        std = 1 / R ** 0.5 if "lora_A" in k else rms / (ALPHA / R)
+        std = 1 / R**0.5 if "lora_A" in k else rms / (ALPHA / R)
         tensors[k] = torch.randn(v.shape, generator=g) * std
-    return WeightUpdate(1, "lora", tensors, {"r": R, "lora_alpha": ALPHA,
-                                             "target_modules": TARGETS})
+    return WeightUpdate(
+        1, "lora", tensors, {"r": R, "lora_alpha": ALPHA, "target_modules": TARGETS}
+    )
 
 
 def deltas(update: WeightUpdate) -> dict[str, torch.Tensor]:
@@ -93,9 +95,13 @@ def layer_inputs(lm, names, batch):
     seen, hooks = {}, []
     modules = dict(lm.named_modules())
     for name in names:
-        hooks.append(modules[name].register_forward_pre_hook(
-            lambda m, args, name=name: seen.__setitem__(name, args[0].reshape(-1,
-                                                                               args[0].shape[-1]))))
+        hooks.append(
+            modules[name].register_forward_pre_hook(
+                lambda m, args, name=name: seen.__setitem__(
+                    name, args[0].reshape(-1, args[0].shape[-1])
+                )
+            )
+        )
     logits_of(lm, batch)
     for h in hooks:
         h.remove()
@@ -113,11 +119,14 @@ def layer_effects(peft16, update, inputs) -> dict[str, dict]:
         d = (ALPHA / R) * b @ a
         ref = x.float() @ d.T
         base16 = torch.nn.functional.linear(x, w)
-        out["cast"].append((torch.nn.functional.linear(x, (w.float() + d).bfloat16()).float()
-                            - base16.float(), ref))
+        out["cast"].append(
+            (
+                torch.nn.functional.linear(x, (w.float() + d).bfloat16()).float() - base16.float(),
+                ref,
+            )
+        )
         base32 = torch.nn.functional.linear(x.float(), w.float())
-        out["master"].append(((base32 + ref).bfloat16().float() - base32.bfloat16().float(),
-                              ref))
+        out["master"].append(((base32 + ref).bfloat16().float() - base32.bfloat16().float(), ref))
         lora = (ALPHA / R) * (x.float() @ a.T) @ b.T  # peft: bf16 base output + fp32 adapter
         out["adapter"].append(((base16.float() + lora).bfloat16().float() - base16.float(), ref))
     return {k: compare(v) for k, v in out.items()}
@@ -165,8 +174,13 @@ def main() -> None:
     args = ap.parse_args()
     path = resolve_model(args.model)
     tok = load_tokenizer(path)
-    prompts = [tok(f"Question {i}: what is {i} times {i + 3}? Explain the steps, then answer "
-                   f"in one short sentence.").input_ids for i in range(8)]
+    prompts = [
+        tok(
+            f"Question {i}: what is {i} times {i + 3}? Explain the steps, then answer "
+            f"in one short sentence."
+        ).input_ids
+        for i in range(8)
+    ]
     width = min(map(len, prompts))
     batch = torch.tensor([p[:width] for p in prompts])
     new_tokens, repeats = (8, 1) if args.quick else (32, 4)
@@ -174,17 +188,24 @@ def main() -> None:
     lm16, peft16 = lora_model(path, torch.bfloat16)  # the trainable stand-in (adapter option)
     lm32 = load_lm(path, torch.bfloat16, torch.device("cpu")).float()  # reference: same base
     cpu = torch.device("cpu")
-    copies = {"cast": MergedCopy(peft16, path, torch.bfloat16, cpu, fp32_master=False),
-              "master": MergedCopy(peft16, path, torch.bfloat16, cpu)}
+    copies = {
+        "cast": MergedCopy(peft16, path, torch.bfloat16, cpu, fp32_master=False),
+        "master": MergedCopy(peft16, path, torch.bfloat16, cpu),
+    }
     names = list(copies["cast"].layers)
-    inputs = layer_inputs(copies["cast"].lm, [n.removeprefix("base_model.model.") for n in names],
-                          batch)
+    inputs = layer_inputs(
+        copies["cast"].lm, [n.removeprefix("base_model.model.") for n in names], batch
+    )
     inputs = {n: inputs[n.removeprefix("base_model.model.")] for n in names}
     rows = []
     for rms in (1e-5, 1e-4):
         update = random_update(peft16, rms)
-        zero = WeightUpdate(0, "lora", {k: torch.zeros_like(v) for k, v in update.tensors.items()},
-                            update.adapter_config)
+        zero = WeightUpdate(
+            0,
+            "lora",
+            {k: torch.zeros_like(v) for k, v in update.tensors.items()},
+            update.adapter_config,
+        )
         delta = deltas(update)
         ref_effect = merged_fp32_effect(lm32, delta, batch)
         layers = layer_effects(peft16, update, inputs)
@@ -194,27 +215,49 @@ def main() -> None:
             copy.merge(update)
             plain = dict(copy.lm.named_modules())
             weights = {n: plain[n.removeprefix("base_model.model.")].weight for n in delta}
-            rows.append({"option": label, "rms": rms,
-                         "weight_rel_err": weight_error(peft16, delta, weights),
-                         "layer": layers[label],
-                         "logits": compare([(logits_of(copy.lm, batch) - l0, ref_effect)])})
+            rows.append(
+                {
+                    "option": label,
+                    "rms": rms,
+                    "weight_rel_err": weight_error(peft16, delta, weights),
+                    "layer": layers[label],
+                    "logits": compare([(logits_of(copy.lm, batch) - l0, ref_effect)]),
+                }
+            )
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(peft16, zero.tensors)
         l0 = logits_of(lm16, batch)
         set_peft_model_state_dict(peft16, update.tensors)
-        rows.append({"option": "adapter", "rms": rms, "weight_rel_err": 0.0,
-                     "layer": layers["adapter"],
-                     "logits": compare([(logits_of(lm16, batch) - l0, ref_effect)])})
+        rows.append(
+            {
+                "option": "adapter",
+                "rms": rms,
+                "weight_rel_err": 0.0,
+                "layer": layers["adapter"],
+                "logits": compare([(logits_of(lm16, batch) - l0, ref_effect)]),
+            }
+        )
         for row in rows[-3:]:
             print(json.dumps(row), flush=True)
-    samplers = {"cast": HFSampler(copies["cast"].lm, tok),
-                "master": HFSampler(copies["master"].lm, tok),
-                "adapter": HFSampler(lm16, tok),
-                "fp32 (reference)": HFSampler(lm32, tok)}
+    samplers = {
+        "cast": HFSampler(copies["cast"].lm, tok),
+        "master": HFSampler(copies["master"].lm, tok),
+        "adapter": HFSampler(lm16, tok),
+        "fp32 (reference)": HFSampler(lm32, tok),
+    }
     speed = tokens_per_s(samplers, prompts, new_tokens, repeats)
-    print(json.dumps({"model": args.model, "threads": torch.get_num_threads(),
-                      "precision": rows, "tokens_per_s": speed}, indent=1))
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "threads": torch.get_num_threads(),
+                "precision": rows,
+                "tokens_per_s": speed,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -54,12 +54,22 @@ class Study:
 
 
 STUDIES = {
-    "partial": Study("configs/mle_section.yaml", {
-        "partial credit": {"partial_credit": True, "duration_weights": True},
-        "no partial credit": {"partial_credit": False, "duration_weights": True}}, False),
-    "duration": Study("configs/mle.yaml", {
-        "duration weights": {"partial_credit": True, "duration_weights": True},
-        "no duration weights": {"partial_credit": True, "duration_weights": False}}, True),
+    "partial": Study(
+        "configs/mle_section.yaml",
+        {
+            "partial credit": {"partial_credit": True, "duration_weights": True},
+            "no partial credit": {"partial_credit": False, "duration_weights": True},
+        },
+        False,
+    ),
+    "duration": Study(
+        "configs/mle.yaml",
+        {
+            "duration weights": {"partial_credit": True, "duration_weights": True},
+            "no duration weights": {"partial_credit": True, "duration_weights": False},
+        },
+        True,
+    ),
 }
 MODEL_CALL = re.compile(r"=\s*([A-Za-z_][\w.]*)\s*\(")
 
@@ -71,15 +81,24 @@ def slug(name: str) -> str:
 def overrides(args, study: Study, seed: int, arm: str, out_dir: str) -> list[str]:
     flags = study.arms[arm]
     return [
-        f"run.out_dir={out_dir}", f"run.name=s{seed}_{slug(arm)}", "run.resume=false",
-        f"run.seed={seed}", f"train.steps={args.steps}", f"rollout.group_size={args.group_size}",
-        f"rollout.tasks_per_step={args.tasks_per_step}", "runtime.mode=sync", "eval.every=0",
-        "eval.size=1", f"train.lr={args.lr}", "train.checkpoint_every=1000",
+        f"run.out_dir={out_dir}",
+        f"run.name=s{seed}_{slug(arm)}",
+        "run.resume=false",
+        f"run.seed={seed}",
+        f"train.steps={args.steps}",
+        f"rollout.group_size={args.group_size}",
+        f"rollout.tasks_per_step={args.tasks_per_step}",
+        "runtime.mode=sync",
+        "eval.every=0",
+        "eval.size=1",
+        f"train.lr={args.lr}",
+        "train.checkpoint_every=1000",
         # An arm without reward signal samples as many batches as the others train on, then stops.
         f"train.max_skipped_batches={args.steps}",
         f"task.options.partial_credit={str(flags['partial_credit']).lower()}",
         f"algo.duration_weights={str(flags['duration_weights']).lower()}",
-        f"task.options.eval_repeats={args.eval_repeats}", *args.set,
+        f"task.options.eval_repeats={args.eval_repeats}",
+        *args.set,
     ]
 
 
@@ -88,11 +107,14 @@ def episode_summary(episodes) -> dict[str, float]:
     mean sandbox seconds of the actions that ran."""
     ran = [t.env_duration for e in episodes for t in e.turns if not t.malformed]
     metric = lambda key: statistics.fmean(float(e.metrics.get(key, 0.0)) for e in episodes)  # noqa: E731
-    return {"reward_mean": statistics.fmean(e.reward for e in episodes),
-            "valid_rate": metric("valid"), "milestones_mean": metric("milestones"),
-            "score_credit_mean": metric("score_credit"),
-            "duration_mean": statistics.fmean(ran) if ran else 0.0,
-            "episodes": len(episodes)}
+    return {
+        "reward_mean": statistics.fmean(e.reward for e in episodes),
+        "valid_rate": metric("valid"),
+        "milestones_mean": metric("milestones"),
+        "score_credit_mean": metric("score_credit"),
+        "duration_mean": statistics.fmean(ran) if ran else 0.0,
+        "episodes": len(episodes),
+    }
 
 
 def held_out_eval(session, cfg, improve: bool) -> dict:
@@ -108,17 +130,33 @@ def held_out_eval(session, cfg, improve: bool) -> dict:
     params = session.sampling(cfg.eval.temperature)
 
     def run(tasks, label: str, seed: int):
-        builders = [EpisodeBuilder(suite.make_env(session.models), t, f"{label}/{t.task_id}", i,
-                                   session.chat, session.limits, params, seed)
-                    for i, t in enumerate(tasks)]
+        builders = [
+            EpisodeBuilder(
+                suite.make_env(session.models),
+                t,
+                f"{label}/{t.task_id}",
+                i,
+                session.chat,
+                session.limits,
+                params,
+                seed,
+            )
+            for i, t in enumerate(tasks)
+        ]
         return rollout_batch(session.server, builders, cfg.rollout.env_workers)
 
     tasks = suite.eval_tasks
     scratch = run(tasks, "ablation-scratch", cfg.run.seed)
     result = {"scratch": episode_summary(scratch)}
     if improve:
-        improved = run([Task(t.task_id, {**t.data, "previous": previous_solution(e)})
-                        for t, e in zip(tasks, scratch)], "ablation-improve", cfg.run.seed)
+        improved = run(
+            [
+                Task(t.task_id, {**t.data, "previous": previous_solution(e)})
+                for t, e in zip(tasks, scratch)
+            ],
+            "ablation-improve",
+            cfg.run.seed,
+        )
         second = run(tasks, "ablation-scratch2", cfg.run.seed + 7919)
         best = lambda a, b: [y if y.reward > x.reward else x for x, y in zip(a, b)]  # noqa: E731
         result["improve"] = episode_summary(improved)
@@ -143,14 +181,19 @@ def training_curve(run_dir: Path) -> list[dict]:
             for t in e["turns"]:
                 if not t["malformed"] and (m := MODEL_CALL.search(t["action_text"])):
                     models[m.group(1)] = models.get(m.group(1), 0) + 1
-        curve.append({"step": version + 1, "episodes": len(eps),
-                      "duration_mean": statistics.fmean(ran) if ran else 0.0,
-                      "reward_mean": statistics.fmean(e["reward"] for e in eps),
-                      "score_credit_mean": statistics.fmean(
-                          float(e["metrics"].get("score_credit", 0.0)) for e in eps),
-                      "valid_rate": statistics.fmean(
-                          float(e["metrics"].get("valid", 0.0)) for e in eps),
-                      "models": models})
+        curve.append(
+            {
+                "step": version + 1,
+                "episodes": len(eps),
+                "duration_mean": statistics.fmean(ran) if ran else 0.0,
+                "reward_mean": statistics.fmean(e["reward"] for e in eps),
+                "score_credit_mean": statistics.fmean(
+                    float(e["metrics"].get("score_credit", 0.0)) for e in eps
+                ),
+                "valid_rate": statistics.fmean(float(e["metrics"].get("valid", 0.0)) for e in eps),
+                "models": models,
+            }
+        )
     return curve
 
 
@@ -178,10 +221,18 @@ def run_arm(args, study_name: str, seed: int, arm: str, runs: str, baseline: dic
         after = held_out_eval(session, cfg, study.improve_eval) if steps else baseline
     finally:
         session.close()
-    return {"study": study_name, "seed": seed, "arm": arm, **study.arms[arm],
-            "before": baseline, "after": after, "steps": steps,
-            "curve": training_curve(cfg.run_dir), "stopped": stopped,
-            "seconds": time.perf_counter() - started}
+    return {
+        "study": study_name,
+        "seed": seed,
+        "arm": arm,
+        **study.arms[arm],
+        "before": baseline,
+        "after": after,
+        "steps": steps,
+        "curve": training_curve(cfg.run_dir),
+        "stopped": stopped,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def mean_std(values: list[float]) -> list[float]:
@@ -196,20 +247,28 @@ def table(records: list[dict]) -> list[dict]:
         if not mine:
             continue
         firsts = {r["seed"]: r["before"] for r in mine}
-        for arm, evals in [("untrained", list(firsts.values())),
-                           *[(a, [r["after"] for r in mine if r["arm"] == a]) for a in study.arms]]:
+        for arm, evals in [
+            ("untrained", list(firsts.values())),
+            *[(a, [r["after"] for r in mine if r["arm"] == a]) for a in study.arms],
+        ]:
             if not evals:
                 continue
             row = {"study": study_name, "arm": arm, "seeds": len(evals)}
             for view in ("scratch", "improve", "best_scratch_improve", "best_two_scratch"):
                 if view in evals[0]:
-                    row[view] = {k: mean_std([e[view][k] for e in evals])
-                                 for k in evals[0][view] if k != "episodes"}
+                    row[view] = {
+                        k: mean_std([e[view][k] for e in evals])
+                        for k in evals[0][view]
+                        if k != "episodes"
+                    }
             trained = [r for r in mine if r["arm"] == arm]
             if trained:
                 curves = [r["curve"] for r in trained if r["curve"]]
-                row["train_duration_first_last"] = mean_std(
-                    [c[-1]["duration_mean"] - c[0]["duration_mean"] for c in curves]) if curves else None
+                row["train_duration_first_last"] = (
+                    mean_std([c[-1]["duration_mean"] - c[0]["duration_mean"] for c in curves])
+                    if curves
+                    else None
+                )
                 row["stopped_runs"] = sum(1 for r in trained if r["stopped"])
                 row["steps_taken"] = mean_std([r["steps"] for r in trained])
             rows.append(row)
@@ -217,23 +276,28 @@ def table(records: list[dict]) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'study':9s} {'arm':22s} {'n':>2s} {'held-out reward':>17s} {'valid':>12s} "
-          f"{'milestones':>12s} {'score credit':>13s} {'run s':>6s} {'steps':>5s}")
+    print(
+        f"\n{'study':9s} {'arm':22s} {'n':>2s} {'held-out reward':>17s} {'valid':>12s} "
+        f"{'milestones':>12s} {'score credit':>13s} {'run s':>6s} {'steps':>5s}"
+    )
     for r in rows:
         s = r["scratch"]
-        print(f"{r['study']:9s} {r['arm']:22s} {r['seeds']:2d} "
-              f"{s['reward_mean'][0]:+8.2f} +- {s['reward_mean'][1]:4.2f} "
-              f"{s['valid_rate'][0]:5.2f} +- {s['valid_rate'][1]:.2f} "
-              f"{s['milestones_mean'][0]:5.2f} +- {s['milestones_mean'][1]:.2f} "
-              f"{s['score_credit_mean'][0]:6.3f} +- {s['score_credit_mean'][1]:.3f} "
-              f"{s['duration_mean'][0]:6.2f} {r.get('steps_taken', [0])[0]:5.1f}")
+        print(
+            f"{r['study']:9s} {r['arm']:22s} {r['seeds']:2d} "
+            f"{s['reward_mean'][0]:+8.2f} +- {s['reward_mean'][1]:4.2f} "
+            f"{s['valid_rate'][0]:5.2f} +- {s['valid_rate'][1]:.2f} "
+            f"{s['milestones_mean'][0]:5.2f} +- {s['milestones_mean'][1]:.2f} "
+            f"{s['score_credit_mean'][0]:6.3f} +- {s['score_credit_mean'][1]:.3f} "
+            f"{s['duration_mean'][0]:6.2f} {r.get('steps_taken', [0])[0]:5.1f}"
+        )
     improve = [r for r in rows if "best_scratch_improve" in r]
     if improve:
         print("\n(c) self-improvement at evaluation (held-out reward, mean +- std over seeds)")
         print(f"{'arm':22s} {'scratch':>15s} {'best(scr, improve)':>19s} {'best(2 scratch)':>16s}")
         for r in improve:
-            cells = [r[v]["reward_mean"] for v in ("scratch", "best_scratch_improve",
-                                                   "best_two_scratch")]
+            cells = [
+                r[v]["reward_mean"] for v in ("scratch", "best_scratch_improve", "best_two_scratch")
+            ]
             print(f"{r['arm']:22s} " + " ".join(f"{m:+9.2f} +- {s:4.2f}" for m, s in cells))
 
 
@@ -246,27 +310,42 @@ def plot(records: list[dict], rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     # Section-mode rewards all sit near the failure reward: milestones show the differences.
     for ax, study_name, key, title in (
-            (axes[0], "partial", "milestones_mean", "(a) section mode: held-out milestones (of 7)"),
-            (axes[1], "duration", "reward_mean", "(b, c) template mode: held-out reward")):
+        (axes[0], "partial", "milestones_mean", "(a) section mode: held-out milestones (of 7)"),
+        (axes[1], "duration", "reward_mean", "(b, c) template mode: held-out reward"),
+    ):
         mine = [r for r in rows if r["study"] == study_name]
         views = ["scratch", "best_scratch_improve", "best_two_scratch"]
         views = [v for v in views if mine and v in mine[0]]
         width = 0.8 / max(1, len(views))
         for k, view in enumerate(views):
             xs = [i + k * width for i in range(len(mine))]
-            ax.bar(xs, [r[view][key][0] for r in mine], width,
-                   yerr=[r[view][key][1] for r in mine], capsize=3, label=view)
-        ax.set_xticks([i + width * (len(views) - 1) / 2 for i in range(len(mine))],
-                      [r["arm"].replace(" ", "\n", 1) for r in mine], fontsize=8)
+            ax.bar(
+                xs,
+                [r[view][key][0] for r in mine],
+                width,
+                yerr=[r[view][key][1] for r in mine],
+                capsize=3,
+                label=view,
+            )
+        ax.set_xticks(
+            [i + width * (len(views) - 1) / 2 for i in range(len(mine))],
+            [r["arm"].replace(" ", "\n", 1) for r in mine],
+            fontsize=8,
+        )
         ax.set_title(title)
         if len(views) > 1:
             ax.legend(fontsize=7)
     ax = axes[2]
     for r in (r for r in records if r["study"] == "duration"):
         color = "C0" if r["duration_weights"] else "C3"
-        ax.plot([c["step"] for c in r["curve"]], [c["duration_mean"] for c in r["curve"]],
-                color=color, alpha=0.7, marker="o",
-                label=r["arm"] if r["seed"] == min(x["seed"] for x in records) else None)
+        ax.plot(
+            [c["step"] for c in r["curve"]],
+            [c["duration_mean"] for c in r["curve"]],
+            color=color,
+            alpha=0.7,
+            marker="o",
+            label=r["arm"] if r["seed"] == min(x["seed"] for x in records) else None,
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("mean action run time (s)")
     ax.set_title("(b) run time of sampled actions")
@@ -286,8 +365,13 @@ def main() -> None:
     p.add_argument("--eval-repeats", type=int, default=2, help="episodes per held-out task")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="extra config overrides for every run, e.g. train.micro_batch_size=1")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config overrides for every run, e.g. train.micro_batch_size=1",
+    )
     p.add_argument("--report", action="store_true", help="only rewrite the report")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -307,19 +391,30 @@ def main() -> None:
                 record["args"], record["machine"] = vars(args), machine_state()
                 path.write_text(json.dumps(record, indent=1))
                 baseline = record["before"]
-                print(f"{study_name} seed {seed} {arm:22s} held-out reward "
-                      f"{record['before']['scratch']['reward_mean']:+.2f} -> "
-                      f"{record['after']['scratch']['reward_mean']:+.2f} "
-                      f"({record['seconds'] / 60:.1f} min)", flush=True)
-    records = [json.loads(f.read_text())
-               for f in sorted((out / "mle_ablation_runs").glob("*.json"))]
+                print(
+                    f"{study_name} seed {seed} {arm:22s} held-out reward "
+                    f"{record['before']['scratch']['reward_mean']:+.2f} -> "
+                    f"{record['after']['scratch']['reward_mean']:+.2f} "
+                    f"({record['seconds'] / 60:.1f} min)",
+                    flush=True,
+                )
+    records = [
+        json.loads(f.read_text()) for f in sorted((out / "mle_ablation_runs").glob("*.json"))
+    ]
     if not records:
         raise SystemExit(f"no stored runs under {out / 'mle_ablation_runs'}")
     rows = table(records)
     print_table(rows)
-    (out / "mle_ablation.json").write_text(json.dumps(
-        {"machine": machine_state(), "table": rows,
-         "runs": [{k: v for k, v in r.items() if k != "machine"} for r in records]}, indent=1))
+    (out / "mle_ablation.json").write_text(
+        json.dumps(
+            {
+                "machine": machine_state(),
+                "table": rows,
+                "runs": [{k: v for k, v in r.items() if k != "machine"} for r in records],
+            },
+            indent=1,
+        )
+    )
     plot(records, rows, out / "mle_ablation.png")
     print(f"wrote {out / 'mle_ablation.json'} and {out / 'mle_ablation.png'}")
 

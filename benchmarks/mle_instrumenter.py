@@ -36,9 +36,15 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "mle_instrumenter"
 COMPETITION = "iris-species"
-SHORT = {"libraries_imported": "imp", "data_loaded": "load", "features_prepared": "feat",
-         "model_built": "built", "model_trained": "fit", "validation_scored": "val",
-         "predictions_written": "sub"}
+SHORT = {
+    "libraries_imported": "imp",
+    "data_loaded": "load",
+    "features_prepared": "feat",
+    "model_built": "built",
+    "model_trained": "fit",
+    "validation_scored": "val",
+    "predictions_written": "sub",
+}
 
 
 def short(milestones: list[str]) -> str:
@@ -100,8 +106,10 @@ def precision_recall(rows: list[dict], key: str) -> dict[str, dict[str, float | 
         tp = sum(m in r[key] and m in r["truth"] for r in rows)
         fp = sum(m in r[key] and m not in r["truth"] for r in rows)
         fn = sum(m not in r[key] and m in r["truth"] for r in rows)
-        out[m] = {"precision": tp / (tp + fp) if tp + fp else None,
-                  "recall": tp / (tp + fn) if tp + fn else None}
+        out[m] = {
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None,
+        }
     return out
 
 
@@ -114,16 +122,27 @@ def micro(rows: list[dict], key: str) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--instrumenter", default="base", help="model-service spec (base, "
-                   "local:<model>, openai:<url>|<model>)")
+    p.add_argument(
+        "--instrumenter",
+        default="base",
+        help="model-service spec (base, local:<model>, openai:<url>|<model>)",
+    )
     p.add_argument("--model", default="smollm2-135m-instruct", help="the policy model (base)")
     p.add_argument("--scripts", type=int, default=0, help="first N scripts only (0: all)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="cap on a rewrite's tokens")
-    p.add_argument("--protocol", default="rewrite", choices=["rewrite", "lines"],
-                   help="rewrite: the model rewrites the script (paper); lines: it names lines")
+    p.add_argument(
+        "--protocol",
+        default="rewrite",
+        choices=["rewrite", "lines"],
+        help="rewrite: the model rewrites the script (paper); lines: it names lines",
+    )
     p.add_argument("--data-root", default=None, help="prepared competitions (default: temp)")
-    p.add_argument("--out", default=None, help="default: benchmarks/results/"
-                   "mle_instrumenter.json (rewrite) or mle_instrumenter_lines.json")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="default: benchmarks/results/"
+        "mle_instrumenter.json (rewrite) or mle_instrumenter_lines.json",
+    )
     args = p.parse_args()
     state = machine_state()
     logging.basicConfig(level=logging.WARNING)
@@ -135,10 +154,16 @@ def main() -> None:
     data_root = args.data_root or tempfile.mkdtemp(prefix="mle-instrumenter-")
 
     def suite(spec: str):
-        opts = MleOptions(mode="script", instrumenter=spec, held_out=[COMPETITION],
-                          train=["wine-cultivar"], data_root=data_root, wall_seconds=60,
-                          instrumenter_max_new_tokens=args.max_new_tokens,
-                          instrumenter_protocol=args.protocol)
+        opts = MleOptions(
+            mode="script",
+            instrumenter=spec,
+            held_out=[COMPETITION],
+            train=["wine-cultivar"],
+            data_root=data_root,
+            wall_seconds=60,
+            instrumenter_max_new_tokens=args.max_new_tokens,
+            instrumenter_protocol=args.protocol,
+        )
         return mle_suite(opts, SuiteContext())
 
     started = time.perf_counter()
@@ -154,20 +179,30 @@ def main() -> None:
             recording.last = ""
             llm = run_script(llm_suite, recording, code)
             alone = llm.milestones if llm.instrumenter == "llm" else []
-            row = {"script": path.name, "chars": len(code), "truth": truth[path.name],
-                   "rules": ruled.milestones, "llm_alone": alone, "llm_in_loop": llm.milestones,
-                   "llm_used": llm.instrumenter == "llm", "rejected": llm.instrument_rejected,
-                   "llm_seconds": round(llm.instrument_seconds, 2),
-                   "llm_tokens": llm.instrument_tokens, "valid": ruled.valid,
-                   "reward_rules": round(ruled.reward.total, 3),
-                   "reward_llm": round(llm.reward.total, 3),
-                   "llm_reply_head": recording.last[:1500]}
+            row = {
+                "script": path.name,
+                "chars": len(code),
+                "truth": truth[path.name],
+                "rules": ruled.milestones,
+                "llm_alone": alone,
+                "llm_in_loop": llm.milestones,
+                "llm_used": llm.instrumenter == "llm",
+                "rejected": llm.instrument_rejected,
+                "llm_seconds": round(llm.instrument_seconds, 2),
+                "llm_tokens": llm.instrument_tokens,
+                "valid": ruled.valid,
+                "reward_rules": round(ruled.reward.total, 3),
+                "reward_llm": round(llm.reward.total, 3),
+                "llm_reply_head": recording.last[:1500],
+            }
             row["agree"] = set(alone) == set(ruled.milestones)
             rows.append(row)
-            print(f"{path.name}: rules [{short(ruled.milestones)}] llm [{short(alone)}] "
-                  f"{row['llm_seconds']:.1f} s {row['llm_tokens']} tok "
-                  f"{'used' if row['llm_used'] else 'rejected: ' + str(row['rejected'])}",
-                  flush=True)
+            print(
+                f"{path.name}: rules [{short(ruled.milestones)}] llm [{short(alone)}] "
+                f"{row['llm_seconds']:.1f} s {row['llm_tokens']} tok "
+                f"{'used' if row['llm_used'] else 'rejected: ' + str(row['rejected'])}",
+                flush=True,
+            )
     finally:
         if server is not None:
             server.stop()
@@ -175,45 +210,71 @@ def main() -> None:
     summary = {
         "scripts": n,
         "accuracy_llm_vs_rules": sum(r["agree"] for r in rows) / n,
-        "accuracy_in_loop_vs_rules": sum(set(r["llm_in_loop"]) == set(r["rules"])
-                                         for r in rows) / n,
-        "exact_vs_truth": {k: sum(set(r[k]) == set(r["truth"]) for r in rows) / n
-                           for k in ("rules", "llm_alone", "llm_in_loop")},
+        "accuracy_in_loop_vs_rules": sum(set(r["llm_in_loop"]) == set(r["rules"]) for r in rows)
+        / n,
+        "exact_vs_truth": {
+            k: sum(set(r[k]) == set(r["truth"]) for r in rows) / n
+            for k in ("rules", "llm_alone", "llm_in_loop")
+        },
         "rejected_rate": sum(not r["llm_used"] for r in rows) / n,
         "llm_seconds_mean": sum(r["llm_seconds"] for r in rows) / n,
         "llm_tokens_mean": sum(r["llm_tokens"] for r in rows) / n,
         "micro_vs_truth": {k: micro(rows, k) for k in ("rules", "llm_alone", "llm_in_loop")},
-        "per_milestone_vs_truth": {k: precision_recall(rows, k)
-                                   for k in ("rules", "llm_alone", "llm_in_loop")},
+        "per_milestone_vs_truth": {
+            k: precision_recall(rows, k) for k in ("rules", "llm_alone", "llm_in_loop")
+        },
         "model_load_seconds": round(load_seconds, 1),
     }
-    table = Table(title=f"LLM instrumenter ({args.instrumenter}, protocol {args.protocol}) vs "
-                  f"rules on {COMPETITION}; max_new_tokens {args.max_new_tokens}")
+    table = Table(
+        title=f"LLM instrumenter ({args.instrumenter}, protocol {args.protocol}) vs "
+        f"rules on {COMPETITION}; max_new_tokens {args.max_new_tokens}"
+    )
     for col in ("script", "truth", "rules", "LLM alone", "agree", "LLM rewrite", "s", "tokens"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["script"], short(r["truth"]), short(r["rules"]), short(r["llm_alone"]),
-                      "yes" if r["agree"] else "no",
-                      "used" if r["llm_used"] else f"rejected: {r['rejected']}",
-                      f"{r['llm_seconds']:.1f}", str(r["llm_tokens"]))
+        table.add_row(
+            r["script"],
+            short(r["truth"]),
+            short(r["rules"]),
+            short(r["llm_alone"]),
+            "yes" if r["agree"] else "no",
+            "used" if r["llm_used"] else f"rejected: {r['rejected']}",
+            f"{r['llm_seconds']:.1f}",
+            str(r["llm_tokens"]),
+        )
     console = Console(width=200)
     console.print(table)
     for k in ("rules", "llm_alone", "llm_in_loop"):
         m = summary["micro_vs_truth"][k]
-        console.print(f"{k:12} vs truth: exact set {summary['exact_vs_truth'][k]:.0%}, "
-                      f"micro precision {m['precision']:.2f} recall {m['recall']:.2f}")
-    console.print(f"LLM alone = rules' set on {summary['accuracy_llm_vs_rules']:.0%} of scripts; "
-                  f"rewrite rejected on {summary['rejected_rate']:.0%}; mean cost "
-                  f"{summary['llm_seconds_mean']:.1f} s and {summary['llm_tokens_mean']:.0f} "
-                  f"tokens per script (model load {load_seconds:.0f} s)")
+        console.print(
+            f"{k:12} vs truth: exact set {summary['exact_vs_truth'][k]:.0%}, "
+            f"micro precision {m['precision']:.2f} recall {m['recall']:.2f}"
+        )
+    console.print(
+        f"LLM alone = rules' set on {summary['accuracy_llm_vs_rules']:.0%} of scripts; "
+        f"rewrite rejected on {summary['rejected_rate']:.0%}; mean cost "
+        f"{summary['llm_seconds_mean']:.1f} s and {summary['llm_tokens_mean']:.0f} "
+        f"tokens per script (model load {load_seconds:.0f} s)"
+    )
     name = "mle_instrumenter.json" if args.protocol == "rewrite" else "mle_instrumenter_lines.json"
     out = Path(args.out or ROOT / "benchmarks" / "results" / name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"_machine": state, "instrumenter": args.instrumenter,
-                               "model": args.model, "max_new_tokens": args.max_new_tokens,
-                               "protocol": args.protocol,
-                               "competition": COMPETITION, "summary": summary, "rows": rows},
-                              indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "_machine": state,
+                "instrumenter": args.instrumenter,
+                "model": args.model,
+                "max_new_tokens": args.max_new_tokens,
+                "protocol": args.protocol,
+                "competition": COMPETITION,
+                "summary": summary,
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     console.print(f"wrote {out}")
 
 

@@ -30,8 +30,13 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPETITIONS = ["iris-species", "breast-cancer-diagnosis", "diabetes-progression",
-                "wine-cultivar", "travel-mode-choice"]
+COMPETITIONS = [
+    "iris-species",
+    "breast-cancer-diagnosis",
+    "diabetes-progression",
+    "wine-cultivar",
+    "travel-mode-choice",
+]
 
 
 def main() -> None:
@@ -57,16 +62,24 @@ def main() -> None:
     from practicum.envs.mle.suite import MleOptions, mle_suite
     from practicum.envs.registry import SuiteContext
 
-    opts = MleOptions(mode=args.mode, instrumenter="rules", held_out=args.competitions[:1],
-                      train=args.competitions[1:], data_root=args.data_root
-                      or tempfile.mkdtemp(prefix="mle-untrained-"), wall_seconds=60)
+    opts = MleOptions(
+        mode=args.mode,
+        instrumenter="rules",
+        held_out=args.competitions[:1],
+        train=args.competitions[1:],
+        data_root=args.data_root or tempfile.mkdtemp(prefix="mle-untrained-"),
+        wall_seconds=60,
+    )
     suite = mle_suite(opts, SuiteContext())
     trainable, sampler = load_hf_engine(PolicyConfig(model=args.model, seed=args.seed))
     chat = ChatFormat(trainable.tokenizer)
     server = GenerationServer(sampler).start()
     service = ModelService(server, chat)
-    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                            stop_token_ids=tuple(chat.stop_ids()))
+    params = SamplingParams(
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        stop_token_ids=tuple(chat.stop_ids()),
+    )
     jobs = []
     for cid in args.competitions:
         for k in range(args.samples):
@@ -87,12 +100,22 @@ def main() -> None:
         finally:
             env.close()
         o = env.last_outcome
-        return {"competition": cid, "sample": k, "prompt_tokens": len(ids),
-                "reply_tokens": len(sample.token_ids), "cut": sample.finish_reason == "length",
-                "malformed": result.malformed, "crashed": bool(o.crash), "valid": o.valid,
-                "milestones": len(o.milestones), "reached": o.milestones,
-                "reward": round(result.reward, 3), "parse_error": o.parse_error,
-                "failure": o.failure_reason, "reply": sample.text[:1200]}
+        return {
+            "competition": cid,
+            "sample": k,
+            "prompt_tokens": len(ids),
+            "reply_tokens": len(sample.token_ids),
+            "cut": sample.finish_reason == "length",
+            "malformed": result.malformed,
+            "crashed": bool(o.crash),
+            "valid": o.valid,
+            "milestones": len(o.milestones),
+            "reached": o.milestones,
+            "reward": round(result.reward, 3),
+            "parse_error": o.parse_error,
+            "failure": o.failure_reason,
+            "reply": sample.text[:1200],
+        }
 
     started = time.perf_counter()
     from practicum.runtime.progress import counting
@@ -107,41 +130,76 @@ def main() -> None:
     def summary(recs):
         n = len(recs)
         hist = collections.Counter(r["milestones"] for r in recs)
-        return {"episodes": n, "malformed": sum(r["malformed"] for r in recs) / n,
-                "crashed": sum(r["crashed"] for r in recs) / n,
-                "valid": sum(r["valid"] for r in recs) / n,
-                "failed": sum(not r["valid"] for r in recs) / n,
-                "cut_by_token_budget": sum(r["cut"] for r in recs) / n,
-                "milestones_hist": {str(m): hist.get(m, 0) for m in range(8)},
-                "milestones_mean": statistics.fmean(r["milestones"] for r in recs),
-                "milestones_std": statistics.pstdev(r["milestones"] for r in recs),
-                "reward_mean": statistics.fmean(r["reward"] for r in recs),
-                "reward_std": statistics.pstdev(r["reward"] for r in recs)}
+        return {
+            "episodes": n,
+            "malformed": sum(r["malformed"] for r in recs) / n,
+            "crashed": sum(r["crashed"] for r in recs) / n,
+            "valid": sum(r["valid"] for r in recs) / n,
+            "failed": sum(not r["valid"] for r in recs) / n,
+            "cut_by_token_budget": sum(r["cut"] for r in recs) / n,
+            "milestones_hist": {str(m): hist.get(m, 0) for m in range(8)},
+            "milestones_mean": statistics.fmean(r["milestones"] for r in recs),
+            "milestones_std": statistics.pstdev(r["milestones"] for r in recs),
+            "reward_mean": statistics.fmean(r["reward"] for r in recs),
+            "reward_std": statistics.pstdev(r["reward"] for r in recs),
+        }
 
-    per = {cid: summary([r for r in records if r["competition"] == cid])
-           for cid in args.competitions}
+    per = {
+        cid: summary([r for r in records if r["competition"] == cid]) for cid in args.competitions
+    }
     overall = summary(records)
-    table = Table(title=f"Untrained {args.model} in {args.mode} mode: {args.samples} replies per "
-                  f"competition, T={args.temperature}, max_new_tokens={args.max_new_tokens}")
-    for col in ("competition", "n", "malformed", "crashed", "valid", "cut",
-                "milestones 0..7", "mean ms", "mean reward"):
+    table = Table(
+        title=f"Untrained {args.model} in {args.mode} mode: {args.samples} replies per "
+        f"competition, T={args.temperature}, max_new_tokens={args.max_new_tokens}"
+    )
+    for col in (
+        "competition",
+        "n",
+        "malformed",
+        "crashed",
+        "valid",
+        "cut",
+        "milestones 0..7",
+        "mean ms",
+        "mean reward",
+    ):
         table.add_column(col)
     for cid, s in [*per.items(), ("all", overall)]:
-        table.add_row(cid, str(s["episodes"]), f"{s['malformed']:.0%}", f"{s['crashed']:.0%}",
-                      f"{s['valid']:.0%}", f"{s['cut_by_token_budget']:.0%}",
-                      " ".join(str(v) for v in s["milestones_hist"].values()),
-                      f"{s['milestones_mean']:.2f}", f"{s['reward_mean']:.2f}")
+        table.add_row(
+            cid,
+            str(s["episodes"]),
+            f"{s['malformed']:.0%}",
+            f"{s['crashed']:.0%}",
+            f"{s['valid']:.0%}",
+            f"{s['cut_by_token_budget']:.0%}",
+            " ".join(str(v) for v in s["milestones_hist"].values()),
+            f"{s['milestones_mean']:.2f}",
+            f"{s['reward_mean']:.2f}",
+        )
     console = Console(width=160)
     console.print(table)
     console.print(f"generation {gen_seconds:.0f} s (batched), runs {run_seconds:.0f} s")
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"mle_{args.mode}_untrained.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"_machine": state, "mode": args.mode, "model": args.model,
-                               "temperature": args.temperature,
-                               "max_new_tokens": args.max_new_tokens, "samples": args.samples,
-                               "generation_seconds": round(gen_seconds, 1),
-                               "run_seconds": round(run_seconds, 1), "overall": overall,
-                               "per_competition": per, "episodes": records}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "_machine": state,
+                "mode": args.mode,
+                "model": args.model,
+                "temperature": args.temperature,
+                "max_new_tokens": args.max_new_tokens,
+                "samples": args.samples,
+                "generation_seconds": round(gen_seconds, 1),
+                "run_seconds": round(run_seconds, 1),
+                "overall": overall,
+                "per_competition": per,
+                "episodes": records,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     console.print(f"wrote {out}")
 
 

@@ -28,15 +28,16 @@ from practicum.engine.hf_model import PolicyConfig
 from practicum.learner.rows import TrainRow, token_batch
 
 RESULTS = Path(__file__).parent / "results" / "packing.json"
-SHAPES = {"long replies": (128, [64, 160, 256, 384]),
-          "short replies": (128, [8, 12, 16, 24])}
+SHAPES = {"long replies": (128, [64, 160, 256, 384]), "short replies": (128, [8, 12, 16, 24])}
 
 
 def group(prompt: int, replies: list[int], seed: int = 0) -> list[TrainRow]:
     rng = random.Random(seed)
     p = [rng.randrange(100, 40000) for _ in range(prompt)]
-    return [TrainRow(p + [rng.randrange(100, 40000) for _ in range(n)], [0.0] * prompt + [1.0] * n)
-            for n in replies]
+    return [
+        TrainRow(p + [rng.randrange(100, 40000) for _ in range(n)], [0.0] * prompt + [1.0] * n)
+        for n in replies
+    ]
 
 
 def seconds(trainable, rows: list[TrainRow], packed: bool, repeats: int = 2) -> float:
@@ -44,8 +45,9 @@ def seconds(trainable, rows: list[TrainRow], packed: bool, repeats: int = 2) -> 
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        logp = trainable.token_logprobs(tb.input_ids, tb.attention_mask,
-                                        score_mask=tb.loss_mask, packed=packed)
+        logp = trainable.token_logprobs(
+            tb.input_ids, tb.attention_mask, score_mask=tb.loss_mask, packed=packed
+        )
         (logp * tb.loss_mask).sum().backward()
         best = min(best, time.perf_counter() - start)
     return best
@@ -64,16 +66,24 @@ def main() -> None:
         rows = group(prompt, replies)
         packed, packed_rss = seconds(trainable, rows, True), peak_rss_gb()
         padded, padded_rss = seconds(trainable, rows, False), peak_rss_gb()
-        r = {"shape": name, "prompt": prompt, "replies": replies,
-             "positions_shared_prompt": prompt + len(replies) * max(replies),
-             "positions_packed": sum(len(r.input_ids) for r in rows),
-             "seconds_shared_prompt": padded, "seconds_packed": packed,
-             "peak_rss_gb_after_packed": packed_rss, "peak_rss_gb_after_shared_prompt": padded_rss}
+        r = {
+            "shape": name,
+            "prompt": prompt,
+            "replies": replies,
+            "positions_shared_prompt": prompt + len(replies) * max(replies),
+            "positions_packed": sum(len(r.input_ids) for r in rows),
+            "seconds_shared_prompt": padded,
+            "seconds_packed": packed,
+            "peak_rss_gb_after_packed": packed_rss,
+            "peak_rss_gb_after_shared_prompt": padded_rss,
+        }
         out.append(r)
-        print(f"{name:14s} P={prompt} replies={replies}: shared-prompt pass "
-              f"{r['positions_shared_prompt']} positions {padded:.2f} s | packed "
-              f"{r['positions_packed']} positions {packed:.2f} s; peak RSS {packed_rss:.2f} GB "
-              f"after packed, {padded_rss:.2f} GB after padded")
+        print(
+            f"{name:14s} P={prompt} replies={replies}: shared-prompt pass "
+            f"{r['positions_shared_prompt']} positions {padded:.2f} s | packed "
+            f"{r['positions_packed']} positions {packed:.2f} s; peak RSS {packed_rss:.2f} GB "
+            f"after packed, {padded_rss:.2f} GB after padded"
+        )
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"machine": machine, "rows": out}, indent=1))
     print(f"wrote {RESULTS}")

@@ -37,24 +37,43 @@ def run_arm(args, name: str, extra: list[str], out: Path) -> dict:
     from practicum.report import read_metrics
     from practicum.runtime.train import run_training
 
-    cfg = load_config(None, [
-        f"model.model={args.model}", f"train.steps={args.steps}", "train.warmup_steps=0",
-        "rollout.group_size=8", "rollout.tasks_per_step=2", "rollout.max_turns=2",
-        "sampling.max_new_tokens=32", "eval.every=0", "eval.size=4",
-        "train.checkpoint_every=1000", "algo.dynamic_sampling=false", f"run.seed={args.seed}",
-        f"run.out_dir={out}", f"run.name={name.replace(' ', '_').replace(',', '')}", *extra])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={args.model}",
+            f"train.steps={args.steps}",
+            "train.warmup_steps=0",
+            "rollout.group_size=8",
+            "rollout.tasks_per_step=2",
+            "rollout.max_turns=2",
+            "sampling.max_new_tokens=32",
+            "eval.every=0",
+            "eval.size=4",
+            "train.checkpoint_every=1000",
+            "algo.dynamic_sampling=false",
+            f"run.seed={args.seed}",
+            f"run.out_dir={out}",
+            f"run.name={name.replace(' ', '_').replace(',', '')}",
+            *extra,
+        ],
+    )
     summary = run_training(cfg, progress=True)
     rows = [r for r in read_metrics(cfg.run_dir) if "clip_frac_per_update" in r]
     clip = [r["clip_frac_per_update"] for r in rows]
     kl = [r["approx_kl_per_update"] for r in rows]
     n = len(clip[0])
-    return {"arm": name, "overrides": extra, "steps": len(rows),
-            "clip_frac_per_step": clip, "approx_kl_per_step": kl,
-            "clip_frac_by_update": [sum(c[k] for c in clip) / len(clip) for k in range(n)],
-            "approx_kl_by_update": [sum(x[k] for x in kl) / len(kl) for k in range(n)],
-            "reward_mean_by_step": [r["reward_mean"] for r in rows],
-            "learner_seconds_mean": sum(r["learner_seconds"] for r in rows) / len(rows),
-            "wall_seconds": summary["wall_seconds"]}
+    return {
+        "arm": name,
+        "overrides": extra,
+        "steps": len(rows),
+        "clip_frac_per_step": clip,
+        "approx_kl_per_step": kl,
+        "clip_frac_by_update": [sum(c[k] for c in clip) / len(clip) for k in range(n)],
+        "approx_kl_by_update": [sum(x[k] for x in kl) / len(kl) for k in range(n)],
+        "reward_mean_by_step": [r["reward_mean"] for r in rows],
+        "learner_seconds_mean": sum(r["learner_seconds"] for r in rows) / len(rows),
+        "wall_seconds": summary["wall_seconds"],
+    }
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -93,12 +112,18 @@ def main() -> None:
         table.add_column(col, justify="right" if col != "arm" else "left")
     for r in results:
         for k, (c, kl) in enumerate(zip(r["clip_frac_by_update"], r["approx_kl_by_update"]), 1):
-            table.add_row(r["arm"] if k == 1 else "", str(k), f"{c:.4f}", f"{kl:.2e}",
-                          f"{r['learner_seconds_mean']:.1f}" if k == 1 else "")
+            table.add_row(
+                r["arm"] if k == 1 else "",
+                str(k),
+                f"{c:.4f}",
+                f"{kl:.2e}",
+                f"{r['learner_seconds_mean']:.1f}" if k == 1 else "",
+            )
     Console().print(table)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ppo_updates.json").write_text(json.dumps(
-        {"args": vars(args), "machine": state, "arms": results}, indent=1))
+    (RESULTS / "ppo_updates.json").write_text(
+        json.dumps({"args": vars(args), "machine": state, "arms": results}, indent=1)
+    )
     plot(results, RESULTS / "ppo_updates.png")
     print(f"wrote {RESULTS / 'ppo_updates.json'} and {RESULTS / 'ppo_updates.png'}")
 

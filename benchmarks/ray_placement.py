@@ -66,7 +66,8 @@ def main() -> None:
             publish[where].append(time.perf_counter() - t)
 
     prompt = ChatFormat(trainable.tokenizer).render(
-        [{"role": "user", "content": "Write a short story about a robot."}])
+        [{"role": "user", "content": "Write a short story about a robot."}]
+    )
     params = SamplingParams(temperature=1.0, max_new_tokens=args.tokens)
     rows = []
     for batch in args.batches:
@@ -89,23 +90,40 @@ def main() -> None:
     engine.close()
     ray.shutdown()
 
-    table = Table(title=f"sampler placement, SmolLM2-135M LoRA r{policy.lora_r}, fp32, "
-                        f"{args.tokens} new tokens")
+    table = Table(
+        title=f"sampler placement, SmolLM2-135M LoRA r{policy.lora_r}, fp32, "
+        f"{args.tokens} new tokens"
+    )
     for col in ("batch", "driver tok/s", "actor tok/s", "actor / driver", "same tokens"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["batch"]), f"{r['driver_tokens_per_s']:.1f}",
-                      f"{r['actor_tokens_per_s']:.1f}", f"{r['actor_vs_driver']:.2f}",
-                      str(r["same_tokens"]))
+        table.add_row(
+            str(r["batch"]),
+            f"{r['driver_tokens_per_s']:.1f}",
+            f"{r['actor_tokens_per_s']:.1f}",
+            f"{r['actor_vs_driver']:.2f}",
+            str(r["same_tokens"]),
+        )
     console = Console()
     console.print(table)
     pub = {k: statistics.median(v) for k, v in publish.items()}
-    console.print(f"LoRA publish (median of {args.repeats}): driver {pub['driver']:.3f} s, "
-                  f"actor {pub['actor']:.3f} s; engine actor start {start_s:.1f} s")
+    console.print(
+        f"LoRA publish (median of {args.repeats}): driver {pub['driver']:.3f} s, "
+        f"actor {pub['actor']:.3f} s; engine actor start {start_s:.1f} s"
+    )
     OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps({"machine": state, "args": vars(args), "rows": rows,
-                               "publish_seconds": pub, "actor_start_seconds": start_s},
-                              indent=1))
+    OUT.write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "args": vars(args),
+                "rows": rows,
+                "publish_seconds": pub,
+                "actor_start_seconds": start_s,
+            },
+            indent=1,
+        )
+    )
     console.print(f"wrote {OUT}")
 
 

@@ -60,8 +60,9 @@ for line in sys.stdin:
 
 def export_src(rev: str, into: Path) -> Path:
     """src/ of git revision `rev`, unpacked under `into`."""
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], check=True,
-                         capture_output=True).stdout
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(tar)) as t:
         t.extractall(into, filter="data")
     return into / "src"
@@ -71,12 +72,22 @@ class Worker:
     """A sampler process over one src/ tree, one generate call per request."""
 
     def __init__(self, src: Path, args):
-        env = dict(os.environ, PYTHONPATH=str(src), HF_HUB_OFFLINE="1",
-                   OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(src),
+            HF_HUB_OFFLINE="1",
+            OMP_NUM_THREADS=str(args.threads),
+            MKL_NUM_THREADS=str(args.threads),
+        )
         settings = {"model": args.model, "new_tokens": args.new_tokens}
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(settings)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, json.dumps(settings)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         self.loaded_from = self._read()["ready"]
 
     def _read(self) -> dict:
@@ -106,18 +117,29 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     state = machine_state()
-    base_rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base],
-                              check=True, capture_output=True, text=True).stdout.strip()
-    head_rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+    base_rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", args.base],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    head_rev = subprocess.run(
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        sides = {"base": Worker(export_src(args.base, Path(tmp)), args),
-                 "this": Worker(ROOT / "src", args)}
-        seconds: dict[str, dict[int, list[float]]] = {k: {b: [] for b in args.batches}
-                                                      for k in sides}
+        sides = {
+            "base": Worker(export_src(args.base, Path(tmp)), args),
+            "this": Worker(ROOT / "src", args),
+        }
+        seconds: dict[str, dict[int, list[float]]] = {
+            k: {b: [] for b in args.batches} for k in sides
+        }
         for rep in range(args.repeats):
             for batch in args.batches:
-                for name in (("base", "this") if rep % 2 == 0 else ("this", "base")):
+                for name in ("base", "this") if rep % 2 == 0 else ("this", "base"):
                     seconds[name][batch].append(sides[name].generate(batch))
             print(f"repeat {rep + 1}/{args.repeats} done", file=sys.stderr)
         for w in sides.values():
@@ -126,24 +148,47 @@ def main() -> None:
     rows = []
     for batch in args.batches:
         base, this = (statistics.median(seconds[k][batch]) for k in ("base", "this"))
-        rows.append({"batch": batch, "base_seconds": base, "this_seconds": this,
-                     "speedup": base / this,
-                     "this_tok_per_s": batch * args.new_tokens / this})
-    table = Table(title=f"HF sampler, {args.new_tokens} new tokens per row, LoRA merged, "
-                        f"{args.threads} threads: {base_rev} vs {head_rev}")
+        rows.append(
+            {
+                "batch": batch,
+                "base_seconds": base,
+                "this_seconds": this,
+                "speedup": base / this,
+                "this_tok_per_s": batch * args.new_tokens / this,
+            }
+        )
+    table = Table(
+        title=f"HF sampler, {args.new_tokens} new tokens per row, LoRA merged, "
+        f"{args.threads} threads: {base_rev} vs {head_rev}"
+    )
     for col in ("batch", f"{base_rev} s", f"{head_rev} s", "speedup", f"{head_rev} tok/s"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["batch"]), f"{r['base_seconds']:.2f}", f"{r['this_seconds']:.2f}",
-                      f"{r['speedup']:.2f}x", f"{r['this_tok_per_s']:.1f}")
+        table.add_row(
+            str(r["batch"]),
+            f"{r['base_seconds']:.2f}",
+            f"{r['this_seconds']:.2f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['this_tok_per_s']:.1f}",
+        )
     Console().print(table)
     state["load_avg_1min_after"] = os.getloadavg()[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "machine": state, "base": base_rev, "this": head_rev, "rows": rows,
-        "seconds": {k: {str(b): v for b, v in d.items()} for k, d in seconds.items()},
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-    }, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "base": base_rev,
+                "this": head_rev,
+                "rows": rows,
+                "seconds": {k: {str(b): v for b, v in d.items()} for k, d in seconds.items()},
+                "settings": {
+                    k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                },
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

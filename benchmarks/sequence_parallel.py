@@ -29,9 +29,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-SHAPE = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
-         "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 32768,
-         "tie_word_embeddings": True}
+SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
 
 
 def write_model(folder: Path) -> None:
@@ -42,8 +48,13 @@ def write_model(folder: Path) -> None:
 
     tok = load_builtin_tokenizer()
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **SHAPE)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **SHAPE,
+    )
     LlamaForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
 
@@ -67,10 +78,22 @@ def rank_main(rank: int, model: Path, tokens: int, size: int, out: Path) -> None
     from practicum.learner.sharded import init_ranks, sharded_learner
     from practicum.runtime.placement import policy_config
 
-    placement = ([f"placement={{kind: torchrun, ranks: {size}, mesh: {{sequence: {size}}}}}"]
-                 if size > 1 else [])
-    cfg = load_config(None, [f"model.model={model}", "model.dtype=float32", "model.device=cpu",
-                             "model.lora=false", "train.grad_clip=1e6", *placement])
+    placement = (
+        [f"placement={{kind: torchrun, ranks: {size}, mesh: {{sequence: {size}}}}}"]
+        if size > 1
+        else []
+    )
+    cfg = load_config(
+        None,
+        [
+            f"model.model={model}",
+            "model.dtype=float32",
+            "model.device=cpu",
+            "model.lora=false",
+            "train.grad_clip=1e6",
+            *placement,
+        ],
+    )
     from practicum.engine.hf_trainable import HFTrainable
 
     # the output head's logits at most 256 rows at a time (recomputed in backward): its memory
@@ -79,8 +102,9 @@ def rank_main(rank: int, model: Path, tokens: int, size: int, out: Path) -> None
     init_ranks("cpu", timeout_s=600)
     learner = sharded_learner(cfg, policy_config(cfg))
     rng = random.Random(0)
-    row = TrainRow([rng.randrange(100, 5000) for _ in range(tokens)],
-                   [0.0] * 16 + [1.0] * (tokens - 16))
+    row = TrainRow(
+        [rng.randrange(100, 5000) for _ in range(tokens)], [0.0] * 16 + [1.0] * (tokens - 16)
+    )
     learner.train_step(TrainBatch([row], "cross_entropy"))
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
@@ -88,9 +112,15 @@ def rank_main(rank: int, model: Path, tokens: int, size: int, out: Path) -> None
     start = time.perf_counter()
     metrics = learner.train_step(TrainBatch([row], "cross_entropy"))
     seconds = time.perf_counter() - start
-    (out / f"rank{rank}.json").write_text(json.dumps({
-        "peak_above_mib": (rss_kib("VmHWM") - before) / 1024, "seconds": seconds,
-        "loss": metrics["loss"]}))
+    (out / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "peak_above_mib": (rss_kib("VmHWM") - before) / 1024,
+                "seconds": seconds,
+                "loss": metrics["loss"],
+            }
+        )
+    )
     import torch.distributed as dist
 
     dist.destroy_process_group()
@@ -102,16 +132,28 @@ def run(model: Path, tokens: int, size: int) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                       "WORLD_SIZE": str(size), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-                       "MALLOC_MMAP_THRESHOLD_": str(1 << 20)})
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(size),
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "MALLOC_MMAP_THRESHOLD_": str(1 << 20),
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(rank_main, (model, tokens, size, Path(tmp)), nprocs=size,
-                           start_method="spawn")
+        mp.start_processes(
+            rank_main, (model, tokens, size, Path(tmp)), nprocs=size, start_method="spawn"
+        )
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(size)]
-    return {"tokens": tokens, "sequence": size,
-            "peak_above_mib_max_rank": max(r["peak_above_mib"] for r in ranks),
-            "seconds": max(r["seconds"] for r in ranks), "loss": ranks[0]["loss"]}
+    return {
+        "tokens": tokens,
+        "sequence": size,
+        "peak_above_mib_max_rank": max(r["peak_above_mib"] for r in ranks),
+        "seconds": max(r["seconds"] for r in ranks),
+        "loss": ranks[0]["loss"],
+    }
 
 
 def main() -> None:
@@ -134,8 +176,10 @@ def main() -> None:
     args.out.write_text(json.dumps({"machine": state, "shape": SHAPE, "rows": rows}, indent=1))
     print(f"{'tokens':>7} {'S':>2} {'peak MiB/rank':>14} {'seconds':>8}")
     for r in rows:
-        print(f"{r['tokens']:>7} {r['sequence']:>2} {r['peak_above_mib_max_rank']:>14.0f} "
-              f"{r['seconds']:>8.2f}")
+        print(
+            f"{r['tokens']:>7} {r['sequence']:>2} {r['peak_above_mib_max_rank']:>14.0f} "
+            f"{r['seconds']:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,9 @@ def main() -> None:
 
     state = machine_state()
     scratch = Path(tempfile.mkdtemp(prefix="serve_bench_"))
-    run = save_run(resolve_model("smollm2-135m-instruct"), scratch / "smol", std=0.002,
-                   dtype="auto")
+    run = save_run(
+        resolve_model("smollm2-135m-instruct"), scratch / "smol", std=0.002, dtype="auto"
+    )
     t0 = time.perf_counter()
     served = load_served(run)
     load_s = time.perf_counter() - t0
@@ -70,8 +71,11 @@ def main() -> None:
 def short(client, n: int) -> float:
     t = time.perf_counter()
     r = client.chat.completions.create(
-        model="smol", temperature=0, max_tokens=n,
-        messages=[{"role": "user", "content": "Name a colour."}])
+        model="smol",
+        temperature=0,
+        max_tokens=n,
+        messages=[{"role": "user", "content": "Name a colour."}],
+    )
     assert r.usage.completion_tokens <= n
     return time.perf_counter() - t
 
@@ -86,8 +90,12 @@ def measure_latency(client, served, args) -> dict:
 
         def long_request(count: list, started: threading.Event, done: threading.Event) -> None:
             for chunk in client.completions.create(
-                    model="smol", prompt="Once upon a time, in a land far away,", temperature=0,
-                    max_tokens=args.long, stream=True):
+                model="smol",
+                prompt="Once upon a time, in a land far away,",
+                temperature=0,
+                max_tokens=args.long,
+                stream=True,
+            ):
                 if chunk.choices and chunk.choices[0].text:
                     count[0] += 1
                     if count[0] == 3:
@@ -102,10 +110,15 @@ def measure_latency(client, served, args) -> dict:
             beside.append(seconds)
         runner.join()
         long_tokens.append(count[0])
-    return {"short_tokens": args.short, "long_budget": args.long,
-            "long_chunks": long_tokens, "alone_s": alone, "beside_long_s": beside,
-            "alone_median_s": statistics.median(alone),
-            "beside_median_s": statistics.median(beside) if beside else None}
+    return {
+        "short_tokens": args.short,
+        "long_budget": args.long,
+        "long_chunks": long_tokens,
+        "alone_s": alone,
+        "beside_long_s": beside,
+        "alone_median_s": statistics.median(alone),
+        "beside_median_s": statistics.median(beside) if beside else None,
+    }
 
 
 def measure_throughput(client, args) -> list[dict]:
@@ -116,8 +129,11 @@ def measure_throughput(client, args) -> list[dict]:
         def ask(i: int, out: list) -> None:
             t = time.perf_counter()
             r = client.chat.completions.create(
-                model="smol", temperature=0, max_tokens=args.tokens,
-                messages=[{"role": "user", "content": f"Write a story about the number {i}."}])
+                model="smol",
+                temperature=0,
+                max_tokens=args.tokens,
+                messages=[{"role": "user", "content": f"Write a story about the number {i}."}],
+            )
             out.append((time.perf_counter() - t, r.usage.completion_tokens))
 
         threads = [threading.Thread(target=ask, args=(i, out)) for i in range(c)]
@@ -128,9 +144,15 @@ def measure_throughput(client, args) -> list[dict]:
             t.join()
         wall = time.perf_counter() - start
         tokens = sum(n for _, n in out)
-        rows.append({"concurrency": c, "wall_s": wall, "tokens": tokens,
-                     "tokens_per_s": tokens / wall,
-                     "mean_latency_s": statistics.mean(s for s, _ in out)})
+        rows.append(
+            {
+                "concurrency": c,
+                "wall_s": wall,
+                "tokens": tokens,
+                "tokens_per_s": tokens / wall,
+                "mean_latency_s": statistics.mean(s for s, _ in out),
+            }
+        )
     return rows
 
 
@@ -140,24 +162,42 @@ def report(latency: dict, rows: list[dict], load_s: float, state: dict, args) ->
     for col in ("alone s", f"beside a {args.long}-token request s", "ratio"):
         lat.add_column(col, justify="right")
     beside = latency["beside_median_s"]
-    lat.add_row(f"{latency['alone_median_s']:.2f}",
-                f"{beside:.2f}" if beside is not None else "n/a",
-                f"{beside / latency['alone_median_s']:.2f}x" if beside is not None else "n/a")
+    lat.add_row(
+        f"{latency['alone_median_s']:.2f}",
+        f"{beside:.2f}" if beside is not None else "n/a",
+        f"{beside / latency['alone_median_s']:.2f}x" if beside is not None else "n/a",
+    )
     console.print(lat)
-    table = Table(title=f"throughput, chat replies of up to {args.tokens} tokens "
-                  f"(model load {load_s:.1f} s)")
+    table = Table(
+        title=f"throughput, chat replies of up to {args.tokens} tokens (model load {load_s:.1f} s)"
+    )
     for col in ("concurrent", "tokens", "wall s", "tokens/s", "mean latency s"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["concurrency"]), str(r["tokens"]), f"{r['wall_s']:.2f}",
-                      f"{r['tokens_per_s']:.1f}", f"{r['mean_latency_s']:.2f}")
+        table.add_row(
+            str(r["concurrency"]),
+            str(r["tokens"]),
+            f"{r['wall_s']:.2f}",
+            f"{r['tokens_per_s']:.1f}",
+            f"{r['mean_latency_s']:.2f}",
+        )
     console.print(table)
     console.print(f"machine: {state}")
     out = Path(__file__).parent / "results" / "serve_throughput.json"
-    out.write_text(json.dumps({
-        "machine": state, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": "smollm2-135m-instruct + LoRA checkpoint", "load_s": load_s,
-        "latency": latency, "throughput_tokens": args.tokens, "rows": rows}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "model": "smollm2-135m-instruct + LoRA checkpoint",
+                "load_s": load_s,
+                "latency": latency,
+                "throughput_tokens": args.tokens,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -51,8 +51,9 @@ def _reset_peak() -> int:
 
 def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: str) -> None:
     """Ranks 0..WORLD-1 (index) load the sharded learner and publish; index WORLD receives."""
-    os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(WORLD),
-                      OMP_NUM_THREADS="1")
+    os.environ.update(
+        RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1"
+    )
     import torch
     import torch.distributed as dist
 
@@ -82,8 +83,10 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
 
         with torch.device("meta"):
             lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
-        state = {k: torch.zeros(v.shape, dtype=tgt.torch_dtype)  # touched: resident
-                 for k, v in distinct_tensors(lm.state_dict(keep_vars=True))[0].items()}
+        state = {
+            k: torch.zeros(v.shape, dtype=tgt.torch_dtype)  # touched: resident
+            for k, v in distinct_tensors(lm.state_dict(keep_vars=True))[0].items()
+        }
         for path in ("warm-up", *paths):
             peaks = []
             for _ in range(1 if path == "warm-up" else repeats):
@@ -96,28 +99,42 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
         member.close()
         Path(out, "receiver.json").write_text(json.dumps(report))
         return
-    cfg = load_config(None, [f"model.model={model_dir}", "model.device=cpu",
-                             "model.dtype=float32", "model.lora=false", "algo.kl_coef=0"])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={model_dir}",
+            "model.device=cpu",
+            "model.dtype=float32",
+            "model.lora=false",
+            "algo.kl_coef=0",
+        ],
+    )
     init_ranks("cpu", timeout_s=3600)
     learner = sharded_learner(cfg, policy_config(cfg))
     model = learner.model
     if index == 0:
         full = distinct_tensors(model.inner.trainable_state())[0]
-        report["largest_tensor_bytes"] = max(t.numel() for t in full.values()) * \
-            tgt.torch_dtype.itemsize
+        report["largest_tensor_bytes"] = (
+            max(t.numel() for t in full.values()) * tgt.torch_dtype.itemsize
+        )
         report["model_bytes"] = sum(t.numel() for t in full.values()) * tgt.torch_dtype.itemsize
 
     def gathered() -> None:  # today's: the whole state on rank 0's CPU, then sent
         update = model.export_weights(0)
         if index == 0:
             tensors = distinct_tensors(update.tensors)[0]
-            send_stream(tgt_gathered, meta_of(tensors, tgt.torch_dtype),
-                        iter(tensors.items()), member)
+            send_stream(
+                tgt_gathered, meta_of(tensors, tgt.torch_dtype), iter(tensors.items()), member
+            )
 
     streamed = lambda: model.stream_weights(tgt, member)  # noqa: E731
     streamed_ipc = lambda: model.stream_weights(ipc, member)  # noqa: E731
-    for path, publish in (("warm-up", streamed), ("streamed", streamed),
-                          ("streamed-ipc", streamed_ipc), ("gathered", gathered)):
+    for path, publish in (
+        ("warm-up", streamed),
+        ("streamed", streamed),
+        ("streamed-ipc", streamed_ipc),
+        ("gathered", gathered),
+    ):
         seconds, peaks = [], []
         for _ in range(1 if path == "warm-up" else repeats):
             dist.barrier()
@@ -126,32 +143,51 @@ def process_main(index: int, model_dir: str, targets: dict, repeats: int, out: s
             publish()
             seconds.append(time.perf_counter() - start)
             peaks.append(_rss("VmHWM") - before)
-        report["paths"][path] = {"seconds": statistics.median(seconds),
-                                 "peak_above_before": max(peaks)}
+        report["paths"][path] = {
+            "seconds": statistics.median(seconds),
+            "peak_above_before": max(peaks),
+        }
     member.close()
     Path(out, f"rank-{index}.json").write_text(json.dumps(report))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def measure(model_dir: Path, bucket_mb: float, repeats: int = 2,
-            timeout_s: float = 3600) -> dict:
+def measure(model_dir: Path, bucket_mb: float, repeats: int = 2, timeout_s: float = 3600) -> dict:
     """Both paths from WORLD ranks to one receiver (module doc): per path, rank 0's seconds,
     every rank's and the receiver's peak RSS above pre-publish, and the bound."""
     from practicum.engine.weight_stream import WeightRendezvous
 
     rendezvous = WeightRendezvous(timeout_s=timeout_s)
-    targets = {"collective": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__,
-               "ipc": rendezvous.target(2, "gloo", "float32", bucket_mb,
-                                        transport="ipc").__dict__,
-               "gathered": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__}
+    targets = {
+        "collective": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__,
+        "ipc": rendezvous.target(2, "gloo", "float32", bucket_mb, transport="ipc").__dict__,
+        "gathered": rendezvous.target(2, "gloo", "float32", bucket_mb).__dict__,
+    }
     with tempfile.TemporaryDirectory(prefix="practicum-publish-") as out:
-        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20), "HF_HUB_OFFLINE": "1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+        env = {
+            **os.environ,
+            "MALLOC_MMAP_THRESHOLD_": str(1 << 20),
+            "HF_HUB_OFFLINE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(_free_port()),
+        }
         load_before = os.getloadavg()[0]
-        procs = [subprocess.Popen([sys.executable, __file__, str(i), str(model_dir),
-                                   json.dumps(targets), str(repeats), out], env=env)
-                 for i in range(WORLD + 1)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    str(i),
+                    str(model_dir),
+                    json.dumps(targets),
+                    str(repeats),
+                    out,
+                ],
+                env=env,
+            )
+            for i in range(WORLD + 1)
+        ]
         deadline = time.monotonic() + timeout_s
         try:
             for p in procs:
@@ -170,15 +206,27 @@ def measure(model_dir: Path, bucket_mb: float, repeats: int = 2,
     rows = []
     for path in ("streamed", "streamed-ipc", "gathered"):
         peaks = [r["paths"][path]["peak_above_before"] for r in ranks]
-        rows.append({"path": path, "ranks": WORLD, "bucket_mb": bucket_mb,
-                     "mb": round(ranks[0]["model_bytes"] / MIB),
-                     "seconds": ranks[0]["paths"][path]["seconds"],
-                     "rank_peak_above_before_mb": [round(p / MIB) for p in peaks],
-                     "receiver_peak_above_before_mb":
-                         round(receiver["paths"][path]["peak_above_before"] / MIB),
-                     "bound_mb": round(bound / MIB), "within_bound": max(peaks) <= bound})
-    return {"largest_tensor_mb": round(largest / MIB), "rows": rows,
-            "load_avg_1min_before": load_before, "load_avg_1min_after": os.getloadavg()[0]}
+        rows.append(
+            {
+                "path": path,
+                "ranks": WORLD,
+                "bucket_mb": bucket_mb,
+                "mb": round(ranks[0]["model_bytes"] / MIB),
+                "seconds": ranks[0]["paths"][path]["seconds"],
+                "rank_peak_above_before_mb": [round(p / MIB) for p in peaks],
+                "receiver_peak_above_before_mb": round(
+                    receiver["paths"][path]["peak_above_before"] / MIB
+                ),
+                "bound_mb": round(bound / MIB),
+                "within_bound": max(peaks) <= bound,
+            }
+        )
+    return {
+        "largest_tensor_mb": round(largest / MIB),
+        "rows": rows,
+        "load_avg_1min_before": load_before,
+        "load_avg_1min_after": os.getloadavg()[0],
+    }
 
 
 def _free_port() -> int:
@@ -193,5 +241,6 @@ if __name__ == "__main__":
     from practicum.terminate import unwind_on_sigterm
 
     unwind_on_sigterm()  # `kill` unwinds: children stop, temporary folders go
-    process_main(int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]),
-                 sys.argv[5])
+    process_main(
+        int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    )

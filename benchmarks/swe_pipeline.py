@@ -52,8 +52,14 @@ RECORDS = RESULTS / "swe_pipeline_runs"
 POLICIES = ("base", "after SFT", "after RFT", "after RL 1", "after RL")
 """`after RL` is the last RL stage's policy; `after RL 1` the first's, where there are two."""
 STAGE_POLICY = {"sft": "after SFT", "rft": "after RFT", "rl": "after RL"}
-RESULT_KEYS = {"tasks", "episodes", "episodes_with_patch", "malformed_turn_rate",
-               "episodes_per_minute", "grading_seconds_mean"}
+RESULT_KEYS = {
+    "tasks",
+    "episodes",
+    "episodes_with_patch",
+    "malformed_turn_rate",
+    "episodes_per_minute",
+    "grading_seconds_mean",
+}
 
 
 def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval") -> dict:
@@ -67,10 +73,10 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
         saved = json.loads(finished.read_text())
         if saved.pop("for", None) == [init, k]:  # another policy or k: evaluate again
             return saved
-    run = cfg.run.model_copy(update={"out_dir": str(out.parent), "name": out.name,
-                                     "resume": False})
-    sub = cfg.model_copy(update={"run": run, "stages": [],
-                                 "model": cfg.model.model_copy(update={"init": init})})
+    run = cfg.run.model_copy(update={"out_dir": str(out.parent), "name": out.name, "resume": False})
+    sub = cfg.model_copy(
+        update={"run": run, "stages": [], "model": cfg.model.model_copy(update={"init": init})}
+    )
     s = open_session(sub)
     t0 = time.time()
     try:
@@ -86,13 +92,16 @@ def held_out_pass(cfg, init: str | None, k: int, out: Path, split: str = "eval")
         by_task.setdefault(e.task_id, []).append(solved(e, 1.0))
     grading = [e.metrics["grade_seconds"] for e in eps if e.metrics.get("patch_lines")]
     malformed = [t.malformed for e in eps for t in e.turns]
-    res = {"pass@1": sum(map(sum, by_task.values())) / max(1, len(eps)),
-           f"pass@{k}": sum(any(v) for v in by_task.values()) / max(1, len(by_task)),
-           "tasks": len(by_task), "episodes": len(eps),
-           "episodes_with_patch": len(grading),
-           "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
-           "episodes_per_minute": len(eps) / max(minutes, 1e-9),
-           "grading_seconds_mean": sum(grading) / len(grading) if grading else None}
+    res = {
+        "pass@1": sum(map(sum, by_task.values())) / max(1, len(eps)),
+        f"pass@{k}": sum(any(v) for v in by_task.values()) / max(1, len(by_task)),
+        "tasks": len(by_task),
+        "episodes": len(eps),
+        "episodes_with_patch": len(grading),
+        "malformed_turn_rate": sum(malformed) / max(1, len(malformed)),
+        "episodes_per_minute": len(eps) / max(minutes, 1e-9),
+        "grading_seconds_mean": sum(grading) / len(grading) if grading else None,
+    }
     finished.write_text(json.dumps({**res, "for": [init, k]}, indent=1))
     return res
 
@@ -149,19 +158,42 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
     from practicum.config import load_config
     from practicum.stages import run_stages
 
-    cfg = load_config(args.config, [*args.overrides, f"run.seed={seed}",
-                                    f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}"])
+    cfg = load_config(
+        args.config,
+        [
+            *args.overrides,
+            f"run.seed={seed}",
+            f"run.out_dir={run_dir.parent}",
+            f"run.name={run_dir.name}",
+        ],
+    )
     t0 = time.time()
     report = run_stages(cfg, progress=True)
     stages = report["stages"]
-    pipeline = {"run_dir": str(run_dir), "pipeline_minutes": sum(s["minutes"] for s in stages),
-                "pipeline_episodes": sum(s["episodes"] for s in stages),
-                "kept": {s["name"]: s.get("kept") for s in stages if "kept" in s},
-                "rl_steps": [s.get("steps") for s in stages if s["kind"] == "rl"],
-                "stages": [{k: s.get(k) for k in ("name", "kind", "held_out_before",
-                                                  "held_out_after", "minutes", "episodes",
-                                                  "kept", "steps", "stopped")}
-                           for s in stages]}
+    pipeline = {
+        "run_dir": str(run_dir),
+        "pipeline_minutes": sum(s["minutes"] for s in stages),
+        "pipeline_episodes": sum(s["episodes"] for s in stages),
+        "kept": {s["name"]: s.get("kept") for s in stages if "kept" in s},
+        "rl_steps": [s.get("steps") for s in stages if s["kind"] == "rl"],
+        "stages": [
+            {
+                k: s.get(k)
+                for k in (
+                    "name",
+                    "kind",
+                    "held_out_before",
+                    "held_out_after",
+                    "minutes",
+                    "episodes",
+                    "kept",
+                    "steps",
+                    "stopped",
+                )
+            }
+            for s in stages
+        ],
+    }
     print(f"seed {seed}: pipeline ready in {time.time() - t0:.0f} s")
     policies = {"base": cfg.model.init}
     for stage in stages:  # the first sft, the first rft, the last rl
@@ -188,11 +220,19 @@ def run_seed(args, seed: int, run_dir: Path) -> None:
         else:
             res = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" / path.stem)
             if args.train_tasks:
-                train = held_out_pass(cfg, init, args.k, run_dir / "pass_at_k" /
-                                      f"{path.stem}_train", split="train")
+                train = held_out_pass(
+                    cfg, init, args.k, run_dir / "pass_at_k" / f"{path.stem}_train", split="train"
+                )
                 res.update({f"train_{m}": v for m, v in train.items() if m.startswith("pass@")})
-        rec = {"seed": seed, "policy": label, "init": init, "k": args.k, **res, **pipeline,
-               "machine": machine_state()}
+        rec = {
+            "seed": seed,
+            "policy": label,
+            "init": init,
+            "k": args.k,
+            **res,
+            **pipeline,
+            "machine": machine_state(),
+        }
         done.setdefault(key, rec)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec, indent=1))
@@ -206,12 +246,25 @@ def mean_std(xs: list[float]) -> tuple[float, float]:
 def report(seeds: list[int], k: int, config: str, overrides: list[str], tag: str = "") -> None:
     kinds = stage_kinds(config, overrides) + (f"+{tag}" if tag else "")
     name = f"swe_pipeline_{tag}" if tag else "swe_pipeline"
-    rows = [json.loads(record_path(s, lab, kinds).read_text()) for s in seeds
-            for lab in POLICIES if record_path(s, lab, kinds).exists()]
+    rows = [
+        json.loads(record_path(s, lab, kinds).read_text())
+        for s in seeds
+        for lab in POLICIES
+        if record_path(s, lab, kinds).exists()
+    ]
     done = sorted({r["seed"] for r in rows})
     table = Table(title=f"SWE pipeline {kinds}, resolve rates (seeds {done}, k={k})")
-    for col in ("policy", "pass@1", f"pass@{k}", "train pass@1", f"train pass@{k}",
-                "patch rate", "malformed turns", "episodes/min", "grading s/episode"):
+    for col in (
+        "policy",
+        "pass@1",
+        f"pass@{k}",
+        "train pass@1",
+        f"train pass@{k}",
+        "patch rate",
+        "malformed turns",
+        "episodes/min",
+        "grading s/episode",
+    ):
         table.add_column(col)
     summary = {}
     for label in POLICIES:
@@ -221,44 +274,74 @@ def report(seeds: list[int], k: int, config: str, overrides: list[str], tag: str
         g = [r["grading_seconds_mean"] for r in rs if r["grading_seconds_mean"] is not None]
         p1, pk = mean_std([r["pass@1"] for r in rs]), mean_std([r[f"pass@{k}"] for r in rs])
         sm = summary[label] = {
-            "seeds": len(rs), "pass@1": p1[0], "pass@1_std": p1[1],
-            f"pass@{k}": pk[0], f"pass@{k}_std": pk[1],
+            "seeds": len(rs),
+            "pass@1": p1[0],
+            "pass@1_std": p1[1],
+            f"pass@{k}": pk[0],
+            f"pass@{k}_std": pk[1],
             "patch_rate": statistics.fmean(r["episodes_with_patch"] / r["episodes"] for r in rs),
             "malformed_turn_rate": statistics.fmean(r["malformed_turn_rate"] for r in rs),
             "episodes_per_minute": statistics.fmean(r["episodes_per_minute"] for r in rs),
             "grading_seconds": statistics.fmean(g) if g else None,
-            "seeds_with_base_weights": sum(r.get("same_weights_as") == "base" for r in rs)}
+            "seeds_with_base_weights": sum(r.get("same_weights_as") == "base" for r in rs),
+        }
         for m in ("pass@1", f"pass@{k}"):
             got = [r[f"train_{m}"] for r in rs if f"train_{m}" in r]
             sm[f"train_{m}"], sm[f"train_{m}_std"] = mean_std(got) if got else (None, None)
         same = sm["seeds_with_base_weights"]
-        train = ["-" if sm[f"train_{m}"] is None else f"{sm[f'train_{m}']:.3f}"
-                 for m in ("pass@1", f"pass@{k}")]
-        table.add_row(label + (f" (= base in {same}/{len(rs)} seeds)" if same else ""),
-                      f"{p1[0]:.3f} ± {p1[1]:.3f}", f"{pk[0]:.3f} ± {pk[1]:.3f}", *train,
-                      f"{sm['patch_rate']:.2f}", f"{sm['malformed_turn_rate']:.2f}",
-                      f"{sm['episodes_per_minute']:.1f}",
-                      "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}")
+        train = [
+            "-" if sm[f"train_{m}"] is None else f"{sm[f'train_{m}']:.3f}"
+            for m in ("pass@1", f"pass@{k}")
+        ]
+        table.add_row(
+            label + (f" (= base in {same}/{len(rs)} seeds)" if same else ""),
+            f"{p1[0]:.3f} ± {p1[1]:.3f}",
+            f"{pk[0]:.3f} ± {pk[1]:.3f}",
+            *train,
+            f"{sm['patch_rate']:.2f}",
+            f"{sm['malformed_turn_rate']:.2f}",
+            f"{sm['episodes_per_minute']:.1f}",
+            "-" if sm["grading_seconds"] is None else f"{sm['grading_seconds']:.2f}",
+        )
     Console().print(table)
-    pipelines = {r["seed"]: {k2: r.get(k2) for k2 in ("pipeline_minutes", "pipeline_episodes",
-                                                      "kept", "rl_steps", "stages")}
-                 for r in rows}
+    pipelines = {
+        r["seed"]: {
+            k2: r.get(k2)
+            for k2 in ("pipeline_minutes", "pipeline_episodes", "kept", "rl_steps", "stages")
+        }
+        for r in rows
+    }
     for seed, pl in sorted(pipelines.items()):
-        print(f"seed {seed}: pipeline {pl['pipeline_minutes']:.1f} min, "
-              f"{pl['pipeline_episodes']} episodes, kept {pl['kept']}, "
-              f"RL steps {pl['rl_steps']}")
+        print(
+            f"seed {seed}: pipeline {pl['pipeline_minutes']:.1f} min, "
+            f"{pl['pipeline_episodes']} episodes, kept {pl['kept']}, "
+            f"RL steps {pl['rl_steps']}"
+        )
         for st in pl["stages"] or []:
-            print(f"  {st['name']:>5} ({st.get('kind')}): held-out {st['held_out_before']} -> "
-                  f"{st['held_out_after']}, episodes {st['episodes']}, kept {st.get('kept')}, "
-                  f"steps {st.get('steps')}")
+            print(
+                f"  {st['name']:>5} ({st.get('kind')}): held-out {st['held_out_before']} -> "
+                f"{st['held_out_after']}, episodes {st['episodes']}, kept {st.get('kept')}, "
+                f"steps {st.get('steps')}"
+            )
     gold = gold_grading_seconds()
     if gold:  # agent episodes without a patch are not graded: the suite check's timing
-        print(f"grading a patch: {gold['gold']:.2f} s per task (gold), {gold['empty']:.2f} s "
-              f"(empty), over {gold['tasks']} tasks (swe_suite.json)")
+        print(
+            f"grading a patch: {gold['gold']:.2f} s per task (gold), {gold['empty']:.2f} s "
+            f"(empty), over {gold['tasks']} tasks (swe_suite.json)"
+        )
     RESULTS.mkdir(exist_ok=True)
-    out = {"config": config, "overrides": overrides, "tag": tag, "seeds": done, "k": k,
-           "summary": summary, "pipelines": pipelines, "gold_check_grading_seconds": gold,
-           "rows": rows, "machine": machine_state()}
+    out = {
+        "config": config,
+        "overrides": overrides,
+        "tag": tag,
+        "seeds": done,
+        "k": k,
+        "summary": summary,
+        "pipelines": pipelines,
+        "gold_check_grading_seconds": gold,
+        "rows": rows,
+        "machine": machine_state(),
+    }
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1))
     if summary:
         plot(summary, k, RESULTS / f"{name}.png")
@@ -271,8 +354,11 @@ def gold_grading_seconds() -> dict | None:
     if not path.is_file():
         return None
     tasks = json.loads(path.read_text())["tasks"]
-    return {"tasks": len(tasks), "gold": statistics.fmean(t["gold_seconds"] for t in tasks),
-            "empty": statistics.fmean(t["empty_seconds"] for t in tasks)}
+    return {
+        "tasks": len(tasks),
+        "gold": statistics.fmean(t["gold_seconds"] for t in tasks),
+        "empty": statistics.fmean(t["empty_seconds"] for t in tasks),
+    }
 
 
 def main() -> None:
@@ -280,21 +366,41 @@ def main() -> None:
     p.add_argument("--config", default="configs/swe.yaml")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--k", type=int, default=4)
-    p.add_argument("--runs", default="runs/swe_pipeline",
-                   help="where each seed's pipeline run lives (seed<N>)")
-    p.add_argument("--use-run", action="append", default=[], metavar="SEED=PATH",
-                   help="a finished pipeline run of this config to use for SEED")
+    p.add_argument(
+        "--runs", default="runs/swe_pipeline", help="where each seed's pipeline run lives (seed<N>)"
+    )
+    p.add_argument(
+        "--use-run",
+        action="append",
+        default=[],
+        metavar="SEED=PATH",
+        help="a finished pipeline run of this config to use for SEED",
+    )
     p.add_argument("--report", action="store_true", help="only rebuild table, JSON and plot")
-    p.add_argument("--train-tasks", action="store_true", help="also pass@1/pass@k on the "
-                   "training tasks")
-    p.add_argument("--policies", nargs="+", choices=POLICIES, metavar="POLICY",
-                   help=f"evaluate only these of {POLICIES} (a second process can take some "
-                   "while another evaluates the rest)")
-    p.add_argument("--tag", default="", help="a variant's name: its records and report are "
-                   "kept apart from the config's own")
-    p.add_argument("--warm-start-from", action="append", default=[], metavar="SEED=PATH",
-                   help="copy PATH's finished SFT and RFT stages into SEED's run first (RL "
-                   "variants from the same warm start)")
+    p.add_argument(
+        "--train-tasks", action="store_true", help="also pass@1/pass@k on the training tasks"
+    )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        choices=POLICIES,
+        metavar="POLICY",
+        help=f"evaluate only these of {POLICIES} (a second process can take some "
+        "while another evaluates the rest)",
+    )
+    p.add_argument(
+        "--tag",
+        default="",
+        help="a variant's name: its records and report are kept apart from the config's own",
+    )
+    p.add_argument(
+        "--warm-start-from",
+        action="append",
+        default=[],
+        metavar="SEED=PATH",
+        help="copy PATH's finished SFT and RFT stages into SEED's run first (RL "
+        "variants from the same warm start)",
+    )
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args()
     reuse = {int(a.split("=", 1)[0]): Path(a.split("=", 1)[1]) for a in args.use_run}

@@ -27,28 +27,46 @@ import practicum  # noqa: F401  (sets HF_HUB_OFFLINE)
 from practicum.engine.base import SamplingParams
 from practicum.engine.hf import PolicyConfig, load_hf_engine
 
-QUESTIONS = ["Write a short story about a robot learning to paint.",
-             "Explain how a random forest makes predictions.",
-             "List five tips for writing clean Python code.",
-             "Describe the water cycle to a ten-year-old."]
+QUESTIONS = [
+    "Write a short story about a robot learning to paint.",
+    "Explain how a random forest makes predictions.",
+    "List five tips for writing clean Python code.",
+    "Describe the water cycle to a ten-year-old.",
+]
 
 
 def prompts(tok, n: int) -> list[list[int]]:
-    return [tok.apply_chat_template([{"role": "user", "content": QUESTIONS[i % 4]}],
-                                    add_generation_prompt=True, tokenize=True,
-                                    return_dict=False) for i in range(n)]
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": QUESTIONS[i % 4]}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for i in range(n)
+    ]
 
 
 def timed(sampler, batch: int, new_tokens: int, adapter: bool) -> dict:
     ps = prompts(sampler.tokenizer, batch)
     sampler.generate(ps[:1], SamplingParams(max_new_tokens=2), seeds=[0], adapter=adapter)
     start = time.perf_counter()
-    out = sampler.generate(ps, SamplingParams(temperature=1.0, max_new_tokens=new_tokens),
-                           seeds=list(range(batch)), adapter=adapter)
+    out = sampler.generate(
+        ps,
+        SamplingParams(temperature=1.0, max_new_tokens=new_tokens),
+        seeds=list(range(batch)),
+        adapter=adapter,
+    )
     seconds = time.perf_counter() - start
     tokens = sum(len(s.token_ids) for s in out)
-    return {"batch": batch, "adapter": adapter, "tokens": tokens, "seconds": seconds,
-            "tok_per_s": tokens / seconds, "samples": list(zip(ps, out))}
+    return {
+        "batch": batch,
+        "adapter": adapter,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tok_per_s": tokens / seconds,
+        "samples": list(zip(ps, out)),
+    }
 
 
 def gap(trainable, pairs) -> float:
@@ -56,7 +74,7 @@ def gap(trainable, pairs) -> float:
     for prompt, s in pairs:
         ids = torch.tensor([prompt + s.token_ids])
         with torch.no_grad():
-            lp = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):]
+            lp = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt) :]
         worst = max(worst, (lp - torch.tensor(s.logprobs)).abs().max().item())
     return worst
 
@@ -95,22 +113,39 @@ def main() -> None:
                 pairs = r.pop("samples")
                 r["gap_max"] = gap(trainable, pairs[:4]) if adapter else None
                 rows.append({"engine": name, **r})
-    table = Table(title=f"HF vs vLLM sampling, SmolLM2 fp32 + LoRA r16, {args.new_tokens} "
-                  f"new tokens (vLLM startup {startup:.0f} s; publish: HF {publish['hf']:.2f} s,"
-                  f" vLLM {publish['vllm']:.2f} s)")
+    table = Table(
+        title=f"HF vs vLLM sampling, SmolLM2 fp32 + LoRA r16, {args.new_tokens} "
+        f"new tokens (vLLM startup {startup:.0f} s; publish: HF {publish['hf']:.2f} s,"
+        f" vLLM {publish['vllm']:.2f} s)"
+    )
     for col in ("engine", "adapter", "batch", "tokens", "tok/s", "vLLM/HF", "max |gap|"):
         table.add_column(col, justify="right")
     hf_rate = {(r["adapter"], r["batch"]): r["tok_per_s"] for r in rows if r["engine"] == "hf"}
     for r in rows:
         ratio = r["tok_per_s"] / hf_rate[(r["adapter"], r["batch"])]
-        table.add_row(r["engine"], "on" if r["adapter"] else "off", str(r["batch"]),
-                      str(r["tokens"]), f"{r['tok_per_s']:.1f}", f"{ratio:.2f}",
-                      "" if r["gap_max"] is None else f"{r['gap_max']:.1e}")
+        table.add_row(
+            r["engine"],
+            "on" if r["adapter"] else "off",
+            str(r["batch"]),
+            str(r["tokens"]),
+            f"{r['tok_per_s']:.1f}",
+            f"{ratio:.2f}",
+            "" if r["gap_max"] is None else f"{r['gap_max']:.1e}",
+        )
     Console().print(table)
     out = Path(__file__).parent / "results" / "vllm_vs_hf.json"
-    out.write_text(json.dumps({"machine": state, "vllm_threads": args.threads or "default",
-                               "vllm_startup_s": startup, "publish_s": publish, "rows": rows},
-                              indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "vllm_threads": args.threads or "default",
+                "vllm_startup_s": startup,
+                "publish_s": publish,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
     vl.close()
     os._exit(0)  # vLLM's engine process otherwise delays exit

@@ -58,8 +58,9 @@ def perturb(trainable, seed: int) -> None:
 
 
 def publish_seconds(trainable, sampler, repeats: int) -> tuple[float, int]:
-    prompt = trainable.tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True,
-                                                     tokenize=True, return_dict=False)
+    prompt = trainable.tokenizer.apply_chat_template(
+        PROMPT, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     times = []
     for v in range(1, repeats + 1):
         perturb(trainable, v)
@@ -74,8 +75,9 @@ def publish_seconds(trainable, sampler, repeats: int) -> tuple[float, int]:
     return statistics.median(times), round(mb)
 
 
-def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
-              verify: bool = False) -> list[dict]:
+def vllm_rows(
+    trainable, policy: PolicyConfig, kind: str, repeats: int, verify: bool = False
+) -> list[dict]:
     """One vLLM engine holding the trainable's weights; each publishing path in turn (with
     `verify`, full weights: each path again with the post-sync check on)."""
     from practicum.engine.options import VLLMOptions
@@ -84,9 +86,15 @@ def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
     start = time.perf_counter()
     vl = build_sampler(VLLMOptions(max_model_len=512), policy, trainable)
     startup = time.perf_counter() - start
-    paths = [("peft folder, reloaded in place", None)] if kind == "lora" else \
-        [("collective_rpc, bytes in memory", "memory"), ("safetensors file", "file"),
-         ("broadcast, gloo weight group", "broadcast")]
+    paths = (
+        [("peft folder, reloaded in place", None)]
+        if kind == "lora"
+        else [
+            ("collective_rpc, bytes in memory", "memory"),
+            ("safetensors file", "file"),
+            ("broadcast, gloo weight group", "broadcast"),
+        ]
+    )
     rows = []
     for label, sync in paths:
         for check in (False, True) if verify and sync is not None else (False,):
@@ -94,9 +102,16 @@ def vllm_rows(trainable, policy: PolicyConfig, kind: str, repeats: int,
                 vl.options.weight_sync = sync
             vl.options.verify_weights = check
             secs, mb = publish_seconds(trainable, vl, repeats)
-            rows.append({"engine": "vllm", "weights": kind,
-                         "path": label + (" + post-sync check" if check else ""), "mb": mb,
-                         "seconds": secs, "startup_s": startup})
+            rows.append(
+                {
+                    "engine": "vllm",
+                    "weights": kind,
+                    "path": label + (" + post-sync check" if check else ""),
+                    "mb": mb,
+                    "seconds": secs,
+                    "startup_s": startup,
+                }
+            )
     vl.close()
     return rows
 
@@ -111,20 +126,36 @@ def sharded_rows(args, state: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="practicum-llama-") as tmp:
         params = write_random_llama(Path(tmp) / "llama", MODELS[args.sharded])
         result = measure(Path(tmp) / "llama", args.bucket_mb, args.repeats)
-    table = Table(title=f"Publishing from 4 sharded ranks, random {args.sharded} Llama "
-                  f"({params / 1e9:.2f}B, fp32; median of {args.repeats}; load "
-                  f"{result['load_avg_1min_before']:.1f} on {state['cpus']} cpus)")
+    table = Table(
+        title=f"Publishing from 4 sharded ranks, random {args.sharded} Llama "
+        f"({params / 1e9:.2f}B, fp32; median of {args.repeats}; load "
+        f"{result['load_avg_1min_before']:.1f} on {state['cpus']} cpus)"
+    )
     for col in ("path", "MB", "s", "rank peaks MB", "receiver MB", "bound MB"):
         table.add_column(col, justify="right")
     for r in result["rows"]:
-        table.add_row(r["path"], str(r["mb"]), f"{r['seconds']:.2f}",
-                      " ".join(map(str, r["rank_peak_above_before_mb"])),
-                      str(r["receiver_peak_above_before_mb"]), str(r["bound_mb"]))
+        table.add_row(
+            r["path"],
+            str(r["mb"]),
+            f"{r['seconds']:.2f}",
+            " ".join(map(str, r["rank_peak_above_before_mb"])),
+            str(r["receiver_peak_above_before_mb"]),
+            str(r["bound_mb"]),
+        )
     Console().print(table)
-    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name(
-        "weight_sync_sharded.json")
-    out.write_text(json.dumps({"machine": state, "model": args.sharded, "parameters": params,
-                               "repeats": args.repeats, **result}, indent=1))
+    out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("weight_sync_sharded.json")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": state,
+                "model": args.sharded,
+                "parameters": params,
+                "repeats": args.repeats,
+                **result,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
 
 
@@ -132,16 +163,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-vllm", action="store_true", help="HF rows only (no vLLM venv)")
-    ap.add_argument("--full-only", action="store_true",
-                    help="full weights to vLLM only (its three paths, one engine)")
-    ap.add_argument("--verify", action="store_true",
-                    help="full weights to vLLM: time each path with the post-sync check too")
+    ap.add_argument(
+        "--full-only",
+        action="store_true",
+        help="full weights to vLLM only (its three paths, one engine)",
+    )
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="full weights to vLLM: time each path with the post-sync check too",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--sharded", choices=("tiny", "0.5b"),
-                    help="only the sharded rows: 4 ranks publishing a random Llama of this "
-                    "shape, streamed vs gathered (benchmarks/sharded_publish.py)")
-    ap.add_argument("--bucket-mb", type=float, default=256.0,
-                    help="--sharded: engine.weight_bucket_mb")
+    ap.add_argument(
+        "--sharded",
+        choices=("tiny", "0.5b"),
+        help="only the sharded rows: 4 ranks publishing a random Llama of this "
+        "shape, streamed vs gathered (benchmarks/sharded_publish.py)",
+    )
+    ap.add_argument(
+        "--bucket-mb", type=float, default=256.0, help="--sharded: engine.weight_bucket_mb"
+    )
     args = ap.parse_args()
     state = machine_state()
     if args.sharded:
@@ -152,26 +193,41 @@ def main() -> None:
         trainable, shared = load_hf_engine(policy)
         if not args.full_only:
             secs, mb = publish_seconds(trainable, shared, args.repeats)
-            rows.append({"engine": "hf (shares the trainable)", "weights": kind,
-                         "path": "in process", "mb": mb, "seconds": secs})
+            rows.append(
+                {
+                    "engine": "hf (shares the trainable)",
+                    "weights": kind,
+                    "path": "in process",
+                    "mb": mb,
+                    "seconds": secs,
+                }
+            )
             copy = HFEngineCopy(policy)
             secs, mb = publish_seconds(trainable, copy, args.repeats)
-            rows.append({"engine": "hf (own copy, as in an actor)", "weights": kind,
-                         "path": "in memory", "mb": mb, "seconds": secs})
+            rows.append(
+                {
+                    "engine": "hf (own copy, as in an actor)",
+                    "weights": kind,
+                    "path": "in memory",
+                    "mb": mb,
+                    "seconds": secs,
+                }
+            )
             del copy
         del shared
         if not args.no_vllm:
             rows += vllm_rows(trainable, policy, kind, args.repeats, args.verify)
-    table = Table(title=f"Publishing a policy version, SmolLM2-135M fp32 (median of "
-                  f"{args.repeats}; cpu busy {state['busy_before']:.0%} at start)")
+    table = Table(
+        title=f"Publishing a policy version, SmolLM2-135M fp32 (median of "
+        f"{args.repeats}; cpu busy {state['busy_before']:.0%} at start)"
+    )
     for col in ("engine", "weights", "path", "MB", "seconds"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(r["engine"], r["weights"], r["path"], str(r["mb"]), f"{r['seconds']:.3f}")
     Console().print(table)
     out = args.out
-    out.write_text(json.dumps({"machine": state, "repeats": args.repeats, "rows": rows},
-                              indent=1))
+    out.write_text(json.dumps({"machine": state, "repeats": args.repeats, "rows": rows}, indent=1))
     print(f"wrote {out}")
     os._exit(0)  # vLLM's engine process otherwise delays exit
 

@@ -18,8 +18,10 @@ max_tokens = int(os.environ.get("AGENT_MAX_TOKENS", "64"))
 with open(os.environ["PRACTICUM_TASK_FILE"]) as f:
     task = f.read()
 
-messages = [{"role": "system", "content": "You are a careful assistant."},
-            {"role": "user", "content": task}]
+messages = [
+    {"role": "system", "content": "You are a careful assistant."},
+    {"role": "user", "content": task},
+]
 for turn in range(turns):
     reply = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens)
     answer = reply.choices[0].message.content or ""

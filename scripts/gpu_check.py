@@ -87,8 +87,12 @@ CARRIED_TOKENIZER = ROOT / ".whl" / "tokenizer"
 FINITE_KEYS = ("loss", "grad_norm", "entropy", "approx_kl", "logprob_gap", "logprob_gap_max")
 """Per-step metrics that must be finite in every logged step."""
 
-RUNS = (("sync-lora", "sync", True), ("sync-full", "sync", False),
-        ("async-lora", "async", True), ("async-full", "async", False))
+RUNS = (
+    ("sync-lora", "sync", True),
+    ("sync-full", "sync", False),
+    ("async-lora", "async", True),
+    ("async-full", "async", False),
+)
 FSDP2_RUNS = (("fsdp2-lora", True), ("fsdp2-full", False))
 """The sharded learner alone (`fsdp2_check`), selectable in --runs like the runs above."""
 WEIGHT_GROUP_RUN = "weight-group"
@@ -120,42 +124,96 @@ class Size:
     micro_batch_size: int
 
 
-FULL = Size(hidden=768, intermediate=2048, layers=8, heads=12, kv_heads=4, steps=6,
-            group_size=8, tasks_per_step=4, max_new_tokens=64, eval_size=16,
-            micro_batch_size=16)
-QUICK = Size(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, steps=2,
-             group_size=4, tasks_per_step=2, max_new_tokens=8, eval_size=2,
-             micro_batch_size=4)
+FULL = Size(
+    hidden=768,
+    intermediate=2048,
+    layers=8,
+    heads=12,
+    kv_heads=4,
+    steps=6,
+    group_size=8,
+    tasks_per_step=4,
+    max_new_tokens=64,
+    eval_size=16,
+    micro_batch_size=16,
+)
+QUICK = Size(
+    hidden=64,
+    intermediate=128,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    steps=2,
+    group_size=4,
+    tasks_per_step=2,
+    max_new_tokens=8,
+    eval_size=2,
+    micro_batch_size=4,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cuda", help="model.device of every run (cuda, cpu, ...)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--quick", action="store_true", help="tiny model and batches (CPU tests)")
     p.add_argument("--out", type=Path, required=True, help="the JSON to write")
-    p.add_argument("--tokenizer", type=Path, default=None,
-                   help="a folder holding a tokenizer (default: .whl/tokenizer if present, "
-                   "else practicum's built-in SmolLM2 tokenizer)")
-    p.add_argument("--reference-model", default="smollm2-135m-instruct",
-                   help="a real model to train a few steps if it resolves offline; 'none' skips")
-    p.add_argument("--reference-steps", type=int, default=None,
-                   help="its training steps (default: the runs' steps)")
-    p.add_argument("--max-gap", type=float, default=0.2,
-                   help="largest acceptable mean trainer/sampler log-prob gap of a run")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra config override for every run (repeatable)")
-    p.add_argument("--ranks", type=int, default=1,
-                   help="above 1: also train the sharded learner over this many processes of "
-                   "this node, one device each (runs ranks-lora, ranks-full)")
-    names = [name for name, _, _ in RUNS] + [name for name, _ in FSDP2_RUNS] + \
-        [name for name, _ in RANKS_RUNS] + [WEIGHT_GROUP_RUN, LORA_GAP_RUN, LONG_CONTEXT_RUN] + \
-        [name for name, _ in COLOCATION_RUNS]
-    p.add_argument("--runs", default=",".join(names),
-                   help="comma-separated subset of " + ", ".join(names))
-    p.add_argument("--budget-s", type=float, default=420.0,
-                   help="dump every thread's stack and exit 1 after this many seconds (a hang)")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="a folder holding a tokenizer (default: .whl/tokenizer if present, "
+        "else practicum's built-in SmolLM2 tokenizer)",
+    )
+    p.add_argument(
+        "--reference-model",
+        default="smollm2-135m-instruct",
+        help="a real model to train a few steps if it resolves offline; 'none' skips",
+    )
+    p.add_argument(
+        "--reference-steps",
+        type=int,
+        default=None,
+        help="its training steps (default: the runs' steps)",
+    )
+    p.add_argument(
+        "--max-gap",
+        type=float,
+        default=0.2,
+        help="largest acceptable mean trainer/sampler log-prob gap of a run",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra config override for every run (repeatable)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="above 1: also train the sharded learner over this many processes of "
+        "this node, one device each (runs ranks-lora, ranks-full)",
+    )
+    names = (
+        [name for name, _, _ in RUNS]
+        + [name for name, _ in FSDP2_RUNS]
+        + [name for name, _ in RANKS_RUNS]
+        + [WEIGHT_GROUP_RUN, LORA_GAP_RUN, LONG_CONTEXT_RUN]
+        + [name for name, _ in COLOCATION_RUNS]
+    )
+    p.add_argument(
+        "--runs", default=",".join(names), help="comma-separated subset of " + ", ".join(names)
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="dump every thread's stack and exit 1 after this many seconds (a hang)",
+    )
     args = p.parse_args(argv)
     unknown = set(args.runs.split(",")) - set(names)
     if unknown:
@@ -169,8 +227,9 @@ def load_tokenizer(folder: Path | None):
     built-in SmolLM2 tokenizer (which reads the GGUF package)."""
     from transformers import AutoTokenizer
 
-    folder = folder or (CARRIED_TOKENIZER if (CARRIED_TOKENIZER / "tokenizer.json").is_file()
-                        else None)
+    folder = folder or (
+        CARRIED_TOKENIZER if (CARRIED_TOKENIZER / "tokenizer.json").is_file() else None
+    )
     if folder is not None:
         return AutoTokenizer.from_pretrained(folder)
     from practicum.engine.models import load_builtin_tokenizer
@@ -178,19 +237,23 @@ def load_tokenizer(folder: Path | None):
     return load_builtin_tokenizer()
 
 
-def build_model(folder: Path, tokenizer, size: Size, seed: int = 0,
-                positions: int = 2048) -> dict:
+def build_model(folder: Path, tokenizer, size: Size, seed: int = 0, positions: int = 2048) -> dict:
     """Save a randomly initialised Llama (fp32 on disk, `positions` of context) and the
     tokenizer into `folder`; returns its shape and parameter count."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        hidden_size=size.hidden, intermediate_size=size.intermediate,
-        num_hidden_layers=size.layers, num_attention_heads=size.heads,
-        num_key_value_heads=size.kv_heads, max_position_embeddings=positions,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_size=size.hidden,
+        intermediate_size=size.intermediate,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.kv_heads,
+        max_position_embeddings=positions,
         tie_word_embeddings=True,
         initializer_range=0.1,  # spread-out logits: samples are not uniform noise
     )
@@ -198,28 +261,48 @@ def build_model(folder: Path, tokenizer, size: Size, seed: int = 0,
     model = LlamaForCausalLM(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"hidden": size.hidden, "layers": size.layers, "vocab": len(tokenizer),
-            "parameters": sum(p.numel() for p in model.parameters())}
+    return {
+        "hidden": size.hidden,
+        "layers": size.layers,
+        "vocab": len(tokenizer),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 # -- one run ------------------------------------------------------------------------------------
-def overrides(args, size: Size, model: str, out_dir: Path, name: str, mode: str, lora: bool,
-              steps: int) -> list[str]:
+def overrides(
+    args, size: Size, model: str, out_dir: Path, name: str, mode: str, lora: bool, steps: int
+) -> list[str]:
     """Dotted config overrides of one run. A random model rarely ends a reply, so every reply
     is cut by max_new_tokens: overlong masking is off, and so is dynamic sampling (every batch
     trains, so `steps` steps take `steps` batches). Async runs keep a whole batch in flight,
     so the sampler batches as many rows as sync does."""
-    return [f"model.model={model}", f"model.device={args.device}", f"model.dtype={args.dtype}",
-            f"model.lora={str(lora).lower()}", f"runtime.mode={mode}",
-            "task.name=toy", "task.options.train_size=64",
-            f"task.options.eval_size={size.eval_size}", f"eval.size={size.eval_size}",
-            "eval.every=0", "rollout.max_turns=1", f"rollout.group_size={size.group_size}",
-            f"rollout.tasks_per_step={size.tasks_per_step}",
-            f"runtime.num_actors={size.group_size * size.tasks_per_step}",
-            f"sampling.max_new_tokens={size.max_new_tokens}",
-            f"train.micro_batch_size={size.micro_batch_size}", "train.warmup_steps=0",
-            f"train.steps={steps}", "algo.mask_overlong=false", "algo.dynamic_sampling=false",
-            f"run.out_dir={out_dir}", f"run.name={name}", "run.resume=false", *args.set]
+    return [
+        f"model.model={model}",
+        f"model.device={args.device}",
+        f"model.dtype={args.dtype}",
+        f"model.lora={str(lora).lower()}",
+        f"runtime.mode={mode}",
+        "task.name=toy",
+        "task.options.train_size=64",
+        f"task.options.eval_size={size.eval_size}",
+        f"eval.size={size.eval_size}",
+        "eval.every=0",
+        "rollout.max_turns=1",
+        f"rollout.group_size={size.group_size}",
+        f"rollout.tasks_per_step={size.tasks_per_step}",
+        f"runtime.num_actors={size.group_size * size.tasks_per_step}",
+        f"sampling.max_new_tokens={size.max_new_tokens}",
+        f"train.micro_batch_size={size.micro_batch_size}",
+        "train.warmup_steps=0",
+        f"train.steps={steps}",
+        "algo.mask_overlong=false",
+        "algo.dynamic_sampling=false",
+        f"run.out_dir={out_dir}",
+        f"run.name={name}",
+        "run.resume=false",
+        *args.set,
+    ]
 
 
 def train_run(over: list[str]) -> dict:
@@ -244,8 +327,12 @@ def sampled_tokens(run_dir: Path) -> int:
     path = run_dir / "episodes.jsonl"
     if not path.exists():
         return 0
-    return sum(len(turn["sampled_ids"]) for line in path.read_text().splitlines()
-               if line.strip() for turn in json.loads(line)["turns"])
+    return sum(
+        len(turn["sampled_ids"])
+        for line in path.read_text().splitlines()
+        if line.strip()
+        for turn in json.loads(line)["turns"]
+    )
 
 
 def run_figures(run_dir: Path, summary: dict, mode: str) -> dict:
@@ -258,21 +345,30 @@ def run_figures(run_dir: Path, summary: dict, mode: str) -> dict:
     if mode == "sync":
         sampling_s = sum(r.get("rollout_seconds", 0.0) for r in rows)
     else:
-        sampling_s = (summary.get("async") or {}).get("generation_seconds") \
-            or summary.get("wall_seconds", 0.0)
+        sampling_s = (summary.get("async") or {}).get("generation_seconds") or summary.get(
+            "wall_seconds", 0.0
+        )
     reward = lambda ev: ev.get("reward_mean") if ev else None  # noqa: E731
     return {
         "steps": summary.get("steps", len(rows)),
         "logprob_gap": sum(gaps) / len(gaps) if gaps else None,
-        "logprob_gap_max": max((r["logprob_gap_max"] for r in rows if "logprob_gap_max" in r),
-                               default=None),
-        "sampled_tokens": tokens, "sampling_seconds": sampling_s,
+        "logprob_gap_max": max(
+            (r["logprob_gap_max"] for r in rows if "logprob_gap_max" in r), default=None
+        ),
+        "sampled_tokens": tokens,
+        "sampling_seconds": sampling_s,
         "sampling_tokens_per_s": tokens / sampling_s if sampling_s else None,
         "learner_tokens_per_s": learned / learner_s if learner_s else None,
         "reward_before": reward(summary.get("eval_before")),
         "reward_after": reward(summary.get("eval_after")),
-        "nonfinite": sorted({k for r in rows for k in FINITE_KEYS
-                             if isinstance(r.get(k), float) and not math.isfinite(r[k])}),
+        "nonfinite": sorted(
+            {
+                k
+                for r in rows
+                for k in FINITE_KEYS
+                if isinstance(r.get(k), float) and not math.isfinite(r[k])
+            }
+        ),
     }
 
 
@@ -282,8 +378,9 @@ def problems(record: dict, max_gap: float) -> list[str]:
         return [f"{record['name']}: crashed: {record['error']}"]
     out = []
     if record["steps"] < record["steps_wanted"]:
-        out.append(f"{record['name']}: completed {record['steps']} of "
-                   f"{record['steps_wanted']} steps")
+        out.append(
+            f"{record['name']}: completed {record['steps']} of {record['steps_wanted']} steps"
+        )
     if record["nonfinite"]:
         out.append(f"{record['name']}: non-finite {', '.join(record['nonfinite'])}")
     gap = record["logprob_gap"]
@@ -297,8 +394,7 @@ def ranks_problems(record: dict) -> list[str]:
     if record.get("error"):
         return [f"{record['name']}: crashed: {record['error']}"]
     if record["steps"] < record["steps_wanted"]:
-        return [f"{record['name']}: completed {record['steps']} of {record['steps_wanted']} "
-                "steps"]
+        return [f"{record['name']}: completed {record['steps']} of {record['steps_wanted']} steps"]
     if record["world"] > 1 and not all(r["sent_bytes"] > 0 for r in record["per_rank"]):
         return [f"{record['name']}: a rank sent no bytes to the others"]
     return []
@@ -325,11 +421,18 @@ def memory_figures(device: str) -> dict:
     return {"peak_gpu_memory_gb": peak, "gpu_memory_left_gb": torch.cuda.memory_allocated() / 2**30}
 
 
-def run_one(args, size: Size, model: str, work: Path, name: str, mode: str, lora: bool,
-            steps: int) -> dict:
+def run_one(
+    args, size: Size, model: str, work: Path, name: str, mode: str, lora: bool, steps: int
+) -> dict:
     """Train one run and return its record; an exception is recorded, not raised."""
-    record = {"name": name, "model": model, "mode": mode, "lora": lora, "steps_wanted": steps,
-              "error": None}
+    record = {
+        "name": name,
+        "model": model,
+        "mode": mode,
+        "lora": lora,
+        "steps_wanted": steps,
+        "error": None,
+    }
     memory_reset(args.device)
     started = time.perf_counter()
     try:
@@ -356,8 +459,11 @@ def synthetic_batch(seed: int, size: Size, vocab: int) -> list:
         prompt = [rng.randrange(vocab) for _ in range(16)]
         for k in range(size.group_size):
             n = size.max_new_tokens
-            turn = Turn([rng.randrange(vocab) for _ in range(n)],
-                        [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)
+            turn = Turn(
+                [rng.randrange(vocab) for _ in range(n)],
+                [-rng.uniform(0.5, 6.0) for _ in range(n)],
+                0,
+            )
             out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, [turn], reward=float(k % 2)))
     return out
 
@@ -379,20 +485,23 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
     from practicum.runtime.placement import policy_config
 
     name = f"fsdp2-{'lora' if lora else 'full'}"
-    over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
-            if not o.startswith("model.dtype=")]
+    over = [
+        o
+        for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
+        if not o.startswith("model.dtype=")
+    ]
     record = {"name": name, "lora": lora, "steps_wanted": size.steps, "error": None}
     weights = {}
     try:
-        cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
-                                 "train.mini_batches=2"])
+        cfg = load_config(
+            None, [*over, "model.dtype=float32", "algo.kl_coef=0.05", "train.mini_batches=2"]
+        )
         import socket
 
         with socket.socket() as sock:  # a free port for the one-rank group
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0",
-                          WORLD_SIZE="1")
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
         for kind in ("plain", "fsdp2"):
             memory_reset(args.device)
             if kind == "plain":
@@ -404,26 +513,29 @@ def fsdp2_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
             seconds = tokens = 0.0
             # the same precision on both sides: FSDP2 computes in bf16 over fp32 masters on a
             # GPU, so the plain learner's fp32 weights compute under bf16 autocast there
-            same_precision = (torch.autocast("cuda", dtype=torch.bfloat16)
-                              if kind == "plain" and torch.device(args.device).type == "cuda"
-                              else contextlib.nullcontext())
-            record["compute"] = "bf16 over fp32 weights" if args.device.startswith("cuda") \
-                else "fp32"
+            same_precision = (
+                torch.autocast("cuda", dtype=torch.bfloat16)
+                if kind == "plain" and torch.device(args.device).type == "cuda"
+                else contextlib.nullcontext()
+            )
+            record["compute"] = (
+                "bf16 over fp32 weights" if args.device.startswith("cuda") else "fp32"
+            )
             for step in range(size.steps):
                 with same_precision:
                     m = learner.train_step(rl_batch_of(synthetic_batch(step, size, vocab), cfg))
                 seconds += m["learner_seconds"]
                 tokens += m["train_tokens"] * m["updates"]
-            weights[kind] = {k: v.float().cpu() for k, v in
-                             learner.export_weights(learner.step).tensors.items()}
+            weights[kind] = {
+                k: v.float().cpu() for k, v in learner.export_weights(learner.step).tensors.items()
+            }
             record[f"{kind}_learner_tokens_per_s"] = tokens / seconds
-            record[f"{kind}_peak_gpu_memory_gb"] = memory_figures(args.device)[
-                "peak_gpu_memory_gb"]
+            record[f"{kind}_peak_gpu_memory_gb"] = memory_figures(args.device)["peak_gpu_memory_gb"]
             record["steps"] = learner.step
             del learner
         record["max_abs_weight_diff"] = max(
-            (weights["plain"][k] - weights["fsdp2"][k]).abs().max().item()
-            for k in weights["plain"])
+            (weights["plain"][k] - weights["fsdp2"][k]).abs().max().item() for k in weights["plain"]
+        )
     except Exception as err:  # reported with the rest
         traceback.print_exc()
         record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
@@ -453,10 +565,16 @@ def sent_bytes(op: str, tensor_bytes: int, n: int, root: bool) -> float:
     return float(tensor_bytes)  # broadcast
 
 
-COUNTED = {"all_gather_single": "input_tensor", "all_gather_into_tensor": "input_tensor",
-           "reduce_scatter_single": "input", "reduce_scatter_tensor": "input",
-           "all_reduce": "tensor", "broadcast": "tensor", "scatter": "tensor",
-           "gather": "tensor"}
+COUNTED = {
+    "all_gather_single": "input_tensor",
+    "all_gather_into_tensor": "input_tensor",
+    "reduce_scatter_single": "input",
+    "reduce_scatter_tensor": "input",
+    "all_reduce": "tensor",
+    "broadcast": "tensor",
+    "scatter": "tensor",
+    "gather": "tensor",
+}
 """torch.distributed collectives whose bytes `count_collectives` adds up, with the argument
 it measures."""
 
@@ -480,11 +598,16 @@ def count_collectives(totals: dict[str, float]) -> None:
                 root = bound.get("group_src", bound.get("group_dst"))
                 if root is None:  # given as a global rank
                     glob = bound.get("src", bound.get("dst"))
-                    root = None if glob is None else \
-                        dist.get_group_rank(group or dist.group.WORLD, glob)
+                    root = (
+                        None
+                        if glob is None
+                        else dist.get_group_rank(group or dist.group.WORLD, glob)
+                    )
                 totals[op] = totals.get(op, 0.0) + sent_bytes(
-                    op, tensor.nbytes, dist.get_world_size(group), root == me)
+                    op, tensor.nbytes, dist.get_world_size(group), root == me
+                )
             return real(*args, **kwargs)
+
         return call
 
     for op, measured in COUNTED.items():
@@ -493,8 +616,7 @@ def count_collectives(totals: dict[str, float]) -> None:
             setattr(dist, op, wrapped(op, real, measured))
 
 
-def ranks_rank(rank: int, cfg, steps: int, size: Size, vocab: int, device: str,
-               out: Path) -> None:
+def ranks_rank(rank: int, cfg, steps: int, size: Size, vocab: int, device: str, out: Path) -> None:
     """One rank of `ranks_check` (a spawned process): the sharded learner on this rank's device
     trains `steps` PPO steps on the synthetic batches; writes out/rank<r>.json (and rank 0 the
     weights, out/weights.pt)."""
@@ -524,16 +646,22 @@ def ranks_rank(rank: int, cfg, steps: int, size: Size, vocab: int, device: str,
             tokens += m["train_tokens"] * m["updates"]
         seconds = time.perf_counter() - started
         update = learner.export_weights(learner.step)
-        record.update(steps=learner.step, seconds=seconds, learner_tokens_per_s=tokens / seconds,
-                      sent_bytes=sum(totals.values()), sent_bytes_by_op=dict(totals))
+        record.update(
+            steps=learner.step,
+            seconds=seconds,
+            learner_tokens_per_s=tokens / seconds,
+            sent_bytes=sum(totals.values()),
+            sent_bytes_by_op=dict(totals),
+        )
         if kind == "cuda":
-            record.update(peak_allocated_gb=torch.cuda.max_memory_allocated() / 2**30,
-                          peak_reserved_gb=torch.cuda.max_memory_reserved() / 2**30)
+            record.update(
+                peak_allocated_gb=torch.cuda.max_memory_allocated() / 2**30,
+                peak_reserved_gb=torch.cuda.max_memory_reserved() / 2**30,
+            )
         else:
             record.update(peak_allocated_gb=None, peak_reserved_gb=None)
         if update is not None:
-            torch.save({k: v.float().cpu() for k, v in update.tensors.items()},
-                       out / "weights.pt")
+            torch.save({k: v.float().cpu() for k, v in update.tensors.items()}, out / "weights.pt")
     except Exception as err:  # reported by the parent
         traceback.print_exc()
         record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
@@ -561,21 +689,33 @@ def ranks_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
 
     name = f"ranks-{'lora' if lora else 'full'}"
     n = args.ranks
-    record = {"name": name, "lora": lora, "world": n, "steps_wanted": size.steps,
-              "error": None, "per_rank": []}
+    record = {
+        "name": name,
+        "lora": lora,
+        "world": n,
+        "steps_wanted": size.steps,
+        "error": None,
+        "per_rank": [],
+    }
     device = torch.device(args.device)
     record["backend"] = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda" and torch.cuda.device_count() < n:
-        record["error"] = (f"--ranks {n} needs {n} GPUs, one per rank; this machine has "
-                           f"{torch.cuda.device_count()}")
+        record["error"] = (
+            f"--ranks {n} needs {n} GPUs, one per rank; this machine has "
+            f"{torch.cuda.device_count()}"
+        )
         return record
-    over = [o for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
-            if not o.startswith("model.dtype=")]
+    over = [
+        o
+        for o in overrides(args, size, model, work, name, "sync", lora, size.steps)
+        if not o.startswith("model.dtype=")
+    ]
     out = work / name
     out.mkdir()
     try:
-        cfg = load_config(None, [*over, "model.dtype=float32", "algo.kl_coef=0.05",
-                                 "train.mini_batches=2"])
+        cfg = load_config(
+            None, [*over, "model.dtype=float32", "algo.kl_coef=0.05", "train.mini_batches=2"]
+        )
         plain = Learner(load_trainable(policy_config(cfg)), cfg)
         vocab = len(plain.model.tokenizer)
         for step in range(size.steps):
@@ -586,21 +726,28 @@ def ranks_check(args, size: Size, model: str, work: Path, lora: bool) -> dict:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
-                   LOCAL_WORLD_SIZE=str(n))
+        env = dict(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(n),
+            LOCAL_WORLD_SIZE=str(n),
+        )
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            mp.start_processes(ranks_rank, (cfg, size.steps, size, vocab, args.device, out),
-                               nprocs=n, start_method="spawn")
+            mp.start_processes(
+                ranks_rank,
+                (cfg, size.steps, size, vocab, args.device, out),
+                nprocs=n,
+                start_method="spawn",
+            )
         finally:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k)
                 else:
                     os.environ[k] = v
-        record["per_rank"] = [json.loads((out / f"rank{r}.json").read_text())
-                              for r in range(n)]
+        record["per_rank"] = [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
         failed = [r for r in record["per_rank"] if r["error"]]
         if failed:
             record["error"] = f"rank {failed[0]['rank']}: {failed[0]['error']}"
@@ -636,9 +783,12 @@ def weight_group_check(args, model: str) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
             record["device_uuid"] = str(torch.cuda.get_device_properties(device).uuid)
-        record.update(backend=group.backend, buckets=len(buckets(meta, 4)),
-                      mb=sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20,
-                      send_seconds=time.perf_counter() - start)
+        record.update(
+            backend=group.backend,
+            buckets=len(buckets(meta, 4)),
+            mb=sum(t.numel() * t.element_size() for t in tensors.values()) / 2**20,
+            send_seconds=time.perf_counter() - start,
+        )
         group.close()
         if device.type == "cuda":
             record["cuda_ipc"] = cuda_ipc_probe(tensors)
@@ -664,8 +814,9 @@ def cuda_ipc_probe(tensors: dict) -> dict:
     target = rendezvous.target(2, "gloo", "bfloat16", 64, verify=True, transport="ipc")
     ctx = mp.get_context("spawn")
     answer = ctx.Queue()
-    proc = ctx.Process(target=ipc_receiver, args=(asdict(target), torch.cuda.current_device(),
-                                                   answer))
+    proc = ctx.Process(
+        target=ipc_receiver, args=(asdict(target), torch.cuda.current_device(), answer)
+    )
     proc.start()
     member = Membership()
     torch.cuda.reset_peak_memory_stats()
@@ -685,10 +836,12 @@ def cuda_ipc_probe(tensors: dict) -> dict:
     proc.join(30)
     if proc.is_alive():
         proc.kill()
-    out = {"seconds": seconds, "sender_peak_extra_mb":
-           (torch.cuda.max_memory_allocated() - before) / 2**20,
-           "mb": sum(t.numel() * 2 for t in tensors.values() if t.is_floating_point()) / 2**20,
-           **got}
+    out = {
+        "seconds": seconds,
+        "sender_peak_extra_mb": (torch.cuda.max_memory_allocated() - before) / 2**20,
+        "mb": sum(t.numel() * 2 for t in tensors.values() if t.is_floating_point()) / 2**20,
+        **got,
+    }
     if error or got.get("error"):
         out["status"] = "unsupported"
         out["sender_error"] = error
@@ -711,9 +864,14 @@ def ipc_receiver(target: dict, device: int, answer) -> None:
         group = member.of(WeightTarget(**target), 1)
         held = {k: v.clone() for k, v in group.receive_stream()}
         match = group.sent_fingerprints == {k: fingerprint(v) for k, v in held.items()}
-        answer.put({"receiver_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
-                    "tensors": len(held), "fingerprints_match": match,
-                    "error": None if match else "fingerprints differ"})
+        answer.put(
+            {
+                "receiver_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
+                "tensors": len(held),
+                "fingerprints_match": match,
+                "error": None if match else "fingerprints differ",
+            }
+        )
     except Exception as err:  # noqa: BLE001 - reported by the sender
         answer.put({"error": f"{type(err).__name__}: {err}".splitlines()[0][:300]})
     finally:
@@ -767,12 +925,17 @@ def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> di
 
     name = f"colocation-{'lora' if lora else 'full'}"
     cycles = 2 if args.quick else 50
-    record = {"name": name, "lora": lora, "cycles_wanted": cycles, "cycles": 0, "error": None,
-              "memory": []}
+    record = {
+        "name": name,
+        "lora": lora,
+        "cycles_wanted": cycles,
+        "cycles": 0,
+        "error": None,
+        "memory": [],
+    }
     memory_reset(args.device)
     try:
-        cfg = load_config(None, overrides(args, size, model, work, name, "sync", lora,
-                                          cycles))
+        cfg = load_config(None, overrides(args, size, model, work, name, "sync", lora, cycles))
         policy = policy_config(cfg)
         learner = Learner(load_trainable(policy), cfg)
         stand_in = SleepingHFEngine(HFEngineCopy(policy), args.device, kv_bytes=64 * 2**20)
@@ -784,9 +947,14 @@ def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> di
 
         def mark(phase: str, cycle: int) -> None:
             if args.device.startswith("cuda"):
-                record["memory"].append({"cycle": cycle, "phase": phase,
-                                         "allocated_gb": torch.cuda.memory_allocated() / 2**30,
-                                         "reserved_gb": torch.cuda.memory_reserved() / 2**30})
+                record["memory"].append(
+                    {
+                        "cycle": cycle,
+                        "phase": phase,
+                        "allocated_gb": torch.cuda.memory_allocated() / 2**30,
+                        "reserved_gb": torch.cuda.memory_reserved() / 2**30,
+                    }
+                )
 
         for cycle in range(cycles):
             stand_in.engine.generate(prompts, params, seeds=list(range(len(prompts))))
@@ -795,8 +963,9 @@ def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> di
             mark("asleep", cycle)
             learner.train_step(rl_batch_of(synthetic_batch(cycle, size, vocab), cfg))
             mark("trained", cycle)
-            handover.wake(lambda: stand_in.engine.load_weights(
-                learner.export_weights(learner.step)))
+            handover.wake(
+                lambda: stand_in.engine.load_weights(learner.export_weights(learner.step))
+            )
             mark("awake", cycle)
             record["cycles"] = cycle + 1
         want = learner.export_weights(learner.step).tensors
@@ -806,10 +975,12 @@ def colocation_check(args, size: Size, model: str, work: Path, lora: bool) -> di
         got = get_peft_model_state_dict(copy) if lora else dict(copy.named_parameters())
         record["max_abs_weight_diff"] = max(
             (want[k].float().cpu() - got[k].float().cpu()).abs().max().item()
-            for k in want if k in got)
+            for k in want
+            if k in got
+        )
         awake = [m["reserved_gb"] for m in record["memory"] if m["phase"] == "awake"]
         if awake:
-            settled = max(awake[1:min(len(awake), 6)] or awake)
+            settled = max(awake[1 : min(len(awake), 6)] or awake)
             record["reserved_growth_gb"] = max(awake) - settled
         learner = stand_in = None  # their GPU memory is freed before the figures below
     except Exception as err:  # an OOM included: reported with the rest
@@ -830,11 +1001,14 @@ def colocation_problems(record: dict) -> list[str]:
     if record["cycles"] < record["cycles_wanted"]:
         out.append(f"{name}: completed {record['cycles']} of {record['cycles_wanted']} cycles")
     if not record.get("max_abs_weight_diff", 1.0) <= 1e-6:
-        out.append(f"{name}: the woken copy differs from the learner by "
-                   f"{record.get('max_abs_weight_diff')}")
+        out.append(
+            f"{name}: the woken copy differs from the learner by "
+            f"{record.get('max_abs_weight_diff')}"
+        )
     if record.get("reserved_growth_gb", 0.0) > 0.25:
-        out.append(f"{name}: reserved memory grew {record['reserved_growth_gb']:.2f} GB "
-                   "over the cycles")
+        out.append(
+            f"{name}: reserved memory grew {record['reserved_growth_gb']:.2f} GB over the cycles"
+        )
     return out
 
 
@@ -860,12 +1034,22 @@ def long_context_check(args, size: Size, work: Path) -> dict:
 
         model = work / "long_model"
         build_model(model, load_tokenizer(args.tokenizer), size, positions=max(lengths))
-        cfg = load_config(None, [f"model.model={model}", f"model.device={args.device}",
-                                 f"model.dtype={args.dtype}", "model.lora=false",
-                                 "train.micro_batch_size=1", "train.mini_batches=1",
-                                 "train.warmup_steps=0", "rollout.group_size=1",
-                                 "rollout.tasks_per_step=1", f"rollout.max_seq_len={max(lengths)}",
-                                 *args.set])
+        cfg = load_config(
+            None,
+            [
+                f"model.model={model}",
+                f"model.device={args.device}",
+                f"model.dtype={args.dtype}",
+                "model.lora=false",
+                "train.micro_batch_size=1",
+                "train.mini_batches=1",
+                "train.warmup_steps=0",
+                "rollout.group_size=1",
+                "rollout.tasks_per_step=1",
+                f"rollout.max_seq_len={max(lengths)}",
+                *args.set,
+            ],
+        )
         learner = Learner(load_trainable(policy_config(cfg)), cfg)
         record["checkpointing"] = learner.model.cfg.gradient_checkpointing
         learner.train_step(TrainBatch([random_row(128, seed=1)]))  # one-time allocations
@@ -905,10 +1089,21 @@ def lora_gap_check(args, size: Size, model: str) -> dict:
         arms, rms = list(lora_gap.ARMS), [0.0, 1e-3]
         prompts, tokens = 16, size.max_new_tokens
         if args.quick:  # the mechanics only: one fp32 and two bf16 arms, a trained-like adapter
-            arms, rms, prompts, tokens = ["full-fp32", "lora-bf16-merged",
-                                          "lora-bf16-unmerged"], [1e-3], 2, 8
-        record["rows"] = lora_gap.arm_rows(model, arms, rms, prompts, tokens, args.device,
-                                           log=lambda line: print(f"  {line}", flush=True))
+            arms, rms, prompts, tokens = (
+                ["full-fp32", "lora-bf16-merged", "lora-bf16-unmerged"],
+                [1e-3],
+                2,
+                8,
+            )
+        record["rows"] = lora_gap.arm_rows(
+            model,
+            arms,
+            rms,
+            prompts,
+            tokens,
+            args.device,
+            log=lambda line: print(f"  {line}", flush=True),
+        )
     except Exception as err:  # reported with the rest
         traceback.print_exc()
         record["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
@@ -932,9 +1127,14 @@ def environment(device: str) -> dict:
     import torch
     import transformers
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "cuda": torch.version.cuda,
-            "device": device, "device_name": platform.processor() or platform.machine()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "device": device,
+        "device_name": platform.processor() or platform.machine(),
+    }
     try:
         import peft
 
@@ -958,14 +1158,31 @@ def check(args) -> dict:
     """Every run in a temporary folder; returns (and keeps writing) the result."""
     size = QUICK if args.quick else FULL
     wanted = [r for r in RUNS if r[0] in args.runs.split(",")]
-    result = {"ok": False, "finished": False, "started_unix": time.time(),
-              "environment": environment(args.device),
-              "settings": {**asdict(size), "device": args.device, "dtype": args.dtype,
-                           "quick": args.quick, "max_gap": args.max_gap, "extra": args.set,
-                           "ranks": args.ranks},
-              "model": None, "runs": [], "fsdp2": [], "ranks": [], "weight_group": None,
-              "lora_gap": None, "colocation": [], "long_context": None,
-              "reference": None, "problems": []}
+    result = {
+        "ok": False,
+        "finished": False,
+        "started_unix": time.time(),
+        "environment": environment(args.device),
+        "settings": {
+            **asdict(size),
+            "device": args.device,
+            "dtype": args.dtype,
+            "quick": args.quick,
+            "max_gap": args.max_gap,
+            "extra": args.set,
+            "ranks": args.ranks,
+        },
+        "model": None,
+        "runs": [],
+        "fsdp2": [],
+        "ranks": [],
+        "weight_group": None,
+        "lora_gap": None,
+        "colocation": [],
+        "long_context": None,
+        "reference": None,
+        "problems": [],
+    }
     write(args.out, result)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
@@ -984,8 +1201,10 @@ def check(args) -> dict:
             if record["error"]:
                 result["problems"].append(f"{record['name']}: crashed: {record['error']}")
             elif record["steps"] < record["steps_wanted"]:
-                result["problems"].append(f"{record['name']}: completed {record['steps']} of "
-                                          f"{record['steps_wanted']} steps")
+                result["problems"].append(
+                    f"{record['name']}: completed {record['steps']} of "
+                    f"{record['steps_wanted']} steps"
+                )
             write(args.out, result)
         for name, lora in [r for r in RANKS_RUNS if r[0] in args.runs.split(",")]:
             if args.ranks < 2:
@@ -1024,12 +1243,23 @@ def check(args) -> dict:
             result["reference"] = {"model": args.reference_model, "skipped": why}
         else:
             print(f"gpu_check: reference {args.reference_model}", flush=True)
-            record = run_one(args, size, folder, work, "reference", "sync", True,
-                             args.reference_steps or size.steps)
+            record = run_one(
+                args,
+                size,
+                folder,
+                work,
+                "reference",
+                "sync",
+                True,
+                args.reference_steps or size.steps,
+            )
             result["reference"] = record
             result["problems"] += problems(record, args.max_gap)
-    result.update(ok=not result["problems"] and len(result["runs"]) == len(wanted),
-                  finished=True, wall_seconds=time.perf_counter() - started)
+    result.update(
+        ok=not result["problems"] and len(result["runs"]) == len(wanted),
+        finished=True,
+        wall_seconds=time.perf_counter() - started,
+    )
     write(args.out, result)
     return result
 

@@ -35,8 +35,14 @@ def pytest_unconfigure(config):
     if _SESSION_TMP is not None:
         from multiprocessing.util import Finalize
 
-        Finalize(None, shutil.rmtree, args=(_SESSION_TMP,), kwargs={"ignore_errors": True},
-                 exitpriority=-101)
+        Finalize(
+            None,
+            shutil.rmtree,
+            args=(_SESSION_TMP,),
+            kwargs={"ignore_errors": True},
+            exitpriority=-101,
+        )
+
 
 TINY = {
     "hidden_size": 64,
@@ -123,5 +129,8 @@ def nothing_left_behind(request):
     paths = [p for p in TempWatch.remaining() if p not in before_paths]
     children = lingering_children(grace=10.0, ignore=before_children)
     if paths or children:
-        pytest.fail(f"left behind after the test session: {paths[:10]} "
-                    f"{len(paths)} paths; processes {children[:10]}", pytrace=False)
+        pytest.fail(
+            f"left behind after the test session: {paths[:10]} "
+            f"{len(paths)} paths; processes {children[:10]}",
+            pytrace=False,
+        )

@@ -33,8 +33,14 @@ class FakeDeviceTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, inner: torch.Tensor):
         out = torch.Tensor._make_wrapper_subclass(
-            cls, inner.shape, strides=inner.stride(), storage_offset=inner.storage_offset(),
-            dtype=inner.dtype, device=DEVICE, requires_grad=inner.requires_grad)
+            cls,
+            inner.shape,
+            strides=inner.stride(),
+            storage_offset=inner.storage_offset(),
+            dtype=inner.dtype,
+            device=DEVICE,
+            requires_grad=inner.requires_grad,
+        )
         out.inner = inner
         return out
 
@@ -60,7 +66,8 @@ def _run(func, args, kwargs):
             if not isinstance(t, FakeDeviceTensor) and t.dim() > 0:
                 raise RuntimeError(
                     f"Expected all tensors to be on the same device, but found at least two "
-                    f"devices, {DEVICE} (fake accelerator) and {t.device}! ({func})")
+                    f"devices, {DEVICE} (fake accelerator) and {t.device}! ({func})"
+                )
     to_fake = _is_fake_device(kwargs.get("device"))
     leaving = func is aten._to_copy.default and "device" in kwargs and not to_fake
     if to_fake:

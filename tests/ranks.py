@@ -32,13 +32,17 @@ def spawn(world: int, fn, *args, timeout: float = 300.0, dies: tuple[int, ...] =
     the others run to their end."""
     import torch.multiprocessing as mp
 
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world),
-           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(world),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        ctx = mp.start_processes(_enter, (fn, args), nprocs=world, join=False,
-                                 start_method="spawn")
+        ctx = mp.start_processes(_enter, (fn, args), nprocs=world, join=False, start_method="spawn")
         import time
 
         deadline = time.monotonic() + timeout
@@ -109,12 +113,22 @@ def episodes(seed: int, even: bool = False) -> list[Episode]:
         prompt = [rng.randrange(100, 5000) for _ in range(6)]
         for k in range(size):
             n = rng.randrange(3, 10)
-            turns = [Turn([rng.randrange(100, 5000) for _ in range(n)],
-                          [-rng.uniform(0.5, 6.0) for _ in range(n)], 0)]
+            turns = [
+                Turn(
+                    [rng.randrange(100, 5000) for _ in range(n)],
+                    [-rng.uniform(0.5, 6.0) for _ in range(n)],
+                    0,
+                )
+            ]
             if k == 1 and not even:
-                turns.append(Turn([rng.randrange(100, 5000) for _ in range(4)],
-                                  [-rng.uniform(0.5, 6.0) for _ in range(4)], 0,
-                                  context_ids=[rng.randrange(100, 5000) for _ in range(5)]))
+                turns.append(
+                    Turn(
+                        [rng.randrange(100, 5000) for _ in range(4)],
+                        [-rng.uniform(0.5, 6.0) for _ in range(4)],
+                        0,
+                        context_ids=[rng.randrange(100, 5000) for _ in range(5)],
+                    )
+                )
             out.append(Episode(f"t{g}", f"{seed}-{g}", prompt, turns, reward=float(k % 2)))
     return out
 
@@ -158,11 +172,23 @@ def config(model_dir: Path, lora: bool, *extra: str) -> Config:
     on, the gradient norm clipped (the tiny model's is 0.003 to 0.02). AdamW moves every weight by
     about lr per update, however small its gradient, so float rounding in a near-zero gradient
     can move a weight by up to ~lr: a small lr keeps that below the tests' 1e-6."""
-    return load_config(None, [
-        f"model.model={model_dir}", "model.dtype=float32", "model.device=cpu",
-        f"model.lora={str(lora).lower()}", "algo.kl_coef=0.1", "train.epochs=2",
-        "train.mini_batches=2", "train.micro_batch_size=2", "train.lr=3e-5",
-        "train.warmup_steps=0", "train.grad_clip=0.002", *extra])
+    return load_config(
+        None,
+        [
+            f"model.model={model_dir}",
+            "model.dtype=float32",
+            "model.device=cpu",
+            f"model.lora={str(lora).lower()}",
+            "algo.kl_coef=0.1",
+            "train.epochs=2",
+            "train.mini_batches=2",
+            "train.micro_batch_size=2",
+            "train.lr=3e-5",
+            "train.warmup_steps=0",
+            "train.grad_clip=0.002",
+            *extra,
+        ],
+    )
 
 
 def trainable_weights(learner) -> dict[str, torch.Tensor]:
@@ -190,8 +216,9 @@ def sharded(cfg: Config):
 
 
 # -- what the ranks run --------------------------------------------------------------------
-def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
-                     even: bool = False) -> None:
+def train_and_report(
+    rank: int, cfg: Config, seeds: list[int], out: Path, even: bool = False
+) -> None:
     """Train one RL step per seed's batch, then one SFT step; rank 0 saves the weights and
     metrics to `out`."""
     learner = sharded(cfg)
@@ -202,8 +229,9 @@ def train_and_report(rank: int, cfg: Config, seeds: list[int], out: Path,
         torch.save({"weights": weights, "metrics": metrics, "step": learner.step}, out)
 
 
-def save_at_two_ranks(rank: int, lora: Config, full: Config, root: Path, resume: list[Path],
-                      out: Path) -> None:
+def save_at_two_ranks(
+    rank: int, lora: Config, full: Config, root: Path, resume: list[Path], out: Path
+) -> None:
     """What 2 ranks do for the checkpoint tests (one spawn for all, to keep CI short):
     1. try to checkpoint into a folder of each rank's own (two nodes with local disks): refused;
     2. LoRA (uneven batches) and full fine-tuning (even ones): steps 1 and 2, checkpointing
@@ -230,8 +258,13 @@ def save_at_two_ranks(rank: int, lora: Config, full: Config, root: Path, resume:
     for ckpt in resume:  # into the trained learner: loading replaces all of its state
         lora_learner.load(ckpt)
         metrics = rl_step(lora_learner, episodes(3))
-        report["resumed"].append({"metrics": metrics, "step": lora_learner.step,
-                                  "weights": trainable_weights(lora_learner)})
+        report["resumed"].append(
+            {
+                "metrics": metrics,
+                "step": lora_learner.step,
+                "weights": trainable_weights(lora_learner),
+            }
+        )
     if rank == 0:
         torch.save(report, out)
 
@@ -261,9 +294,11 @@ def _socket_addresses() -> dict[str, list[str]]:
     import psutil
 
     conns = psutil.Process().net_connections("tcp")
-    return {"listen": sorted({c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}),
-            "local": sorted({c.laddr.ip for c in conns if c.raddr}),
-            "remote": sorted({c.raddr.ip for c in conns if c.raddr})}
+    return {
+        "listen": sorted({c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}),
+        "local": sorted({c.laddr.ip for c in conns if c.raddr}),
+        "remote": sorted({c.raddr.ip for c in conns if c.raddr}),
+    }
 
 
 def _stall_until(released: list[Path], seconds: float):
@@ -275,6 +310,7 @@ def _stall_until(released: list[Path], seconds: float):
         end = time.monotonic() + seconds
         while not all(f.exists() for f in released) and time.monotonic() < end:
             time.sleep(0.2)
+
     return stall
 
 
@@ -309,9 +345,13 @@ def train_on_nodes(rank: int, cfgs: dict[str, Config], root: Path) -> None:
         update = worker.export(2)[1]
         first = next(p for p in model.module.parameters())
         report["plans"][name] = {
-            "coordinate": model.mesh.get_coordinate(), "shard": first.to_local().clone(),
-            "metrics": metrics, "weights": None if update is None else
-            {n: t.clone() for n, t in update.tensors.items()}}
+            "coordinate": model.mesh.get_coordinate(),
+            "shard": first.to_local().clone(),
+            "metrics": metrics,
+            "weights": None
+            if update is None
+            else {n: t.clone() for n, t in update.tensors.items()},
+        }
     report["sockets"] = _socket_addresses()
     released = [root / f"released-by-{r}" for r in range(3)]
     if rank == 3:
@@ -351,6 +391,7 @@ def die_in_step_2(rank: int, cfg: Config, root: Path) -> None:
         def kill(module, args, output):
             if output.requires_grad:  # not in the passes without gradients
                 output.register_hook(lambda grad: os.kill(os.getpid(), signal.SIGKILL))
+
         out.register_forward_hook(kill)
     start = time.monotonic()
     try:
@@ -370,10 +411,17 @@ def save_format_1(learner, ckpt_root: Path, extra: dict) -> Path:
 
     ckpt = ckpt_root / f"step_{learner.step:06d}"
     learner.model.save(ckpt / "policy")
-    torch.save({"step": learner.step, "optimizer": learner.optimizer.state_dict(),
-                "scheduler": learner.scheduler.state_dict(),
-                "baselines": {"window": 32, "history": {}}, "extra": extra,
-                "rng": rng_state()}, ckpt / "trainer.pt")
+    torch.save(
+        {
+            "step": learner.step,
+            "optimizer": learner.optimizer.state_dict(),
+            "scheduler": learner.scheduler.state_dict(),
+            "baselines": {"window": 32, "history": {}},
+            "extra": extra,
+            "rng": rng_state(),
+        },
+        ckpt / "trainer.pt",
+    )
     (ckpt_root / "latest").write_text(ckpt.name)
     return ckpt
 
@@ -391,9 +439,18 @@ def skip_a_poisoned_step(rank: int, cfg: Config, ckpt_root: Path, out: Path) -> 
     after_skip = trainable_weights(learner)
     learner.save(ckpt_root, {})
     trained = rl_step(learner, episodes(3))
-    torch.save({"weights": weights, "after_skip": after_skip, "final": trainable_weights(learner),
-                "optimizer_unchanged": unchanged, "skipped": skipped, "trained": trained,
-                "step": learner.step}, out / f"rank{rank}.pt")
+    torch.save(
+        {
+            "weights": weights,
+            "after_skip": after_skip,
+            "final": trainable_weights(learner),
+            "optimizer_unchanged": unchanged,
+            "skipped": skipped,
+            "trained": trained,
+            "step": learner.step,
+        },
+        out / f"rank{rank}.pt",
+    )
 
 
 def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> None:
@@ -431,9 +488,12 @@ def load_on_ranks(rank: int, lora_cfg: Config, full_cfg: Config, out: Path) -> N
             logp = model.token_logprobs(ids, mask)
             with model.frozen_base():
                 base = model.token_logprobs(ids, mask)
-        report[kind] = {"tensors": None if update is None else update.tensors,
-                        "kind": None if update is None else update.kind,
-                        "logp": logp, "base": base}
+        report[kind] = {
+            "tensors": None if update is None else update.tensors,
+            "kind": None if update is None else update.kind,
+            "logp": logp,
+            "base": base,
+        }
     errors = []
     for folder in (out / "lora", out.parent / "lacking", out.parent / "no-weights"):
         try:
@@ -452,11 +512,15 @@ def weight_tensors() -> dict[str, torch.Tensor]:
     """Tensors of three dtypes and odd shapes (a 0-dim one too), in an order that switches
     dtype, so a small bucket size gives buckets of one tensor, of several, and a dtype change."""
     g = torch.Generator().manual_seed(0)
-    return {"a.weight": torch.randn(64, 48, generator=g), "a.bias": torch.randn(48, generator=g),
-            "b.weight": torch.randn(300, 100, generator=g),
-            "norm": torch.randn(7, generator=g).to(torch.bfloat16),
-            "norm2": torch.randn(3, 5, generator=g).to(torch.bfloat16),
-            "steps": torch.arange(11), "scale": torch.tensor(0.5)}
+    return {
+        "a.weight": torch.randn(64, 48, generator=g),
+        "a.bias": torch.randn(48, generator=g),
+        "b.weight": torch.randn(300, 100, generator=g),
+        "norm": torch.randn(7, generator=g).to(torch.bfloat16),
+        "norm2": torch.randn(3, 5, generator=g).to(torch.bfloat16),
+        "steps": torch.arange(11),
+        "scale": torch.tensor(0.5),
+    }
 
 
 def receive_weights(rank: int, port: int, world: int, bucket_mb: float, out: Path) -> None:
@@ -465,8 +529,7 @@ def receive_weights(rank: int, port: int, world: int, bucket_mb: float, out: Pat
     from practicum.engine.weight_group import WeightGroup, meta_of
 
     group = WeightGroup.join("127.0.0.1", port, rank + 1, world, "gloo", timeout_s=120)
-    got = {k: v.clone() for k, v in group.receive(meta_of(weight_tensors()),
-                                                  bucket_mb=bucket_mb)}
+    got = {k: v.clone() for k, v in group.receive(meta_of(weight_tensors()), bucket_mb=bucket_mb)}
     group.close()
     torch.save(got, out / f"received-{rank + 1}.pt")
 
@@ -556,8 +619,12 @@ def publish_to_vllm(rank: int, cfg: Config, out: Path) -> None:
     sampled = SamplingParams(temperature=1.0, max_new_tokens=8)
 
     def draw(sampler):
-        return [(s.token_ids, s.logprobs) for s in
-                sampler.generate(prompts, greedy) + sampler.generate(prompts, sampled, [5, 6, 7])]
+        return [
+            (s.token_ids, s.logprobs)
+            for s in sampler.generate(prompts, greedy)
+            + sampler.generate(prompts, sampled, [5, 6, 7])
+        ]
+
     placement = place(cfg)
     try:
         sampler, learner = placement.sampler, placement.learner

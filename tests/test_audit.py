@@ -44,8 +44,11 @@ def toy_swe_suite(tmp_path_factory) -> Path:
     return folder / "toy.jsonl"
 
 
-SWE_TOY = ["task.options.held_out_packages=[other]", "task.options.command_seconds=5",
-           "rollout.max_turns=2"]
+SWE_TOY = [
+    "task.options.held_out_packages=[other]",
+    "task.options.command_seconds=5",
+    "rollout.max_turns=2",
+]
 
 
 def only(*names: str) -> list[str]:
@@ -61,12 +64,27 @@ BUNDLED = {
     "timed_bandit": ["timed_bandit", "task.options.time_scale=0.01"],
     "calculator": ["calculator", "task.options.wall_seconds=3"],
     "flow": [str(ROOT / "configs/flow.yaml"), "task.options.wall_seconds=3"],
-    "mle": [str(ROOT / "configs/mle.yaml"),
-            *only("empty", "judge", "copy the answers", "forged", "symlink", "names-only",
-                  "non-finite")],
-    "swe": ["swe", *SWE_TOY,  # + the toy instance file (fixture)
-            *only("empty", "judge", "submit at once", "edit the tests", "conftest",
-                  "fake PASSED", "git", "background", "rewrite pytest")],
+    "mle": [
+        str(ROOT / "configs/mle.yaml"),
+        *only(
+            "empty", "judge", "copy the answers", "forged", "symlink", "names-only", "non-finite"
+        ),
+    ],
+    "swe": [
+        "swe",
+        *SWE_TOY,  # + the toy instance file (fixture)
+        *only(
+            "empty",
+            "judge",
+            "submit at once",
+            "edit the tests",
+            "conftest",
+            "fake PASSED",
+            "git",
+            "background",
+            "rewrite pytest",
+        ),
+    ],
 }
 
 
@@ -76,8 +94,11 @@ def test_every_bundled_environment_is_contained(env, tmp_path, toy_swe_suite):
     if env == "swe":
         args.insert(1, f"task.options.instances={toy_swe_suite}")
     code, report = audit(tmp_path, *args, "--tasks", "1")
-    bad = {a: v for a, v in verdicts(report).items()
-           if v not in ("contained", "reference", "undue credit (known hole)")}
+    bad = {
+        a: v
+        for a, v in verdicts(report).items()
+        if v not in ("contained", "reference", "undue credit (known hole)")
+    }
     assert code == 0 and report["ok"] and not bad, bad
     assert len(report["results"]) >= 8 and report["honest"] is not None
     if env in ("calculator", "flow"):  # sandboxed: the probes ran through its own action
@@ -164,8 +185,9 @@ def test_a_judge_that_obeys_instructions_is_caught(tmp_path, judged_entry_point,
     assert code == 0 and verdicts(report)["judge-directed instruction"] == "contained"
 
 
-def test_a_swe_grader_that_trusts_printed_passed_lines_is_caught(tmp_path, toy_swe_suite,
-                                                                 monkeypatch):
+def test_a_swe_grader_that_trusts_printed_passed_lines_is_caught(
+    tmp_path, toy_swe_suite, monkeypatch
+):
     """The weakened grader takes any `PASSED <id>` line the test run printed (not only the
     runner's own records after its end marker): the audit's forged lines then resolve the task."""
     from practicum.envs.swe import testing
@@ -175,8 +197,16 @@ def test_a_swe_grader_that_trusts_printed_passed_lines_is_caught(tmp_path, toy_s
 
     monkeypatch.setattr(testing, "after_marker", lambda log, marker: log)
     monkeypatch.setattr(testing, "statuses_for", trusting)
-    code, report = audit(tmp_path, "swe", *SWE_TOY, f"task.options.instances={toy_swe_suite}",
-                         "--tasks", "1", "--attack", "fake PASSED")
+    code, report = audit(
+        tmp_path,
+        "swe",
+        *SWE_TOY,
+        f"task.options.instances={toy_swe_suite}",
+        "--tasks",
+        "1",
+        "--attack",
+        "fake PASSED",
+    )
     assert code == 1
     assert "undue credit" in verdicts(report).values(), verdicts(report)
 
@@ -198,9 +228,10 @@ class LeakyEnv(Env):
 
     def step(self, action: str) -> StepResult:
         if self.unsandboxed and action.startswith("<run>"):
-            code = action[len("<run>"):].removesuffix("</run>")
-            subprocess.run([sys.executable, "-c", code], cwd=self.workdir, timeout=10,
-                           capture_output=True)
+            code = action[len("<run>") :].removesuffix("</run>")
+            subprocess.run(
+                [sys.executable, "-c", code], cwd=self.workdir, timeout=10, capture_output=True
+            )
         return StepResult(reward=float(action.strip() == "42"), done=True)
 
     def close(self) -> None:
@@ -214,8 +245,14 @@ def leaky():
         tasks = [Task("leaky/0")]
         return Suite(lambda models=None: LeakyEnv(opts.unsandboxed), tasks, tasks)
 
-    register_env("leaky", LeakyOptions, build, audit=lambda opts: AuditSpec(
-        code=(lambda program: f"<run>{program}</run>") if opts.unsandboxed else None))
+    register_env(
+        "leaky",
+        LeakyOptions,
+        build,
+        audit=lambda opts: AuditSpec(
+            code=(lambda program: f"<run>{program}</run>") if opts.unsandboxed else None
+        ),
+    )
     yield
     _REGISTRY.pop("leaky")
     for left in Path(tempfile.gettempdir()).glob("practicum-leaky-*"):
@@ -230,8 +267,17 @@ def test_a_work_folder_left_behind_is_caught(tmp_path, leaky):
 
 
 def test_code_that_reaches_the_host_is_caught(tmp_path, leaky):
-    code, report = audit(tmp_path, "leaky", "task.options.unsandboxed=true", "--tasks", "1",
-                         "--attack", "network", "--attack", "outside")
+    code, report = audit(
+        tmp_path,
+        "leaky",
+        "task.options.unsandboxed=true",
+        "--tasks",
+        "1",
+        "--attack",
+        "network",
+        "--attack",
+        "outside",
+    )
     v = verdicts(report)
     assert code == 1 and set(v.values()) == {"left something behind"}, v
     found = " ".join(x for r in report["results"] for x in r["leftovers"])
@@ -272,8 +318,7 @@ def planted_tasks(seed: int, n: int = 4) -> list[Task]:
             q, gold = f"Which of {', '.join(names)} founded Sothe Mills?", rng.choice(names)
         else:
             n_ = rng.randint(2, 500)
-            q, gold = f"Is {n_} an even number? Answer yes or no.", ("yes" if n_ % 2 == 0
-                                                                    else "no")
+            q, gold = f"Is {n_} an even number? Answer yes or no.", ("yes" if n_ % 2 == 0 else "no")
         tasks.append(Task(f"planted/{seed}/{i}", {"question": q, "answer": gold}))
     return tasks
 
@@ -302,8 +347,12 @@ def planted():
         tasks = planted_tasks(ctx.seed)
         return Suite(lambda models=None: PlantedEnv(opts.check), tasks, tasks)
 
-    register_env("planted", PlantedOptions, build, audit=lambda opts: AuditSpec(
-        honest=lambda p: f"<answer>{p.task.data['answer']}</answer>"))
+    register_env(
+        "planted",
+        PlantedOptions,
+        build,
+        audit=lambda opts: AuditSpec(honest=lambda p: f"<answer>{p.task.data['answer']}</answer>"),
+    )
     yield
     _REGISTRY.pop("planted")
 
@@ -314,14 +363,18 @@ def test_a_planted_substring_check_fails_the_audit_on_every_seed(tmp_path, plant
     gold occurs anywhere pays the spray on every task, whatever the draw. An exact check pays
     it nothing."""
     for seed in range(10):
-        code, report = audit(tmp_path, "planted", "--tasks", "4", "--attack", "spray",
-                             f"run.seed={seed}")
+        code, report = audit(
+            tmp_path, "planted", "--tasks", "4", "--attack", "spray", f"run.seed={seed}"
+        )
         sprays = [r for r in report["results"] if r["attack"].startswith("candidate spray")]
         assert code == 1 and len(sprays) == 2, (seed, verdicts(report))
-        assert all(r["verdict"] == "undue credit" and min(r["rewards"]) == 1.0
-                   for r in sprays), (seed, [(r["attack"], r["rewards"]) for r in sprays])
-    code, report = audit(tmp_path, "planted", "task.options.check=exact", "--tasks", "4",
-                         "--attack", "spray")
+        assert all(r["verdict"] == "undue credit" and min(r["rewards"]) == 1.0 for r in sprays), (
+            seed,
+            [(r["attack"], r["rewards"]) for r in sprays],
+        )
+    code, report = audit(
+        tmp_path, "planted", "task.options.check=exact", "--tasks", "4", "--attack", "spray"
+    )
     assert code == 0 and set(verdicts(report).values()) == {"contained", "reference"}
 
 
@@ -351,9 +404,15 @@ def test_a_floor_attack_that_pays_on_some_tasks_only_is_caught(tmp_path):
         tasks = [Task(f"sometimes/{i}", {"index": i}) for i in range(4)]
         return Suite(lambda models=None: SometimesEnv(), tasks, tasks)
 
-    register_env("sometimes", SometimesOptions, build, audit=lambda opts: AuditSpec(
-        honest=lambda p: "<answer>teal</answer>",
-        attacks=[Attack("say please", lambda p: "please")]))
+    register_env(
+        "sometimes",
+        SometimesOptions,
+        build,
+        audit=lambda opts: AuditSpec(
+            honest=lambda p: "<answer>teal</answer>",
+            attacks=[Attack("say please", lambda p: "please")],
+        ),
+    )
     try:
         code, report = audit(tmp_path, "sometimes", "--tasks", "4", "--attack", "please")
     finally:
@@ -383,8 +442,11 @@ def test_a_child_process_left_running_is_caught(tmp_path, monkeypatch):
 
     from practicum.audit import leftovers, run
 
-    monkeypatch.setattr(run, "lingering_children",  # not the full grace: the child never ends
-                        functools.partial(leftovers.lingering_children, grace=0.5))
+    monkeypatch.setattr(
+        run,
+        "lingering_children",  # not the full grace: the child never ends
+        functools.partial(leftovers.lingering_children, grace=0.5),
+    )
 
     def build(opts, ctx) -> Suite:
         tasks = [Task("forking/0")]
@@ -392,8 +454,9 @@ def test_a_child_process_left_running_is_caught(tmp_path, monkeypatch):
 
     register_env("forking", SometimesOptions, build, audit=lambda opts: AuditSpec())
     try:
-        code, report = audit(tmp_path, "forking", "--tasks", "1", "--attack", "empty",
-                             "--attack", "echo")
+        code, report = audit(
+            tmp_path, "forking", "--tasks", "1", "--attack", "empty", "--attack", "echo"
+        )
     finally:
         _REGISTRY.pop("forking")
         for child in ForkingEnv.children:
@@ -402,8 +465,10 @@ def test_a_child_process_left_running_is_caught(tmp_path, monkeypatch):
     left = [r["leftovers"] for r in report["results"]]
     assert code == 1 and {r["verdict"] for r in report["results"]} == {"left something behind"}
     pids = {c.pid for c in ForkingEnv.children}
-    assert all(any(f"process {pid} (sleep) still running" in x for x in found for pid in pids)
-               for found in left), left
+    assert all(
+        any(f"process {pid} (sleep) still running" in x for x in found for pid in pids)
+        for found in left
+    ), left
 
 
 def test_the_answer_key_probe_tells_a_leak_from_a_coincidence(tmp_path):

@@ -15,8 +15,9 @@ def test_unknown_config_key_is_named(capsys):
 
 
 def test_unknown_model_fails_fast_with_a_message(capsys, tmp_path):
-    code = main(["train", "model.model=no-such-model-xyz", f"run.out_dir={tmp_path}",
-                 "task.name=toy"])
+    code = main(
+        ["train", "model.model=no-such-model-xyz", f"run.out_dir={tmp_path}", "task.name=toy"]
+    )
     assert code == 2
     assert "no-such-model-xyz" in capsys.readouterr().err
 
@@ -26,14 +27,17 @@ def test_missing_config_file(capsys):
     assert "not found" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "c.yaml", "a=1", "-q", "b=2", "c=3"],
-    ["rft", "c.yaml", "a=1", "--quiet", "b=2", "c=3"],
-    ["sft", "c.yaml", "a=1", "-q", "b=2", "c=3"],
-    ["eval", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
-    ["audit", "toy", "a=1", "--tasks", "2", "b=2", "--attack", "empty", "c=3"],
-    ["mle", "evaluate", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "c.yaml", "a=1", "-q", "b=2", "c=3"],
+        ["rft", "c.yaml", "a=1", "--quiet", "b=2", "c=3"],
+        ["sft", "c.yaml", "a=1", "-q", "b=2", "c=3"],
+        ["eval", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
+        ["audit", "toy", "a=1", "--tasks", "2", "b=2", "--attack", "empty", "c=3"],
+        ["mle", "evaluate", "c.yaml", "a=1", "--label", "x", "b=2", "c=3"],
+    ],
+)
 def test_overrides_may_come_before_or_after_the_flags(argv):
     """Every command's usage puts `[key=value ...]` anywhere; argparse alone stops at the
     first flag. The overrides keep their order (a later one wins)."""
@@ -41,8 +45,11 @@ def test_overrides_may_come_before_or_after_the_flags(argv):
 
 
 def test_a_stray_argument_is_still_refused(capsys):
-    for argv in (["train", "c.yaml", "-q", "d.yaml"], ["plot", "run", "a=1"],
-                 ["audit", "toy", "--tasks", "1", "--bogus=1"]):
+    for argv in (
+        ["train", "c.yaml", "-q", "d.yaml"],
+        ["plot", "run", "a=1"],
+        ["audit", "toy", "--tasks", "1", "--bogus=1"],
+    ):
         with pytest.raises(SystemExit) as e:
             cli.parse_args(argv)
         assert e.value.code == 2
@@ -91,8 +98,7 @@ def test_plot_of_a_folder_that_is_no_run(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_terminated_run_removes_its_work_folders_and_says_how_to_resume(tiny_model_dir,
-                                                                           tmp_path):
+def test_a_terminated_run_removes_its_work_folders_and_says_how_to_resume(tiny_model_dir, tmp_path):
     """SIGTERM (what schedulers and `kill` send) unwinds the run like Ctrl-C: the calculator's
     sandbox folders are removed, exit status 143, one line on how to resume."""
     import signal
@@ -103,13 +109,30 @@ def test_a_terminated_run_removes_its_work_folders_and_says_how_to_resume(tiny_m
     tmp.mkdir()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "practicum.cli", "train", f"model.model={tiny_model_dir}",
-         "model.dtype=float32", "task.name=calculator", "rollout.group_size=2",
-         "rollout.tasks_per_step=2", "rollout.max_turns=2", "sampling.max_new_tokens=8",
-         "train.steps=200", "eval.every=0", "algo.dynamic_sampling=false",
-         "algo.mask_overlong=false",
-         f"run.out_dir={tmp_path}", "run.name=t"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "practicum.cli",
+            "train",
+            f"model.model={tiny_model_dir}",
+            "model.dtype=float32",
+            "task.name=calculator",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=2",
+            "rollout.max_turns=2",
+            "sampling.max_new_tokens=8",
+            "train.steps=200",
+            "eval.every=0",
+            "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false",
+            f"run.out_dir={tmp_path}",
+            "run.name=t",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = tmp_path / "t" / "progress.log"
     deadline = time.time() + 300
     while not (log.exists() and "step 1/200" in log.read_text()):
@@ -120,6 +143,8 @@ def test_a_terminated_run_removes_its_work_folders_and_says_how_to_resume(tiny_m
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err[-2000:]
-    assert err.strip().splitlines()[-1] == \
-        "practicum: terminated; run again with the same command to resume"
+    assert (
+        err.strip().splitlines()[-1]
+        == "practicum: terminated; run again with the same command to resume"
+    )
     assert not [p.name for p in tmp.iterdir() if p.name.startswith("practicum")]

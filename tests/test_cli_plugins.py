@@ -33,16 +33,21 @@ def practicum(tmp_path):
     site = tmp_path / "site"
     dist = site / "practicum_stand_in-0.1.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: practicum-stand-in\n"
-                                   "Version: 0.1\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: practicum-stand-in\nVersion: 0.1\n"
+    )
     (dist / "entry_points.txt").write_text(ENTRY_POINTS)
-    path = os.pathsep.join(p for p in (str(site), str(PLUGIN), os.environ.get("PYTHONPATH"))
-                           if p)
+    path = os.pathsep.join(p for p in (str(site), str(PLUGIN), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "practicum.cli", *argv], env=env,
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "practicum.cli", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     return run
 
@@ -57,16 +62,31 @@ def test_a_plugin_command_is_listed_and_runs(practicum):
 
 
 @pytest.mark.slow
-def test_practicum_trains_on_a_plugin_environment_with_a_plugin_engine(practicum, tmp_path,
-                                                                      tiny_model_dir):
+def test_practicum_trains_on_a_plugin_environment_with_a_plugin_engine(
+    practicum, tmp_path, tiny_model_dir
+):
     trace = tmp_path / "trace.txt"
     done = practicum(
-        "train", "-q", f"model.model={tiny_model_dir}", "model.dtype=float32",
-        "task.name=echo", "task.options.tasks=2", "engine.kind=traced", f"engine.trace={trace}",
-        "rollout.group_size=2", "rollout.tasks_per_step=1", "rollout.max_turns=1",
-        "sampling.max_new_tokens=4", "train.steps=1", "eval.every=0", "eval.size=1",
-        "algo.dynamic_sampling=false", "algo.mask_overlong=false",
-        f"run.out_dir={tmp_path}", "run.name=plugin")
+        "train",
+        "-q",
+        f"model.model={tiny_model_dir}",
+        "model.dtype=float32",
+        "task.name=echo",
+        "task.options.tasks=2",
+        "engine.kind=traced",
+        f"engine.trace={trace}",
+        "rollout.group_size=2",
+        "rollout.tasks_per_step=1",
+        "rollout.max_turns=1",
+        "sampling.max_new_tokens=4",
+        "train.steps=1",
+        "eval.every=0",
+        "eval.size=1",
+        "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false",
+        f"run.out_dir={tmp_path}",
+        "run.name=plugin",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "plugin"
     config = (run / "config.yaml").read_text()

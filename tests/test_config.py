@@ -12,8 +12,9 @@ def test_defaults_are_valid_and_resolved():
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config(None, ["train.lr=1e-4", "runtime.mode=async",
-                             "task.options.generators={chain_sum: 1}"])
+    cfg = load_config(
+        None, ["train.lr=1e-4", "runtime.mode=async", "task.options.generators={chain_sum: 1}"]
+    )
     assert cfg.train.lr == 1e-4 and cfg.runtime.mode == "async"
     assert cfg.task.options["generators"] == {"chain_sum": 1}
 
@@ -23,14 +24,21 @@ def test_streaming_resolves_its_own_defaults():
     assert cfg.algo.advantage == "baseline" and cfg.algo.dynamic_sampling is False
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["rollout.batching=streaming"], "needs runtime.mode=async"),
-    (["runtime.mode=async", "rollout.batching=streaming", "algo.advantage=grpo"],
-     "needs complete groups"),
-    (["runtime.mode=async", "rollout.batching=streaming", "algo.dynamic_sampling=true"],
-     "streaming batches have none"),
-    (["train.mini_batches=100"], "exceeds the 24 episodes"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rollout.batching=streaming"], "needs runtime.mode=async"),
+        (
+            ["runtime.mode=async", "rollout.batching=streaming", "algo.advantage=grpo"],
+            "needs complete groups",
+        ),
+        (
+            ["runtime.mode=async", "rollout.batching=streaming", "algo.dynamic_sampling=true"],
+            "streaming batches have none",
+        ),
+        (["train.mini_batches=100"], "exceeds the 24 episodes"),
+    ],
+)
 def test_contradictions_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
@@ -40,11 +48,18 @@ def test_environment_options_are_typed_and_errors_name_the_key_path():
     with pytest.raises(ConfigError, match=r"task\.options\.train_sizee: unknown calculator option"):
         load_config(None, ["task.options.train_sizee=3"])
     with pytest.raises(ConfigError, match=r"task\.options\.arms\.fast\.seconds"):
-        load_config(None, ["task.name=timed_bandit",
-                           "task.options.arms={fast: {reward: 1, seconds: -1}, slow: "
-                           "{reward: 1, seconds: 1}}"])
-    with pytest.raises(ConfigError, match=r"task\.name: unknown environment 'calculater' "
-                                          r"\(known: .*calculator.*toy"):
+        load_config(
+            None,
+            [
+                "task.name=timed_bandit",
+                "task.options.arms={fast: {reward: 1, seconds: -1}, slow: {reward: 1, seconds: 1}}",
+            ],
+        )
+    with pytest.raises(
+        ConfigError,
+        match=r"task\.name: unknown environment 'calculater' "
+        r"\(known: .*calculator.*toy",
+    ):
         load_config(None, ["task.name=calculater"])
 
 
@@ -76,15 +91,27 @@ def test_override_without_equals_is_rejected():
 
 
 def test_weight_sync_broadcast_streams_full_weights_from_sharded_ranks_only():
-    cfg = load_config(None, ["engine.weight_sync=broadcast", "model.lora=false",
-                             "engine.weight_bucket_mb=64", "placement.kind=learner_group",
-                             "placement.ranks=2"])
+    cfg = load_config(
+        None,
+        [
+            "engine.weight_sync=broadcast",
+            "model.lora=false",
+            "engine.weight_bucket_mb=64",
+            "placement.kind=learner_group",
+            "placement.ranks=2",
+        ],
+    )
     assert cfg.streams_weights and cfg.engine.weight_bucket_mb == 64
-    assert not load_config(None, ["engine.kind=vllm", "engine.weight_sync=broadcast",
-                                  "model.lora=false"]).streams_weights  # a learner here sends
-    for extra, message in ((["model.lora=true", "placement.kind=learner_group",
-                             "placement.ranks=2"], "sends full weights"),
-                           (["model.lora=false"], r"\(hf\) streams from a sharded learner")):
+    assert not load_config(
+        None, ["engine.kind=vllm", "engine.weight_sync=broadcast", "model.lora=false"]
+    ).streams_weights  # a learner here sends
+    for extra, message in (
+        (
+            ["model.lora=true", "placement.kind=learner_group", "placement.ranks=2"],
+            "sends full weights",
+        ),
+        (["model.lora=false"], r"\(hf\) streams from a sharded learner"),
+    ):
         with pytest.raises(ConfigError, match=message):
             load_config(None, ["engine.weight_sync=broadcast", *extra])
     with pytest.raises(ConfigError, match="engine.weight_bucket_mb"):
@@ -94,8 +121,15 @@ def test_weight_sync_broadcast_streams_full_weights_from_sharded_ranks_only():
 def test_a_token_budget_with_sequence_parallelism_is_refused_in_one_line():
     plan = ["placement.kind=torchrun", "placement.ranks=2", "placement.mesh.sequence=2"]
     assert load_config(None, plan).train.max_tokens_per_micro_batch is None
-    assert load_config(None, ["train.max_tokens_per_micro_batch=4096"]).train \
-        .max_tokens_per_micro_batch == 4096
-    with pytest.raises(ConfigError, match=r"^config error: train.max_tokens_per_micro_batch: "
-                       r"packed micro-batches do not run with sequence parallelism"):
+    assert (
+        load_config(
+            None, ["train.max_tokens_per_micro_batch=4096"]
+        ).train.max_tokens_per_micro_batch
+        == 4096
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error: train.max_tokens_per_micro_batch: "
+        r"packed micro-batches do not run with sequence parallelism",
+    ):
         load_config(None, [*plan, "train.max_tokens_per_micro_batch=4096"])

@@ -14,17 +14,32 @@ def piped(argv: list[str]) -> str:
     """stdout of `practicum ARGV` run with stdout a pipe and no COLUMNS hint."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-m", "practicum.cli", *argv], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "practicum.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-@pytest.mark.parametrize("argv, ids", [
-    (["mle", "list"], ["breast-cancer-diagnosis", "health-insurance-visits",
-                       "python-docs-chapters", "school-math-pass-rate"]),
-    (["swe", "list"], None),
-])
+@pytest.mark.parametrize(
+    "argv, ids",
+    [
+        (
+            ["mle", "list"],
+            [
+                "breast-cancer-diagnosis",
+                "health-insurance-visits",
+                "python-docs-chapters",
+                "school-math-pass-rate",
+            ],
+        ),
+        (["swe", "list"], None),
+    ],
+)
 def test_piped_listing_keeps_whole_ids(argv, ids):
     out = piped(argv)
     assert "…" not in out
@@ -42,9 +57,14 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)  # gone before a line is written
     reader.wait(timeout=30)
-    done = subprocess.run([sys.executable, "-m", "practicum.cli", "envs", "--options"],
-                          stdout=reader.stdin, stderr=subprocess.PIPE, text=True, env=env,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "practicum.cli", "envs", "--options"],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     reader.stdin.close()
     assert done.returncode == 141
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -26,8 +26,10 @@ def test_every_path_the_design_names_exists():
 
 def test_every_package_is_named_in_the_design():
     paths = named_paths(DESIGN.read_text())
-    packages = sorted(str(d.parent.relative_to(ROOT / "src")) + "/"
-                      for d in (ROOT / "src" / "practicum").rglob("__init__.py"))
+    packages = sorted(
+        str(d.parent.relative_to(ROOT / "src")) + "/"
+        for d in (ROOT / "src" / "practicum").rglob("__init__.py")
+    )
     named = {p.removeprefix("src/") for p in paths}
     assert sorted(p for p in packages if not any(n.startswith(p) for n in named)) == []
 

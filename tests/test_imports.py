@@ -22,10 +22,13 @@ ROOT = Path(practicum.__file__).parent
 LAYERS = {
     "practicum.engine": ("practicum.envs", "practicum.runtime", "practicum.config"),
     "practicum.envs": ("practicum.runtime",),
-    "practicum.learner": ("practicum.runtime", "practicum.envs", "practicum.episode",
-                          "practicum.batch"),
-    "practicum.finetune": ("practicum.runtime.session", "practicum.runtime.loop",
-                           "practicum.envs"),
+    "practicum.learner": (
+        "practicum.runtime",
+        "practicum.envs",
+        "practicum.episode",
+        "practicum.batch",
+    ),
+    "practicum.finetune": ("practicum.runtime.session", "practicum.runtime.loop", "practicum.envs"),
     "practicum.cli": ("practicum.envs",),
 }
 """Package -> packages it must not import: sampling knows no environment and no loop, and an
@@ -55,7 +58,8 @@ def module_files(root: Path, package: str) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST, type_checking: bool):
@@ -81,8 +85,9 @@ def _known(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
-def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
-             modules: dict[str, Path]) -> set[str]:
+def _targets(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: dict[str, Path]
+) -> set[str]:
     """Modules of the package that `node`, found in `module`, imports."""
     if isinstance(node, ast.Import):
         return {t for a in node.names if (t := _known(a.name, modules))}
@@ -99,8 +104,9 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
     return found
 
 
-def import_graph(root: Path = ROOT, package: str = "practicum",
-                 type_checking: bool = False) -> dict[str, set[str]]:
+def import_graph(
+    root: Path = ROOT, package: str = "practicum", type_checking: bool = False
+) -> dict[str, set[str]]:
     """Module -> modules of the package it imports (itself excluded)."""
     modules = module_files(root, package)
     graph = {}
@@ -175,9 +181,12 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
     for module, targets in sorted(graph.items()):
         for layer, forbidden in LAYERS.items():
             if module == layer or module.startswith(layer + "."):
-                out += [f"{module} imports {t}" for t in sorted(targets)
-                        if any(t == f or t.startswith(f + ".") for f in forbidden)
-                        and t not in SEAMS.get(layer, ())]
+                out += [
+                    f"{module} imports {t}"
+                    for t in sorted(targets)
+                    if any(t == f or t.startswith(f + ".") for f in forbidden)
+                    and t not in SEAMS.get(layer, ())
+                ]
     return out
 
 
@@ -215,13 +224,16 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_relative_and_submodule_imports_are_resolved(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "a/__init__.py": "from . import b\nfrom .c import thing\n",
-        "a/b.py": "from ..d import x\nimport pkg.a.c as c\n",
-        "a/c.py": "thing = 1\n",
-        "d.py": "from pkg import a\nfrom pkg.a import nothing_here\nimport os\nx = 1\n",
-    })
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "from . import b\nfrom .c import thing\n",
+            "a/b.py": "from ..d import x\nimport pkg.a.c as c\n",
+            "a/c.py": "thing = 1\n",
+            "d.py": "from pkg import a\nfrom pkg.a import nothing_here\nimport os\nx = 1\n",
+        },
+    )
     graph = import_graph(root, "pkg")
     assert graph["pkg.a"] == {"pkg.a.b", "pkg.a.c"}
     assert graph["pkg.a.b"] == {"pkg.d", "pkg.a.c"}
@@ -229,41 +241,68 @@ def test_relative_and_submodule_imports_are_resolved(tmp_path):
 
 
 def test_function_imports_count_and_type_checking_ones_only_for_layering(tmp_path):
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "x.py": "def f():\n    from pkg import y\n",
-        "y.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import x\n"
-                 "else:\n    from pkg import z\n"),
-        "z.py": "import typing\nif typing.TYPE_CHECKING:\n    import pkg.y\n",
-    })
-    assert import_graph(root, "pkg") == {"pkg": set(), "pkg.x": {"pkg.y"}, "pkg.y": {"pkg.z"},
-                                         "pkg.z": set()}
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "x.py": "def f():\n    from pkg import y\n",
+            "y.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import x\n"
+                "else:\n    from pkg import z\n"
+            ),
+            "z.py": "import typing\nif typing.TYPE_CHECKING:\n    import pkg.y\n",
+        },
+    )
+    assert import_graph(root, "pkg") == {
+        "pkg": set(),
+        "pkg.x": {"pkg.y"},
+        "pkg.y": {"pkg.z"},
+        "pkg.z": set(),
+    }
     assert import_graph(root, "pkg", type_checking=True)["pkg.y"] == {"pkg.x", "pkg.z"}
 
 
 def test_cycles_are_found_and_named():
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"},
-             "g": {"a"}}
+    graph = {
+        "a": {"b"},
+        "b": {"c"},
+        "c": {"a", "d"},
+        "d": set(),
+        "e": {"f"},
+        "f": {"e"},
+        "g": {"a"},
+    }
     found = cycles(graph)
     assert sorted(map(sorted, found)) == [["a", "b", "c"], ["e", "f"]]
     assert describe(graph, [frozenset("abc")]) == "a -> b -> c -> a"
 
 
 def test_layering_names_each_violation():
-    graph = {"practicum.engine.x": {"practicum.envs.base", "practicum.engine.y"},
-             "practicum.envs.y": {"practicum.runtime.loop", "practicum.engine.x"},
-             "practicum.runtime.loop": {"practicum.envs.base"}}
-    assert layering_violations(graph) == ["practicum.engine.x imports practicum.envs.base",
-                                          "practicum.envs.y imports practicum.runtime.loop"]
+    graph = {
+        "practicum.engine.x": {"practicum.envs.base", "practicum.engine.y"},
+        "practicum.envs.y": {"practicum.runtime.loop", "practicum.engine.x"},
+        "practicum.runtime.loop": {"practicum.envs.base"},
+    }
+    assert layering_violations(graph) == [
+        "practicum.engine.x imports practicum.envs.base",
+        "practicum.envs.y imports practicum.runtime.loop",
+    ]
 
 
 def test_the_seams_contracts_are_enforced():
     """Issue 38's contracts: the command line imports no environment (the registry only), the
     engine no config, the learner no runtime loop; function-local imports count."""
-    graph = {"practicum.cli": {"practicum.envs.registry", "practicum.envs.mle.cli",
-                               "practicum.serve.cli"},
-             "practicum.engine.options": {"practicum.config"},
-             "practicum.learner.step": {"practicum.runtime.loop", "practicum.config"}}
-    assert layering_violations(graph) == ["practicum.cli imports practicum.envs.mle.cli",
-                                          "practicum.engine.options imports practicum.config",
-                                          "practicum.learner.step imports practicum.runtime.loop"]
+    graph = {
+        "practicum.cli": {
+            "practicum.envs.registry",
+            "practicum.envs.mle.cli",
+            "practicum.serve.cli",
+        },
+        "practicum.engine.options": {"practicum.config"},
+        "practicum.learner.step": {"practicum.runtime.loop", "practicum.config"},
+    }
+    assert layering_violations(graph) == [
+        "practicum.cli imports practicum.envs.mle.cli",
+        "practicum.engine.options imports practicum.config",
+        "practicum.learner.step imports practicum.runtime.loop",
+    ]

@@ -17,22 +17,42 @@ from practicum.stages import _resolve, _stored, pipeline_policy, run_stages, sta
 STAGES = [
     {"name": "rft", "kind": "rft"},
     {"name": "rl", "kind": "rl"},
-    {"name": "rl2", "kind": "rl", "curriculum_refresh": True,
-     "overrides": {"rollout.max_turns": 3, "task.options.obs_chars": 400}},
+    {
+        "name": "rl2",
+        "kind": "rl",
+        "curriculum_refresh": True,
+        "overrides": {"rollout.max_turns": 3, "task.options.obs_chars": 400},
+    },
 ]
 
 
 def config(tmp_path, model_dir, stages=STAGES):
     write_toy_instance(tmp_path / "suite", repos={"toy__other-1": "toy/other"})
-    return load_config(None, [
-        f"run.out_dir={tmp_path / 'runs'}", "run.name=pipe", f"model.model={model_dir}",
-        "task.name=swe", f"task.options.instances={tmp_path / 'suite' / 'toy.jsonl'}",
-        "task.options.held_out_packages=[other]", "task.options.few_shot=false",
-        "sampling.max_new_tokens=8", "rollout.max_turns=2", "rollout.max_seq_len=1024",
-        "rollout.group_size=2", "rollout.tasks_per_step=1", "rollout.env_workers=2",
-        "train.steps=1", "train.mini_batches=1", "train.max_skipped_batches=1",
-        "algo.max_refill_rounds=0", "rft.samples_per_task=2", "curriculum.min_attempts=2",
-        f"stages={json.dumps(stages)}"])
+    return load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path / 'runs'}",
+            "run.name=pipe",
+            f"model.model={model_dir}",
+            "task.name=swe",
+            f"task.options.instances={tmp_path / 'suite' / 'toy.jsonl'}",
+            "task.options.held_out_packages=[other]",
+            "task.options.few_shot=false",
+            "sampling.max_new_tokens=8",
+            "rollout.max_turns=2",
+            "rollout.max_seq_len=1024",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=1",
+            "rollout.env_workers=2",
+            "train.steps=1",
+            "train.mini_batches=1",
+            "train.max_skipped_batches=1",
+            "algo.max_refill_rounds=0",
+            "rft.samples_per_task=2",
+            "curriculum.min_attempts=2",
+            f"stages={json.dumps(stages)}",
+        ],
+    )
 
 
 def test_stage_config_applies_overrides_in_its_own_folder(tmp_path):
@@ -44,8 +64,9 @@ def test_stage_config_applies_overrides_in_its_own_folder(tmp_path):
     bad = config(tmp_path, "m", [{"name": "a", "kind": "rl", "overrides": {"rollout.nope": 1}}])
     with pytest.raises(ConfigError, match=r"stages\[0\].*nope"):
         stage_config(bad, 0, None)
-    bad = config(tmp_path, "m", [{"name": "a", "kind": "rl",
-                                  "overrides": {"task.options.obs_chars": -1}}])
+    bad = config(
+        tmp_path, "m", [{"name": "a", "kind": "rl", "overrides": {"task.options.obs_chars": -1}}]
+    )
     with pytest.raises(ConfigError, match=r"stages\[0\].*obs_chars"):
         stage_config(bad, 0, None)
     with pytest.raises(ConfigError, match="stages.0.kind"):
@@ -95,7 +116,6 @@ def test_a_moved_pipeline_still_resumes_and_serves_its_last_policy(tmp_path, tin
     assert pipeline_policy(moved) == moved / "0-rft" / "rft" / "policy"
     target = resolve_target(moved)
     assert target.policy_dir == moved / "0-rft" / "rft" / "policy" and target.name == "pipe"
-    cfg2 = cfg.model_copy(update={"run": cfg.run.model_copy(
-        update={"out_dir": str(moved.parent)})})
+    cfg2 = cfg.model_copy(update={"run": cfg.run.model_copy(update={"out_dir": str(moved.parent)})})
     again = run_stages(cfg2, progress=False)  # finished stages found, none redone
     assert [r["policy"] for r in again["stages"]] == [str(moved / "0-rft/rft/policy")] * 2

@@ -27,9 +27,13 @@ with tempfile.TemporaryDirectory(prefix="practicum-work-") as d:
 
 @pytest.mark.parametrize("mode", ["unwind", "default"])
 def test_sigterm_removes_the_work_folder_only_when_it_unwinds(mode, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={"TMPDIR": str(tmp_path),
-                                                                    "PATH": "/usr/bin:/bin"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     folder = Path(proc.stdout.readline().strip())
     assert folder.is_dir()
     proc.send_signal(signal.SIGTERM)
@@ -63,7 +67,10 @@ def test_every_benchmark_that_runs_practicum_unwinds_on_sigterm():
     for path in sorted((ROOT / "benchmarks").glob("*.py")):
         text = path.read_text()
         guard = re.search(r'^if __name__ == "__main__":\n(.*)', text, re.M | re.S)
-        if guard and path.name != "_trl_grpo_iteration.py" and \
-                "unwind_on_sigterm()" not in guard.group(1):
+        if (
+            guard
+            and path.name != "_trl_grpo_iteration.py"
+            and "unwind_on_sigterm()" not in guard.group(1)
+        ):
             missing.append(path.name)
     assert not missing

@@ -25,8 +25,9 @@ class Done(Tool):
 
 
 TOOLS = ToolSet([Echo(), Done()])
-TAGS = TagSyntax(TOOLS.names, "Use <echo>text</echo> or <done/>.", bare=["done"],
-                 need_body=["echo"])
+TAGS = TagSyntax(
+    TOOLS.names, "Use <echo>text</echo> or <done/>.", bare=["done"], need_body=["echo"]
+)
 
 
 def test_a_call_is_parsed_then_run_and_rejected_arguments_are_an_error_result():
@@ -38,11 +39,14 @@ def test_a_call_is_parsed_then_run_and_rejected_arguments_are_an_error_result():
         TOOLS.parse("rm", "-rf /")
 
 
-@pytest.mark.parametrize("reply,message", [
-    ("no call", "No tool call found. Use <echo>text</echo> or <done/>."),
-    ("<echo>hi", "Your <echo> was not closed with </echo>. Use"),
-    ("<echo> </echo>", "<echo> is empty. Use"),
-])
+@pytest.mark.parametrize(
+    "reply,message",
+    [
+        ("no call", "No tool call found. Use <echo>text</echo> or <done/>."),
+        ("<echo>hi", "Your <echo> was not closed with </echo>. Use"),
+        ("<echo> </echo>", "<echo> is empty. Use"),
+    ],
+)
 def test_a_reply_without_a_usable_call_says_what_to_write(reply, message):
     with pytest.raises(CallError, match=message):
         TAGS.parse(reply)
@@ -55,6 +59,8 @@ def test_bare_tags_and_stop_strings():
 
 def test_the_grammar_joins_each_tools_rule_and_compiles():
     lark = TOOLS.grammar("TEXT: /[a-z]{1,9}/")
-    assert lark == ('start: echo | done\necho: "<echo>" TEXT "</echo>"\n'
-                    'done: "<done></done>"\nTEXT: /[a-z]{1,9}/\n')
+    assert lark == (
+        'start: echo | done\necho: "<echo>" TEXT "</echo>"\n'
+        'done: "<done></done>"\nTEXT: /[a-z]{1,9}/\n'
+    )
     assert compiled(lark)

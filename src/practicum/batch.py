@@ -30,8 +30,9 @@ def shaped_rewards(episodes: list[Episode], algo: AlgoConfig, response_budget: i
     r = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
     if algo.overlong_cache > 0:
         lengths = torch.tensor([e.num_sampled for e in episodes])
-        r = r + overlong_penalty(lengths, response_budget, min(algo.overlong_cache,
-                                                                response_budget))
+        r = r + overlong_penalty(
+            lengths, response_budget, min(algo.overlong_cache, response_budget)
+        )
     if algo.step_budget > 0 and algo.step_penalty > 0:
         steps = torch.tensor([len(e.turns) for e in episodes])
         r = r + step_penalty(steps, algo.step_budget, algo.step_penalty)
@@ -43,15 +44,20 @@ def group_index(episodes: list[Episode]) -> Tensor:
     return torch.tensor([ids.setdefault(e.group_id, len(ids)) for e in episodes], dtype=torch.long)
 
 
-def turn_advantages(episodes: list[Episode], rewards: Tensor, algo: AlgoConfig,
-                    baselines: TaskBaselines | None = None) -> list[Tensor]:
+def turn_advantages(
+    episodes: list[Episode],
+    rewards: Tensor,
+    algo: AlgoConfig,
+    baselines: TaskBaselines | None = None,
+) -> list[Tensor]:
     """Advantage of every turn, per episode ([len(turns)] each). GRPO, RLOO and the running
     baseline give the episode's advantage to all its turns; Flow-GRPO makes every turn a sample
     and normalises over all turn-samples of the group (arXiv 2510.05592)."""
     n_turns = torch.tensor([len(e.turns) for e in episodes], dtype=torch.long)
     if algo.advantage == "flow_grpo":
-        flat = flow_grpo_advantages(rewards, n_turns, group_index(episodes),
-                                    scale_by_std=algo.scale_by_std)
+        flat = flow_grpo_advantages(
+            rewards, n_turns, group_index(episodes), scale_by_std=algo.scale_by_std
+        )
         return list(torch.split(flat, n_turns.tolist()))
     if algo.advantage == "baseline":
         if baselines is None:
@@ -64,8 +70,9 @@ def turn_advantages(episodes: list[Episode], rewards: Tensor, algo: AlgoConfig,
     return [adv[i].expand(int(n)) for i, n in enumerate(n_turns)]
 
 
-def turn_duration_weights(episodes: list[Episode], algo: AlgoConfig,
-                          include: list[bool] | None = None) -> list[Tensor]:
+def turn_duration_weights(
+    episodes: list[Episode], algo: AlgoConfig, include: list[bool] | None = None
+) -> list[Tensor]:
     """dt_k / mean_batch(dt) per action (arXiv 2509.01684) when on; ones when off. The batch
     mean is over the turns that are trained (`include`), so masked episodes do not shift it."""
     n_turns = [len(e.turns) for e in episodes]
@@ -108,10 +115,14 @@ def train_row(row: Row, turn_adv: Tensor, turn_w: Tensor) -> TrainRow:
     tokens (0 elsewhere)."""
     seg = row.segment
     turn = torch.tensor(seg.turn_index, dtype=torch.long)
-    return TrainRow(list(seg.input_ids), [float(m) for m in seg.loss_mask],
-                    broadcast_turn_weights(turn_adv.float(), turn).tolist(),
-                    broadcast_turn_weights(turn_w.float(), turn).tolist(),
-                    [float(x) for x in seg.behaviour_logprobs], list(seg.constrained))
+    return TrainRow(
+        list(seg.input_ids),
+        [float(m) for m in seg.loss_mask],
+        broadcast_turn_weights(turn_adv.float(), turn).tolist(),
+        broadcast_turn_weights(turn_w.float(), turn).tolist(),
+        [float(x) for x in seg.behaviour_logprobs],
+        list(seg.constrained),
+    )
 
 
 def train_rows(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor]) -> list[TrainRow]:
@@ -119,8 +130,9 @@ def train_rows(rows: list[Row], turn_adv: list[Tensor], turn_w: list[Tensor]) ->
     return [train_row(r, turn_adv[r.episode], turn_w[r.episode]) for r in rows]
 
 
-def rl_batch(episodes: list[Episode], cfg: Config, baselines: TaskBaselines
-             ) -> tuple[TrainBatch, dict[str, float]] | None:
+def rl_batch(
+    episodes: list[Episode], cfg: Config, baselines: TaskBaselines
+) -> tuple[TrainBatch, dict[str, float]] | None:
     """One RL step's `TrainBatch` (the PPO family on advantages, `train.mini_batches` x
     `train.epochs` updates) and the driver's metrics of it; None when no row has a token to
     train on (every episode masked), and then the running baselines are left as they were."""
@@ -134,8 +146,12 @@ def rl_batch(episodes: list[Episode], cfg: Config, baselines: TaskBaselines
         return None
     if algo.advantage == "baseline":
         baselines.update([e.task_id for e in episodes], rewards.tolist())
-    batch = TrainBatch(train_rows(rows, adv, wts), "policy_gradient",
-                       mini_batches=cfg.train.mini_batches, epochs=cfg.train.epochs)
+    batch = TrainBatch(
+        train_rows(rows, adv, wts),
+        "policy_gradient",
+        mini_batches=cfg.train.mini_batches,
+        epochs=cfg.train.epochs,
+    )
     return batch, {"reward_shaped_mean": rewards.mean().item()}
 
 

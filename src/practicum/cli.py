@@ -68,16 +68,23 @@ def _print_summary(summary: dict) -> None:
     table.add_column("held-out")
     table.add_column("reward mean", justify="right")
     table.add_column("solved rate", justify="right")
-    for label, ev in (("before training", summary.get("eval_before")),
-                      ("after training", summary.get("eval_after"))):
+    for label, ev in (
+        ("before training", summary.get("eval_before")),
+        ("after training", summary.get("eval_after")),
+    ):
         if ev:
             table.add_row(label, f"{ev['reward_mean']:.3f}", f"{ev['solved_rate']:.3f}")
     Console().print(table)
     skipped = summary.get("skipped_batches", 0)
-    note = (f" ({skipped} batch{'es' if skipped > 1 else ''} had nothing to train on)"
-            if skipped else "")
-    print(f"steps {summary['steps']}, episodes {summary['episodes']}{note}, "
-          f"{summary['wall_seconds']:.0f} s; plot: {summary['plot']}")
+    note = (
+        f" ({skipped} batch{'es' if skipped > 1 else ''} had nothing to train on)"
+        if skipped
+        else ""
+    )
+    print(
+        f"steps {summary['steps']}, episodes {summary['episodes']}{note}, "
+        f"{summary['wall_seconds']:.0f} s; plot: {summary['plot']}"
+    )
 
 
 def cmd_eval(args) -> int:
@@ -91,8 +98,9 @@ def cmd_eval(args) -> int:
         from practicum.runtime.progress import counting
 
         with counting("evaluating", len(s.eval_tasks), log_dir=s.run_dir) as count:
-            result = s.evaluate(args.label or f"eval_step_{s.learner.step:06d}",
-                                lambda episode: count.advance())
+            result = s.evaluate(
+                args.label or f"eval_step_{s.learner.step:06d}", lambda episode: count.advance()
+            )
     finally:
         s.close()
     print(json.dumps(result, indent=1))
@@ -119,8 +127,11 @@ def cmd_envs(args) -> int:
         print(f"{name:14s} {entry.doc.splitlines()[0] if entry.doc else ''}")
         if args.options:
             for key, field in entry.options.model_fields.items():
-                default = ("(required)" if field.is_required()
-                           else repr(field.get_default(call_default_factory=True)))
+                default = (
+                    "(required)"
+                    if field.is_required()
+                    else repr(field.get_default(call_default_factory=True))
+                )
                 print(f"    {key} = {default}: {field.description or ''}")
     return 0
 
@@ -143,10 +154,16 @@ def cmd_audit(args) -> int:
 
         report = run_agent_audit(cfg, tasks=args.tasks, only=args.attack)
     else:
-        ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None,
-                           cfg.rollout.max_turns)
-        report = run_audit(cfg.task.name, cfg.task.options, tasks=args.tasks, ctx=ctx,
-                           max_turns=cfg.rollout.max_turns, only=args.attack, progress=True)
+        ctx = SuiteContext(cfg.run.seed, cfg.rollout.failure_reward, None, cfg.rollout.max_turns)
+        report = run_audit(
+            cfg.task.name,
+            cfg.task.options,
+            tasks=args.tasks,
+            ctx=ctx,
+            max_turns=cfg.rollout.max_turns,
+            only=args.attack,
+            progress=True,
+        )
     Console(width=160).print(audit_table(report))
     if args.json:
         write_json([report], Path(args.json))
@@ -174,20 +191,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a policy with RL")
     with_config(t)
-    t.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar or lines (RUN/progress.log still gets them)")
+    t.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar or lines (RUN/progress.log still gets them)",
+    )
     t.set_defaults(func=cmd_train)
 
-    r = sub.add_parser("rft", help="rejection fine-tuning: sample, keep solved episodes, SFT; "
-                       "then train RL from it with model.init=RUN/rft/policy")
+    r = sub.add_parser(
+        "rft",
+        help="rejection fine-tuning: sample, keep solved episodes, SFT; "
+        "then train RL from it with model.init=RUN/rft/policy",
+    )
     with_config(r)
-    r.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar or lines (RUN/progress.log still gets them)")
+    r.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bar or lines (RUN/progress.log still gets them)",
+    )
     r.set_defaults(func=cmd_rft)
 
-    sf = sub.add_parser("sft", help="warm start: SFT on solved episodes of training tasks "
-                        "acted by the env's demonstrator (sft.source=demo) or a teacher model "
-                        "(sft.source=teacher, sft.teacher=openai:<url>|<model>)")
+    sf = sub.add_parser(
+        "sft",
+        help="warm start: SFT on solved episodes of training tasks "
+        "acted by the env's demonstrator (sft.source=demo) or a teacher model "
+        "(sft.source=teacher, sft.teacher=openai:<url>|<model>)",
+    )
     with_config(sf)
     sf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     sf.set_defaults(func=cmd_sft)
@@ -206,18 +237,24 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--options", action="store_true", help="also list each one's task.options")
     en.set_defaults(func=cmd_envs)
 
-    au = sub.add_parser("audit", help="run scripted adversarial policies against an "
-                        "environment's rewards; exit 1 on undue credit or leftovers")
+    au = sub.add_parser(
+        "audit",
+        help="run scripted adversarial policies against an "
+        "environment's rewards; exit 1 on undue credit or leftovers",
+    )
     au.add_argument("target", metavar="CONFIG|ENV", help="a YAML config or an environment name")
     au.add_argument("overrides", nargs="*", help="dotted overrides, e.g. task.options.x=1")
     au.add_argument("--tasks", type=_positive, default=3, help="tasks each attack is run on")
     au.add_argument("--json", help="also write the results to this JSON file")
-    au.add_argument("--attack", action="append", help="only attacks whose name contains this "
-                    "(repeatable)")
+    au.add_argument(
+        "--attack", action="append", help="only attacks whose name contains this (repeatable)"
+    )
     au.set_defaults(func=cmd_audit)
 
-    sh = sub.add_parser("show", help="print a stored episode (roles, tool calls, reward) and "
-                        "save it as HTML in RUN/show/")
+    sh = sub.add_parser(
+        "show",
+        help="print a stored episode (roles, tool calls, reward) and save it as HTML in RUN/show/",
+    )
     sh.add_argument("run_dir")
     sh.add_argument("--episode", type=int, help="index in RUN/episodes.jsonl (default: last)")
     sh.set_defaults(func=cmd_show)
@@ -262,8 +299,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if not hasattr(args, "overrides") or \
-                any(x.startswith("-") or "=" not in x for x in extra):
+        if not hasattr(args, "overrides") or any(x.startswith("-") or "=" not in x for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     return args
@@ -271,8 +307,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     _split_config_arg(args)
     if not sys.stderr.isatty():  # a log file: no carriage-return bars (weight loading)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -280,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Terminated:
-        print("practicum: terminated; run again with the same command to resume",
-              file=sys.stderr)
+        print("practicum: terminated; run again with the same command to resume", file=sys.stderr)
         return 143
     except PracticumError as e:  # the user's input: one clear line; bugs keep tracebacks
         print(f"practicum: {e}", file=sys.stderr)

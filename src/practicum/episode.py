@@ -110,8 +110,12 @@ class Episode:
     def segments(self) -> list[Segment]:
         """One row per segment (module doc); segments without sampled tokens are left out."""
         rows: list[Segment] = []
-        cur = Segment(list(self.prompt_ids), [0] * len(self.prompt_ids),
-                      [0.0] * len(self.prompt_ids), [-1] * len(self.prompt_ids))
+        cur = Segment(
+            list(self.prompt_ids),
+            [0] * len(self.prompt_ids),
+            [0.0] * len(self.prompt_ids),
+            [-1] * len(self.prompt_ids),
+        )
         for k, t in enumerate(self.turns):
             if t.context_ids is not None:
                 rows.append(cur)
@@ -150,8 +154,9 @@ class Episode:
         """From `to_json`'s dict; files written before a field existed load with its default."""
         d = dict(d)
         turn_keys = {f.name for f in fields(Turn)}
-        d["turns"] = [Turn(**{k: v for k, v in t.items() if k in turn_keys})
-                      for t in d.get("turns", [])]
+        d["turns"] = [
+            Turn(**{k: v for k, v in t.items() if k in turn_keys}) for t in d.get("turns", [])
+        ]
         for t in d["turns"]:
             if not t.finish_reason:  # older files kept it in info
                 t.finish_reason = t.info.get("finish_reason", "")

@@ -32,7 +32,9 @@ def read_text_file(path, what: str = "file") -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise PracticumError(f"{what} {path} is not UTF-8 text (byte {err.start}: "
-                             f"{err.object[err.start:err.start + 1]!r})") from None
+        raise PracticumError(
+            f"{what} {path} is not UTF-8 text (byte {err.start}: "
+            f"{err.object[err.start : err.start + 1]!r})"
+        ) from None
     except OSError as err:
         raise PracticumError(f"cannot read {what} {path}: {err.strerror}") from None

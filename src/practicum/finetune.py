@@ -30,9 +30,17 @@ def stage_config(cfg: Config, name: str, opts) -> Config:
     updates (`opts`: cfg.rft or cfg.sft): AdamW at opts.lr, constant, torch's default betas and
     weight decay, one update per `train_step`."""
     run = cfg.run.model_copy(update={"out_dir": str(cfg.run_dir), "name": name, "resume": True})
-    train = cfg.train.model_copy(update={
-        "lr": opts.lr, "betas": (0.9, 0.999), "weight_decay": 0.01, "warmup_steps": 0,
-        "schedule": "constant", "mini_batches": 1, "epochs": 1})
+    train = cfg.train.model_copy(
+        update={
+            "lr": opts.lr,
+            "betas": (0.9, 0.999),
+            "weight_decay": 0.01,
+            "warmup_steps": 0,
+            "schedule": "constant",
+            "mini_batches": 1,
+            "epochs": 1,
+        }
+    )
     return cfg.model_copy(update={"run": run, "train": train})
 
 
@@ -49,23 +57,30 @@ def sft_rows(episodes: list[Episode]) -> list[TrainRow]:
     return rows
 
 
-def sft_batches(rows: list[TrainRow], epochs: int, batch_size: int, seed: int
-                ) -> list[TrainBatch]:
+def sft_batches(rows: list[TrainRow], epochs: int, batch_size: int, seed: int) -> list[TrainBatch]:
     """`epochs` shuffled passes over `rows` in updates of `batch_size` rows."""
     rng = random.Random(seed)
     out = []
     for _ in range(epochs if rows else 0):
         order = rows[:]
         rng.shuffle(order)
-        out += [TrainBatch(order[i:i + batch_size], "cross_entropy")
-                for i in range(0, len(order), batch_size)]
+        out += [
+            TrainBatch(order[i : i + batch_size], "cross_entropy")
+            for i in range(0, len(order), batch_size)
+        ]
     return out
 
 
-def finetune(learner: Learner, kept: list[Episode], opts, seed: int, progress: bool = False,
-             log_dir: Path | None = None,
-             log: Callable[[int, dict[str, Any]], None] | None = None,
-             label: str = "rft sft") -> list[float]:
+def finetune(
+    learner: Learner,
+    kept: list[Episode],
+    opts,
+    seed: int,
+    progress: bool = False,
+    log_dir: Path | None = None,
+    log: Callable[[int, dict[str, Any]], None] | None = None,
+    label: str = "rft sft",
+) -> list[float]:
     """SFT on the kept episodes' clean policy tokens: `opts.epochs` shuffled passes of
     `opts.batch_size` rows per update (`opts`: cfg.rft or cfg.sft), each update one
     `learner.train_step`; returns every update's loss. Progress lines go to `log_dir`'s

@@ -49,15 +49,23 @@ class ActorResources(_Section):
     """What Ray reserves for one actor."""
 
     cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for the actor.")
-    gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for the actor (above 0 it "
-                        "runs on a GPU). 0 on a Ray cluster that has GPUs is refused unless "
-                        "model.device is cpu (the actor would quietly run on the CPU).")
+    gpus: float = Field(
+        0.0,
+        ge=0,
+        description="GPUs Ray reserves for the actor (above 0 it "
+        "runs on a GPU). 0 on a Ray cluster that has GPUs is refused unless "
+        "model.device is cpu (the actor would quietly run on the CPU).",
+    )
 
 
 class EnvActors(_Section):
-    cpus: float = Field(0.0, ge=0, description="CPUs Ray reserves for each environment actor "
-                        "(0 = schedule them anywhere; above 0, Ray must have that many CPUs per "
-                        "environment in flight).")
+    cpus: float = Field(
+        0.0,
+        ge=0,
+        description="CPUs Ray reserves for each environment actor "
+        "(0 = schedule them anywhere; above 0, Ray must have that many CPUs per "
+        "environment in flight).",
+    )
 
 
 class EngineActors(ActorResources):
@@ -65,11 +73,15 @@ class EngineActors(ActorResources):
     each loading every published version; engine.kind hf, or vllm where vllm is installed in
     this Python environment."""
 
-    replicas: int = Field(1, ge=1, description="Engine actors behind one sampler, each with "
-                          "its own copy of the weights and these cpus / gpus: requests are "
-                          "spread across them, every replica holds the published version before "
-                          "sampling resumes, and a dead one is replaced "
-                          "(practicum.runtime.replicas).")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Engine actors behind one sampler, each with "
+        "its own copy of the weights and these cpus / gpus: requests are "
+        "spread across them, every replica holds the published version before "
+        "sampling resumes, and a dead one is replaced "
+        "(practicum.runtime.replicas).",
+    )
 
 
 class Mesh(_Section):
@@ -77,36 +89,46 @@ class Mesh(_Section):
     (`practicum.learner.sharded`)."""
 
     replicate: int = Field(
-        1, ge=1, description="Copies of the model (hybrid sharding, HSDP): the ranks form a "
+        1,
+        ge=1,
+        description="Copies of the model (hybrid sharding, HSDP): the ranks form a "
         "replicate x shard mesh (ranks = replicate x shard, consecutive ranks in one copy), "
         "each copy sharded over its shard ranks, which gather weights among themselves only; "
         "the gradients are summed over every rank, so the update is still one process's. One "
         "copy per node (replicate = nodes) keeps the gathers inside a node and sends only the "
-        "gradient reduction across. 1 = full sharding over every rank.")
+        "gradient reduction across. 1 = full sharding over every rank.",
+    )
     sequence: int = Field(
-        1, ge=1, description="Sequence parallelism (Ulysses, practicum.learner.sequence): "
+        1,
+        ge=1,
+        description="Sequence parallelism (Ulysses, practicum.learner.sequence): "
         "groups of this many consecutive ranks train the same rows, each rank computing 1 / "
         "sequence of every row's positions and attention exchanging heads for positions; "
         "ranks / sequence groups share out the rows. It must divide the model's attention "
         "heads and each copy's ranks (ranks / replicate); the gradients still sum to one "
-        "process's. 1 = off.")
+        "process's. 1 = off.",
+    )
 
 
 class Network(_Section):
     """The addresses the learner's ranks use between nodes."""
 
     address: str | None = Field(
-        None, description="This node's address: its ranks bind their collectives (gloo) to "
+        None,
+        description="This node's address: its ranks bind their collectives (gloo) to "
         "it, and as rank 0's node it is the address the weight group is reached at. Each "
         "node has its own: give it on that node's command line (e.g. "
         "placement.network.address=10.0.0.2). null: the address the host name resolves to "
         "(torch's default). The rendezvous is torchrun's (--rdzv-endpoint or --master-addr). "
         "torchrun only: a Ray group's ranks bind to their Ray node's address (ray start "
-        "--node-ip-address).")
+        "--node-ip-address).",
+    )
     interface: str | None = Field(
-        None, description="The network interface the collectives use, e.g. eth0 or ib0 "
+        None,
+        description="The network interface the collectives use, e.g. eth0 or ib0 "
         "(GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME of every rank, unless already set); null: "
-        "the libraries' choice.")
+        "the libraries' choice.",
+    )
 
 
 class _Plan(_Section):
@@ -136,32 +158,45 @@ class _Plan(_Section):
 
 
 class LocalPlacement(_Plan):
-    kind: Literal["local"] = Field("local", description="Every part in this process: the "
-                                   "learner, the sampler (sharing the learner's weights where "
-                                   "the engine can) and the environments (in child processes).")
+    kind: Literal["local"] = Field(
+        "local",
+        description="Every part in this process: the "
+        "learner, the sampler (sharing the learner's weights where "
+        "the engine can) and the environments (in child processes).",
+    )
 
 
 class _OnRay(_Plan):
     """What every Ray variant has: the cluster, the call timeout, environments and sampler."""
 
-    address: str | None = Field(None, description="The Ray cluster to join (e.g. 'auto' or "
-                                "'ray://head:10001', practicum installed on every node); null = "
-                                "start a local Ray on this machine (stopped at the end).")
+    address: str | None = Field(
+        None,
+        description="The Ray cluster to join (e.g. 'auto' or "
+        "'ray://head:10001', practicum installed on every node); null = "
+        "start a local Ray on this machine (stopped at the end).",
+    )
     call_timeout_s: float = Field(
-        1800.0, gt=0, description="Seconds one call to an actor may take: an environment "
+        1800.0,
+        gt=0,
+        description="Seconds one call to an actor may take: an environment "
         "(reset, step, close), an engine (generate, load weights) or the learner (train step, "
         "checkpoint). A call that runs longer is treated like a dead actor: it is killed; an "
         "env or engine call's episodes end as logged failures and the actor is replaced; a "
-        "learner call stops the run (run.resume=true continues it).")
+        "learner call stops the run (run.resume=true continues it).",
+    )
     envs: EnvActors | None = Field(
-        default_factory=EnvActors, description="The environments: one Ray actor per "
+        default_factory=EnvActors,
+        description="The environments: one Ray actor per "
         "environment in flight, each building its suite from task.name / task.options "
         "(practicum.runtime.ray_envs); null = in this process (its child processes), e.g. for "
-        "an environment that keeps state across episodes.")
+        "an environment that keeps state across episodes.",
+    )
     engine: EngineActors | None = Field(
-        None, description="The sampler: null = in this process (sharing the learner's weights "
+        None,
+        description="The sampler: null = in this process (sharing the learner's weights "
         "when the learner is here too); a section = Ray engine actors that load every published "
-        "version, e.g. {gpus: 1, replicas: 4}.")
+        "version, e.g. {gpus: 1, replicas: 4}.",
+    )
 
     @property
     def on_ray(self) -> bool:
@@ -177,13 +212,17 @@ class _OnRay(_Plan):
 
 
 class RayPlacement(_OnRay):
-    kind: Literal["ray"] = Field(description="Ray actors for the parts named here (envs, "
-                                 "engine, learner); the others stay in this process.")
+    kind: Literal["ray"] = Field(
+        description="Ray actors for the parts named here (envs, "
+        "engine, learner); the others stay in this process."
+    )
     learner: ActorResources | None = Field(
-        None, description="The learner: null = in this process; a section = one Ray actor "
+        None,
+        description="The learner: null = in this process; a section = one Ray actor "
         "holding the weights, optimizer and PPO step and writing the checkpoints into the run "
         "folder, which it must see (practicum.runtime.ray_learner); the sampler then loads every "
-        "published version. Commands that reach into the model (`practicum rft`) need it here.")
+        "published version. Commands that reach into the model (`practicum rft`) need it here.",
+    )
 
     @property
     def learner_in_ray(self) -> bool:
@@ -194,25 +233,38 @@ class LearnerGroupPlacement(_OnRay):
     kind: Literal["learner_group"] = Field(
         description="The learner sharded with FSDP2 over `ranks` Ray actors in one placement "
         "group (practicum.runtime.learner_group; N ranks train exactly as one process); "
-        "environments and sampler as in kind ray.")
-    ranks: int = Field(ge=2, description="Learner ranks: Ray actors, one placement-group bundle "
-                       "each (one GPU each on GPUs).")
-    rank: ActorResources = Field(default_factory=ActorResources,
-                                 description="What each rank's bundle reserves.")
+        "environments and sampler as in kind ray."
+    )
+    ranks: int = Field(
+        ge=2,
+        description="Learner ranks: Ray actors, one placement-group bundle "
+        "each (one GPU each on GPUs).",
+    )
+    rank: ActorResources = Field(
+        default_factory=ActorResources, description="What each rank's bundle reserves."
+    )
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
-        "PACK", description="How Ray spreads the ranks' bundles over nodes (its placement-group "
+        "PACK",
+        description="How Ray spreads the ranks' bundles over nodes (its placement-group "
         "strategies): PACK = on as few nodes as fit, STRICT_SPREAD = each rank on a node of its "
         "own, ... The ranks are numbered node by node, so a mesh's copies (mesh.replicate = "
-        "nodes) each sit on one node.")
-    mesh: Mesh = Field(default_factory=Mesh, description="Full sharding, or hybrid "
-                       "(replicate x shard).")
-    network: Network = Field(default_factory=Network, description="The network interface of "
-                             "the collectives (address: torchrun only).")
+        "nodes) each sit on one node.",
+    )
+    mesh: Mesh = Field(
+        default_factory=Mesh, description="Full sharding, or hybrid (replicate x shard)."
+    )
+    network: Network = Field(
+        default_factory=Network,
+        description="The network interface of the collectives (address: torchrun only).",
+    )
     collective_timeout_s: float = Field(
-        600.0, gt=0, description="Seconds one collective of the ranks (a weight gather, a "
+        600.0,
+        gt=0,
+        description="Seconds one collective of the ranks (a weight gather, a "
         "gradient reduction) waits for a slower rank; past it the step fails with an error "
         "naming the rank that stalled or died and what it was doing (run.resume=true "
-        "continues the run).")
+        "continues the run).",
+    )
 
     @property
     def learner_in_ray(self) -> bool:
@@ -228,27 +280,43 @@ class TorchrunPlacement(_Plan):
         description="The learner sharded with FSDP2 over the processes of `torchrun --nnodes M "
         "--nproc-per-node N -m practicum.cli train CONFIG` (ranks = M x N): rank 0 runs the "
         "sampler, the environments and the loop, the other ranks only the learner's calls "
-        "(practicum.runtime.learner_group).")
-    ranks: int = Field(ge=2, description="Learner ranks: torchrun's processes over all nodes "
-                       "(--nnodes x --nproc-per-node); a launch with another count is refused.")
-    nodes: int = Field(1, ge=1, description="Machines of the launch (torchrun's --nnodes), "
-                       "each running ranks / nodes processes (--nproc-per-node).")
-    mesh: Mesh = Field(default_factory=Mesh, description="Full sharding, or hybrid "
-                       "(replicate x shard).")
-    network: Network = Field(default_factory=Network, description="The address and network "
-                             "interface of this node's collectives.")
+        "(practicum.runtime.learner_group)."
+    )
+    ranks: int = Field(
+        ge=2,
+        description="Learner ranks: torchrun's processes over all nodes "
+        "(--nnodes x --nproc-per-node); a launch with another count is refused.",
+    )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description="Machines of the launch (torchrun's --nnodes), "
+        "each running ranks / nodes processes (--nproc-per-node).",
+    )
+    mesh: Mesh = Field(
+        default_factory=Mesh, description="Full sharding, or hybrid (replicate x shard)."
+    )
+    network: Network = Field(
+        default_factory=Network,
+        description="The address and network interface of this node's collectives.",
+    )
     sampler_device: str | None = Field(
-        None, description="Where rank 0's sampler (engine.kind hf) runs. null: with a CUDA "
+        None,
+        description="Where rank 0's sampler (engine.kind hf) runs. null: with a CUDA "
         "model.device the first GPU of rank 0's node that no learner rank takes "
         "(cuda:<ranks / nodes>), and a node without one is refused; else model.device. A GPU "
         "a learner rank uses (e.g. cuda:0) is shared knowingly. vLLM picks its GPUs itself "
         "(the node's first): under torchrun on GPUs it needs this set to cuda:0 to share "
-        "them knowingly.")
+        "them knowingly.",
+    )
     collective_timeout_s: float = Field(
-        600.0, gt=0, description="Seconds one collective of the ranks waits for a slower rank; "
+        600.0,
+        gt=0,
+        description="Seconds one collective of the ranks waits for a slower rank; "
         "past it the step fails with an error naming the rank that stalled or died and what it "
         "was doing (torchrun ends the other ranks and its summary names a rank that died; "
-        "run.resume=true continues the run).")
+        "run.resume=true continues the run).",
+    )
 
     @property
     def learner_mesh(self) -> Mesh:
@@ -257,7 +325,8 @@ class TorchrunPlacement(_Plan):
 
 PlacementPlan = Annotated[
     Union[LocalPlacement, RayPlacement, LearnerGroupPlacement, TorchrunPlacement],
-    Field(discriminator="kind")]
+    Field(discriminator="kind"),
+]
 """One variant per way of placing a run's parts (module doc)."""
 
 
@@ -265,55 +334,80 @@ def check_plan(plan: Any, engine: Any, device: str, stages: list) -> None:
     """The plan against the rest of the config (`engine`: its section, `device`: model.device,
     `stages`: the pipeline); raises ValueError naming the keys."""
     if isinstance(plan, RayPlacement) and not (plan.envs or plan.engine or plan.learner):
-        raise ValueError("placement.kind=ray with envs, engine and learner all null puts "
-                         "nothing in a Ray actor: use placement.kind=local")
+        raise ValueError(
+            "placement.kind=ray with envs, engine and learner all null puts "
+            "nothing in a Ray actor: use placement.kind=local"
+        )
     if isinstance(plan, TorchrunPlacement) and stages:
-        raise ValueError("placement.kind=torchrun trains one run per launch: launch each "
-                         "stage's `practicum train` under torchrun instead of `stages:`")
+        raise ValueError(
+            "placement.kind=torchrun trains one run per launch: launch each "
+            "stage's `practicum train` under torchrun instead of `stages:`"
+        )
     if isinstance(plan, (LearnerGroupPlacement, TorchrunPlacement)):
         check_ranks(plan)
     if engine.kind != "vllm":
         return
     actors = plan.engine_actors
     if actors is not None and 0 < actors.gpus < engine.tensor_parallel_size:
-        raise ValueError(f"placement.engine.gpus={actors.gpus:g}: "
-                         f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards the "
-                         "model over that many GPUs, each engine actor needs as many")
+        raise ValueError(
+            f"placement.engine.gpus={actors.gpus:g}: "
+            f"engine.tensor_parallel_size={engine.tensor_parallel_size} shards the "
+            "model over that many GPUs, each engine actor needs as many"
+        )
     # weight_sync=broadcast joins the learner's process and vLLM's workers in one NCCL group,
     # and NCCL cannot join two processes on one GPU: a learner here on a GPU that the engine
     # here takes (its first tensor_parallel_size GPUs) is refused; with device auto, at the
     # first publish
-    if engine.weight_sync == "broadcast" and isinstance(plan, TorchrunPlacement) and \
-            device.startswith("cuda"):
-        raise ValueError("engine.weight_sync=broadcast under torchrun: vLLM in rank 0 starts on "
-                         "the node's first GPU, which learner rank 0 uses, and NCCL cannot join "
-                         "two processes on one GPU (no CUDA-IPC path yet): set "
-                         "engine.weight_sync=file or memory")
-    if engine.weight_sync == "broadcast" and actors is None and device.startswith("cuda") \
-            and int(device.partition(":")[2] or 0) < engine.tensor_parallel_size:
-        raise ValueError(f"engine.weight_sync=broadcast: the learner's {device} is one of the "
-                         f"{engine.tensor_parallel_size} GPU(s) vLLM takes here, and NCCL "
-                         "cannot join two processes on one GPU: set model.device to a GPU "
-                         "beyond them, or weight_sync=memory")
+    if (
+        engine.weight_sync == "broadcast"
+        and isinstance(plan, TorchrunPlacement)
+        and device.startswith("cuda")
+    ):
+        raise ValueError(
+            "engine.weight_sync=broadcast under torchrun: vLLM in rank 0 starts on "
+            "the node's first GPU, which learner rank 0 uses, and NCCL cannot join "
+            "two processes on one GPU (no CUDA-IPC path yet): set "
+            "engine.weight_sync=file or memory"
+        )
+    if (
+        engine.weight_sync == "broadcast"
+        and actors is None
+        and device.startswith("cuda")
+        and int(device.partition(":")[2] or 0) < engine.tensor_parallel_size
+    ):
+        raise ValueError(
+            f"engine.weight_sync=broadcast: the learner's {device} is one of the "
+            f"{engine.tensor_parallel_size} GPU(s) vLLM takes here, and NCCL "
+            "cannot join two processes on one GPU: set model.device to a GPU "
+            "beyond them, or weight_sync=memory"
+        )
 
 
 def check_ranks(plan: LearnerGroupPlacement | TorchrunPlacement) -> None:
     """A sharded plan's ranks against its mesh and nodes."""
     if plan.ranks % plan.mesh.replicate:
-        raise ValueError(f"placement.mesh.replicate={plan.mesh.replicate}: ranks={plan.ranks} "
-                         "is not a multiple of it (ranks = replicate x shard)")
+        raise ValueError(
+            f"placement.mesh.replicate={plan.mesh.replicate}: ranks={plan.ranks} "
+            "is not a multiple of it (ranks = replicate x shard)"
+        )
     copy = plan.ranks // plan.mesh.replicate
     if copy % plan.mesh.sequence:
-        raise ValueError(f"placement.mesh.sequence={plan.mesh.sequence}: each copy's "
-                         f"{copy} ranks (ranks / mesh.replicate) do not split into sequence "
-                         "groups of that many")
+        raise ValueError(
+            f"placement.mesh.sequence={plan.mesh.sequence}: each copy's "
+            f"{copy} ranks (ranks / mesh.replicate) do not split into sequence "
+            "groups of that many"
+        )
     if isinstance(plan, TorchrunPlacement) and plan.ranks % plan.nodes:
-        raise ValueError(f"placement.nodes={plan.nodes}: ranks={plan.ranks} is not a multiple "
-                         "of it (each node runs ranks / nodes processes)")
+        raise ValueError(
+            f"placement.nodes={plan.nodes}: ranks={plan.ranks} is not a multiple "
+            "of it (each node runs ranks / nodes processes)"
+        )
     if isinstance(plan, LearnerGroupPlacement) and plan.network.address is not None:
-        raise ValueError("placement.network.address: a Ray group's ranks bind to their Ray "
-                         "node's address (ray start --node-ip-address); the setting is "
-                         "torchrun's")
+        raise ValueError(
+            "placement.network.address: a Ray group's ranks bind to their Ray "
+            "node's address (ray start --node-ip-address); the setting is "
+            "torchrun's"
+        )
 
 
 # -- the keys this section replaced ---------------------------------------------------------
@@ -350,8 +444,10 @@ def old_keys(tree: dict) -> list[str]:
 def old_key_message(keys: list[str]) -> str:
     """One line naming where each of `keys` went."""
     moved = ", ".join(f"{k} -> {OLD_KEYS[k]}" for k in keys)
-    return ("moved to the placement section (placement: {kind: local | ray | learner_group | "
-            f"torchrun, ...}}; README \"Placement\"): {moved}")
+    return (
+        "moved to the placement section (placement: {kind: local | ray | learner_group | "
+        f'torchrun, ...}}; README "Placement"): {moved}'
+    )
 
 
 def refuse_old_keys(tree: dict) -> None:
@@ -363,20 +459,25 @@ def refuse_old_keys(tree: dict) -> None:
         overrides = stage.get("overrides") if isinstance(stage, dict) else None
         found = [k for k in OLD_KEYS if k in (overrides or {})]
         if found:
-            raise ConfigError(f"config error at stages[{i}].overrides.{found[0]}: "
-                              f"{old_key_message(found)}")
+            raise ConfigError(
+                f"config error at stages[{i}].overrides.{found[0]}: {old_key_message(found)}"
+            )
 
 
 def plan_from_old(old: dict[str, Any]) -> dict[str, Any]:
     """The `placement:` section equivalent to the replaced keys `old` ("runtime.backend": ...,
     a key left out has its old default). learner_ranks above 1 without a Ray learner was a
     torchrun launch (its environments run in rank 0, even where backend was ray)."""
+
     def get(key: str, default: Any) -> Any:
         return old.get(key, default)
 
     ranks = get("runtime.learner_ranks", 1)
-    collective = {"collective_timeout_s": old["runtime.learner_collective_timeout_s"]} \
-        if "runtime.learner_collective_timeout_s" in old else {}
+    collective = (
+        {"collective_timeout_s": old["runtime.learner_collective_timeout_s"]}
+        if "runtime.learner_collective_timeout_s" in old
+        else {}
+    )
     on_ray = get("runtime.backend", "local") == "ray"
     learner_actor = on_ray and get("runtime.ray_learner", "driver") == "actor"
     if ranks > 1 and not learner_actor:
@@ -389,11 +490,15 @@ def plan_from_old(old: dict[str, Any]) -> dict[str, Any]:
     plan["envs"] = {"cpus": get("runtime.ray_env_cpus", 0.0)}
     plan["engine"] = None
     if get("runtime.ray_engine", "driver") == "actor":
-        plan["engine"] = {"cpus": get("runtime.ray_engine_cpus", 1.0),
-                          "gpus": get("runtime.ray_engine_gpus", 0.0),
-                          "replicas": get("engine.replicas", 1)}
-    actor = {"cpus": get("runtime.ray_learner_cpus", 1.0),
-             "gpus": get("runtime.ray_learner_gpus", 0.0)}
+        plan["engine"] = {
+            "cpus": get("runtime.ray_engine_cpus", 1.0),
+            "gpus": get("runtime.ray_engine_gpus", 0.0),
+            "replicas": get("engine.replicas", 1),
+        }
+    actor = {
+        "cpus": get("runtime.ray_learner_cpus", 1.0),
+        "gpus": get("runtime.ray_learner_gpus", 0.0),
+    }
     if ranks > 1:
         return {"kind": "learner_group", "ranks": ranks, "rank": actor, **collective, **plan}
     return {"kind": "ray", **plan, "learner": actor if learner_actor else None}

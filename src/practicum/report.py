@@ -16,8 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def episode_metrics(episodes: list[Episode], solved_reward: float = 1.0,
-                    prefix: str = "") -> dict[str, float]:
+def episode_metrics(
+    episodes: list[Episode], solved_reward: float = 1.0, prefix: str = ""
+) -> dict[str, float]:
     """Means over episodes: reward, solved rate (the env's verdict, else reward >=
     `solved_reward`), turns, sampled tokens, malformed and length-cut turns, failures, overlong
     episodes, env seconds, and every metric the environments report (as `env/<name>`, averaged
@@ -90,8 +91,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [last[s] for s in sorted(last)]
 
 
-def plot_rewards(run_dir: Path, out: Path | None = None,
-                 keys: tuple[str, ...] = ("reward_mean", "eval/reward_mean")) -> Path:
+def plot_rewards(
+    run_dir: Path,
+    out: Path | None = None,
+    keys: tuple[str, ...] = ("reward_mean", "eval/reward_mean"),
+) -> Path:
     """PNG of reward vs step: training batches (line) and held-out evaluations (markers)."""
     rows = read_metrics(run_dir)
     out = out or Path(run_dir) / "reward.png"

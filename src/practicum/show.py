@@ -46,9 +46,12 @@ def _header(i: int, e: Episode) -> Table:
     verdict = {True: "[green]solved[/]", False: "[red]not solved[/]", None: "-"}[e.solved]
     t.add_row("episode", f"{i}  ({e.episode_id})")
     t.add_row("task", f"{e.task_id}   group {e.group_id}")
-    t.add_row("reward", f"{e.reward:.3f}   {verdict}"
-              + ("   [yellow]truncated[/]" if e.truncated else "")
-              + (f"   [red]failure: {e.failure}[/]" if e.failure else ""))
+    t.add_row(
+        "reward",
+        f"{e.reward:.3f}   {verdict}"
+        + ("   [yellow]truncated[/]" if e.truncated else "")
+        + (f"   [red]failure: {e.failure}[/]" if e.failure else ""),
+    )
     if e.metrics:
         t.add_row("metrics", ", ".join(f"{k}={v:.3g}" for k, v in sorted(e.metrics.items())))
     return t
@@ -92,8 +95,11 @@ def _flow_turn(k: int, turn) -> Panel:
     if "answer" in f:
         mark = "[green]correct[/]" if f.get("correct") else "[red]wrong[/]"
         rows.add_row("[bold]generator[/]", Text(f.get("generator", "").strip()))
-        rows.add_row("answer", f"{f['answer']!r}  vs gold {f.get('gold')!r}  {mark}"
-                     f"  (stopped by {f.get('stopped_by')})")
+        rows.add_row(
+            "answer",
+            f"{f['answer']!r}  vs gold {f.get('gold')!r}  {mark}"
+            f"  (stopped by {f.get('stopped_by')})",
+        )
     return Panel(rows, title=_turn_title(k, turn), title_align="left")
 
 
@@ -101,15 +107,20 @@ def render(i: int, e: Episode) -> list:
     items: list = [Panel(_header(i, e), title="episode", title_align="left")]
     for k, turn in enumerate(e.turns):
         items.append(_flow_turn(k, turn) if "flow" in turn.info else _generic_turn(k, turn))
-    memory = next((t.info["flow"].get("memory") for t in reversed(e.turns)
-                   if "flow" in t.info and t.info["flow"].get("memory")), None)
+    memory = next(
+        (
+            t.info["flow"].get("memory")
+            for t in reversed(e.turns)
+            if "flow" in t.info and t.info["flow"].get("memory")
+        ),
+        None,
+    )
     if memory:
         items.append(Panel(Text(memory), title="final memory", title_align="left"))
     return items
 
 
-def show(run_dir: str | Path, episode: int | None = None, console: Console | None = None
-         ) -> Path:
+def show(run_dir: str | Path, episode: int | None = None, console: Console | None = None) -> Path:
     """Print episode `episode` of the run and save it as HTML; returns the HTML path."""
     i, e = load_episode(Path(run_dir), episode)
     rec = Console(record=True, width=110, file=open("/dev/null", "w"))

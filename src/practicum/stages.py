@@ -43,8 +43,10 @@ def stage_config(cfg: Config, index: int, init: str | None) -> Config:
     tree["stages"] = []
     for key, value in stage.overrides.items():
         if key.split(".")[0] in ("run", "stages"):
-            raise ConfigError(f"config error at stages[{index}].overrides.{key}: a stage "
-                              f"cannot change the run folder or the stage list")
+            raise ConfigError(
+                f"config error at stages[{index}].overrides.{key}: a stage "
+                f"cannot change the run folder or the stage list"
+            )
         set_dotted(tree, key, value)
     tree["run"].update(out_dir=str(cfg.run_dir), name=f"{index}-{stage.name}", resume=True)
     if init is not None:
@@ -54,8 +56,9 @@ def stage_config(cfg: Config, index: int, init: str | None) -> Config:
     except ValidationError as err:  # pydantic's message names the key inside the stage's config
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"config error at stages[{index}].overrides ({where}): "
-                          f"{first['msg']}") from None
+        raise ConfigError(
+            f"config error at stages[{index}].overrides ({where}): {first['msg']}"
+        ) from None
     try:
         options = parse_options(sub.task.name, sub.task.options)
     except ConfigError as err:
@@ -80,15 +83,22 @@ def run_stages(cfg: Config, progress: bool = True) -> dict:
             result = _paths(json.loads(marker.read_text()), lambda p: _resolve(p, cfg.run_dir))
         else:
             result = _run_stage(cfg, i, stage, sub, prev, progress)
-            marker.write_text(json.dumps(_paths(result, lambda p: _stored(p, cfg.run_dir)),
-                                         indent=1))
+            marker.write_text(
+                json.dumps(_paths(result, lambda p: _stored(p, cfg.run_dir)), indent=1)
+            )
         results.append(result)
         init, prev = result["policy"], (sub, result)
-    report = {"run_dir": str(cfg.run_dir), "stages": results,
-              "wall_seconds_this_call": time.time() - started}
+    report = {
+        "run_dir": str(cfg.run_dir),
+        "stages": results,
+        "wall_seconds_this_call": time.time() - started,
+    }
     report["table"] = _table(results)
-    on_disk = {**report, "run_dir": ".",
-               "stages": [_paths(r, lambda p: _stored(p, cfg.run_dir)) for r in results]}
+    on_disk = {
+        **report,
+        "run_dir": ".",
+        "stages": [_paths(r, lambda p: _stored(p, cfg.run_dir)) for r in results],
+    }
     (cfg.run_dir / "report.json").write_text(json.dumps(on_disk, indent=1))
     (cfg.run_dir / "report.md").write_text(report["table"] + "\n")
     return report
@@ -97,10 +107,10 @@ def run_stages(cfg: Config, progress: bool = True) -> dict:
 def pipeline_policy(run_dir: Path) -> Path | None:
     """The policy of a pipeline folder's last finished stage that has one (what `practicum
     serve RUN` serves for a run with `stages:`), or None if no stage has finished."""
-    markers = [m for m in run_dir.glob("*-*/stage.json")
-               if m.parent.name.split("-", 1)[0].isdigit()]
-    for marker in sorted(markers, key=lambda m: int(m.parent.name.split("-", 1)[0]),
-                         reverse=True):
+    markers = [
+        m for m in run_dir.glob("*-*/stage.json") if m.parent.name.split("-", 1)[0].isdigit()
+    ]
+    for marker in sorted(markers, key=lambda m: int(m.parent.name.split("-", 1)[0]), reverse=True):
         policy = json.loads(marker.read_text()).get("policy")
         if policy:
             return Path(_resolve(policy, run_dir))
@@ -135,8 +145,14 @@ def _resolve(stored: str, run_dir: Path) -> str:
     return str(run_dir / path)
 
 
-def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
-               prev: tuple[Config, dict] | None, progress: bool) -> dict:
+def _run_stage(
+    cfg: Config,
+    index: int,
+    stage: StageConfig,
+    sub: Config,
+    prev: tuple[Config, dict] | None,
+    progress: bool,
+) -> dict:
     t0 = time.time()
     keep = refresh(cfg, index, sub) if stage.curriculum_refresh else None
     if stage.kind in ("rft", "sft"):
@@ -148,8 +164,10 @@ def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
         summary = run(sub, progress)
         policy = Path(summary["policy"])
         episodes = summary["sampled"]
-        extra = {"kept": summary["kept"], "tasks_with_a_kept_episode":
-                 summary["tasks_with_a_kept_episode"]}
+        extra = {
+            "kept": summary["kept"],
+            "tasks_with_a_kept_episode": summary["tasks_with_a_kept_episode"],
+        }
     else:
         if prev is not None and _same_eval(prev[0], sub):
             _reuse_eval(prev[1], sub.run_dir)
@@ -161,20 +179,34 @@ def _run_stage(cfg: Config, index: int, stage: StageConfig, sub: Config,
             from practicum.learner import latest_checkpoint
 
             summary, stopped = _stopped_summary(sub, prev), str(err)
-            policy = (_final_policy(sub.run_dir) if latest_checkpoint(sub.run_dir / "checkpoints")
-                      else Path(sub.model.init) if sub.model.init else None)
+            policy = (
+                _final_policy(sub.run_dir)
+                if latest_checkpoint(sub.run_dir / "checkpoints")
+                else Path(sub.model.init)
+                if sub.model.init
+                else None
+            )
         episodes = summary["episodes"]
-        extra = {"steps": summary["steps"], "skipped_batches": summary["skipped_batches"],
-                 "stopped": stopped}
+        extra = {
+            "steps": summary["steps"],
+            "skipped_batches": summary["skipped_batches"],
+            "stopped": stopped,
+        }
     before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
-    return {"index": index, "name": stage.name, "kind": stage.kind,
-            "run_dir": str(sub.run_dir), "policy": str(policy) if policy else None,
-            "episodes": episodes,
-            "minutes": (time.time() - t0) / 60,
-            "held_out_before": before.get("solved_rate"),
-            "held_out_after": after.get("solved_rate"),
-            "held_out_tasks": after.get("tasks"),
-            "train_tasks": keep if keep is not None else None, **extra}
+    return {
+        "index": index,
+        "name": stage.name,
+        "kind": stage.kind,
+        "run_dir": str(sub.run_dir),
+        "policy": str(policy) if policy else None,
+        "episodes": episodes,
+        "minutes": (time.time() - t0) / 60,
+        "held_out_before": before.get("solved_rate"),
+        "held_out_after": after.get("solved_rate"),
+        "held_out_tasks": after.get("tasks"),
+        "train_tasks": keep if keep is not None else None,
+        **extra,
+    }
 
 
 def refresh(cfg: Config, index: int, sub: Config) -> list[str] | None:
@@ -193,8 +225,12 @@ def refresh(cfg: Config, index: int, sub: Config) -> list[str] | None:
                     tracker.update(e.task_id, solved(e, sub.curriculum.solved_reward))
     from practicum.envs.registry import SuiteContext, build_suite
 
-    tasks = [t.task_id for t in build_suite(sub.task.name, sub.task.options,
-                                            SuiteContext(sub.run.seed)).train_tasks]
+    tasks = [
+        t.task_id
+        for t in build_suite(
+            sub.task.name, sub.task.options, SuiteContext(sub.run.seed)
+        ).train_tasks
+    ]
     cur = sub.curriculum
     kept = [t for t in tasks if tracker.keep(t, cur.max_solve_rate, cur.min_attempts)]
     return kept if kept else None
@@ -212,8 +248,13 @@ def _stopped_summary(sub: Config, prev: tuple[Config, dict] | None) -> dict:
     if metrics.exists():
         for line in metrics.read_text().splitlines():
             steps = max(steps, int(json.loads(line).get("step", 0)))
-    return {"episodes": len(EpisodeStore(sub.run_dir / "episodes.jsonl")), "steps": steps,
-            "skipped_batches": None, "eval_before": ev, "eval_after": ev if steps == 0 else None}
+    return {
+        "episodes": len(EpisodeStore(sub.run_dir / "episodes.jsonl")),
+        "steps": steps,
+        "skipped_batches": None,
+        "eval_before": ev,
+        "eval_after": ev if steps == 0 else None,
+    }
 
 
 def _same_eval(a: Config, b: Config) -> bool:
@@ -257,9 +298,13 @@ def _table(results: list[dict]) -> str:
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    lines = ["| stage | kind | held-out solved before | after | episodes | minutes |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| stage | kind | held-out solved before | after | episodes | minutes |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['index']}-{r['name']} | {r['kind']} | {pct(r['held_out_before'])} "
-                     f"| {pct(r['held_out_after'])} | {r['episodes']} | {r['minutes']:.1f} |")
+        lines.append(
+            f"| {r['index']}-{r['name']} | {r['kind']} | {pct(r['held_out_before'])} "
+            f"| {pct(r['held_out_after'])} | {r['episodes']} | {r['minutes']:.1f} |"
+        )
     return "\n".join(lines)

@@ -20,6 +20,8 @@ def _raise_terminated(signum, frame) -> None:
 def unwind_on_sigterm() -> None:
     """Make SIGTERM raise `Terminated` in the main thread; leaves a handler someone else
     installed (e.g. `practicum serve`'s) in place. Only the main thread can install one."""
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
         signal.signal(signal.SIGTERM, _raise_terminated)

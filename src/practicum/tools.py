@@ -112,8 +112,12 @@ class ToolSet(Mapping[str, T], Generic[T]):
 def call_grammar(tools: Iterable[Tool | type[Tool]], *rules: str) -> str:
     """`ToolSet.grammar` over tools or tool classes (their rules are class attributes)."""
     tools = list(tools)
-    return "\n".join([f"start: {' | '.join(t.name for t in tools)}",
-                      *(t.grammar for t in tools), *rules]) + "\n"
+    return (
+        "\n".join(
+            [f"start: {' | '.join(t.name for t in tools)}", *(t.grammar for t in tools), *rules]
+        )
+        + "\n"
+    )
 
 
 class TagSyntax:
@@ -123,8 +127,13 @@ class TagSyntax:
     malformed for the tools in `need_body`; the others get it to reject themselves. `help`
     ends every message about a malformed reply."""
 
-    def __init__(self, names: Iterable[str], help: str, bare: Iterable[str] = (),
-                 need_body: Iterable[str] = ()):
+    def __init__(
+        self,
+        names: Iterable[str],
+        help: str,
+        bare: Iterable[str] = (),
+        need_body: Iterable[str] = (),
+    ):
         self.names, self.help = list(names), help
         self.bare, self.need_body = list(bare), set(need_body)
         alternatives = "|".join(map(re.escape, self.names))
@@ -141,8 +150,10 @@ class TagSyntax:
         if m is None:
             opened = self._open.search(reply)
             if opened:
-                raise CallError(f"Your <{opened.group(1)}> was not closed with "
-                                f"</{opened.group(1)}>. {self.help}")
+                raise CallError(
+                    f"Your <{opened.group(1)}> was not closed with "
+                    f"</{opened.group(1)}>. {self.help}"
+                )
             raise CallError(f"No tool call found. {self.help}")
         if m.group(1) is None:
             return Call(m.group(3), "")

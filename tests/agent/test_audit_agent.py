@@ -10,8 +10,12 @@ from .conftest import agent_overrides
 
 pytestmark = pytest.mark.slow
 
-LIMITS = ["rollout.agent.time_limit_s=8", "rollout.agent.max_calls=40",
-          "rollout.agent.max_call_tokens=16", "rollout.agent.max_episode_tokens=16"]
+LIMITS = [
+    "rollout.agent.time_limit_s=8",
+    "rollout.agent.max_calls=40",
+    "rollout.agent.max_call_tokens=16",
+    "rollout.agent.max_episode_tokens=16",
+]
 
 
 def test_every_agent_attack_is_contained_and_leaves_nothing(tiny_model_dir, tmp_path):
@@ -19,8 +23,9 @@ def test_every_agent_attack_is_contained_and_leaves_nothing(tiny_model_dir, tmp_
     report = run_agent_audit(cfg, tasks=1)
     verdicts = {r.attack: r.verdict for r in report.results}
     assert verdicts.pop("honest reference") == "reference"
-    assert set(verdicts.values()) == {"contained"}, \
-        {r.attack: r.unmet + r.leftovers for r in report.results if r.verdict != "contained"}
+    assert set(verdicts.values()) == {"contained"}, {
+        r.attack: r.unmet + r.leftovers for r in report.results if r.verdict != "contained"
+    }
     assert len(verdicts) == 10 and report.ok
     assert not list(tmp_path.glob("**/escaped.txt"))
 
@@ -30,8 +35,9 @@ def test_an_agent_sharing_the_host_network_is_caught(tiny_model_dir, tmp_path, m
     import practicum.envs.sandbox.bwrap as bwrap
 
     hide = bwrap._hide_options  # bwrap's options travel in a file: drop one on its way there
-    monkeypatch.setattr(bwrap, "_hide_options",
-                        lambda args, fd: hide([a for a in args if a != "--unshare-net"], fd))
+    monkeypatch.setattr(
+        bwrap, "_hide_options", lambda args, fd: hide([a for a in args if a != "--unshare-net"], fd)
+    )
     cfg = load_config(None, agent_overrides(tiny_model_dir, tmp_path, *LIMITS))
     report = run_agent_audit(cfg, tasks=1, only=["network"])
     (result,) = report.results[1:]

@@ -29,10 +29,12 @@ def test_a_call_that_extends_the_last_one_continues_its_row_with_the_sampled_ids
     calls = EpisodeCalls(chat, max_seq_len=1024)
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go"}]
     p1, s1 = _call(calls, chat, msgs, " ran  it")  # odd spacing: re-rendering might differ
-    msgs2 = msgs + [{"role": "assistant", "content": " ran  it"},
-                    {"role": "user", "content": "and?"}]
+    msgs2 = msgs + [
+        {"role": "assistant", "content": " ran  it"},
+        {"role": "user", "content": "and?"},
+    ]
     p2, s2 = _call(calls, chat, msgs2, "done")
-    assert p2.prompt_ids[:len(p1.prompt_ids) + len(s1.token_ids)] == p1.prompt_ids + s1.token_ids
+    assert p2.prompt_ids[: len(p1.prompt_ids) + len(s1.token_ids)] == p1.prompt_ids + s1.token_ids
     assert p2.prompt_ids == p1.prompt_ids + s1.token_ids + p2.inserted
     ep = calls.episode("t", "g")
     (row,) = ep.segments()
@@ -46,8 +48,10 @@ def test_an_edited_history_opens_a_new_segment(chat):
     calls = EpisodeCalls(chat, max_seq_len=1024)
     msgs = [{"role": "user", "content": "Go"}]
     p1, _ = _call(calls, chat, msgs, "step one")
-    edited = msgs + [{"role": "assistant", "content": "step 1"},  # the agent rewrote the reply
-                     {"role": "user", "content": "next"}]
+    edited = msgs + [
+        {"role": "assistant", "content": "step 1"},  # the agent rewrote the reply
+        {"role": "user", "content": "next"},
+    ]
     p2, s2 = _call(calls, chat, edited, "two")
     assert p2.thread is None and p2.prompt_ids == chat.render(edited)
     rows = calls.episode("t", "g").segments()
@@ -56,18 +60,36 @@ def test_an_edited_history_opens_a_new_segment(chat):
 
 
 def test_tool_calls_continue_when_sent_back_as_returned(chat):
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {
-        "type": "object", "properties": {"cmd": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
     calls = EpisodeCalls(chat, max_seq_len=1024)
     msgs = [{"role": "user", "content": "list files"}]
     plan = calls.plan(msgs, tools, True)
     text = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
-    calls.record(plan, _sample(chat, text), 0, reply_key("", [{"name": "bash",
-                                                               "arguments": {"cmd": "ls"}}]))
-    back = msgs + [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_x", "type": "function",
-         "function": {"name": "bash", "arguments": '{"cmd":  "ls"}'}}]},
-        {"role": "tool", "tool_call_id": "call_x", "content": "a.txt"}]
+    calls.record(
+        plan, _sample(chat, text), 0, reply_key("", [{"name": "bash", "arguments": {"cmd": "ls"}}])
+    )
+    back = msgs + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_x",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"cmd":  "ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_x", "content": "a.txt"},
+    ]
     assert calls.plan(back, tools, True).thread is not None
     assert calls.plan(back, None, True).thread is None  # other tools: another prompt
 
@@ -88,11 +110,13 @@ def test_a_long_history_is_cut_by_whole_messages_and_refused_when_the_last_canno
     calls = EpisodeCalls(chat, max_seq_len=120, min_reply_tokens=8)
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"}]
     for i in range(6):
-        msgs += [{"role": "assistant", "content": f"reply number {i} " * 3},
-                 {"role": "user", "content": f"observation {i} " * 3}]
+        msgs += [
+            {"role": "assistant", "content": f"reply number {i} " * 3},
+            {"role": "user", "content": f"observation {i} " * 3},
+        ]
     plan = calls.plan(msgs, None, True)
     assert plan.dropped > 0 and len(plan.prompt_ids) + 8 <= 120
-    kept = msgs[:2] + msgs[2 + plan.dropped:]
+    kept = msgs[:2] + msgs[2 + plan.dropped :]
     assert plan.prompt_ids == chat.render(kept)
     with pytest.raises(ContextExceeded):
         calls.plan(msgs[:2] + [{"role": "user", "content": "x " * 200}], None, True)
@@ -103,7 +127,7 @@ def test_untrained_calls_and_forced_prefixes_stay_out_of_the_loss(chat):
     msgs = [{"role": "user", "content": "Go"}]
     prefix = chat.encode('<tool_call>\n{"name": "')
     plan = calls.plan(msgs, None, True, prefix)
-    assert plan.prompt_ids[-len(prefix):] == prefix
+    assert plan.prompt_ids[-len(prefix) :] == prefix
     s = _sample(chat, 'f"}')
     calls.record(plan, s, 0, reply_key("x", []), trained=False)
     assert calls.episode("t", "g").segments() == []

@@ -34,8 +34,9 @@ def post(endpoint, key, path, body):
     text = resp.read().decode()
     conn.close()
     if resp.getheader("content-type", "").startswith("text/event-stream"):
-        return resp.status, [json.loads(x[6:]) for x in text.split("\n\n")
-                             if x.startswith("data: {")]
+        return resp.status, [
+            json.loads(x[6:]) for x in text.split("\n\n") if x.startswith("data: {")
+        ]
     return resp.status, json.loads(text)
 
 
@@ -44,8 +45,14 @@ def endpoint(tiny_model_dir, tmp_path_factory):
     sampler = load_frozen_sampler(str(tiny_model_dir), "float32", "cpu")
     server = GenerationServer(sampler).start()
     log = tmp_path_factory.mktemp("log") / "requests.jsonl"
-    ep = AgentEndpoint(server, ChatFormat(sampler.tokenizer), "toy", max_seq_len=512,
-                       learner_temperature=1.0, request_log=log).start()
+    ep = AgentEndpoint(
+        server,
+        ChatFormat(sampler.tokenizer),
+        "toy",
+        max_seq_len=512,
+        learner_temperature=1.0,
+        request_log=log,
+    ).start()
     yield ep
     ep.stop()
     server.stop()
@@ -61,14 +68,14 @@ def test_a_wrong_or_missing_key_is_refused_and_recorded_nowhere(endpoint):
     before = endpoint.unauthorized
     msgs = [{"role": "user", "content": "hi"}]
     for key in ("not-a-key", None, live.key + "x"):
-        status, body = post(endpoint, key, "chat/completions",
-                            {"model": "toy", "messages": msgs})
+        status, body = post(endpoint, key, "chat/completions", {"model": "toy", "messages": msgs})
         assert status == 401 and body["error"]["type"] == "authentication_error"
     assert endpoint.unauthorized == before + 3
     assert live.calls.calls == 0 and live.failure is None and live.admitted == 0
     endpoint.close(live)
-    assert post(endpoint, live.key, "chat/completions",
-                {"model": "toy", "messages": msgs})[0] == 401  # closed: its key is dead
+    assert (
+        post(endpoint, live.key, "chat/completions", {"model": "toy", "messages": msgs})[0] == 401
+    )  # closed: its key is dead
 
 
 def test_calls_continue_their_row_and_match_the_request_log(endpoint):
@@ -78,10 +85,11 @@ def test_calls_continue_their_row_and_match_the_request_log(endpoint):
         status, body = chat(endpoint, live, msgs, logprobs=True)
         assert status == 200, body
         reply = body["choices"][0]["message"]
-        msgs += [{"role": "assistant", "content": reply["content"]},
-                 {"role": "user", "content": f"again {i}"}]
-        assert len(body["choices"][0]["logprobs"]["content"]) == body["usage"][
-            "completion_tokens"]
+        msgs += [
+            {"role": "assistant", "content": reply["content"]},
+            {"role": "user", "content": f"again {i}"},
+        ]
+        assert len(body["choices"][0]["logprobs"]["content"]) == body["usage"]["completion_tokens"]
     # a streamed reply is recorded the same way
     status, chunks = chat(endpoint, live, msgs, stream=True)
     assert status == 200 and chunks[-1]["usage"]["completion_tokens"] > 0
@@ -96,8 +104,10 @@ def test_an_edited_history_opens_a_new_segment_over_http(endpoint):
     live = endpoint.open(CallLimits(), seed=2)
     msgs = [{"role": "user", "content": "go"}]
     reply = chat(endpoint, live, msgs)[1]["choices"][0]["message"]["content"]
-    edited = msgs + [{"role": "assistant", "content": reply + " (edited)"},
-                     {"role": "user", "content": "next"}]
+    edited = msgs + [
+        {"role": "assistant", "content": reply + " (edited)"},
+        {"role": "user", "content": "next"},
+    ]
     assert chat(endpoint, live, edited)[0] == 200
     endpoint.close(live)
     assert live.calls.segments == 2 and live.calls.continued == 0
@@ -106,14 +116,24 @@ def test_an_edited_history_opens_a_new_segment_over_http(endpoint):
 
 
 def test_tool_calls_the_base_model_and_other_temperatures(endpoint):
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {
-        "type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"cmd": {"type": "string"}},
+                    "required": ["cmd"],
+                },
+            },
+        }
+    ]
     live = endpoint.open(CallLimits(), seed=3)
     msgs = [{"role": "user", "content": "list files"}]
     status, body = chat(endpoint, live, msgs, tools=tools, tool_choice="required")
     (call,) = body["choices"][0]["message"]["tool_calls"]  # forced: there is one
-    assert call["function"]["name"] == "bash" and "cmd" in json.loads(
-        call["function"]["arguments"])
+    assert call["function"]["name"] == "bash" and "cmd" in json.loads(call["function"]["arguments"])
     # the call's opening is context; a filled call's values are logged, never trained
     assert live.calls.calls == 1
     assert chat(endpoint, live, msgs, model="toy-base")[0] == 200
@@ -124,7 +144,7 @@ def test_tool_calls_the_base_model_and_other_temperatures(endpoint):
     assert [t.info["call"]["model"] for t in ep.turns] == ["policy", "base", "policy"]
     assert ep.turns[2].info["call"]["sampled_temperature"] == 0.5
     prefix = endpoint.chat.encode('<tool_call>\n{"name": "')
-    assert ep.prompt_ids[-len(prefix):] == prefix  # the forced opening ends the context
+    assert ep.prompt_ids[-len(prefix) :] == prefix  # the forced opening ends the context
     if ep.turns[0].info["filled"]:  # a random model's own call rarely parses
         assert ep.turns[0].trained and len(ep.turns[0].sampled_ids) > 0
 

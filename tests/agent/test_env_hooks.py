@@ -15,9 +15,11 @@ from practicum.envs.registry import SuiteContext, build_suite
 
 pytestmark = pytest.mark.slow
 
-FIX = ("import pathlib\np = pathlib.Path('calc/ops.py')\n"
-       "p.write_text(p.read_text().replace('return a - b', 'return a + b'))\n")
-CONSTANT = ("import shutil\nshutil.copy('data/sample_submission.csv', 'submission.csv')\n")
+FIX = (
+    "import pathlib\np = pathlib.Path('calc/ops.py')\n"
+    "p.write_text(p.read_text().replace('return a - b', 'return a + b'))\n"
+)
+CONSTANT = "import shutil\nshutil.copy('data/sample_submission.csv', 'submission.csv')\n"
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,11 @@ def test_a_swe_agent_that_fixes_the_bug_is_graded_resolved(endpoint, tmp_path):
     from practicum.envs.swe.toy_repo import write_toy_instance
 
     write_toy_instance(tmp_path, repos={"toy__other-1": "toy/other"})
-    suite = build_suite("swe", {"instances": str(tmp_path / "toy.jsonl"),
-                                "held_out_packages": ["other"]}, SuiteContext())
+    suite = build_suite(
+        "swe",
+        {"instances": str(tmp_path / "toy.jsonl"), "held_out_packages": ["other"]},
+        SuiteContext(),
+    )
     fixed = run_script(suite.make_env(None), Task("toy__calc-1"), endpoint, tmp_path, FIX)
     assert fixed.failure is None and fixed.solved and fixed.reward == 1.0, fixed.failure
     assert "return a + b" in fixed.info["patch"]
@@ -50,8 +55,9 @@ def test_a_swe_agent_that_fixes_the_bug_is_graded_resolved(endpoint, tmp_path):
 
 
 def test_an_mle_agent_submission_is_graded_on_the_private_answers(endpoint, tmp_path):
-    suite = build_suite("mle", {"held_out": ["iris-species"], "train": ["wine-cultivar"]},
-                        SuiteContext())
+    suite = build_suite(
+        "mle", {"held_out": ["iris-species"], "train": ["wine-cultivar"]}, SuiteContext()
+    )
     task = suite.eval_tasks[0]
     e = run_script(suite.make_env(ModelService()), task, endpoint, tmp_path, CONSTANT)
     assert e.failure is None and e.info["valid"] and e.solved, e.info

@@ -11,31 +11,38 @@ from .conftest import agent_overrides
 
 pytestmark = pytest.mark.slow
 
-GRADER = '''
+GRADER = """
 from practicum.envs.base import StepResult
 
 def grade(task, outcome):
     text = (outcome.workdir / "out.txt").read_text()
     return StepResult(reward=len(text) / 100, done=True, info={"seen": text,
                       "replies": len(outcome.replies)})
-'''
-STDIN_AGENT = '''
+"""
+STDIN_AGENT = """
 import sys, time
 task = sys.stdin.read()
 open("out.txt", "w").write("task:" + task[:20])
 open("done.flag", "w").write("")
 time.sleep(60)  # the submit file ends the episode long before this
-'''
+"""
 
 
 def test_stdin_task_a_submit_file_and_a_users_grader(tiny_model_dir, tmp_path, monkeypatch):
     (tmp_path / "my_grader.py").write_text(GRADER)
     (tmp_path / "stdin_agent.py").write_text(STDIN_AGENT)
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = load_config(None, agent_overrides(
-        tiny_model_dir, tmp_path, "rollout.agent.task_input=stdin",
-        f"rollout.agent.command=[python, {tmp_path / 'stdin_agent.py'}]",
-        "rollout.agent.submit_file=done.flag", "rollout.agent.grader=my_grader:grade"))
+    cfg = load_config(
+        None,
+        agent_overrides(
+            tiny_model_dir,
+            tmp_path,
+            "rollout.agent.task_input=stdin",
+            f"rollout.agent.command=[python, {tmp_path / 'stdin_agent.py'}]",
+            "rollout.agent.submit_file=done.flag",
+            "rollout.agent.grader=my_grader:grade",
+        ),
+    )
     s = open_session(cfg)
     try:
         (e,) = s.rollout([(s.suite.train_tasks[0], "g0/t", 0)])

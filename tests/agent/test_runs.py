@@ -20,18 +20,29 @@ def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_model_dir, tmp_
     trained turn's context is the prompt the engine got (the request log, written apart from
     the episodes), each turn carries the version that sampled it, and the learner's log-probs
     are the sampler's."""
-    cfg = load_config(None, agent_overrides(
-        peaked_model_dir, tmp_path, "rollout.group_size=4", "rollout.tasks_per_step=4",
-        "train.steps=1", "train.lr=1e-3", "rollout.agent.request_log=true",
-        "runtime.mode=async", "runtime.num_actors=16", "runtime.max_staleness=0", turns=7,
-        max_tokens=6))
+    cfg = load_config(
+        None,
+        agent_overrides(
+            peaked_model_dir,
+            tmp_path,
+            "rollout.group_size=4",
+            "rollout.tasks_per_step=4",
+            "train.steps=1",
+            "train.lr=1e-3",
+            "rollout.agent.request_log=true",
+            "runtime.mode=async",
+            "runtime.num_actors=16",
+            "runtime.max_staleness=0",
+            turns=7,
+            max_tokens=6,
+        ),
+    )
     run_training(cfg, progress=False)
     run = tmp_path / "toy"
     stored = list(EpisodeStore(run / "episodes.jsonl"))
     (batch,) = read_ledger(run / "consumed.jsonl")
     episodes = [stored[pos] for pos, _ in batch["trained"]]  # async: what the step took
-    assert len(episodes) >= 16 and not any(e.failure for e in stored), \
-        [e.failure for e in stored]
+    assert len(episodes) >= 16 and not any(e.failure for e in stored), [e.failure for e in stored]
     assert {t.policy_version for e in episodes for t in e.turns} == {0}
     assert sum(len(e.turns) for e in episodes) == 7 * len(episodes) >= 112
     # every call after an episode's first continued its row: one segment per episode
@@ -46,23 +57,34 @@ def test_sixteen_agents_at_once_are_trained_token_exactly(peaked_model_dir, tmp_
     print(f"\nlearner vs sampler log-prob gap over {7 * len(episodes)} calls: {gap}")
 
 
-def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(peaked_model_dir,
-                                                                           tmp_path):
+def test_the_example_agent_learns_the_toy_task_and_an_lr0_control_does_not(
+    peaked_model_dir, tmp_path
+):
     """Same seeds, same agent: with lr 1e-2 the held-out reward rises; with lr 0 nothing
     changes (the first batches are identical: same weights, same seeds)."""
     runs = {}
     for lr in (1e-2, 0):
-        cfg = load_config(None, agent_overrides(
-            peaked_model_dir, tmp_path / f"lr{lr}", "rollout.group_size=4", "rollout.tasks_per_step=2",
-            "train.steps=4", f"train.lr={lr}", "task.options.eval_size=4"))
+        cfg = load_config(
+            None,
+            agent_overrides(
+                peaked_model_dir,
+                tmp_path / f"lr{lr}",
+                "rollout.group_size=4",
+                "rollout.tasks_per_step=2",
+                "train.steps=4",
+                f"train.lr={lr}",
+                "task.options.eval_size=4",
+            ),
+        )
         summary = run_training(cfg, progress=False)
-        runs[lr] = (summary, [r["reward_mean"] for r in metric_rows(tmp_path / f"lr{lr}" /
-                                                                    "toy")])
+        runs[lr] = (summary, [r["reward_mean"] for r in metric_rows(tmp_path / f"lr{lr}" / "toy")])
     (trained, curve), (control, flat) = runs[1e-2], runs[0]
-    print(f"\ntrain reward per step: lr 1e-2 {curve}, lr 0 {flat}; held-out before "
-          f"{trained['eval_before']['reward_mean']:.3f}, after: lr 1e-2 "
-          f"{trained['eval_after']['reward_mean']:.3f}, lr 0 "
-          f"{control['eval_after']['reward_mean']:.3f}")
+    print(
+        f"\ntrain reward per step: lr 1e-2 {curve}, lr 0 {flat}; held-out before "
+        f"{trained['eval_before']['reward_mean']:.3f}, after: lr 1e-2 "
+        f"{trained['eval_after']['reward_mean']:.3f}, lr 0 "
+        f"{control['eval_after']['reward_mean']:.3f}"
+    )
     assert curve[0] == flat[0]  # the same first batch
     assert control["eval_after"]["reward_mean"] == control["eval_before"]["reward_mean"]
     assert trained["eval_after"]["reward_mean"] > control["eval_after"]["reward_mean"] + 0.15

@@ -10,15 +10,27 @@ BENCHMARK = "agents_baseline.py"
 
 def _eval(path: Path, episodes: list[tuple[str, bool, float]], tokens: float = 10.0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"tasks": len(episodes), "sampled_tokens_mean": tokens,
-                                "episodes": [{"task_id": t, "solved": s, "reward": r,
-                                              "metrics": {"patch_lines": 3.0 if s else 0.0},
-                                              "turns": ["a", "b"]}
-                                             for t, s, r in episodes]}))
+    path.write_text(
+        json.dumps(
+            {
+                "tasks": len(episodes),
+                "sampled_tokens_mean": tokens,
+                "episodes": [
+                    {
+                        "task_id": t,
+                        "solved": s,
+                        "reward": r,
+                        "metrics": {"patch_lines": 3.0 if s else 0.0},
+                        "turns": ["a", "b"],
+                    }
+                    for t, s, r in episodes
+                ],
+            }
+        )
+    )
 
 
-def test_a_stage_pipeline_serves_its_last_policy_and_compares_first_to_last_eval(bench,
-                                                                                 tmp_path):
+def test_a_stage_pipeline_serves_its_last_policy_and_compares_first_to_last_eval(bench, tmp_path):
     run = tmp_path / "swe"
     for stage in ("0-rft/rft", "1-rl", "2-rl2"):
         (run / stage / "policy").mkdir(parents=True)
@@ -39,32 +51,54 @@ def test_a_stage_pipeline_serves_its_last_policy_and_compares_first_to_last_eval
     assert (last.parent.parent.name, last.name) == ("2-rl2", "step_000002.json")
 
     rows = bench.practicum_rows("practicum-swe", run, ["t2"])  # only the agents' tasks
-    assert [(r["policy"], r["task"], r["solved"], r["output"]) for r in rows] == \
-        [("base", "t2", False, False), ("trained", "t2", True, True)]
+    assert [(r["policy"], r["task"], r["solved"], r["output"]) for r in rows] == [
+        ("base", "t2", False, False),
+        ("trained", "t2", True, True),
+    ]
     assert rows[0]["tokens"] is None  # a subset of the evaluation: its token mean does not apply
 
 
 def test_mini_trajectory_replies_count_rejected_ones_as_malformed(bench):
     messages = [
-        {"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
-        {"role": "user", "content": "Tool call error ...", "extra": {
-            "interrupt_type": "FormatError", "response": {"choices": [
-                {"message": {"content": "I will look"}, "finish_reason": "length"}]}}},
-        {"role": "assistant", "content": "ls it", "tool_calls": [
-            {"function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
-        {"role": "tool", "content": "{\"returncode\": 0}"},
-        {"role": "exit", "content": "", "extra": {"exit_status": "LimitsExceeded"}}]
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {
+            "role": "user",
+            "content": "Tool call error ...",
+            "extra": {
+                "interrupt_type": "FormatError",
+                "response": {
+                    "choices": [{"message": {"content": "I will look"}, "finish_reason": "length"}]
+                },
+            },
+        },
+        {
+            "role": "assistant",
+            "content": "ls it",
+            "tool_calls": [{"function": {"name": "bash", "arguments": '{"command": "ls"}'}}],
+        },
+        {"role": "tool", "content": '{"returncode": 0}'},
+        {"role": "exit", "content": "", "extra": {"exit_status": "LimitsExceeded"}},
+    ]
     turns = bench.model_turns(messages)
-    assert [(t["text"], t["malformed"]) for t in turns] == [("I will look", True),
-                                                            ("ls it", False)]
+    assert [(t["text"], t["malformed"]) for t in turns] == [("I will look", True), ("ls it", False)]
     assert turns[1]["commands"] == ['{"command": "ls"}'] and turns[0]["finish_reason"] == "length"
 
 
 def test_aggregate_means_per_agent_and_policy(bench):
     def rec(agent, policy, task, solved, score, seconds, tokens):
-        return {"agent": agent, "policy": policy, "task": task, "solved": solved,
-                "score": score, "seconds": seconds, "steps": 2, "malformed": 1,
-                "output": solved, "tokens": tokens}
+        return {
+            "agent": agent,
+            "policy": policy,
+            "task": task,
+            "solved": solved,
+            "score": score,
+            "seconds": seconds,
+            "steps": 2,
+            "malformed": 1,
+            "output": solved,
+            "tokens": tokens,
+        }
 
     records = [
         rec("mini", "base", "a", False, 0.0, 10.0, {"prompt_tokens": 100, "completion_tokens": 8}),
@@ -74,12 +108,20 @@ def test_aggregate_means_per_agent_and_policy(bench):
     ]
     rows = bench.aggregate(records)
     assert [(r["agent"], r["policy"]) for r in rows] == [
-        ("aide", "trained"), ("practicum-mle", "trained"), ("mini", "base")]
+        ("aide", "trained"),
+        ("practicum-mle", "trained"),
+        ("mini", "base"),
+    ]
     mini = rows[2]
     assert (mini["tasks"], mini["solved_rate"], mini["score_mean"]) == (2, 0.5, 0.5)
-    assert (mini["seconds_per_task"], mini["prompt_tokens_per_task"],
-            mini["completion_tokens_per_task"]) == (20.0, 200.0, 6.0)
+    assert (
+        mini["seconds_per_task"],
+        mini["prompt_tokens_per_task"],
+        mini["completion_tokens_per_task"],
+    ) == (20.0, 200.0, 6.0)
     assert rows[1]["task_ids"] == ["c"] and rows[1]["seconds_per_task"] is None
-    assert bench.usage_delta({"m": {"samples": 1, "prompt_tokens": 5, "completion_tokens": 2}},
-                             {"m": {"samples": 3, "prompt_tokens": 9, "completion_tokens": 7}},
-                             "m") == {"samples": 2, "prompt_tokens": 4, "completion_tokens": 5}
+    assert bench.usage_delta(
+        {"m": {"samples": 1, "prompt_tokens": 5, "completion_tokens": 2}},
+        {"m": {"samples": 3, "prompt_tokens": 9, "completion_tokens": 7}},
+        "m",
+    ) == {"samples": 2, "prompt_tokens": 4, "completion_tokens": 5}

@@ -63,7 +63,10 @@ def test_fast_best_per_action_weights_push_toward_the_slow_worse_arm():
 
 def test_fast_best_groups_without_std_scale_the_streaming_update_by_g_minus_1_over_g():
     # a run's group mean includes itself: E[A | a] = (G - 1) / G (r_a - E r) = 3/4 (r_a - E r)
-    for weighted, expected in ((False, [2 / 15, 1 / 15, -1 / 5]), (True, [-1 / 60, 7 / 60, -1 / 10])):
+    for weighted, expected in (
+        (False, [2 / 15, 1 / 15, -1 / 5]),
+        (True, [-1 / 60, 7 / 60, -1 / 10]),
+    ):
         g = update(PI3, R3, DT3, "groups", weighted, "per_action", group_size=4, scale_by_std=False)
         assert torch.allclose(g, 0.75 * torch.tensor(expected), atol=1e-6)
 
@@ -79,7 +82,7 @@ def test_groups_with_std_scaling_give_unit_advantages_whatever_the_reward_gap():
     # G = 2, pi = 1/2: only a mixed group (prob 1/2) has spread; there A = -+(gap/2)/(gap/sqrt 2)
     # = -+1/sqrt(2), so E[A 1[a]] = 1/2 * 1/2 * -+1/sqrt(2) = -+1/(4 sqrt 2), already centred
     g = update(PI, R, DT, "groups", False, "per_action", group_size=2, scale_by_std=True)
-    assert torch.allclose(g, torch.tensor([-1, 1]) / (4 * 2 ** 0.5), atol=1e-5)
+    assert torch.allclose(g, torch.tensor([-1, 1]) / (4 * 2**0.5), atol=1e-5)
 
 
 def test_reward_as_advantage_is_a_streaming_reference_only():
@@ -101,8 +104,9 @@ def test_time_slice_with_reward_as_advantage_drifts_to_the_fast_arm():
 
 @pytest.mark.slow
 def test_time_slice_with_duration_weights_converges_to_the_slow_arm():
-    r = _run(40, batching="streaming", allocation="time_slice", advantage="reward",
-             duration_weights=True)
+    r = _run(
+        40, batching="streaming", allocation="time_slice", advantage="reward", duration_weights=True
+    )
     assert r.best_curve()[-1] > 0.9
 
 

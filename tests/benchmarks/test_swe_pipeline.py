@@ -29,8 +29,7 @@ def test_warm_start_copies_only_the_finished_sft_and_rft_stages(bench, tmp_path)
     bench.copy_warm_start(source, variant)  # again: the same stages are kept, not an error
 
 
-def test_warm_start_refuses_a_different_stage_already_there_and_an_empty_source(bench,
-                                                                                  tmp_path):
+def test_warm_start_refuses_a_different_stage_already_there_and_an_empty_source(bench, tmp_path):
     source, variant = tmp_path / "main", tmp_path / "variant"
     _stage(source, 0, "sft")
     other = _stage(variant, 0, "sft")

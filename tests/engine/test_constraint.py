@@ -59,7 +59,7 @@ def test_masked_log_softmax_by_hand():
     masked = masked_logits(z, packed_of([[0, 2], [0, 2]]))
     logp, ent = _logp_entropy(masked, torch.tensor([2, 0]), True)
     assert torch.allclose(logp, torch.tensor([-0.126928, -2.126928]), atol=1e-6)
-    q0 = 1 / (1 + math.e ** 2)
+    q0 = 1 / (1 + math.e**2)
     h = -(q0 * math.log(q0) + (1 - q0) * math.log(1 - q0))
     assert abs(h - 0.365334) < 1e-5 and torch.allclose(ent, torch.tensor([h, h]), atol=1e-6)
 
@@ -76,7 +76,7 @@ def test_a_malformed_grammar_is_a_one_line_error_naming_it():
     with pytest.raises(GrammarError) as err:
         compiled('start: "a" undefined_rule')
     msg = str(err.value)
-    assert "\n" not in msg and "undefined_rule" in msg and "start: \"a\"" in msg
+    assert "\n" not in msg and "undefined_rule" in msg and 'start: "a"' in msg
     with pytest.raises(GrammarError, match="expected a Lark grammar"):
         compiled("   ")
 
@@ -86,8 +86,11 @@ def test_grammar_masks_keep_only_constrained_positions_each_distinct_mask_once()
     a, b = packed_of([[0, 5]], words=2)[0], packed_of([[33]], words=2)[0]
     dense = torch.full((2, 6, 2), -1, dtype=torch.int32)
     dense[0, 1], dense[0, 2], dense[0, 3], dense[1, 4] = a, b, a, b
-    masks = GrammarMasks.from_spans((2, 6), [(0, 1, torch.stack([a, b]), torch.tensor([0, 1, 0])),
-                                            (1, 4, b[None], torch.tensor([0]))], width=2)
+    masks = GrammarMasks.from_spans(
+        (2, 6),
+        [(0, 1, torch.stack([a, b]), torch.tensor([0, 1, 0])), (1, 4, b[None], torch.tensor([0]))],
+        width=2,
+    )
     assert masks.positions.tolist() == [1, 2, 3, 10] and len(masks.table) == 2
     assert torch.equal(masks.dense(), dense)
     assert torch.equal(masks.at(torch.tensor([10, 0, 3])), dense.view(12, 2)[[10, 0, 3]])
@@ -136,10 +139,10 @@ def test_replay_refuses_ids_the_grammar_does_not_allow(engine):
 
 
 # -- sampling under a grammar ---------------------------------------------------------------------
-@pytest.mark.parametrize("grammar,pattern", [(ANSWER, ANSWER_RE), (TOOL, TOOL_RE)],
-                         ids=["answer", "tool"])
-def test_constrained_samples_match_the_grammar_and_end_with_eos(engine, prompts, grammar,
-                                                                 pattern):
+@pytest.mark.parametrize(
+    "grammar,pattern", [(ANSWER, ANSWER_RE), (TOOL, TOOL_RE)], ids=["answer", "tool"]
+)
+def test_constrained_samples_match_the_grammar_and_end_with_eos(engine, prompts, grammar, pattern):
     _, sampler = engine
     tok = engine[0].tokenizer
     params = SamplingParams(temperature=1.0, max_new_tokens=40, grammar=grammar)
@@ -152,8 +155,9 @@ def test_constrained_samples_match_the_grammar_and_end_with_eos(engine, prompts,
 
 def test_without_a_grammar_the_tiny_model_does_not_match_it(engine, prompts):
     """The check above is not vacuous: free samples of the random model are gibberish."""
-    out = engine[1].generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=40),
-                             seeds=[0, 1, 2])
+    out = engine[1].generate(
+        prompts, SamplingParams(temperature=1.0, max_new_tokens=40), seeds=[0, 1, 2]
+    )
     assert not any(ANSWER_RE.fullmatch(s.text) for s in out)
 
 
@@ -167,22 +171,27 @@ def scored(trainable, prompts, samples, grammar, temperature):
     mask = torch.zeros_like(ids)
     spans = []
     for i, (p, s) in enumerate(zip(prompts, samples)):
-        ids[i, :len(rows[i])], mask[i, :len(rows[i])] = torch.tensor(rows[i]), 1
+        ids[i, : len(rows[i])], mask[i, : len(rows[i])] = torch.tensor(rows[i]), 1
         spans.append((i, len(p), *g.replay_distinct(grammar, tuple(s.token_ids))))
     allowed = GrammarMasks.from_spans(tuple(ids.shape), spans, g.width)
     with torch.no_grad():
         masked = trainable.token_logprobs(ids, mask, temperature, allowed=allowed)
         free = trainable.token_logprobs(ids, mask, temperature)
     cut = [(len(p), len(r)) for p, r in zip(prompts, rows)]
-    return ([masked[i, a:b] for i, (a, b) in enumerate(cut)],
-            [free[i, a:b] for i, (a, b) in enumerate(cut)])
+    return (
+        [masked[i, a:b] for i, (a, b) in enumerate(cut)],
+        [free[i, a:b] for i, (a, b) in enumerate(cut)],
+    )
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_sampler_and_learner_logprobs_agree_under_a_grammar(engine, prompts, temperature):
     trainable, sampler = engine
-    out = sampler.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=40,
-                                                   grammar=TOOL), seeds=[3, 4, 5])
+    out = sampler.generate(
+        prompts,
+        SamplingParams(temperature=temperature, max_new_tokens=40, grammar=TOOL),
+        seeds=[3, 4, 5],
+    )
     masked, free = scored(trainable, prompts, out, TOOL, temperature)
     gap = max((m - torch.tensor(s.logprobs)).abs().max().item() for m, s in zip(masked, out))
     unmasked = max((f - torch.tensor(s.logprobs)).abs().max().item() for f, s in zip(free, out))
@@ -192,13 +201,14 @@ def test_sampler_and_learner_logprobs_agree_under_a_grammar(engine, prompts, tem
 
 def test_greedy_under_a_grammar_takes_the_masked_argmax_with_point_masses(engine, prompts):
     trainable, sampler = engine
-    out = sampler.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=40,
-                                                   grammar=TOOL))
+    out = sampler.generate(
+        prompts, SamplingParams(temperature=0.0, max_new_tokens=40, grammar=TOOL)
+    )
     g = grammars_for(trainable.tokenizer)
     for p, s in zip(prompts, out):
         assert TOOL_RE.fullmatch(s.text) and s.logprobs == [0.0] * len(s.token_ids)
         with torch.no_grad():
-            logits = trainable.lm(torch.tensor([p + s.token_ids])).logits[0, len(p) - 1:-1]
+            logits = trainable.lm(torch.tensor([p + s.token_ids])).logits[0, len(p) - 1 : -1]
         best = masked_logits(logits, g.replay(TOOL, tuple(s.token_ids))).argmax(-1)
         assert best.tolist() == s.token_ids
 
@@ -215,10 +225,14 @@ def test_smollm2_logprobs_agree_under_a_grammar(smollm2_dir):
     tok = trainable.tokenizer
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "Which tool would you call to read setup.py?"}],
-        add_generation_prompt=True, tokenize=True, return_dict=False)
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
     prompts = [prompt, prompt]
-    out = sampler.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=24,
-                                                   grammar=TOOL), seeds=[0, 1])
+    out = sampler.generate(
+        prompts, SamplingParams(temperature=1.0, max_new_tokens=24, grammar=TOOL), seeds=[0, 1]
+    )
     masked, free = scored(trainable, prompts, out, TOOL, 1.0)
     for s, m in zip(out, masked):
         assert TOOL_RE.fullmatch(s.text), s.text

@@ -16,11 +16,21 @@ from practicum.runtime.placement import policy_config
 
 def test_every_model_setting_reaches_the_policy_config():
     """The engines read the model section itself, plus the run's seed."""
-    overrides = {"dtype": "float32", "device": "cpu", "attn_implementation": "eager",
-                 "lora": False, "lora_r": 3, "lora_alpha": 5, "lora_dropout": 0.25,
-                 "lora_target_modules": ["q_proj"], "gradient_checkpointing": True,
-                 "merged_sampling": False, "init": "/some/where", "model": "/a/model",
-                 "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}
+    overrides = {
+        "dtype": "float32",
+        "device": "cpu",
+        "attn_implementation": "eager",
+        "lora": False,
+        "lora_r": 3,
+        "lora_alpha": 5,
+        "lora_dropout": 0.25,
+        "lora_target_modules": ["q_proj"],
+        "gradient_checkpointing": True,
+        "merged_sampling": False,
+        "init": "/some/where",
+        "model": "/a/model",
+        "rope_scaling": {"rope_type": "yarn", "factor": 2.0},
+    }
     assert set(overrides) == set(ModelOptions.model_fields)
     cfg = load_config(None, [f"model.{k}={v}" for k, v in overrides.items()] + ["run.seed=7"])
     policy = policy_config(cfg)
@@ -31,34 +41,47 @@ def test_every_model_setting_reaches_the_policy_config():
 
 
 def test_an_unknown_engine_kind_is_refused_by_name():
-    with pytest.raises(ConfigError, match="engine.kind: unknown engine 'sglang' "
-                                          r"\(known: hf, vllm\)"):
+    with pytest.raises(
+        ConfigError,
+        match="engine.kind: unknown engine 'sglang' "
+        r"\(known: hf, vllm\)",
+    ):
         factory.sampler_builder("sglang")
 
 
 def test_a_registered_kind_is_validated_by_its_options_and_built_by_its_builder(
-        monkeypatch, tiny_model_dir):
+    monkeypatch, tiny_model_dir
+):
     """A new engine is one module registering its options model and its builder."""
 
     class FakeOptions(EngineOptions):
         kind: str = "fake"
         depth: int = 1
 
-    monkeypatch.setitem(kinds.ENGINES, "fake", kinds.EngineKind(
-        "fake", FakeOptions, lambda engine_cfg, policy, trainable=None: ("built", engine_cfg)))
+    monkeypatch.setitem(
+        kinds.ENGINES,
+        "fake",
+        kinds.EngineKind(
+            "fake", FakeOptions, lambda engine_cfg, policy, trainable=None: ("built", engine_cfg)
+        ),
+    )
     cfg = load_config(None, ["engine.kind=fake", "engine.depth=3"])
     assert cfg.engine == FakeOptions(depth=3)
     assert cfg.model_dump()["engine"] == {"kind": "fake", "depth": 3}
-    with pytest.raises(ConfigError, match=r"^config error at engine.depth: Input should be a "
-                                          r"valid integer.* for engine.kind=fake"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at engine.depth: Input should be a "
+        r"valid integer.* for engine.kind=fake",
+    ):
         load_config(None, ["engine.kind=fake", "engine.depth=x"])
     policy = PolicyConfig(model=str(tiny_model_dir))
     assert build_sampler(cfg.engine, policy) == ("built", cfg.engine)
 
 
 def test_hf_samplers_share_the_trainables_weights_or_hold_their_own(tiny_model_dir):
-    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", device="cpu",
-                          merged_sampling=False)
+    policy = PolicyConfig(
+        model=str(tiny_model_dir), dtype="float32", device="cpu", merged_sampling=False
+    )
     trainable = load_trainable(policy)
     shared = build_sampler(HFOptions(), policy, trainable)
     assert isinstance(shared, HFSampler) and shared.lm is trainable.lm and shared.version == 0
@@ -66,7 +89,6 @@ def test_hf_samplers_share_the_trainables_weights_or_hold_their_own(tiny_model_d
     assert isinstance(own, HFEngineCopy)
     assert own.sampler.lm is not trainable.lm and own.holder is not trainable
     assert not any(p.requires_grad for p in own.holder.model.parameters())
-
 
 
 def test_a_sampling_copy_of_full_finetuning_is_bf16_on_a_gpu(monkeypatch):

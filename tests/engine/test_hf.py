@@ -37,8 +37,9 @@ def sampler(engine):
 @pytest.fixture(scope="module")
 def prompts(engine) -> list[list[int]]:
     tok = engine[0].tokenizer
-    return [tok(t).input_ids for t in ["Hello there, how are you today?", "Hi",
-                                       "def f(x):\n    return"]]
+    return [
+        tok(t).input_ids for t in ["Hello there, how are you today?", "Hi", "def f(x):\n    return"]
+    ]
 
 
 def greedy(n: int = 12, **kw) -> SamplingParams:
@@ -120,7 +121,8 @@ def test_identical_prompts_are_prefilled_once_and_sample_as_if_alone(sampler, pr
     params = SamplingParams(max_new_tokens=6)
     shapes = []
     hook = sampler.merged.lm.base_model.register_forward_pre_hook(
-        lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     together = sampler.generate(batch, params, seeds=[7, 8, 9, 10])
     hook.remove()
     assert shapes[0] == (2, max(len(prompts[0]), len(prompts[1])))
@@ -166,11 +168,15 @@ def whole_text_hit(tok, ids: list[int], stops: tuple[str, ...]) -> bool:
 
 def first_hits(tok, ids: list[int], stops: tuple[str, ...]) -> tuple[int | None, int | None]:
     """The first prefix length at which the tail check and the whole-text check hit."""
-    tail = next((k for k in range(1, len(ids) + 1)
-                 if HFSampler._hit_stop_string(SimpleNamespace(tokenizer=tok), ids[:k], stops)),
-                None)
-    whole = next((k for k in range(1, len(ids) + 1) if whole_text_hit(tok, ids[:k], stops)),
-                 None)
+    tail = next(
+        (
+            k
+            for k in range(1, len(ids) + 1)
+            if HFSampler._hit_stop_string(SimpleNamespace(tokenizer=tok), ids[:k], stops)
+        ),
+        None,
+    )
+    whole = next((k for k in range(1, len(ids) + 1) if whole_text_hit(tok, ids[:k], stops)), None)
     return tail, whole
 
 
@@ -197,16 +203,26 @@ def test_stop_strings_in_the_tail_match_the_whole_text_check(sampler):
     tok = sampler.tokenizer
     rng = random.Random(0)
     partial = [i for i in range(300) if "\ufffd" in tok.decode([i])]
-    pool = (tok("Hi 🙂 café </answer> x\U00013000y done.\n\nAnswer: 42").input_ids + partial
-            + [tok.eos_token_id, tok.bos_token_id])
+    pool = (
+        tok("Hi 🙂 café </answer> x\U00013000y done.\n\nAnswer: 42").input_ids
+        + partial
+        + [tok.eos_token_id, tok.bos_token_id]
+    )
     hits = 0
     for _ in range(150):
-        ids = [rng.choice(pool) if rng.random() < 0.7 else rng.randrange(len(tok))
-               for _ in range(rng.randint(1, 60))]
+        ids = [
+            rng.choice(pool) if rng.random() < 0.7 else rng.randrange(len(tok))
+            for _ in range(rng.randint(1, 60))
+        ]
         text = tok.decode(ids, skip_special_tokens=True)
-        stops = tuple(s for s in (text[a:a + rng.randint(1, 12)]
-                                  for a in rng.sample(range(len(text)), min(3, len(text))))
-                      if "\ufffd" not in s)
+        stops = tuple(
+            s
+            for s in (
+                text[a : a + rng.randint(1, 12)]
+                for a in rng.sample(range(len(text)), min(3, len(text)))
+            )
+            if "\ufffd" not in s
+        )
         tail, whole = first_hits(tok, ids, stops)
         assert tail == whole, (ids, stops)
         hits += whole is not None
@@ -222,8 +238,9 @@ def test_the_stop_string_check_decodes_only_the_tail(sampler):
             return sampler.tokenizer.decode(ids, **kw)
 
     ids = sampler.tokenizer(" the quick brown fox" * 500).input_ids
-    assert not HFSampler._hit_stop_string(SimpleNamespace(tokenizer=Counting()), ids,
-                                          ("</answer>",))
+    assert not HFSampler._hit_stop_string(
+        SimpleNamespace(tokenizer=Counting()), ids, ("</answer>",)
+    )
     assert len(ids) == 2000 and sum(decoded) < 64
 
 
@@ -231,8 +248,9 @@ def test_finished_rows_leave_the_batch_without_disturbing_others(sampler, prompt
     params = SamplingParams(max_new_tokens=10)
     ref = sampler.generate(prompts, params, seeds=[4, 5, 6])
     stop = ref[1].token_ids[1]  # row 1 stops after 2 tokens, the others (probably) run on
-    out = sampler.generate(prompts, SamplingParams(max_new_tokens=10, stop_token_ids=[stop]),
-                           seeds=[4, 5, 6])
+    out = sampler.generate(
+        prompts, SamplingParams(max_new_tokens=10, stop_token_ids=[stop]), seeds=[4, 5, 6]
+    )
     for r, o in zip(ref, out):
         cut = r.token_ids.index(stop) + 1 if stop in r.token_ids else len(r.token_ids)
         assert o.token_ids == r.token_ids[:cut]
@@ -247,8 +265,9 @@ def test_zero_new_tokens_gives_empty_samples(sampler, prompts):
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_generate_logprobs_match_token_logprobs_in_padded_batches(engine, prompts, temperature):
     trainable, sampler = engine
-    out = sampler.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=15),
-                           seeds=[3, 4, 5])
+    out = sampler.generate(
+        prompts, SamplingParams(temperature=temperature, max_new_tokens=15), seeds=[3, 4, 5]
+    )
     rows = [p + s.token_ids for p, s in zip(prompts, out)]
     for side in ("left", "right"):
         ids, mask = padded(rows, side)
@@ -256,7 +275,7 @@ def test_generate_logprobs_match_token_logprobs_in_padded_batches(engine, prompt
             lp = trainable.token_logprobs(ids, mask, temperature=temperature)
         for i, (p, s) in enumerate(zip(prompts, out)):
             start = ids.shape[1] - len(rows[i]) if side == "left" else 0
-            got = lp[i, start + len(p): start + len(rows[i])]
+            got = lp[i, start + len(p) : start + len(rows[i])]
             assert torch.allclose(got, torch.tensor(s.logprobs), atol=1e-4), side
 
 
@@ -267,7 +286,7 @@ def test_top_p_behaviour_logprobs_exceed_the_learners_by_the_dropped_mass(engine
     out = sampler.generate(prompts, SamplingParams(max_new_tokens=12, top_p=0.5), seeds=[1, 2, 3])
     gaps = []
     for p, s in zip(prompts, out):
-        full = logprobs_of(trainable, p + s.token_ids)[len(p):]
+        full = logprobs_of(trainable, p + s.token_ids)[len(p) :]
         gaps += (torch.tensor(s.logprobs) - full).tolist()
     assert min(gaps) > -1e-4 and max(gaps) > 0.05
 
@@ -282,15 +301,16 @@ def test_token_logprobs_zero_position_zero_padding_and_entropy_bounds(engine, pr
     assert torch.all(lp <= 0) and torch.all(ent >= 0)
     assert torch.all(ent <= math.log(len(trainable.tokenizer)) + 1e-4)
     alone = logprobs_of(trainable, prompts[0])  # a row alone equals it inside the padded batch
-    assert torch.allclose(lp[0, ids.shape[1] - len(prompts[0]):], alone, atol=1e-5)
+    assert torch.allclose(lp[0, ids.shape[1] - len(prompts[0]) :], alone, atol=1e-5)
 
 
 def test_entropy_is_that_of_the_tempered_distribution(engine, prompts):
     trainable, _ = engine
     x = torch.tensor([prompts[0]])
     with torch.no_grad():
-        _, ent = trainable.token_logprobs(x, torch.ones_like(x), temperature=0.5,
-                                          return_entropy=True)
+        _, ent = trainable.token_logprobs(
+            x, torch.ones_like(x), temperature=0.5, return_entropy=True
+        )
         z = trainable.model(x).logits[0, :-1].float() / 0.5
     expected = -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1)
     assert torch.allclose(ent[0, 1:], expected, atol=1e-4)
@@ -330,10 +350,13 @@ def test_score_mask_projects_only_the_scored_positions(tiny_model_dir, prompts, 
         trainable, _ = build(tiny_model_dir, lora=False)
         trainable.logit_chunk_rows = rows
         projected, head = [], trainable.logits.head
-        trainable.logits.head = lambda h, seen=projected, head=head: (seen.append(h.shape[0]),
-                                                                       head(h))[1]
-        lp, ent = trainable.token_logprobs(ids, mask, temperature=0.7, return_entropy=True,
-                                           score_mask=score_mask)
+        trainable.logits.head = lambda h, seen=projected, head=head: (
+            seen.append(h.shape[0]),
+            head(h),
+        )[1]
+        lp, ent = trainable.token_logprobs(
+            ids, mask, temperature=0.7, return_entropy=True, score_mask=score_mask
+        )
         rows_projected = sum(projected)  # in the forward (backward may recompute)
         (lp * score).sum().backward()
         grads = torch.cat([p.grad.flatten() for p in trainable.trainable_parameters()])
@@ -355,7 +378,8 @@ def shared_prefix_run(model_dir, ids, mask, min_shared: int):
     trainable.min_shared_prefix = min_shared
     calls = []
     hook = trainable.lm.base_model.register_forward_pre_hook(
-        lambda m, a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        lambda m, a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     lp, ent = trainable.token_logprobs(ids, mask, temperature=0.9, return_entropy=True)
     hook.remove()
     (lp * torch.arange(lp.shape[1])).sum().backward()
@@ -415,7 +439,7 @@ def small_update(trainable, rms: float, seed: int = 0):
     with torch.no_grad():
         for name, p in trainable.model.named_parameters():
             if "lora_A" in name:
-                p.copy_(torch.randn(p.shape, generator=g) / trainable.cfg.lora_r ** 0.5)
+                p.copy_(torch.randn(p.shape, generator=g) / trainable.cfg.lora_r**0.5)
             elif "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * rms / scale)
     return trainable.export_weights(1)
@@ -424,20 +448,26 @@ def small_update(trainable, rms: float, seed: int = 0):
 def merged_deltas(sampler, update):
     """Per adapted linear: (base weight W, the fp32 delta scale * B A, the copy's linear)."""
     scale = update.adapter_config["lora_alpha"] / update.adapter_config["r"]
-    return [(base, scale * update.tensors[f"{name}.lora_B.weight"].float()
-             @ update.tensors[f"{name}.lora_A.weight"].float(), target)
-            for name, (base, target) in sampler.merged.layers.items()]
+    return [
+        (
+            base,
+            scale
+            * update.tensors[f"{name}.lora_B.weight"].float()
+            @ update.tensors[f"{name}.lora_A.weight"].float(),
+            target,
+        )
+        for name, (base, target) in sampler.merged.layers.items()
+    ]
 
 
 def test_a_bf16_merged_sampler_holds_a_tiny_update_exactly(tiny_model_dir):
     # Hand-checkable: for |W| >= 2^-6, W + 1e-5 is W in bf16 (8 significant bits: neighbours
     # 2^-13 or more apart), so bf16(W + delta) would drop the update; the merged copy holds
     # W + delta in fp32.
-    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
-                                                     dtype="bfloat16"))
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="bfloat16"))
     base, _, target = merged_deltas(sampler, trainable.export_weights(0))[0]
     assert base.dtype == torch.bfloat16 and target.weight.dtype == torch.float32
-    big = base.float().abs() >= 2 ** -6
+    big = base.float().abs() >= 2**-6
     assert big.float().mean() > 0.5
     assert torch.equal((base.float()[big] + 1e-5).bfloat16(), base[big])
     update = small_update(trainable, 1e-5)
@@ -453,12 +483,12 @@ def test_a_bf16_merged_sampler_holds_a_tiny_update_exactly(tiny_model_dir):
 def test_a_tiny_update_reaches_a_bf16_merged_samplers_layer_outputs(tiny_model_dir, rms):
     # Each adapted linear's bf16 output moves by x (scale B A)^T on average (share ~1); with
     # bf16(W + delta) weights a delta of RMS 1e-5 mostly vanishes (share ~0.2 here).
-    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir),
-                                                     dtype="bfloat16"))
+    trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="bfloat16"))
     g = torch.Generator().manual_seed(1)
     layers = merged_deltas(sampler, trainable.export_weights(0))
-    inputs = {id(t): torch.randn(512, t.weight.shape[1], generator=g).bfloat16()
-              for _, _, t in layers}
+    inputs = {
+        id(t): torch.randn(512, t.weight.shape[1], generator=g).bfloat16() for _, _, t in layers
+    }
     with torch.no_grad():
         before = {id(t): t(inputs[id(t)]).float() for _, _, t in layers}
     update = small_update(trainable, rms)
@@ -473,8 +503,9 @@ def test_a_tiny_update_reaches_a_bf16_merged_samplers_layer_outputs(tiny_model_d
     assert dot / norm == pytest.approx(1.0, abs=0.1)
 
 
-def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tiny_model_dir,
-                                                                           prompts):
+def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(
+    tiny_model_dir, prompts
+):
     # the model on the fake accelerator (tests/fake_device.py: CPU tensors meeting it raise, as
     # on CUDA), inputs on the CPU as callers pass them; KL reference through the frozen base
     ids, mask = padded(prompts, "left")
@@ -482,8 +513,7 @@ def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tin
 
     def run(device):
         lm = load_lm(path, torch.float32, torch.device("cpu")).to(device)
-        t = HFTrainable(cfg, lm, load_tokenizer(path), FrozenReference(path, torch.float32,
-                                                                        device))
+        t = HFTrainable(cfg, lm, load_tokenizer(path), FrozenReference(path, torch.float32, device))
         with torch.no_grad():
             for name, p in t.model.named_parameters():
                 if "lora_B" in name:
@@ -492,8 +522,9 @@ def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tin
         logp.sum().backward()
         with torch.no_grad(), t.frozen_base():
             ref = t.token_logprobs(ids, mask)
-        return [x.detach().cpu() for x in (logp, ent, ref, *(p.grad for p in
-                                                                 t.trainable_parameters()))]
+        return [
+            x.detach().cpu() for x in (logp, ent, ref, *(p.grad for p in t.trainable_parameters()))
+        ]
 
     expected = run(torch.device("cpu"))
     with on_fake_device():
@@ -506,8 +537,9 @@ def test_a_trainable_on_another_device_gives_the_cpus_logprobs_and_gradients(tin
 def test_lm_head_is_not_a_lora_target():
     from practicum.config import load_config
 
-    with pytest.raises(ConfigError, match="^config error at model.lora_target_modules: lm_head "
-                                          "is not supported"):
+    with pytest.raises(
+        ConfigError, match="^config error at model.lora_target_modules: lm_head is not supported"
+    ):
         load_config(None, ["model.lora_target_modules=[q_proj, lm_head]"])
     assert load_config(None, ["model.lora=false", "model.lora_target_modules=[lm_head]"])
 
@@ -534,7 +566,7 @@ def test_frozen_base_gives_original_logprobs_after_training(tiny_model_dir, prom
         assert torch.allclose(logprobs_of(trainable, ids), before, atol=1e-6)
     sample = sampler.generate([ids], SamplingParams(max_new_tokens=5), seeds=[0], adapter=False)[0]
     with trainable.frozen_base():
-        base_lp = logprobs_of(trainable, ids + sample.token_ids)[len(ids):]
+        base_lp = logprobs_of(trainable, ids + sample.token_ids)[len(ids) :]
     assert torch.allclose(base_lp, torch.tensor(sample.logprobs), atol=1e-4)
     assert torch.allclose(logprobs_of(trainable, ids), after)  # adapter back on after the block
 
@@ -555,11 +587,14 @@ def test_save_and_load_restore_outputs(tiny_model_dir, prompts, tmp_path):
     init_t, init_s = build(tiny_model_dir, init=str(tmp_path / "ckpt"))
     assert torch.allclose(logprobs_of(init_t, prompts[0]), trained, atol=1e-6)
     _, trained_s = build(tiny_model_dir, merged_sampling=False, init=str(tmp_path / "ckpt"))
-    assert tokens(init_s.generate(prompts, greedy())) == tokens(trained_s.generate(prompts, greedy()))
+    assert tokens(init_s.generate(prompts, greedy())) == tokens(
+        trained_s.generate(prompts, greedy())
+    )
 
 
-def test_full_finetuning_trains_everything_and_keeps_a_frozen_reference(tiny_model_dir, prompts,
-                                                                         tmp_path):
+def test_full_finetuning_trains_everything_and_keeps_a_frozen_reference(
+    tiny_model_dir, prompts, tmp_path
+):
     trainable, sampler = build(tiny_model_dir, lora=False)
     base_tokens = tokens(sampler.generate(prompts, greedy()))
     before = logprobs_of(trainable, prompts[0])
@@ -573,8 +608,9 @@ def test_full_finetuning_trains_everything_and_keeps_a_frozen_reference(tiny_mod
     trainable.save(tmp_path / "full")
     fresh, _ = build(tiny_model_dir, lora=False)
     fresh.load_weights(tmp_path / "full")
-    assert torch.allclose(logprobs_of(fresh, prompts[0]), logprobs_of(trainable, prompts[0]),
-                          atol=1e-6)
+    assert torch.allclose(
+        logprobs_of(fresh, prompts[0]), logprobs_of(trainable, prompts[0]), atol=1e-6
+    )
     with pytest.raises(PracticumError, match="lora=False"):
         build(tiny_model_dir)[0].load_weights(tmp_path / "full")
 
@@ -599,7 +635,7 @@ def test_bf16_generate_and_token_logprobs_roughly_agree(tiny_model_dir, prompts)
     trainable, sampler = load_hf_engine(PolicyConfig(model=str(tiny_model_dir), dtype="bfloat16"))
     out = sampler.generate(prompts, SamplingParams(max_new_tokens=10), seeds=[0, 1, 2])
     for p, s in zip(prompts, out):
-        got = logprobs_of(trainable, p + s.token_ids)[len(p):]
+        got = logprobs_of(trainable, p + s.token_ids)[len(p) :]
         assert torch.allclose(got, torch.tensor(s.logprobs), atol=0.1)
 
 
@@ -633,15 +669,19 @@ def test_frozen_sampler_samples_like_the_untrained_engine(tiny_model_dir, engine
 def test_smollm2_answers_a_chat_prompt(smollm2_dir):
     trainable, sampler = load_hf_engine(PolicyConfig(model=str(smollm2_dir), dtype="float32"))
     tok = trainable.tokenizer
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                     add_generation_prompt=True, tokenize=True, return_dict=False)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
     out = sampler.generate([prompt], greedy(24))[0]
     words = out.text.split()
     assert len(words) >= 2 and sum(w.isascii() for w in words) == len(words)
     assert "Paris" in out.text
     x = torch.tensor([prompt + out.token_ids])
     with torch.no_grad():
-        lp = trainable.token_logprobs(x, torch.ones_like(x))[0, len(prompt):]
+        lp = trainable.token_logprobs(x, torch.ones_like(x))[0, len(prompt) :]
     # greedy records a point mass; the learner's log-probs of the argmax tokens are high
     assert out.logprobs == [0.0] * len(out.token_ids) and lp.mean() > -1.0
 
@@ -666,11 +706,16 @@ def test_prompt_runs_split_a_micro_batch_by_group_only_when_it_saves_work():
 
 
 def test_two_groups_in_one_micro_batch_give_the_logprobs_and_gradients_of_running_them_apart(
-        tiny_model_dir, prompts):
+    tiny_model_dir, prompts
+):
     """Rows of two groups: each group's prompt runs once, with the same log-probs and gradients
     as running every row in full."""
-    rows = [prompts[0] + prompts[2], prompts[0] + prompts[1],
-            prompts[2] + prompts[0], prompts[2] + prompts[1]]
+    rows = [
+        prompts[0] + prompts[2],
+        prompts[0] + prompts[1],
+        prompts[2] + prompts[0],
+        prompts[2] + prompts[1],
+    ]
     ids, mask = padded(rows, "right")
     lp_full, _, g_full, calls_full = shared_prefix_run(tiny_model_dir, ids, mask, 10**9)
     lp, _, g, calls = shared_prefix_run(tiny_model_dir, ids, mask, 2)
@@ -694,8 +739,9 @@ def test_the_adapter_starts_from_the_seed_and_each_name_alone(tiny_model_dir):
     a, again, other = adapter(0), adapter(0), adapter(1)
     assert a.keys() == again.keys() == other.keys() and len(a) == 2 * 7 * 2  # 2 layers
     for name, value in a.items():
-        assert torch.equal(value, again[name]) and torch.equal(value, lora_init(
-            name, tuple(value.shape), 0))
+        assert torch.equal(value, again[name]) and torch.equal(
+            value, lora_init(name, tuple(value.shape), 0)
+        )
         if ".lora_B." in name:
             assert not value.any()
         else:

@@ -19,21 +19,32 @@ def gpus(monkeypatch, n: int) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
 
 
-@pytest.mark.parametrize("n, spec, expected", [
-    (0, "auto", "cpu"), (0, "cpu", "cpu"),
-    (2, "auto", "cuda"), (2, "cuda", "cuda"), (2, "cuda:1", "cuda:1")])
+@pytest.mark.parametrize(
+    "n, spec, expected",
+    [
+        (0, "auto", "cpu"),
+        (0, "cpu", "cpu"),
+        (2, "auto", "cuda"),
+        (2, "cuda", "cuda"),
+        (2, "cuda:1", "cuda:1"),
+    ],
+)
 def test_pick_device_places_the_model_where_asked(monkeypatch, n, spec, expected):
     gpus(monkeypatch, n)
     assert pick_device(spec) == torch.device(expected)
 
 
-@pytest.mark.parametrize("n, spec, says", [
-    (0, "cuda", "'cuda', but this machine has no CUDA device"),
-    (0, "cuda:7", "'cuda:7', but this machine has no CUDA device"),
-    (2, "cuda:2", "'cuda:2', but this machine has 2 CUDA device(s), cuda:0 to cuda:1"),
-    (2, "cuda:7", "'cuda:7', but this machine has 2"),
-    (2, "gpu", "expected auto, cpu, cuda or cuda:N; got 'gpu'"),
-    (2, "meta", "expected auto, cpu, cuda or cuda:N; got 'meta'")])
+@pytest.mark.parametrize(
+    "n, spec, says",
+    [
+        (0, "cuda", "'cuda', but this machine has no CUDA device"),
+        (0, "cuda:7", "'cuda:7', but this machine has no CUDA device"),
+        (2, "cuda:2", "'cuda:2', but this machine has 2 CUDA device(s), cuda:0 to cuda:1"),
+        (2, "cuda:7", "'cuda:7', but this machine has 2"),
+        (2, "gpu", "expected auto, cpu, cuda or cuda:N; got 'gpu'"),
+        (2, "meta", "expected auto, cpu, cuda or cuda:N; got 'meta'"),
+    ],
+)
 def test_a_device_this_machine_lacks_is_refused_in_one_line(monkeypatch, n, spec, says):
     gpus(monkeypatch, n)
     with pytest.raises(ConfigError) as err:
@@ -52,12 +63,14 @@ def test_the_attention_kernel_reaches_the_model(tiny_model_dir):
     assert ref.lm.config._attn_implementation == "eager"
 
 
-@pytest.mark.parametrize("kernel, device, says", [
-    ("flash_attention_2", "cpu", "flash_attention_2 runs on a CUDA GPU, not on cpu"),
-    ("flash_attention_3000", "cpu", "expected sdpa, eager, flash_attention_2"),
-])
-def test_an_attention_kernel_that_cannot_run_here_is_refused(tiny_model_dir, kernel, device,
-                                                            says):
+@pytest.mark.parametrize(
+    "kernel, device, says",
+    [
+        ("flash_attention_2", "cpu", "flash_attention_2 runs on a CUDA GPU, not on cpu"),
+        ("flash_attention_3000", "cpu", "expected sdpa, eager, flash_attention_2"),
+    ],
+)
+def test_an_attention_kernel_that_cannot_run_here_is_refused(tiny_model_dir, kernel, device, says):
     with pytest.raises(ConfigError) as err:
         load_lm(tiny_model_dir, torch.float32, torch.device(device), attn_implementation=kernel)
     message = str(err.value)
@@ -65,15 +78,20 @@ def test_an_attention_kernel_that_cannot_run_here_is_refused(tiny_model_dir, ker
     assert "\n" not in message
 
 
-def test_flash_attention_without_its_package_is_refused_before_loading(tiny_model_dir,
-                                                                      monkeypatch):
+def test_flash_attention_without_its_package_is_refused_before_loading(tiny_model_dir, monkeypatch):
     import transformers.utils
 
     monkeypatch.setattr(transformers.utils, "is_flash_attn_2_available", lambda: False)
-    with pytest.raises(ConfigError, match="model.attn_implementation: flash_attention_2 needs "
-                                          "the flash-attn package"):
-        load_lm(tiny_model_dir, torch.float32, torch.device("cuda"),
-                attn_implementation="flash_attention_2")
+    with pytest.raises(
+        ConfigError,
+        match="model.attn_implementation: flash_attention_2 needs the flash-attn package",
+    ):
+        load_lm(
+            tiny_model_dir,
+            torch.float32,
+            torch.device("cuda"),
+            attn_implementation="flash_attention_2",
+        )
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -99,8 +117,9 @@ def test_the_blockwise_fp32_head_equals_one_fp32_product(monkeypatch, bias):
     want.backward(upstream)
     assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-5)
     for mine, theirs in zip(grads, [t.grad for t in (hidden, weight, b) if t is not None]):
-        assert mine.dtype == theirs.dtype and torch.allclose(mine.float(), theirs.float(),
-                                                             atol=1e-2, rtol=1e-2)
+        assert mine.dtype == theirs.dtype and torch.allclose(
+            mine.float(), theirs.float(), atol=1e-2, rtol=1e-2
+        )
 
 
 def test_merged_sampling_is_on_by_default_on_a_cpu_only():

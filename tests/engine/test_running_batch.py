@@ -16,8 +16,14 @@ def sampler(tiny_model_dir):
 @pytest.fixture(scope="module")
 def prompts(sampler) -> list[list[int]]:
     tok = sampler.tokenizer
-    return [tok(t).input_ids for t in ["Hello there, how are you today? Tell me a long story",
-                                       "Hi", "def f(x):\n    return"]]
+    return [
+        tok(t).input_ids
+        for t in [
+            "Hello there, how are you today? Tell me a long story",
+            "Hi",
+            "def f(x):\n    return",
+        ]
+    ]
 
 
 def run(batch: RunningBatch, joins: dict[int, list[tuple]], steps: int = 100) -> list:
@@ -31,14 +37,23 @@ def run(batch: RunningBatch, joins: dict[int, list[tuple]], steps: int = 100) ->
     return rows
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.0, max_new_tokens=14),
-                                    SamplingParams(temperature=0.9, top_p=0.9,
-                                                   max_new_tokens=14)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_new_tokens=14),
+        SamplingParams(temperature=0.9, top_p=0.9, max_new_tokens=14),
+    ],
+)
 def test_rows_joining_at_any_step_sample_as_if_alone(sampler, prompts, params):
     alone = [sampler.generate([p], params, seeds=[11 + i])[0] for i, p in enumerate(prompts)]
-    rows = run(RunningBatch(sampler, adapter=True),
-               {0: [(prompts[0], params, 11)], 3: [(prompts[1], params, 12)],
-                7: [(prompts[2], params, 13)]})
+    rows = run(
+        RunningBatch(sampler, adapter=True),
+        {
+            0: [(prompts[0], params, 11)],
+            3: [(prompts[1], params, 12)],
+            7: [(prompts[2], params, 13)],
+        },
+    )
     for row, solo in zip(rows, alone):
         assert row.token_ids == solo.token_ids
         assert row.logprobs == pytest.approx(solo.logprobs, abs=1e-4)
@@ -73,11 +88,14 @@ def test_a_removed_row_stops_at_once_and_stop_ids_end_a_row(sampler, prompts):
     free = SamplingParams(temperature=1.0, max_new_tokens=30)
     first = sampler.generate([prompts[1]], free, seeds=[3])[0].token_ids
     k = next(k for k in range(1, len(first)) if first[k] not in first[:k])
-    stopped = batch.add(prompts[1], SamplingParams(temperature=1.0, max_new_tokens=30,
-                                                   stop_token_ids=(first[k],)), 3)
+    stopped = batch.add(
+        prompts[1],
+        SamplingParams(temperature=1.0, max_new_tokens=30, stop_token_ids=(first[k],)),
+        3,
+    )
     batch.step()
     batch.remove(gone)
     while batch:
         batch.step()
     assert len(gone.token_ids) == 1 and gone.finish_reason is None
-    assert stopped.token_ids == first[:k + 1] and stopped.finish_reason == "stop"
+    assert stopped.token_ids == first[: k + 1] and stopped.finish_reason == "stop"

@@ -111,10 +111,15 @@ def test_a_sample_reports_the_version_that_produced_it_when_a_publish_follows_at
 def test_adapter_off_and_other_params_run_in_their_own_sub_batches():
     sampler = FakeSampler()
     server = GenerationServer(sampler, batch_window=0.05)
-    rows = [([1], SamplingParams(), 1), ([2], SamplingParams(temperature=0.0), None),
-            ([3], SamplingParams(), 3)]
-    futures = [*server._put(rows, adapter=True), server.submit([4], SamplingParams(),
-                                                               adapter=False)]
+    rows = [
+        ([1], SamplingParams(), 1),
+        ([2], SamplingParams(temperature=0.0), None),
+        ([3], SamplingParams(), 3),
+    ]
+    futures = [
+        *server._put(rows, adapter=True),
+        server.submit([4], SamplingParams(), adapter=False),
+    ]
     server.start()
     try:
         [f.result(timeout=5) for f in futures]
@@ -126,8 +131,13 @@ def test_adapter_off_and_other_params_run_in_their_own_sub_batches():
 def test_one_bad_row_fails_alone():
     server = GenerationServer(FakeSampler()).start()
     try:
-        out = server.generate_batch([([1], SamplingParams(), 0), ([666], SamplingParams(), 1),
-                                     ([1, 2], SamplingParams(), 2)])
+        out = server.generate_batch(
+            [
+                ([1], SamplingParams(), 0),
+                ([666], SamplingParams(), 1),
+                ([1, 2], SamplingParams(), 2),
+            ]
+        )
     finally:
         server.stop()
     assert [s.token_ids for s, _ in (out[0], out[2])] == [[1], [2]]
@@ -166,8 +176,13 @@ def test_a_failed_sampler_fails_its_whole_call_without_retrying_rows():
     sampler = Failing()
     server = GenerationServer(sampler).start()
     try:
-        out = server.generate_batch([([1], SamplingParams(), 0), ([1, 2], SamplingParams(), 1),
-                                     ([1, 2, 3], SamplingParams(), 2)])
+        out = server.generate_batch(
+            [
+                ([1], SamplingParams(), 0),
+                ([1, 2], SamplingParams(), 1),
+                ([1, 2, 3], SamplingParams(), 2),
+            ]
+        )
     finally:
         server.stop()
     assert sampler.calls == [3]
@@ -213,8 +228,11 @@ def test_while_training_only_requests_that_run_the_trained_module_wait():
         assert shared.result(timeout=5)[1] == 1
     finally:
         server.stop()
-    assert [(n, v, a) for n, v, a, _ in sampler.calls] == [(1, 0, True), (1, 0, True),
-                                                           (1, 1, False)]
+    assert [(n, v, a) for n, v, a, _ in sampler.calls] == [
+        (1, 0, True),
+        (1, 0, True),
+        (1, 1, False),
+    ]
 
 
 def test_a_request_deferred_by_training_is_cancelled_when_the_server_stops():
@@ -254,14 +272,16 @@ def test_training_waits_for_a_running_call_on_its_module_but_not_for_others():
     assert order == ["training", "sampled shares=False", "sampled shares=True", "training"]
 
 
-def test_hf_sampler_shares_the_trainable_exactly_when_it_runs_the_trainables_module(
-        tiny_model_dir):
+def test_hf_sampler_shares_the_trainable_exactly_when_it_runs_the_trainables_module(tiny_model_dir):
     from practicum.engine.hf import PolicyConfig, load_hf_engine
 
     seen = []
     for lora, merged in [(True, True), (True, False), (False, False)]:
-        trainable, sampler = load_hf_engine(PolicyConfig(
-            model=str(tiny_model_dir), dtype="float32", lora=lora, merged_sampling=merged))
+        trainable, sampler = load_hf_engine(
+            PolicyConfig(
+                model=str(tiny_model_dir), dtype="float32", lora=lora, merged_sampling=merged
+            )
+        )
         trained = {id(p) for p in trainable.lm.parameters()}
         for adapter in (True, False):
             lm, _ = sampler._model(adapter)
@@ -329,8 +349,9 @@ def test_a_sleeping_sampler_sleeps_through_the_train_step_and_wakes_before_the_p
         with server.updating():
             server.publish(WeightUpdate(1, "full", {}))
         assert during.result(timeout=5)[0].token_ids == [2]
-        assert sampler.events[:4] == ["generate", "sleep", "wake", "load v1"] or \
-            sampler.events[:4] == ["generate", "sleep", "wake", "generate"]
+        assert sampler.events[:4] == ["generate", "sleep", "wake", "load v1"] or sampler.events[
+            :4
+        ] == ["generate", "sleep", "wake", "generate"]
         assert sampler.events.count("sleep") == sampler.events.count("wake") == 1
         assert "load v1" in sampler.events
     finally:
@@ -351,8 +372,9 @@ def test_a_sampler_that_drops_its_weights_sleeps_until_the_publish():
         assert sampler.asleep and not during.done() and not after.done()
         with server.updating():
             server.publish(WeightUpdate(1, "full", {}))
-        assert [(s.token_ids, v) for s, v in (during.result(timeout=5),
-                                               after.result(timeout=5))] == [([2], 1), ([1], 1)]
+        assert [
+            (s.token_ids, v) for s, v in (during.result(timeout=5), after.result(timeout=5))
+        ] == [([2], 1), ([1], 1)]
         assert sampler.events[:3] == ["sleep", "wake", "load v1"]
         assert not server.awaits_weights
     finally:
@@ -360,7 +382,8 @@ def test_a_sampler_that_drops_its_weights_sleeps_until_the_publish():
 
 
 def test_stopping_the_server_interrupts_a_running_hf_generate_and_leaves_the_sampler_usable(
-        tiny_model_dir):
+    tiny_model_dir,
+):
     """Ctrl-C / SIGTERM mid-batch: shutdown does not wait for a long generate to finish."""
     from practicum.engine.hf import PolicyConfig, load_hf_engine
 

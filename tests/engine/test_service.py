@@ -54,10 +54,13 @@ def test_local_client_loads_its_own_frozen_model(live, tiny_model_dir):
     local = service.client(f"local:{tiny_model_dir}")
     assert local is service.client(f"local:{tiny_model_dir}")  # one copy per process
     ids = service.chat.render(MESSAGES)
-    params = SamplingParams(temperature=0.0, max_new_tokens=8,
-                            stop_token_ids=service.chat.stop_ids())
-    assert local.complete(MESSAGES, GREEDY).token_ids == sampler.generate(
-        [ids], params, adapter=False)[0].token_ids
+    params = SamplingParams(
+        temperature=0.0, max_new_tokens=8, stop_token_ids=service.chat.stop_ids()
+    )
+    assert (
+        local.complete(MESSAGES, GREEDY).token_ids
+        == sampler.generate([ids], params, adapter=False)[0].token_ids
+    )
 
 
 def test_specs_are_validated_and_rules_means_no_model():
@@ -96,12 +99,19 @@ def test_openai_client_speaks_chat_completions():
     threading.Thread(target=http.handle_request, daemon=True).start()
     client = ModelService().client(f"openai:http://127.0.0.1:{http.server_port}|tiny")
     assert isinstance(client, OpenAIClient)
-    out = client.complete(MESSAGES, SamplingParams(temperature=0.0, max_new_tokens=5,
-                                                   stop_strings=("\n",)))
+    out = client.complete(
+        MESSAGES, SamplingParams(temperature=0.0, max_new_tokens=5, stop_strings=("\n",))
+    )
     http.server_close()
     assert out.text == "pong" and seen["path"] == "/v1/chat/completions"
-    assert seen["body"] == {"model": "tiny", "messages": MESSAGES, "temperature": 0.0,
-                            "top_p": 1.0, "max_tokens": 5, "stop": ["\n"]}
+    assert seen["body"] == {
+        "model": "tiny",
+        "messages": MESSAGES,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 5,
+        "stop": ["\n"],
+    }
 
 
 def test_an_openai_endpoint_refuses_a_grammar_instead_of_dropping_it():
@@ -129,6 +139,7 @@ class RecordingService:
                 if spec.startswith("local:broken"):
                     raise OSError("no such model")
                 return Completion(f"{spec}:{messages[-1]['content']}", [], "stop")
+
         return None if spec == "rules" else Client()
 
 
@@ -143,9 +154,11 @@ class AskingEnv(Env):
 
     def step(self, action: str) -> StepResult:
         msgs = [{"role": "user", "content": action}]
-        answers = [self.models.client("base").complete(msgs).text,
-                   self.models.complete(msgs, adapter=True).text,
-                   str(self.models.client("rules"))]
+        answers = [
+            self.models.client("base").complete(msgs).text,
+            self.models.complete(msgs, adapter=True).text,
+            str(self.models.client("rules")),
+        ]
         try:
             self.models.client("local:broken").complete(msgs)
         except RuntimeError as e:

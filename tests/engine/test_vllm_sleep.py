@@ -82,9 +82,15 @@ def test_full_weights_sleep_at_level_2_and_wake_in_the_colocated_order(on_a_gpu)
             server.publish(WeightUpdate(1, "full", {"w": torch.ones(4, 4)}))
     finally:
         server.stop()
-    assert log == ["sleep level 2", "empty_cache", "wake weights",
-                   "reload_from_file torch.bfloat16", "empty_cache", "wake kv_cache",
-                   "reset prefix cache"]
+    assert log == [
+        "sleep level 2",
+        "empty_cache",
+        "wake weights",
+        "reload_from_file torch.bfloat16",
+        "empty_cache",
+        "wake kv_cache",
+        "reset prefix cache",
+    ]
     assert not sampler.asleep and not server.awaits_weights and sampler.version == 1
 
 
@@ -99,15 +105,15 @@ def test_lora_keeps_its_base_at_level_1_and_wakes_when_the_step_ends(on_a_gpu):
             pass
     finally:
         server.stop()
-    assert log == ["sleep level 1", "empty_cache", "wake weights", "empty_cache",
-                   "wake kv_cache"]
+    assert log == ["sleep level 1", "empty_cache", "wake weights", "empty_cache", "wake kv_cache"]
     assert not sampler.asleep and not server.awaits_weights
 
 
 def test_without_sleep_mode_nothing_sleeps(on_a_gpu):
     make, log = on_a_gpu
-    sampler = make(dtype="bfloat16", full_weights=True,
-                   options=VLLMOptions(enable_sleep_mode=False))
+    sampler = make(
+        dtype="bfloat16", full_weights=True, options=VLLMOptions(enable_sleep_mode=False)
+    )
     sampler.sleep()
     sampler.load_weights(WeightUpdate(1, "full", {"w": torch.ones(2)}))
     assert log == ["reload_from_file torch.bfloat16", "reset prefix cache"]

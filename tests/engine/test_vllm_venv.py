@@ -18,14 +18,34 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
 def test_vllm_engine_tests_pass_in_the_vllm_venv():
     venv = Path(os.environ.get("PRACTICUM_VLLM_VENV", ROOT / ".venv-vllm"))
-    setup = subprocess.run(["bash", str(ROOT / "scripts" / "vllm_venv.sh"), str(venv),
-                            sys.prefix], capture_output=True, text=True, timeout=1200)
+    setup = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm_venv.sh"), str(venv), sys.prefix],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert setup.returncode == 0, "scripts/vllm_venv.sh failed:\n" + setup.stderr[-3000:]
     python = setup.stdout.strip().splitlines()[-1]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([python, "-m", "pytest", "tests/vllm", "-q", "-p", "no:cacheprovider",
-                          "-o", "addopts=--import-mode=importlib", "--durations=10"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    run = subprocess.run(
+        [
+            python,
+            "-m",
+            "pytest",
+            "tests/vllm",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=--import-mode=importlib",
+            "--durations=10",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     tail = run.stdout[-5000:] + run.stderr[-2000:]
     assert run.returncode == 0, tail
     summary = run.stdout.strip().splitlines()[-1]

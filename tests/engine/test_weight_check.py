@@ -45,29 +45,44 @@ def test_the_sender_casts_as_the_engine_rounds():
 
 
 def test_checkpoint_names_map_to_the_engines_fused_parameters():
-    assert engine_name("model.layers.3.self_attn.k_proj.weight", PACKED) == \
-        "model.layers.3.self_attn.qkv_proj.weight"
-    assert engine_name("model.layers.3.mlp.up_proj.weight", PACKED) == \
-        "model.layers.3.mlp.gate_up_proj.weight"
+    assert (
+        engine_name("model.layers.3.self_attn.k_proj.weight", PACKED)
+        == "model.layers.3.self_attn.qkv_proj.weight"
+    )
+    assert (
+        engine_name("model.layers.3.mlp.up_proj.weight", PACKED)
+        == "model.layers.3.mlp.gate_up_proj.weight"
+    )
     assert engine_name("model.norm.weight", PACKED) == "model.norm.weight"
 
 
 def test_each_kind_of_stale_parameter_is_named():
     attn = "model.layers.0.self_attn."
-    sent = {attn + "q_proj.weight": 5, attn + "k_proj.weight": 7, attn + "v_proj.weight": 1,
-            "lm_head.weight": 3, "model.renamed.weight": 2}
-    held = {"model.layers.0.self_attn.qkv_proj.weight": 13, "lm_head.weight": 3,
-            "model.norm.weight": 9}
+    sent = {
+        attn + "q_proj.weight": 5,
+        attn + "k_proj.weight": 7,
+        attn + "v_proj.weight": 1,
+        "lm_head.weight": 3,
+        "model.renamed.weight": 2,
+    }
+    held = {
+        "model.layers.0.self_attn.qkv_proj.weight": 13,
+        "lm_head.weight": 3,
+        "model.norm.weight": 9,
+    }
     assert stale_tensors(sent, held, PACKED) == [
         "model.renamed.weight: sent, but the engine has no such parameter",
-        "model.norm.weight: nothing was sent into it (it kept its old value)"]
+        "model.norm.weight: nothing was sent into it (it kept its old value)",
+    ]
     held["lm_head.weight"] = 4  # e.g. a tied head whose packed copy was not refreshed
     held["model.layers.0.self_attn.qkv_proj.weight"] = 12
     problems = stale_tensors(sent, held, PACKED)
     assert "lm_head.weight: differs from what was sent (lm_head.weight)" in problems
-    assert ("model.layers.0.self_attn.qkv_proj.weight: differs from what was sent "
-            "(model.layers.0.self_attn.q_proj.weight, model.layers.0.self_attn.k_proj.weight, "
-            "model.layers.0.self_attn.v_proj.weight)") in problems
+    assert (
+        "model.layers.0.self_attn.qkv_proj.weight: differs from what was sent "
+        "(model.layers.0.self_attn.q_proj.weight, model.layers.0.self_attn.k_proj.weight, "
+        "model.layers.0.self_attn.v_proj.weight)"
+    ) in problems
     del sent["model.renamed.weight"]
     sent["model.norm.weight"] = 9
     held.update({"lm_head.weight": 3, "model.layers.0.self_attn.qkv_proj.weight": 13})

@@ -19,11 +19,15 @@ from tests.ranks import (
 
 def test_buckets_hold_one_dtype_up_to_the_size_and_a_big_tensor_alone():
     mib = 2**18  # float32 elements in 1 MiB
-    meta = [("a", (mib // 2,), "float32"), ("b", (mib // 4,), "float32"),   # 0.5 + 0.25 MiB
-            ("c", (mib // 2,), "float32"),         # would make 1.25 MiB: a new bucket
-            ("d", (3 * mib,), "float32"),          # 3 MiB, larger than a bucket: alone
-            ("e", (4,), "bfloat16"), ("f", (2, 2), "bfloat16"),   # another dtype
-            ("g", (), "float32")]                  # back to float32: a new bucket
+    meta = [
+        ("a", (mib // 2,), "float32"),
+        ("b", (mib // 4,), "float32"),  # 0.5 + 0.25 MiB
+        ("c", (mib // 2,), "float32"),  # would make 1.25 MiB: a new bucket
+        ("d", (3 * mib,), "float32"),  # 3 MiB, larger than a bucket: alone
+        ("e", (4,), "bfloat16"),
+        ("f", (2, 2), "bfloat16"),  # another dtype
+        ("g", (), "float32"),
+    ]  # back to float32: a new bucket
     assert buckets(meta, bucket_mb=1) == [[0, 1], [2], [3], [4, 5], [6]]
     assert buckets(meta, bucket_mb=100) == [[0, 1, 2, 3], [4, 5], [6]]
 
@@ -62,7 +66,6 @@ def test_a_member_that_never_joins_fails_the_group_instead_of_hanging_it():
         pending.connect()
 
 
-
 def test_the_group_is_reached_at_its_host_and_binds_its_sockets_there():
     """`host` is where the receivers dial the store and where the gloo group's sockets listen
     (not the address the host name resolves to); a receiver in a thread of its own here."""
@@ -75,8 +78,11 @@ def test_the_group_is_reached_at_its_host_and_binds_its_sockets_there():
         joined = pool.submit(WeightGroup.join, "127.0.0.2", pending.port, 1, 2, "gloo", 60)
         sender = pending.connect()
         receiver = joined.result()
-    listening = {c.laddr.ip for c in psutil.Process().net_connections("tcp")
-                 if c.status == psutil.CONN_LISTEN}
+    listening = {
+        c.laddr.ip
+        for c in psutil.Process().net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
     with ThreadPoolExecutor(1) as pool:
         got = pool.submit(lambda: {k: v.clone() for k, v in receiver.receive(meta)})
         sender.send(list(tensors.values()), meta)
@@ -100,8 +106,9 @@ def test_a_stream_carries_its_metadata_and_bucket_size_and_keeps_its_group():
 
     def one_version(target):
         with ThreadPoolExecutor(1) as pool:
-            got = pool.submit(lambda: {k: v.clone() for k, v in
-                                       receiver.of(target, 1).receive_stream()})
+            got = pool.submit(
+                lambda: {k: v.clone() for k, v in receiver.of(target, 1).receive_stream()}
+            )
             send_stream(target, meta, iter(tensors.items()), sender)
             return got.result()
 

@@ -21,8 +21,23 @@ def unpickle(data: bytes):
 def test_a_cuda_handle_unpickles_and_nothing_else_does():
     """The shape of `reduce_tensor`'s answer for a CUDA tensor (made here without a GPU)
     comes back whole; a pickle that would call anything else is refused."""
-    args = (torch.Tensor, torch.Size([8]), (1,), 0, torch.storage.TypedStorage, torch.uint8, 0,
-            b"\x01" * 64, 8, 0, False, b"ref", 0, b"\x02" * 64, True)
+    args = (
+        torch.Tensor,
+        torch.Size([8]),
+        (1,),
+        0,
+        torch.storage.TypedStorage,
+        torch.uint8,
+        0,
+        b"\x01" * 64,
+        8,
+        0,
+        False,
+        b"ref",
+        0,
+        b"\x02" * 64,
+        True,
+    )
     fn, got = unpickle(pickle.dumps((rebuild_cuda_tensor, args)))
     assert fn is rebuild_cuda_tensor and got == args
 
@@ -47,4 +62,3 @@ def test_the_cpu_buffer_is_shared_and_its_file_removed_once_forgotten():
     bucket.forget()
     assert not path.exists()
     assert theirs[:16].view(torch.float32).tolist() == [1.0, 2.0, 3.0, 4.0]
-

@@ -90,9 +90,12 @@ def shared_files() -> list[str]:
 def send_to_processes(target, tensors, dtype, receivers: int, tmp_path, elsewhere=()):
     """Stream `tensors` from here to `receivers` processes (weight ranks 1..); what each got."""
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=receive_streamed,
-                         args=(asdict(target), rank, tmp_path, rank in elsewhere))
-             for rank in range(1, receivers + 1)]
+    procs = [
+        ctx.Process(
+            target=receive_streamed, args=(asdict(target), rank, tmp_path, rank in elsewhere)
+        )
+        for rank in range(1, receivers + 1)
+    ]
     for p in procs:
         p.start()
     sender = Membership()
@@ -133,8 +136,9 @@ def test_ipc_refuses_a_receiver_on_another_machine_without_waiting(tmp_path):
     rendezvous = WeightRendezvous(timeout_s=120)
     target = rendezvous.target(3, "gloo", "float32", 0.01, transport="ipc")
     start = time.monotonic()
-    error, procs = send_to_processes(target, weight_tensors(), torch.float32, 2, tmp_path,
-                                     elsewhere=(2,))
+    error, procs = send_to_processes(
+        target, weight_tensors(), torch.float32, 2, tmp_path, elsewhere=(2,)
+    )
     assert time.monotonic() - start < 60
     assert "could not open the shared buffer" in str(error)
     assert "another machine" in (tmp_path / "error-2.txt").read_text()
@@ -155,9 +159,11 @@ def test_the_hf_copy_catches_a_tensor_left_stale(tiny_model_dir, monkeypatch, tr
 
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora=False)
     trained = HFEngineCopy(policy).holder.model.state_dict()
-    trained = {k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
-               for k, v in trained.items() if k != "lm_head.weight" or
-               v.data_ptr() != trained["model.embed_tokens.weight"].data_ptr()}
+    trained = {
+        k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
+        for k, v in trained.items()
+        if k != "lm_head.weight" or v.data_ptr() != trained["model.embed_tokens.weight"].data_ptr()
+    }
     skipped = "model.layers.0.mlp.up_proj.weight"
     assert skipped in trained
 
@@ -169,8 +175,9 @@ def test_the_hf_copy_catches_a_tensor_left_stale(tiny_model_dir, monkeypatch, tr
         meta = meta_of(trained, torch.float32)
         member = Membership()
         try:
-            copy.load_weights(StreamedUpdate(1, lambda t: send_stream(
-                t, meta, iter(trained.items()), member)))
+            copy.load_weights(
+                StreamedUpdate(1, lambda t: send_stream(t, meta, iter(trained.items()), member))
+            )
         finally:
             member.close()
 

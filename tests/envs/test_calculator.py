@@ -65,8 +65,12 @@ def test_reward_hacks_earn_nothing():
     env, task, _ = _env_and_task()
     try:
         expected = str(task.data["entry"]["answer"])
-        for hack in ("<answer></answer>", "<answer>" + expected + " or 0</answer>",
-                     "<answer>__import__('os')</answer>", "<answer>" + "9" * 400 + "</answer>"):
+        for hack in (
+            "<answer></answer>",
+            "<answer>" + expected + " or 0</answer>",
+            "<answer>__import__('os')</answer>",
+            "<answer>" + "9" * 400 + "</answer>",
+        ):
             r = env.step(hack)
             assert r.done and r.reward == 0.0 and not r.solved, hack
         tag = "'<ans' + 'wer>'"  # the tag only appears in the tool's output, not the action

@@ -97,8 +97,9 @@ def test_kill_on_request_from_another_thread(envs):
 def test_reset_failures_raise_env_failure(envs):
     with pytest.raises(EnvFailure, match="reset raised InjectedFault"):
         envs(faulty(reset_error=1.0)).reset(TASK)
-    unchecked = BanditOptions.model_construct(**{**BanditOptions().model_dump(),
-                                                 "faults": {"nonsense": 1.0}})
+    unchecked = BanditOptions.model_construct(
+        **{**BanditOptions().model_dump(), "faults": {"nonsense": 1.0}}
+    )
     with pytest.raises(EnvFailure, match="building the env failed: ValueError: unknown fault"):
         envs(partial(faulty_bandit_env, unchecked, 0)).reset(TASK)
 

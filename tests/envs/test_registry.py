@@ -45,8 +45,11 @@ def test_a_registered_environment_is_built_from_validated_options():
     env = suite.make_env(None)
     assert env.reset(Task("x")).messages[0]["content"] == "abab"
     assert env_entry("echo_test").doc == "Say the word."
-    with pytest.raises(ConfigError, match=r"task\.options\.times: Input should be a valid "
-                                          r"integer.*got 'two'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"task\.options\.times: Input should be a valid "
+        r"integer.*got 'two'",
+    ):
         build_suite("echo_test", {"times": "two"}, SuiteContext())
     with pytest.raises(ConfigError, match=r"task\.options\.wrod: unknown echo_test option"):
         build_suite("echo_test", {"wrod": "x"}, SuiteContext())

@@ -103,8 +103,13 @@ def test_options_are_validated_naming_the_key():
     with pytest.raises(ConfigError, match=r"task\.options\.speed: unknown timed_bandit option"):
         load_config(None, ["task.name=timed_bandit", "task.options.speed=1"])
     with pytest.raises(ConfigError, match=r"task\.options\.arms\.fast\.seconds: Field required"):
-        load_config(None, ["task.name=timed_bandit",
-                           "task.options.arms={fast: {reward: 1}, slow: {reward: 1, seconds: 1}}"])
+        load_config(
+            None,
+            [
+                "task.name=timed_bandit",
+                "task.options.arms={fast: {reward: 1}, slow: {reward: 1, seconds: 1}}",
+            ],
+        )
     with pytest.raises(ConfigError, match=r"fallback_arm must be null, random or one of"):
         load_config(None, ["task.name=timed_bandit", "task.options.fallback_arm=medium"])
     with pytest.raises(ConfigError, match=r"unknown fault\(s\) \['nonsense'\]"):
@@ -114,9 +119,16 @@ def test_options_are_validated_naming_the_key():
 
 
 def test_suite_gives_process_envs_with_the_failure_reward():
-    cfg = load_config(None, ["task.name=timed_bandit", "task.options.train_size=5",
-                             "task.options.eval_size=3", "rollout.failure_reward=-0.5",
-                             "task.options.time_scale=0.01"])
+    cfg = load_config(
+        None,
+        [
+            "task.name=timed_bandit",
+            "task.options.train_size=5",
+            "task.options.eval_size=3",
+            "rollout.failure_reward=-0.5",
+            "task.options.time_scale=0.01",
+        ],
+    )
     suite = build_suite("timed_bandit", cfg.task.options, SuiteContext(0, -0.5))
     assert len(suite.train_tasks) == 5 and len(suite.eval_tasks) == 3
     env = suite.make_env(None)

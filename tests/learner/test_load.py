@@ -31,8 +31,10 @@ def on_ranks(tiny_model_dir, tmp_path_factory):
     save_file({"model.norm.weight": torch.ones(64)}, lacking / "model.safetensors")
     (root / "no-weights").mkdir()
     (root / "no-weights" / "policy.json").write_text(json.dumps({"lora": False, "model": "x"}))
-    cfgs = {kind: config(tiny_model_dir, kind == "lora", f"model.init={root / f'init-{kind}'}")
-            for kind in ("lora", "full")}
+    cfgs = {
+        kind: config(tiny_model_dir, kind == "lora", f"model.init={root / f'init-{kind}'}")
+        for kind in ("lora", "full")
+    }
     (root / "ranks").mkdir()
     spawn(3, load_on_ranks, cfgs["lora"], cfgs["full"], root / "ranks")
     return root, cfgs, torch.load(root / "ranks" / "report.pt", weights_only=False)
@@ -89,15 +91,15 @@ def test_the_streamed_lora_folder_is_the_one_process_one(on_ranks, tiny_model_di
     streamed, saved = root / "ranks" / "lora", tmp_path / "one"
     got, want = (load_file(f / "adapter_model.safetensors") for f in (streamed, saved))
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    got_cfg, want_cfg = (json.loads((f / "adapter_config.json").read_text())
-                         for f in (streamed, saved))
+    got_cfg, want_cfg = (
+        json.loads((f / "adapter_config.json").read_text()) for f in (streamed, saved)
+    )
     for c in (got_cfg, want_cfg):  # a set, written in any order
         c["target_modules"] = sorted(c["target_modules"])
     assert got_cfg == want_cfg
     assert (streamed / "tokenizer.json").is_file() and (streamed / "policy.json").is_file()
 
-    peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                                     streamed)
+    peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), streamed)
     loaded = {k: v for k, v in peft.state_dict().items() if "lora_" in k}
     assert len(loaded) == len(want)
     assert_loads(cfgs["lora"], streamed, want)

@@ -41,22 +41,40 @@ def rows(tokenizer, seed: int = 0) -> list[TrainRow]:
     for g in range(2):
         prompt = [rng.randrange(100, 5000) for _ in range(9)]
         for k in range(3):
-            reply = answer if (g, k) == (1, 1) else \
-                [rng.randrange(100, 5000) for _ in range(rng.randrange(2, 30))]
+            reply = (
+                answer
+                if (g, k) == (1, 1)
+                else [rng.randrange(100, 5000) for _ in range(rng.randrange(2, 30))]
+            )
             n, m = len(prompt), len(reply)
-            out.append(TrainRow(
-                prompt + reply, [0.0] * n + [1.0] * m,
-                advantages=[0.0] * n + [1.0 if k % 2 else -1.0] * m,
-                behaviour_logp=[0.0] * n + [-rng.uniform(0.5, 8.0) for _ in range(m)],
-                constrained=[(n, n + m, ANSWER)] if (g, k) == (1, 1) else []))
+            out.append(
+                TrainRow(
+                    prompt + reply,
+                    [0.0] * n + [1.0] * m,
+                    advantages=[0.0] * n + [1.0 if k % 2 else -1.0] * m,
+                    behaviour_logp=[0.0] * n + [-rng.uniform(0.5, 8.0) for _ in range(m)],
+                    constrained=[(n, n + m, ANSWER)] if (g, k) == (1, 1) else [],
+                )
+            )
     return out
 
 
 def config(model_dir, *extra: str):
-    return load_config(None, [
-        f"model.model={model_dir}", "model.dtype=float32", "model.device=cpu",
-        "model.lora=false", "algo.kl_coef=0.1", "train.lr=1e-3", "train.warmup_steps=0",
-        "train.grad_clip=1000", "train.micro_batch_size=2", *extra])
+    return load_config(
+        None,
+        [
+            f"model.model={model_dir}",
+            "model.dtype=float32",
+            "model.device=cpu",
+            "model.lora=false",
+            "algo.kl_coef=0.1",
+            "train.lr=1e-3",
+            "train.warmup_steps=0",
+            "train.grad_clip=1000",
+            "train.micro_batch_size=2",
+            *extra,
+        ],
+    )
 
 
 def learner(model_dir, *extra: str) -> Learner:
@@ -89,12 +107,21 @@ def test_packed_logprobs_and_entropies_equal_padded_ones(padded_model):
     tb = token_batch(rows(model.tokenizer), model.pad_id, tokenizer=model.tokenizer)
     assert tb.allowed is not None and len(tb.allowed.positions) == 7  # the grammar's span
     with torch.no_grad():
-        want = model.token_logprobs(tb.input_ids, tb.attention_mask, 0.8, True,
-                                    score_mask=tb.loss_mask, allowed=tb.allowed)
-        got = model.token_logprobs(tb.input_ids, tb.attention_mask, 0.8, True,
-                                   score_mask=tb.loss_mask, allowed=tb.allowed, packed=True)
-        free = model.token_logprobs(tb.input_ids, tb.attention_mask, 0.8,
-                                    score_mask=tb.loss_mask, packed=True)
+        want = model.token_logprobs(
+            tb.input_ids, tb.attention_mask, 0.8, True, score_mask=tb.loss_mask, allowed=tb.allowed
+        )
+        got = model.token_logprobs(
+            tb.input_ids,
+            tb.attention_mask,
+            0.8,
+            True,
+            score_mask=tb.loss_mask,
+            allowed=tb.allowed,
+            packed=True,
+        )
+        free = model.token_logprobs(
+            tb.input_ids, tb.attention_mask, 0.8, score_mask=tb.loss_mask, packed=True
+        )
     for w, g in zip(want, got):
         assert w.abs().max() > 0.1
         assert torch.allclose(g, w, atol=1e-5)
@@ -103,16 +130,25 @@ def test_packed_logprobs_and_entropies_equal_padded_ones(padded_model):
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
-def test_a_packed_step_has_the_padded_steps_loss_and_gradients(tiny_model_dir, padded_model,
-                                                               loss_agg):
+def test_a_packed_step_has_the_padded_steps_loss_and_gradients(
+    tiny_model_dir, padded_model, loss_agg
+):
     """One update (KL on, a constrained row), micro-batches of 2 padded rows vs token budgets
     of 60 (packs of 1 to 3 rows): the same loss and gradient. (Not compared: the updated
     weights. AdamW moves a weight whose gradient is near its eps, 1e-8, by a sizeable share of
     lr, so rounding-level differences of such gradients show up as ~lr / 30 in the weights.)"""
     results = []
     for extra in ([], ["train.max_tokens_per_micro_batch=60"]):  # lr 0: one model serves both
-        ln = Learner(padded_model, config(tiny_model_dir, f"algo.loss_agg={loss_agg}",
-                                          "train.mini_batches=1", "train.lr=0", *extra))
+        ln = Learner(
+            padded_model,
+            config(
+                tiny_model_dir,
+                f"algo.loss_agg={loss_agg}",
+                "train.mini_batches=1",
+                "train.lr=0",
+                *extra,
+            ),
+        )
         stats = ln.train_step(TrainBatch(rows(ln.model.tokenizer)))
         results.append((stats, grads(ln)))
     (want, want_grad), (got, got_grad) = results
@@ -126,8 +162,12 @@ def test_packed_updates_with_proximal_logprobs_and_checkpointing_match_padded(ti
     """Two mini-batches (proximal log-probs; the second update's ratio is not 1), LoRA,
     gradient checkpointing recomputing the packed layers in backward: the weights after both
     updates match the padded run's."""
-    common = ["model.lora=true", "train.mini_batches=2", "train.epochs=1",
-              "model.gradient_checkpointing=true"]
+    common = [
+        "model.lora=true",
+        "train.mini_batches=2",
+        "train.epochs=1",
+        "model.gradient_checkpointing=true",
+    ]
     out = []
     for extra in ([], ["train.max_tokens_per_micro_batch=45"]):
         ln = learner(tiny_model_dir, *common, *extra)
@@ -166,9 +206,13 @@ def test_two_ranks_packed_train_as_one_padded_process(tiny_model_dir, tmp_path):
     torch.set_num_threads(1)  # as each rank has
     try:
         cfg = ranks_config(tiny_model_dir, True)
-        spawn(2, train_and_report, ranks_config(tiny_model_dir, True,
-                                                "train.max_tokens_per_micro_batch=24"),
-              [1], tmp_path / "ranks.pt")
+        spawn(
+            2,
+            train_and_report,
+            ranks_config(tiny_model_dir, True, "train.max_tokens_per_micro_batch=24"),
+            [1],
+            tmp_path / "ranks.pt",
+        )
         got = torch.load(tmp_path / "ranks.pt", weights_only=False)
         learner = one_process_learner(cfg)
         want = [rl_step(learner, episodes(1)), learner.train_step(sft_batch(9))]

@@ -36,8 +36,9 @@ def assert_same_step(got: dict, want: dict, plan: str) -> None:
     weights AdamW moved by ~lr wherever the gradient was near zero, so float rounding there
     moves them by up to ~lr); the weights after the step to 1e-6 (lr is 3e-5)."""
     for key in ("loss", "kl_ref", "entropy", "logprob_gap", "grad_norm", "train_tokens"):
-        assert got["metrics"][key] == pytest.approx(want["metrics"][key], rel=1e-5), \
+        assert got["metrics"][key] == pytest.approx(want["metrics"][key], rel=1e-5), (
             f"{plan}: {key}"
+        )
     assert len(got["grads"]) == len(want["grads"]) == 2  # two updates
     first, expected = got["grads"][0], want["grads"][0]
     assert first.keys() == expected.keys()
@@ -87,18 +88,34 @@ def test_a_sequence_size_that_does_not_split_the_heads_is_refused():
     """SmolLM2-135M's 9 query heads split over 3 or 9 ranks, not 2 or 4."""
     smollm2 = SimpleNamespace(num_attention_heads=9, num_key_value_heads=3)
     check_model(smollm2, 3, "sdpa")
-    with pytest.raises(ConfigError, match=r"^config error at placement.mesh.sequence: 4 ranks "
-                       r"cannot split the model's 9 attention heads .* use one of \[3, 9\]$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at placement.mesh.sequence: 4 ranks "
+        r"cannot split the model's 9 attention heads .* use one of \[3, 9\]$",
+    ):
         check_model(smollm2, 4, "sdpa")
-    with pytest.raises(ConfigError, match=r"^config error at model.attn_implementation: "
-                       r"sequence parallelism wraps sdpa or flash_attention_2, got eager$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at model.attn_implementation: "
+        r"sequence parallelism wraps sdpa or flash_attention_2, got eager$",
+    ):
         check_model(smollm2, 3, "eager")
 
 
 def test_the_launch_checks_the_model_against_the_sequence_groups(tiny_model_dir):
     """Before any rank starts: 3 sequence ranks cannot split the tiny model's 4 heads."""
-    cfg = load_config(None, [f"model.model={tiny_model_dir}", "placement.kind=learner_group",
-                             "placement.ranks=3", "placement.mesh.sequence=3"])
-    with pytest.raises(ConfigError, match=r"3 ranks cannot split the model's 4 attention "
-                       r"heads .* use one of \[2, 4\]$"):
+    cfg = load_config(
+        None,
+        [
+            f"model.model={tiny_model_dir}",
+            "placement.kind=learner_group",
+            "placement.ranks=3",
+            "placement.mesh.sequence=3",
+        ],
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"3 ranks cannot split the model's 4 attention "
+        r"heads .* use one of \[2, 4\]$",
+    ):
         check_launch(cfg)

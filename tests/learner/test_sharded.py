@@ -78,8 +78,15 @@ def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
     for mine, theirs in zip(got["metrics"][:2], metrics[:2]):  # RL
         assert mine["updates"] == theirs["updates"] == 4
         assert theirs["kl_ref"] > 0 and theirs["grad_norm"] > cfg.train.grad_clip  # clipped
-        for key in ("loss", "kl_ref", "entropy", "logprob_gap", "grad_norm", "clip_frac",
-                    "train_tokens"):
+        for key in (
+            "loss",
+            "kl_ref",
+            "entropy",
+            "logprob_gap",
+            "grad_norm",
+            "clip_frac",
+            "train_tokens",
+        ):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
     mine, theirs = got["metrics"][2], metrics[2]  # SFT: cross-entropy, one update
     assert mine["updates"] == theirs["updates"] == 1 and "clip_frac" not in theirs
@@ -91,8 +98,9 @@ def test_two_ranks_train_as_one_process(tiny_model_dir, tmp_path, lora, even):
 def configs(model_dir) -> dict:
     """LoRA (uneven batches) and full fine-tuning (even batches: the ranks' micro-batches hold
     the rows one process's do), with a warm-up so that the restored schedule matters."""
-    return {name: config(model_dir, name == "lora", "train.warmup_steps=2")
-            for name in ("lora", "full")}
+    return {
+        name: config(model_dir, name == "lora", "train.warmup_steps=2") for name in ("lora", "full")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +117,10 @@ def straight(tiny_model_dir, tmp_path_factory):
             for s in (1, 2, 3):
                 metrics = rl_step(learner, episodes(s, even=name == "full"))
                 if s == 2 and name == "lora":
-                    out["checkpoints"] = [learner.save(root / "now", {"seed": 2}),
-                                          save_format_1(learner, root / "format_1", {"seed": 2})]
+                    out["checkpoints"] = [
+                        learner.save(root / "now", {"seed": 2}),
+                        save_format_1(learner, root / "format_1", {"seed": 2}),
+                    ]
             out[name] = {"metrics": metrics, "weights": trainable_weights(learner)}
     finally:
         torch.set_num_threads(threads)
@@ -123,8 +133,15 @@ def two_ranks(tiny_model_dir, tmp_path_factory, straight):
     holds its checkpoints (lora/, full/) and the refused per-rank folders (node0/, node1/)."""
     root = tmp_path_factory.mktemp("two_ranks")
     cfgs = configs(tiny_model_dir)
-    spawn(2, save_at_two_ranks, cfgs["lora"], cfgs["full"], root, straight["checkpoints"],
-          root / "report.pt")
+    spawn(
+        2,
+        save_at_two_ranks,
+        cfgs["lora"],
+        cfgs["full"],
+        root,
+        straight["checkpoints"],
+        root / "report.pt",
+    )
     return torch.load(root / "report.pt", weights_only=False), root
 
 
@@ -152,13 +169,17 @@ def test_ranks_that_do_not_share_the_checkpoint_folder_are_refused(two_ranks):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["lora", "full"])
-def test_a_checkpoint_saved_at_two_ranks_resumes_in_one_process(two_ranks, straight,
-                                                                 tiny_model_dir, name):
+def test_a_checkpoint_saved_at_two_ranks_resumes_in_one_process(
+    two_ranks, straight, tiny_model_dir, name
+):
     _, root = two_ranks
     ckpt = latest_checkpoint(root / name)
     assert ckpt.name == "step_000002"
     assert sorted(p.name for p in (ckpt / "state").iterdir()) == [
-        ".metadata", "__0_0.distcp", "__1_0.distcp"]  # each rank wrote its shards
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]  # each rank wrote its shards
     assert sorted(p.name for p in (ckpt / "rng").iterdir()) == ["rank_0.pt", "rank_1.pt"]
     assert (ckpt / "policy" / "policy.json").is_file()
     assert read_trainer_state(ckpt)["extra"] == {"seed": 2}
@@ -179,11 +200,18 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_in_one_process(two_ranks, strai
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [3, 4])
 def test_a_checkpoint_saved_at_two_ranks_resumes_at_three_and_four_ranks(
-        two_ranks, straight, tiny_model_dir, tmp_path, world):
+    two_ranks, straight, tiny_model_dir, tmp_path, world
+):
     """LoRA: the ranks split step 3's mini-batches of 5 rows 2/2/1 or 2/1/1/1."""
     _, root = two_ranks
-    spawn(world, resume_and_train, configs(tiny_model_dir)["lora"],
-          latest_checkpoint(root / "lora"), 3, tmp_path / "got.pt")
+    spawn(
+        world,
+        resume_and_train,
+        configs(tiny_model_dir)["lora"],
+        latest_checkpoint(root / "lora"),
+        3,
+        tmp_path / "got.pt",
+    )
     got = torch.load(tmp_path / "got.pt", weights_only=False)
     assert got["step"] == 3
     assert_same_step(got["metrics"], got["weights"], straight["lora"])
@@ -235,13 +263,21 @@ def test_a_nan_gradient_on_one_rank_skips_the_update_on_every_rank(tiny_model_di
 
 
 def test_non_finite_updates_in_a_row_stop_the_run_naming_the_step(tiny_model_dir):
-    cfg = config(tiny_model_dir, True, "train.epochs=1", "train.mini_batches=1",
-                 "train.max_nonfinite_in_row=2")
+    cfg = config(
+        tiny_model_dir,
+        True,
+        "train.epochs=1",
+        "train.mini_batches=1",
+        "train.max_nonfinite_in_row=2",
+    )
     learner = one_process_learner(cfg)
     rl_step(learner, episodes(1))
     poison_next_gradient(learner)
     assert rl_step(learner, episodes(2))["train/skipped_nonfinite"] == 1
     poison_next_gradient(learner)
-    with pytest.raises(TrainingError, match=r"^2 optimizer updates in a row had a non-finite "
-                                            r"gradient norm .* training step 3"):
+    with pytest.raises(
+        TrainingError,
+        match=r"^2 optimizer updates in a row had a non-finite "
+        r"gradient norm .* training step 3",
+    ):
         rl_step(learner, episodes(3))

@@ -55,11 +55,20 @@ class BigramPolicy(nn.Module):
         self.calls: list[str] = []
         """Per token_logprobs call: 'base', 'grad' or 'nograd' (proximal log-probs)."""
 
-    def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None, allowed=None, packed=False):
+    def token_logprobs(
+        self,
+        input_ids,
+        attention_mask,
+        temperature=1.0,
+        return_entropy=False,
+        score_mask=None,
+        allowed=None,
+        packed=False,
+    ):
         assert allowed is None, "no row of these tests is sampled under a grammar"
-        self.calls.append("base" if self.in_base else
-                          "grad" if torch.is_grad_enabled() else "nograd")
+        self.calls.append(
+            "base" if self.in_base else "grad" if torch.is_grad_enabled() else "nograd"
+        )
         table = self.base if self.in_base else self.table
         logp_all = torch.log_softmax(table[input_ids[:, :-1]] / temperature, dim=-1)
         logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -109,13 +118,28 @@ class FakeDeviceBigram(BigramPolicy):
         self.table = nn.Parameter(to_fake_device(self.table.detach()))
         self.base = to_fake_device(self.base)
 
-    def token_logprobs(self, input_ids, attention_mask, temperature=1.0, return_entropy=False,
-                       score_mask=None, allowed=None, packed=False):
+    def token_logprobs(
+        self,
+        input_ids,
+        attention_mask,
+        temperature=1.0,
+        return_entropy=False,
+        score_mask=None,
+        allowed=None,
+        packed=False,
+    ):
         def there(t):
             return None if t is None else t.to(DEVICE)
 
-        return super().token_logprobs(there(input_ids), there(attention_mask), temperature,
-                                      return_entropy, there(score_mask), there(allowed), packed)
+        return super().token_logprobs(
+            there(input_ids),
+            there(attention_mask),
+            temperature,
+            return_entropy,
+            there(score_mask),
+            there(allowed),
+            packed,
+        )
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -164,14 +188,24 @@ def mixed_batch():
     """Five rows of unequal length over two groups, one episode in two segments, behaviour
     log-probs off the policy's (some TIS weights over the cap), durations spread out."""
     return [
-        episode(1.0, [turn([3, 4, 5], [-1.9, -2.6, -1.2], obs=[6], dt=2.0),
-                      turn([7], [-3.0], dt=0.5)], prompt=(1, 2)),
+        episode(
+            1.0,
+            [turn([3, 4, 5], [-1.9, -2.6, -1.2], obs=[6], dt=2.0), turn([7], [-3.0], dt=0.5)],
+            prompt=(1, 2),
+        ),
         episode(0.0, [turn([3], [-2.2], dt=1.0)], prompt=(1, 2)),
-        episode(0.5, [turn([4, 1], [-1.5, -2.9], obs=[5], dt=4.0),
-                      turn([3, 3, 2], [-2.0, -2.1, -0.8], context=[6, 7], dt=0.2)],
-                prompt=(2,), group="h"),
-        episode(0.0, [turn([1, 2, 3, 4], [-2.3, -1.7, -2.0, -2.5], dt=3.0)], prompt=(7,),
-                group="h"),
+        episode(
+            0.5,
+            [
+                turn([4, 1], [-1.5, -2.9], obs=[5], dt=4.0),
+                turn([3, 3, 2], [-2.0, -2.1, -0.8], context=[6, 7], dt=0.2),
+            ],
+            prompt=(2,),
+            group="h",
+        ),
+        episode(
+            0.0, [turn([1, 2, 3, 4], [-2.3, -1.7, -2.0, -2.5], dt=3.0)], prompt=(7,), group="h"
+        ),
     ]
 
 
@@ -184,19 +218,26 @@ def random_table(seed=0):
 def test_grpo_advantage_reaches_each_episode_tokens(scale_by_std, a):
     # rewards 1, 0 -> A = +-0.7071 (std-scaled) or +-0.5; 2 tokens
     learner = make_learner(algo={"advantage": "grpo", "scale_by_std": scale_by_std})
-    rl_step(learner, [episode(1.0, [turn([2])], prompt=(1,)),
-                        episode(0.0, [turn([4])], prompt=(3,))])
+    rl_step(
+        learner, [episode(1.0, [turn([2])], prompt=(1,)), episode(0.0, [turn([4])], prompt=(3,))]
+    )
     assert torch.allclose(grad(learner), uniform_grad((1, 2, a / 2), (3, 4, -a / 2)), atol=1e-6)
 
 
 def test_rloo_advantage_reaches_each_episode_tokens():
     # rewards 1, 0, .5 -> A = 1 - .25 = .75, 0 - .75 = -.75, .5 - .5 = 0; 3 tokens
     learner = make_learner(algo={"advantage": "rloo"})
-    rl_step(learner, [episode(1.0, [turn([2])], prompt=(1,)),
-                        episode(0.0, [turn([4])], prompt=(3,)),
-                        episode(0.5, [turn([6])], prompt=(5,))])
-    assert torch.allclose(grad(learner), uniform_grad((1, 2, 0.75 / 3), (3, 4, -0.75 / 3)),
-                          atol=1e-6)
+    rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2])], prompt=(1,)),
+            episode(0.0, [turn([4])], prompt=(3,)),
+            episode(0.5, [turn([6])], prompt=(5,)),
+        ],
+    )
+    assert torch.allclose(
+        grad(learner), uniform_grad((1, 2, 0.75 / 3), (3, 4, -0.75 / 3)), atol=1e-6
+    )
 
 
 def test_flow_grpo_advantage_counts_turns_not_episodes():
@@ -206,16 +247,24 @@ def test_flow_grpo_advantage_counts_turns_not_episodes():
     failed = episode(0.0, [], prompt=(7,))
     failed.failure = "environment crashed"
     learner = make_learner(algo={"advantage": "flow_grpo", "scale_by_std": True})
-    rl_step(learner, [episode(1.0, [turn([2], obs=[3]), turn([4])], prompt=(1,)),
-                        episode(0.0, [turn([6])], prompt=(5,)), failed])
+    rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2], obs=[3]), turn([4])], prompt=(1,)),
+            episode(0.0, [turn([6])], prompt=(5,)),
+            failed,
+        ],
+    )
     expected = uniform_grad((1, 2, 0.57735 / 3), (3, 4, 0.57735 / 3), (5, 6, -1.15470 / 3))
     assert torch.allclose(grad(learner), expected, atol=1e-5)
 
 
 def two_tasks(rewards: dict[str, float]):
     """One episode per task, each sampling token 2 after its own context (1, 3, 5...)."""
-    return [episode(r, [turn([2])], prompt=(2 * i + 1,), task=t, group=t)
-            for i, (t, r) in enumerate(rewards.items())]
+    return [
+        episode(r, [turn([2])], prompt=(2 * i + 1,), task=t, group=t)
+        for i, (t, r) in enumerate(rewards.items())
+    ]
 
 
 def test_baseline_first_batch_falls_back_to_its_own_mean():
@@ -239,26 +288,35 @@ def test_baseline_uses_only_earlier_batches_then_records_this_one():
 
 
 # -- off-policy corrections -----------------------------------------------------------------------
-@pytest.mark.parametrize("off_policy, is_cap, c2, c3, c5", [
-    # none: ratio vs behaviour. token 2: r = .5, A > 0, under the ceiling -> .5 * .5 / 3;
-    #       token 3: r = 3 > 1.28 -> clipped, 0;  token 5: r = .5 < .8 with A < 0 -> clipped, 0
-    ("none", 2.0, 0.25 / 3, 0.0, 0.0),
-    # tis: ratio vs proximal = 1, times w = min(pi / mu, cap): .5, min(3, 2) = 2, .5
-    ("tis", 2.0, 0.25 / 3, 1.0 / 3, -0.25 / 3),
-    ("tis", 4.0, 0.25 / 3, 1.5 / 3, -0.25 / 3),
-    # decoupled: ratio vs proximal = 1, w = .5, 3 > cap -> dropped, .5
-    ("decoupled", 2.0, 0.25 / 3, 0.0, -0.25 / 3),
-    ("decoupled", 4.0, 0.25 / 3, 1.5 / 3, -0.25 / 3),
-])
+@pytest.mark.parametrize(
+    "off_policy, is_cap, c2, c3, c5",
+    [
+        # none: ratio vs behaviour. token 2: r = .5, A > 0, under the ceiling -> .5 * .5 / 3;
+        #       token 3: r = 3 > 1.28 -> clipped, 0;  token 5: r = .5 < .8 with A < 0 -> clipped, 0
+        ("none", 2.0, 0.25 / 3, 0.0, 0.0),
+        # tis: ratio vs proximal = 1, times w = min(pi / mu, cap): .5, min(3, 2) = 2, .5
+        ("tis", 2.0, 0.25 / 3, 1.0 / 3, -0.25 / 3),
+        ("tis", 4.0, 0.25 / 3, 1.5 / 3, -0.25 / 3),
+        # decoupled: ratio vs proximal = 1, w = .5, 3 > cap -> dropped, .5
+        ("decoupled", 2.0, 0.25 / 3, 0.0, -0.25 / 3),
+        ("decoupled", 4.0, 0.25 / 3, 1.5 / 3, -0.25 / 3),
+    ],
+)
 def test_off_policy_correction(off_policy, is_cap, c2, c3, c5):
     # The policy gives every token 1/8. Behaviour probabilities: 1/4 (pi / mu = .5) for tokens
     # 2 and 5, 1/24 (pi / mu = 3) for token 3.  A = +.5 for 2 and 3, -.5 for 5; 3 tokens.
     half, three = U + math.log(2), U - math.log(3)
     learner = make_learner(algo={"off_policy": off_policy, "is_cap": is_cap})
-    rl_step(learner, [episode(1.0, [turn([2, 3], [half, three])], prompt=(1,)),
-                        episode(0.0, [turn([5], [half])], prompt=(4,))])
-    assert torch.allclose(grad(learner), uniform_grad((1, 2, c2), (2, 3, c3), (4, 5, c5)),
-                          atol=1e-6)
+    rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2, 3], [half, three])], prompt=(1,)),
+            episode(0.0, [turn([5], [half])], prompt=(4,)),
+        ],
+    )
+    assert torch.allclose(
+        grad(learner), uniform_grad((1, 2, c2), (2, 3, c3), (4, 5, c5)), atol=1e-6
+    )
 
 
 # -- KL to the frozen base ------------------------------------------------------------------------
@@ -297,40 +355,61 @@ def test_duration_weights_scale_each_turn_tokens():
     # dt: winner's turns 1 and 3, loser's .01 -> floor .05; mean 4.05 / 3 = 1.35
     #   -> w = .740741, 2.222 capped at 2, .037037.  A = +-.5; 3 tokens
     learner = make_learner(algo={"duration_weights": True, "duration_cap": 2.0})
-    rl_step(learner, [episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
-                        episode(0.0, [turn([6], dt=0.01)], prompt=(5,))])
-    expected = uniform_grad((1, 2, 0.5 * 0.740741 / 3), (3, 4, 0.5 * 2.0 / 3),
-                            (5, 6, -0.5 * 0.037037 / 3))
+    rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
+            episode(0.0, [turn([6], dt=0.01)], prompt=(5,)),
+        ],
+    )
+    expected = uniform_grad(
+        (1, 2, 0.5 * 0.740741 / 3), (3, 4, 0.5 * 2.0 / 3), (5, 6, -0.5 * 0.037037 / 3)
+    )
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
 
 def test_without_duration_weights_turns_weigh_the_same():
     learner = make_learner(algo={"duration_weights": False})
-    rl_step(learner, [episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
-                        episode(0.0, [turn([6], dt=0.01)], prompt=(5,))])
+    rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2], obs=[3], dt=1.0), turn([4], dt=3.0)]),
+            episode(0.0, [turn([6], dt=0.01)], prompt=(5,)),
+        ],
+    )
     expected = uniform_grad((1, 2, 0.5 / 3), (3, 4, 0.5 / 3), (5, 6, -0.5 / 3))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
 
 # -- overlong episodes and reward shaping ---------------------------------------------------------
-@pytest.mark.parametrize("mask_overlong, expected", [
-    # masked: only the loser trains, A = -.5 over 1 token (the group mean still counts the
-    # overlong winner); unmasked: +-.5 over 2 tokens
-    (True, uniform_grad((3, 4, -0.5))),
-    (False, uniform_grad((1, 2, 0.25), (3, 4, -0.25))),
-])
+@pytest.mark.parametrize(
+    "mask_overlong, expected",
+    [
+        # masked: only the loser trains, A = -.5 over 1 token (the group mean still counts the
+        # overlong winner); unmasked: +-.5 over 2 tokens
+        (True, uniform_grad((3, 4, -0.5))),
+        (False, uniform_grad((1, 2, 0.25), (3, 4, -0.25))),
+    ],
+)
 def test_mask_overlong_keeps_overlong_episodes_out_of_the_loss(mask_overlong, expected):
     learner = make_learner(algo={"mask_overlong": mask_overlong})
-    rl_step(learner, [episode(1.0, [turn([2])], overlong=True),
-                        episode(0.0, [turn([4])], prompt=(3,))])
+    rl_step(
+        learner, [episode(1.0, [turn([2])], overlong=True), episode(0.0, [turn([4])], prompt=(3,))]
+    )
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
 
 def test_a_batch_with_nothing_to_train_changes_nothing():
     learner = make_learner(train={"warmup_steps": 2})
     failed = episode(0.0, [], prompt=(5,))
-    stats = rl_step(learner, [episode(1.0, [turn([2])], overlong=True),
-                                episode(0.0, [turn([4])], prompt=(3,), overlong=True), failed])
+    stats = rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2])], overlong=True),
+            episode(0.0, [turn([4])], prompt=(3,), overlong=True),
+            failed,
+        ],
+    )
     assert stats is None
     assert torch.equal(learner.model.table, torch.zeros(V, V))
     assert learner.step == 0
@@ -338,45 +417,65 @@ def test_a_batch_with_nothing_to_train_changes_nothing():
     assert learner.optimizer.state_dict()["state"] == {}
 
 
-@pytest.mark.parametrize("shaping", [
-    # overlong: budget max_new_tokens 2 x max_turns 2 = 4, cache 2 -> 3 sampled tokens: -.5
-    {"algo": {"overlong_cache": 2}, "sampling": {"max_new_tokens": 2},
-     "rollout": {"max_turns": 2}},
-    # steps: budget 1 turn, .5 per extra turn -> 2 turns: -.5
-    {"algo": {"step_budget": 1, "step_penalty": 0.5}},
-], ids=["overlong_cache", "step_penalty"])
+@pytest.mark.parametrize(
+    "shaping",
+    [
+        # overlong: budget max_new_tokens 2 x max_turns 2 = 4, cache 2 -> 3 sampled tokens: -.5
+        {
+            "algo": {"overlong_cache": 2},
+            "sampling": {"max_new_tokens": 2},
+            "rollout": {"max_turns": 2},
+        },
+        # steps: budget 1 turn, .5 per extra turn -> 2 turns: -.5
+        {"algo": {"step_budget": 1, "step_penalty": 0.5}},
+    ],
+    ids=["overlong_cache", "step_penalty"],
+)
 def test_reward_shaping_enters_the_advantages(shaping):
     # shaped rewards: winner 1 - .5 = .5 (3 tokens in 2 turns), loser 0 (1 token)
     #   -> A = +-.25 (not +-.5); 4 tokens
     learner = make_learner(**shaping)
-    stats = rl_step(learner, [episode(1.0, [turn([2, 3]), turn([4])]),
-                                episode(0.0, [turn([6])], prompt=(5,))])
-    expected = uniform_grad((1, 2, 0.25 / 4), (2, 3, 0.25 / 4), (3, 4, 0.25 / 4),
-                            (5, 6, -0.25 / 4))
+    stats = rl_step(
+        learner, [episode(1.0, [turn([2, 3]), turn([4])]), episode(0.0, [turn([6])], prompt=(5,))]
+    )
+    expected = uniform_grad((1, 2, 0.25 / 4), (2, 3, 0.25 / 4), (3, 4, 0.25 / 4), (5, 6, -0.25 / 4))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
     assert stats["reward_shaped_mean"] == pytest.approx(0.25)
 
 
 # -- aggregation and gradient accumulation --------------------------------------------------------
 @pytest.mark.parametrize("micro_batch_size", [1, 2])
-@pytest.mark.parametrize("loss_agg, c_win, c_lose", [
-    # winner: 3 tokens, A = +.5; loser: 1 token, A = -.5
-    ("token_mean", 0.5 / 4, -0.5 / 4),           # every token / 4
-    ("seq_mean", 0.5 / 3 / 2, -0.5 / 1 / 2),     # each row's token mean, / 2 rows
-])
+@pytest.mark.parametrize(
+    "loss_agg, c_win, c_lose",
+    [
+        # winner: 3 tokens, A = +.5; loser: 1 token, A = -.5
+        ("token_mean", 0.5 / 4, -0.5 / 4),  # every token / 4
+        ("seq_mean", 0.5 / 3 / 2, -0.5 / 1 / 2),  # each row's token mean, / 2 rows
+    ],
+)
 def test_loss_aggregation(loss_agg, c_win, c_lose, micro_batch_size):
-    learner = make_learner(algo={"loss_agg": loss_agg},
-                           train={"micro_batch_size": micro_batch_size})
+    learner = make_learner(
+        algo={"loss_agg": loss_agg}, train={"micro_batch_size": micro_batch_size}
+    )
     rl_step(learner, [episode(1.0, [turn([2, 3, 4])]), episode(0.0, [turn([6])], prompt=(5,))])
     expected = uniform_grad((1, 2, c_win), (2, 3, c_win), (3, 4, c_win), (5, 6, c_lose))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
 
 
 def mixed_config(loss_agg, micro_batch_size, mini_batches=1, epochs=1):
-    return {"algo": {"loss_agg": loss_agg, "kl_coef": 0.1, "duration_weights": True,
-                     "scale_by_std": True},
-            "train": {"micro_batch_size": micro_batch_size, "mini_batches": mini_batches,
-                      "epochs": epochs}}
+    return {
+        "algo": {
+            "loss_agg": loss_agg,
+            "kl_coef": 0.1,
+            "duration_weights": True,
+            "scale_by_std": True,
+        },
+        "train": {
+            "micro_batch_size": micro_batch_size,
+            "mini_batches": mini_batches,
+            "epochs": epochs,
+        },
+    }
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
@@ -405,8 +504,10 @@ def test_two_ranks_gradients_add_up_to_the_one_process_gradient(loss_agg):
     one-process gradient."""
     one = make_learner(random_table(), **mixed_config(loss_agg, 2))
     rl_step(one, mixed_batch())
-    ranks = [Learner(BigramPolicy(random_table()), config(**mixed_config(loss_agg, 2)),
-                     OneOfTwoRanks(k)) for k in (0, 1)]
+    ranks = [
+        Learner(BigramPolicy(random_table()), config(**mixed_config(loss_agg, 2)), OneOfTwoRanks(k))
+        for k in (0, 1)
+    ]
     for learner in ranks:
         rl_step(learner, mixed_batch())
     assert grad(one).abs().max() > 0.01
@@ -425,16 +526,16 @@ def test_a_rank_with_fewer_micro_batches_pads_with_weightless_ones():
     learner = Learner(BigramPolicy(), config(train={"micro_batch_size": 2}), OneOfTwoRanks(1))
     assert learner._micro_batches([["a", "b", "c"], ["d"]]) == [(["d"], True), (["a"], False)]
     learner.ranks.rank = 0
-    assert learner._micro_batches([["a", "b", "c"], ["d"]]) == [(["a", "b"], True),
-                                                                (["c"], True)]
+    assert learner._micro_batches([["a", "b", "c"], ["d"]]) == [(["a", "b"], True), (["c"], True)]
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
 def test_micro_batches_give_the_same_weights_after_several_updates(loss_agg):
     tables = {}
     for m in (1, 2, 5):
-        learner = make_learner(random_table(), **mixed_config(loss_agg, m, mini_batches=2,
-                                                              epochs=2))
+        learner = make_learner(
+            random_table(), **mixed_config(loss_agg, m, mini_batches=2, epochs=2)
+        )
         rl_step(learner, mixed_batch())
         tables[m] = learner.model.table.detach().clone()
     assert not torch.allclose(tables[5], random_table(), atol=1e-2)
@@ -465,8 +566,7 @@ def test_a_model_on_another_device_trains_as_on_the_cpu(off_policy, loss_agg):
         stats = rl_step(fake, mixed_batch())
     expected = rl_step(cpu, mixed_batch())
     assert fake.model.table.device == DEVICE
-    for key in ("loss", "clip_frac", "approx_kl", "grad_norm", "entropy", "kl_ref",
-                "logprob_gap"):
+    for key in ("loss", "clip_frac", "approx_kl", "grad_norm", "entropy", "kl_ref", "logprob_gap"):
         assert stats[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
     assert torch.allclose(fake.model.table.inner, cpu.model.table.detach(), atol=1e-6)
 
@@ -478,8 +578,10 @@ def four_updates(clip_high=0.28, clip_low=0.2):
     (the rest of row 1 has zero gradient), so the second update sees
     pi(2 | 1) = e^.5 / (6 + e^.5 + e^-.5) = .19972 (ratio 1.598) and pi(3 | 1) = .07347
     (ratio .588) against the proximal 1/8."""
-    learner = make_learner(algo={"clip_high": clip_high, "clip_low": clip_low},
-                           train={"mini_batches": 2, "epochs": 2, "lr": 0.5})
+    learner = make_learner(
+        algo={"clip_high": clip_high, "clip_low": clip_low},
+        train={"mini_batches": 2, "epochs": 2, "lr": 0.5},
+    )
     return learner, winner_and_loser() * 2
 
 
@@ -540,14 +642,19 @@ def test_single_update_has_ratio_one_and_no_clipping():
     assert stats["approx_kl"] == 0.0
 
 
-@pytest.mark.parametrize("mini_batches, epochs, proximal_passes", [
-    (1, 1, 0),   # one update: its own detached log-probs are the proximal ones
-    (2, 2, 3),   # 5 rows in micro-batches of 2: 3 no-grad passes, once, for 4 updates
-    (5, 1, 3),
-])
+@pytest.mark.parametrize(
+    "mini_batches, epochs, proximal_passes",
+    [
+        (1, 1, 0),  # one update: its own detached log-probs are the proximal ones
+        (2, 2, 3),  # 5 rows in micro-batches of 2: 3 no-grad passes, once, for 4 updates
+        (5, 1, 3),
+    ],
+)
 def test_proximal_logprobs_are_computed_once_per_step(mini_batches, epochs, proximal_passes):
-    learner = make_learner(random_table(), train={"mini_batches": mini_batches,
-                                                  "epochs": epochs, "micro_batch_size": 2})
+    learner = make_learner(
+        random_table(),
+        train={"mini_batches": mini_batches, "epochs": epochs, "micro_batch_size": 2},
+    )
     rl_step(learner, mixed_batch())
     assert learner.model.calls.count("nograd") == proximal_passes
 
@@ -558,11 +665,14 @@ def test_split_even_cuts_contiguous_chunks_differing_by_at_most_one():
 
 
 # -- temperature, entropy -------------------------------------------------------------------------
-@pytest.mark.parametrize("temperature, p", [
-    (1.0, 0.5),     # logits log 7 vs 0 -> 7 / 14
-    (0.5, 0.875),   # logits / .5 -> 49 / 56
-    (0.0, 0.5),     # greedy rollouts: log-probs at T = 1
-])
+@pytest.mark.parametrize(
+    "temperature, p",
+    [
+        (1.0, 0.5),  # logits log 7 vs 0 -> 7 / 14
+        (0.5, 0.875),  # logits / .5 -> 49 / 56
+        (0.0, 0.5),  # greedy rollouts: log-probs at T = 1
+    ],
+)
 def test_logprobs_are_taken_at_the_sampling_temperature(temperature, p):
     learner = make_learner(sampling={"temperature": temperature})
     with torch.no_grad():
@@ -578,8 +688,7 @@ def test_entropy_metric_is_the_policy_entropy_at_the_sampled_tokens():
     learner = make_learner()
     with torch.no_grad():
         learner.model.table[1, 2] = math.log(7)
-    stats = rl_step(learner, [episode(1.0, [turn([2])]),
-                                episode(0.0, [turn([4])], prompt=(3,))])
+    stats = rl_step(learner, [episode(1.0, [turn([2])]), episode(0.0, [turn([4])], prompt=(3,))])
     assert stats["entropy"] == pytest.approx(1.872772, abs=1e-5)
 
 
@@ -594,15 +703,17 @@ def test_logged_lr_is_the_warm_up_lr_used_by_the_update():
     assert learner.model.table[1, 3].item() == pytest.approx(-0.025, rel=1e-5)
 
 
-@pytest.mark.parametrize("schedule, lrs", [
-    # warm-up 2 of 6 steps: 1/2, 2/2, then over the 4 remaining steps, frac = 0, 1/4, 2/4, 3/4
-    ("constant", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),
-    ("linear", [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]),
-    ("cosine", [0.5, 1.0, 1.0, 0.853553, 0.5, 0.146447]),  # (1 + cos(pi frac)) / 2
-])
+@pytest.mark.parametrize(
+    "schedule, lrs",
+    [
+        # warm-up 2 of 6 steps: 1/2, 2/2, then over the 4 remaining steps, frac = 0, 1/4, 2/4, 3/4
+        ("constant", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),
+        ("linear", [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]),
+        ("cosine", [0.5, 1.0, 1.0, 0.853553, 0.5, 0.146447]),  # (1 + cos(pi frac)) / 2
+    ],
+)
 def test_lr_schedule_per_step(schedule, lrs):
-    learner = make_learner(train={"warmup_steps": 2, "steps": 6, "schedule": schedule,
-                                  "lr": 1.0})
+    learner = make_learner(train={"warmup_steps": 2, "steps": 6, "schedule": schedule, "lr": 1.0})
     logged = [rl_step(learner, winner_and_loser())["lr"] for _ in range(6)]
     assert logged == pytest.approx(lrs, abs=1e-6)
 
@@ -613,9 +724,13 @@ def test_each_segment_trains_as_its_own_row():
     # loser: prompt 6, samples 7.  dt 1, 3 | 2 -> mean 2 -> w = .5, 1.5 | 1.  A = +-.5.
     # 3 rows, 3 tokens; token 5 follows its context 4, not the first segment's observation 3.
     learner = make_learner(algo={"duration_weights": True})
-    stats = rl_step(learner, [
-        episode(1.0, [turn([2], obs=[3], dt=1.0), turn([5], context=[4], dt=3.0)]),
-        episode(0.0, [turn([7], dt=2.0)], prompt=(6,))])
+    stats = rl_step(
+        learner,
+        [
+            episode(1.0, [turn([2], obs=[3], dt=1.0), turn([5], context=[4], dt=3.0)]),
+            episode(0.0, [turn([7], dt=2.0)], prompt=(6,)),
+        ],
+    )
     expected = uniform_grad((1, 2, 0.5 * 0.5 / 3), (4, 5, 0.5 * 1.5 / 3), (6, 7, -0.5 / 3))
     assert torch.allclose(grad(learner), expected, atol=1e-6)
     assert (stats["train_rows"], stats["train_tokens"]) == (3, 3)
@@ -623,8 +738,9 @@ def test_each_segment_trains_as_its_own_row():
 
 # -- checkpoints ----------------------------------------------------------------------------------
 def resumable(table=None):
-    return make_learner(table, algo={"advantage": "baseline"},
-                        train={"warmup_steps": 3, "lr": 0.05})
+    return make_learner(
+        table, algo={"advantage": "baseline"}, train={"warmup_steps": 3, "lr": 0.05}
+    )
 
 
 def test_load_resumes_weights_optimizer_schedule_and_step(tmp_path):
@@ -683,8 +799,9 @@ def test_on_a_gpu_the_cuda_generators_are_saved_and_restored_too(monkeypatch):
 
 
 @pytest.mark.parametrize("present, restored_on", [(2, [0, 1]), (4, [0, 1, 2]), (0, [])])
-def test_cuda_generators_restore_on_the_devices_both_machines_have(monkeypatch, present,
-                                                                   restored_on):
+def test_cuda_generators_restore_on_the_devices_both_machines_have(
+    monkeypatch, present, restored_on
+):
     # taken with 3 GPUs; restored with 2, 4 or none (a CPU driver)
     states = [torch.tensor([k], dtype=torch.uint8) for k in range(3)]
     fake_cuda(monkeypatch, 3, states)
@@ -712,8 +829,9 @@ def _tag(storage):
 
 def _restore(storage, location):
     if location.startswith(MISSING):
-        raise RuntimeError(f"Attempting to deserialize object on a {MISSING} device, which "
-                           f"this machine lacks")
+        raise RuntimeError(
+            f"Attempting to deserialize object on a {MISSING} device, which this machine lacks"
+        )
 
 
 torch.serialization.register_package(1, _tag, _restore)
@@ -743,8 +861,10 @@ def test_a_checkpoint_from_a_device_this_machine_lacks_loads_onto_the_cpu(tmp_pa
     b = resumable(random_table())
     assert b.load(ckpt) == {"note": "x"}
     assert torch.equal(b.model.table, a.model.table)
-    assert torch.equal(b.optimizer.state_dict()["state"][0]["exp_avg"],
-                       a.optimizer.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(
+        b.optimizer.state_dict()["state"][0]["exp_avg"],
+        a.optimizer.state_dict()["state"][0]["exp_avg"],
+    )
 
 
 @pytest.mark.parametrize("crash_at", [1, 2, 3])
@@ -772,8 +892,7 @@ def test_a_crash_while_re_saving_leaves_a_loadable_checkpoint(tmp_path, monkeypa
     assert resumable().load(found)["version"] in ("old", "new")
 
 
-def test_crash_between_the_two_renames_falls_back_to_the_moved_aside_copy(tmp_path,
-                                                                          monkeypatch):
+def test_crash_between_the_two_renames_falls_back_to_the_moved_aside_copy(tmp_path, monkeypatch):
     learner = resumable()
     learner.save(tmp_path, extra={"version": "old"})
     real_replace, calls = os.replace, []
@@ -904,8 +1023,11 @@ def test_a_format_1_checkpoint_loads_in_one_process(tmp_path):
 def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line(tmp_path):
     ckpt = resumable().save(tmp_path, extra={})
     torch.save({**read_trainer_state(ckpt), "format": 3}, ckpt / "trainer.pt")
-    with pytest.raises(PracticumError, match=r"^checkpoint .* has format 3; this practicum "
-                                             r"reads formats 1 and 2 [^\n]*$"):
+    with pytest.raises(
+        PracticumError,
+        match=r"^checkpoint .* has format 3; this practicum "
+        r"reads formats 1 and 2 [^\n]*$",
+    ):
         resumable().load(ckpt)
 
 
@@ -931,16 +1053,23 @@ def constrained_group(engine, grammar, rewards, temperature=1.0):
 
     trainable, sampler = engine
     prompt = trainable.tokenizer("Which tool reads a file?").input_ids
-    out = sampler.generate([prompt] * len(rewards),
-                           SamplingParams(temperature=temperature, max_new_tokens=30,
-                                          grammar=grammar), seeds=list(range(len(rewards))))
-    return [Episode("t", "g", prompt, [Turn(s.token_ids, s.logprobs, 0, grammar=grammar)],
-                    reward=r) for s, r in zip(out, rewards)]
+    out = sampler.generate(
+        [prompt] * len(rewards),
+        SamplingParams(temperature=temperature, max_new_tokens=30, grammar=grammar),
+        seeds=list(range(len(rewards))),
+    )
+    return [
+        Episode("t", "g", prompt, [Turn(s.token_ids, s.logprobs, 0, grammar=grammar)], reward=r)
+        for s, r in zip(out, rewards)
+    ]
 
 
 def hf_learner(engine, **sections) -> Learner:
-    tree = {"train": {"mini_batches": 2, "warmup_steps": 0, "lr": 1e-2},
-            "algo": {"kl_coef": 0.1}, **sections}
+    tree = {
+        "train": {"mini_batches": 2, "warmup_steps": 0, "lr": 1e-2},
+        "algo": {"kl_coef": 0.1},
+        **sections,
+    }
     return Learner(engine[0], Config.model_validate(tree))
 
 
@@ -951,8 +1080,13 @@ def test_policy_proximal_and_reference_logprobs_replay_the_grammar(hf_engine, mo
     original = learner.model.token_logprobs
 
     def recording(*args, allowed=None, **kw):
-        kind = "base" if learner.model._reference_active else \
-            "grad" if torch.is_grad_enabled() else "proximal"
+        kind = (
+            "base"
+            if learner.model._reference_active
+            else "grad"
+            if torch.is_grad_enabled()
+            else "proximal"
+        )
         calls.append((kind, allowed is not None))
         return original(*args, allowed=allowed, **kw)
 

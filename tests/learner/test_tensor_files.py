@@ -12,9 +12,14 @@ from practicum.learner.tensor_files import Planned, StreamWriter, TensorFiles
 
 def tensors() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {"a": torch.randn(30, 4, generator=g), "b": torch.randn(5, generator=g).bfloat16(),
-            "steps": torch.arange(7), "scale": torch.tensor(0.5), "empty": torch.zeros(0, 3),
-            "c": torch.randn(2, 3, 20, generator=g).half()}
+    return {
+        "a": torch.randn(30, 4, generator=g),
+        "b": torch.randn(5, generator=g).bfloat16(),
+        "steps": torch.arange(7),
+        "scale": torch.tensor(0.5),
+        "empty": torch.zeros(0, 3),
+        "c": torch.randn(2, 3, 20, generator=g).half(),
+    }
 
 
 def plan(ts: dict) -> list[Planned]:

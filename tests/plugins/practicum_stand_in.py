@@ -46,14 +46,16 @@ class EchoEnv(Env):
 
 
 def echo_tasks(n: int, split: str) -> list[Task]:
-    return [Task(f"echo-{split}/{i}", {"prompt": f"Say something ({split} {i})."})
-            for i in range(n)]
+    return [
+        Task(f"echo-{split}/{i}", {"prompt": f"Say something ({split} {i})."}) for i in range(n)
+    ]
 
 
 def echo_suite(options: EchoOptions, ctx: SuiteContext) -> Suite:
     """Reply with vowels (a stand-in registered from tests/)."""
-    return Suite(lambda models: EchoEnv(), echo_tasks(options.tasks, "train"),
-                 echo_tasks(2, "eval"))
+    return Suite(
+        lambda models: EchoEnv(), echo_tasks(options.tasks, "train"), echo_tasks(2, "eval")
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser, host: CommandHost) -> None:

@@ -10,13 +10,29 @@ import pytest
 def _toy_overrides(model_dir: Path, out: Path, steps: int, *extra: str) -> list[str]:
     """Full fine-tuning of the tiny model on the toy task; replies of 4 tokens, so every one is
     cut by max_new_tokens: overlong masking is off."""
-    return [f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
-            "task.name=toy", "task.options.train_size=64", "task.options.eval_size=8",
-            "rollout.group_size=8", "rollout.tasks_per_step=4", "rollout.max_turns=1",
-            "sampling.max_new_tokens=4", "train.micro_batch_size=16", "train.warmup_steps=0",
-            "train.lr=3e-3", f"train.steps={steps}", "train.checkpoint_every=2",
-            "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
-            f"run.out_dir={out}", "run.name=toy", *extra]
+    return [
+        f"model.model={model_dir}",
+        "model.dtype=float32",
+        "model.lora=false",
+        "task.name=toy",
+        "task.options.train_size=64",
+        "task.options.eval_size=8",
+        "rollout.group_size=8",
+        "rollout.tasks_per_step=4",
+        "rollout.max_turns=1",
+        "sampling.max_new_tokens=4",
+        "train.micro_batch_size=16",
+        "train.warmup_steps=0",
+        "train.lr=3e-3",
+        f"train.steps={steps}",
+        "train.checkpoint_every=2",
+        "eval.every=0",
+        "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false",
+        f"run.out_dir={out}",
+        "run.name=toy",
+        *extra,
+    ]
 
 
 def _metric_rows(run_dir: Path) -> list[dict]:

@@ -28,12 +28,25 @@ def bandit_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
     """Arms: fast ~0.02 s, slow ~0.2 s with lognormal tails; an unparsable reply runs a random
     arm, so rewards differ within groups. The tiny model's 6-token replies are all cut by
     max_new_tokens: overlong masking is off."""
-    return [f"model.model={model_dir}", "model.dtype=float32", "task.name=timed_bandit",
-            "rollout.group_size=4", "rollout.tasks_per_step=2", "train.steps=4",
-            "train.micro_batch_size=8", "eval.every=0", "task.options.eval_size=2",
-            f"run.out_dir={out_dir}", "runtime.mode=async", "runtime.num_actors=4",
-            "sampling.max_new_tokens=6", "algo.mask_overlong=false", "task.options.time_scale=0.2",
-            "task.options.fallback_arm=random", *extra]
+    return [
+        f"model.model={model_dir}",
+        "model.dtype=float32",
+        "task.name=timed_bandit",
+        "rollout.group_size=4",
+        "rollout.tasks_per_step=2",
+        "train.steps=4",
+        "train.micro_batch_size=8",
+        "eval.every=0",
+        "task.options.eval_size=2",
+        f"run.out_dir={out_dir}",
+        "runtime.mode=async",
+        "runtime.num_actors=4",
+        "sampling.max_new_tokens=6",
+        "algo.mask_overlong=false",
+        "task.options.time_scale=0.2",
+        "task.options.fallback_arm=random",
+        *extra,
+    ]
 
 
 def audit(run_dir: Path, max_staleness: int | None = None) -> tuple[list, list[dict]]:
@@ -41,8 +54,9 @@ def audit(run_dir: Path, max_staleness: int | None = None) -> tuple[list, list[d
     consumed twice, no episode stored twice, staleness bounded); return (stored, ledger rows)."""
     stored = list(EpisodeStore(run_dir / "episodes.jsonl"))
     rows = read_ledger(run_dir / "consumed.jsonl")
-    consumed = [(p, eid) for r in rows for k in ("trained", "filtered", "dropped")
-                for p, eid in r[k]]
+    consumed = [
+        (p, eid) for r in rows for k in ("trained", "filtered", "dropped") for p, eid in r[k]
+    ]
     positions = [p for p, _ in consumed]
     assert len(positions) == len(set(positions))  # nothing consumed twice
     assert all(stored[p].episode_id == eid for p, eid in consumed)
@@ -58,11 +72,19 @@ def audit(run_dir: Path, max_staleness: int | None = None) -> tuple[list, list[d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("max_staleness", [0, 1])
-def test_admission_bounds_the_staleness_of_every_trained_token(tiny_model_dir, tmp_path,
-                                                              train_run, max_staleness):
-    cfg = load_config(None, bandit_overrides(
-        tiny_model_dir, tmp_path, f"runtime.max_staleness={max_staleness}", "train.steps=6",
-        "algo.max_refill_rounds=2"))  # filtered groups free room for new ones mid-batch
+def test_admission_bounds_the_staleness_of_every_trained_token(
+    tiny_model_dir, tmp_path, train_run, max_staleness
+):
+    cfg = load_config(
+        None,
+        bandit_overrides(
+            tiny_model_dir,
+            tmp_path,
+            f"runtime.max_staleness={max_staleness}",
+            "train.steps=6",
+            "algo.max_refill_rounds=2",
+        ),
+    )  # filtered groups free room for new ones mid-batch
     summary = train_run(cfg)
     assert summary["steps"] == 6 and summary["mode"] == "async"
     stored, rows = audit(cfg.run_dir, max_staleness)
@@ -75,38 +97,58 @@ def test_admission_bounds_the_staleness_of_every_trained_token(tiny_model_dir, t
 
 
 @pytest.mark.slow
-def test_drop_policy_discards_stale_groups_instead(tiny_model_dir, tmp_path, train_run,
-                                                  metric_rows):
-    cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path,
-                                             "runtime.staleness_policy=drop",
-                                             "runtime.max_staleness=0", "runtime.num_actors=6"))
+def test_drop_policy_discards_stale_groups_instead(
+    tiny_model_dir, tmp_path, train_run, metric_rows
+):
+    cfg = load_config(
+        None,
+        bandit_overrides(
+            tiny_model_dir,
+            tmp_path,
+            "runtime.staleness_policy=drop",
+            "runtime.max_staleness=0",
+            "runtime.num_actors=6",
+        ),
+    )
     assert train_run(cfg)["steps"] == 4
     audit(cfg.run_dir, 0)
     assert all(r["staleness_max"] == 0 for r in metric_rows(cfg.run_dir))
 
 
 @pytest.mark.slow
-def test_streaming_trains_the_first_episodes_to_finish(tiny_model_dir, tmp_path, train_run,
-                                                      metric_rows):
+def test_streaming_trains_the_first_episodes_to_finish(
+    tiny_model_dir, tmp_path, train_run, metric_rows
+):
     # arms 10x apart at full scale: a group's episodes end far apart whatever the load adds
-    cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "rollout.batching=streaming",
-                                             "runtime.max_staleness=1",
-                                             "task.options.time_scale=1.0"))
+    cfg = load_config(
+        None,
+        bandit_overrides(
+            tiny_model_dir,
+            tmp_path,
+            "rollout.batching=streaming",
+            "runtime.max_staleness=1",
+            "task.options.time_scale=1.0",
+        ),
+    )
     assert cfg.algo.advantage == "baseline" and not cfg.algo.duration_weights
     assert train_run(cfg)["steps"] == 4
     stored, rows = audit(cfg.run_dir, 1)
     assert all(len(r["trained"]) + len(r["dropped"]) >= 8 for r in rows)
     first = {stored[p].group_id for p, _ in rows[0]["trained"]}
     # single episodes, not whole groups: some batch holds part of a group
-    sizes = [sum(stored[p].group_id == g for p, _ in r["trained"]) for r in rows
-             for g in {stored[p].group_id for p, _ in r["trained"]}]
+    sizes = [
+        sum(stored[p].group_id == g for p, _ in r["trained"])
+        for r in rows
+        for g in {stored[p].group_id for p, _ in r["trained"]}
+    ]
     assert first and any(n < 4 for n in sizes)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["admission", "drop"])
 def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
-        tiny_model_dir, tmp_path, train_run, metric_rows, monkeypatch, policy):
+    tiny_model_dir, tmp_path, train_run, metric_rows, monkeypatch, policy
+):
     """LoRA with a merged copy: the sampler runs weights of its own, so actors keep sampling
     while the learner trains (each train step made 0.4 s longer): generate calls start and end
     inside train steps, and still no trained token is staler than max_staleness."""
@@ -131,10 +173,17 @@ def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
 
     monkeypatch.setattr(Learner, "train_step", slow_train_step)
     monkeypatch.setattr(HFSampler, "generate", timed_generate)
-    cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "model.lora=true",
-                                             "model.merged_sampling=true",
-                                             f"runtime.staleness_policy={policy}",
-                                             "runtime.max_staleness=1"))
+    cfg = load_config(
+        None,
+        bandit_overrides(
+            tiny_model_dir,
+            tmp_path,
+            "model.lora=true",
+            "model.merged_sampling=true",
+            f"runtime.staleness_policy={policy}",
+            "runtime.max_staleness=1",
+        ),
+    )
     assert train_run(cfg)["steps"] == 4 and len(steps) >= 4
     during = [c for c in calls if any(a < c[0] and c[1] < b for a, b in steps)]
     assert len(during) >= 2, (steps, calls)
@@ -143,8 +192,9 @@ def test_sampling_goes_on_while_the_learner_trains_within_the_staleness_bound(
 
 
 def test_sync_mode_runs_the_same_config(tiny_model_dir, tmp_path, train_run):
-    cfg = load_config(None, bandit_overrides(tiny_model_dir, tmp_path, "runtime.mode=sync",
-                                             "train.steps=1"))
+    cfg = load_config(
+        None, bandit_overrides(tiny_model_dir, tmp_path, "runtime.mode=sync", "train.steps=1")
+    )
     summary = train_run(cfg)
     assert summary["mode"] == "sync" and summary["steps"] == 1
 
@@ -153,8 +203,9 @@ def latest_state(run_dir: Path) -> dict | None:
     """The resume state of the run's latest checkpoint (plus its step), None before one."""
     root = run_dir / "checkpoints"
     try:
-        state = torch.load(root / (root / "latest").read_text().strip() / "trainer.pt",
-                           weights_only=False)
+        state = torch.load(
+            root / (root / "latest").read_text().strip() / "trainer.pt", weights_only=False
+        )
     except (OSError, EOFError, RuntimeError):
         return None
     return {**state["extra"], "step": state["step"]}
@@ -167,16 +218,28 @@ def consumed_by(state: dict) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batching", ["groups", "streaming"])
-def test_killed_async_run_resumes_without_training_anything_twice(tiny_model_dir, tmp_path,
-                                                                  batching):
+def test_killed_async_run_resumes_without_training_anything_twice(
+    tiny_model_dir, tmp_path, batching
+):
     """SIGKILL `practicum train ... runtime.mode=async` after its first checkpoint, run the same
     command again: every stored episode is consumed at most once, none below the final
     watermark is skipped, and training reaches the end. Streaming leaves groups open with some
     members consumed: the resume must not take those again."""
-    args = [sys.executable, "-m", "practicum.cli", "train", "-q",
-            *bandit_overrides(tiny_model_dir, tmp_path, "train.steps=6",
-                              "train.checkpoint_every=2", "task.options.time_scale=0.5",
-                              f"rollout.batching={batching}")]
+    args = [
+        sys.executable,
+        "-m",
+        "practicum.cli",
+        "train",
+        "-q",
+        *bandit_overrides(
+            tiny_model_dir,
+            tmp_path,
+            "train.steps=6",
+            "train.checkpoint_every=2",
+            "task.options.time_scale=0.5",
+            f"rollout.batching={batching}",
+        ),
+    ]
     run_dir = tmp_path / "default"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -209,8 +272,7 @@ def test_killed_async_run_resumes_without_training_anything_twice(tiny_model_dir
     # open for the next resume; the final checkpoint's view equals the ledger
     assert all(p in positions or stored[p].group_id in open_groups for p in pending)
     assert positions == consumed_by(final)
-    assert all(stored[p].group_id in open_groups for p in range(len(stored))
-               if p not in positions)
+    assert all(stored[p].group_id in open_groups for p in range(len(stored)) if p not in positions)
 
 
 # -- shutdown ----------------------------------------------------------------------------------
@@ -238,8 +300,12 @@ class SandboxSleeper(Env):
         from practicum.envs.sandbox import Limits, run_python
 
         SandboxSleeper.in_step.release()
-        run = run_python("import time; time.sleep(60)", self.workdir, Limits(wall_seconds=120),
-                         cancel=self.cancel)
+        run = run_python(
+            "import time; time.sleep(60)",
+            self.workdir,
+            Limits(wall_seconds=120),
+            cancel=self.cancel,
+        )
         SandboxSleeper.steps.append(run)
         return StepResult("", reward=0.0, done=True)
 
@@ -249,16 +315,19 @@ class SandboxSleeper(Env):
 
 def sleeper_suite(opts: SleeperOptions, ctx: SuiteContext) -> Suite:
     """Every step sleeps a minute in the sandbox."""
+
     def make(models):
         workdir = ctx.run_dir / "work" / os.urandom(4).hex()
         workdir.mkdir(parents=True)
         return SandboxSleeper(workdir)
+
     tasks = [Task(f"sleep/{i}") for i in range(4)]
     return Suite(make, tasks, tasks[:1])
 
 
 def test_shutdown_is_prompt_with_actors_in_a_long_sandboxed_step_or_waiting_for_generation(
-        tiny_model_dir, tmp_path, caplog):
+    tiny_model_dir, tmp_path, caplog
+):
     """Two actors stuck in a minute-long sandboxed step, then (a fresh source) two actors
     waiting for generation while the learner holds the weights gate (as during an update):
     each time `stop()` returns within a couple of seconds, no actor thread is abandoned, the
@@ -268,11 +337,22 @@ def test_shutdown_is_prompt_with_actors_in_a_long_sandboxed_step_or_waiting_for_
     from practicum.runtime.session import open_session
 
     register_env("sandbox_sleeper_test", SleeperOptions, sleeper_suite)
-    cfg = load_config(None, [
-        f"model.model={tiny_model_dir}", "model.dtype=float32", "model.lora=false",
-        "task.name=sandbox_sleeper_test", "rollout.group_size=2", "rollout.tasks_per_step=1",
-        "rollout.max_turns=1", "sampling.max_new_tokens=2", "runtime.mode=async",
-        "runtime.num_actors=2", f"run.out_dir={tmp_path}"])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={tiny_model_dir}",
+            "model.dtype=float32",
+            "model.lora=false",
+            "task.name=sandbox_sleeper_test",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=1",
+            "rollout.max_turns=1",
+            "sampling.max_new_tokens=2",
+            "runtime.mode=async",
+            "runtime.num_actors=2",
+            f"run.out_dir={tmp_path}",
+        ],
+    )
     s = open_session(cfg)
     caplog.set_level("WARNING", logger="practicum.runtime.actors")
 

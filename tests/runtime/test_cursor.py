@@ -26,9 +26,16 @@ def _solved(task_id: str, ok: bool) -> Episode:
 
 def test_the_curriculum_skips_tasks_always_or_never_solved():
     curriculum = Curriculum(CurriculumConfig(enabled=True, min_attempts=2, max_solve_rate=0.6))
-    curriculum.record([_solved("t0", True), _solved("t0", True),     # too easy
-                       _solved("t1", False), _solved("t1", False),   # too hard
-                       _solved("t2", True), _solved("t2", False)])   # teaches something
+    curriculum.record(
+        [
+            _solved("t0", True),
+            _solved("t0", True),  # too easy
+            _solved("t1", False),
+            _solved("t1", False),  # too hard
+            _solved("t2", True),
+            _solved("t2", False),
+        ]
+    )  # teaches something
     cursor = TaskCursor(TASKS, seed=0, curriculum=curriculum)
     drawn = {t.task_id for _, t in cursor.take(12)}
     assert drawn == {"t2", "t3"}

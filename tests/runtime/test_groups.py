@@ -13,8 +13,9 @@ STOP = threading.Event()
 
 
 def _episode(gid: str, slot: int = 0, version: int = 0) -> Episode:
-    return Episode(gid.split("/", 1)[1], gid, [1], [Turn([2], [-0.1], version)],
-                   info={"slot": slot})
+    return Episode(
+        gid.split("/", 1)[1], gid, [1], [Turn([2], [-0.1], version)], info={"slot": slot}
+    )
 
 
 def _finish(board, a, position=0):
@@ -101,11 +102,13 @@ def test_restore_reopens_groups_with_their_members_and_free_slots():
     gids = [group_id(i, t.task_id) for i, t in order]
     cursor.position = 1  # checkpoint: group 0 open (version 3); groups 1 and 2 opened after
     board = GroupBoard(cursor, group_size=2, version=4)
-    stored = [(5, _episode(gids[0], slot=1), False),   # group 0: slot 1 finished, slot 0 lost
-              (6, _episode(gids[2], slot=0), False), (7, _episode(gids[2], slot=1), False),
-              (8, _episode(gids[2], slot=1), False)]   # a duplicate of slot 1: surplus
-    surplus = board.restore([(0, order[0][1].task_id, 3)], stored,
-                            {t.task_id: t for t in TASKS})
+    stored = [
+        (5, _episode(gids[0], slot=1), False),  # group 0: slot 1 finished, slot 0 lost
+        (6, _episode(gids[2], slot=0), False),
+        (7, _episode(gids[2], slot=1), False),
+        (8, _episode(gids[2], slot=1), False),
+    ]  # a duplicate of slot 1: surplus
+    surplus = board.restore([(0, order[0][1].task_id, 3)], stored, {t.task_id: t for t in TASKS})
     assert [p for p, _ in surplus] == [8]
     assert board.take_group(timeout=1).gid == gids[2]  # complete at once
     a = board.next_assignment(STOP)
@@ -119,9 +122,11 @@ def test_restore_counts_consumed_streaming_members_as_taken():
     index, task = cursor.take_one()
     gid = group_id(index, task.task_id)
     board = GroupBoard(cursor, group_size=3)
-    board.restore([(index, task.task_id, 0)],
-                  [(0, _episode(gid, 0), True), (1, _episode(gid, 1), False)],
-                  {t.task_id: t for t in TASKS})
+    board.restore(
+        [(index, task.task_id, 0)],
+        [(0, _episode(gid, 0), True), (1, _episode(gid, 1), False)],
+        {t.task_id: t for t in TASKS},
+    )
     assert board.take_episode(timeout=1)[1] == 1
     a = board.next_assignment(STOP)
     assert (a.group_id, a.slot) == (gid, 2)

@@ -33,8 +33,13 @@ def ray_here():
     the ranks on a shared, busy CPU); the groups join it."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config={"worker_niceness": 0})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _system_config={"worker_niceness": 0},
+    )
     yield
     ray.shutdown()
 
@@ -45,13 +50,22 @@ def max_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.slow
-def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny_model_dir,
-                                                                        ray_here):
+def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(
+    tiny_model_dir, ray_here
+):
     from practicum.runtime.learner_group import RayLearnerGroup
 
     cfg = config(tiny_model_dir, True)
-    group = RayLearnerGroup(cfg, policy_config(cfg), 2, cpus=0, gpus=0, timeout=300,
-                            collective_timeout=60, export_refs=False)
+    group = RayLearnerGroup(
+        cfg,
+        policy_config(cfg),
+        2,
+        cpus=0,
+        gpus=0,
+        timeout=300,
+        collective_timeout=60,
+        export_refs=False,
+    )
     try:
         assert len(set(group.pids) | {os.getpid()}) == 3
         metrics = rl_step(group, episodes(1))
@@ -67,9 +81,12 @@ def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny
 
         ray.kill(group.handles[1], no_restart=True)
         start = time.monotonic()
-        with pytest.raises(TrainingError, match=r"learner rank 1 failed during train_step .*; "
-                                                r"its last phase: idle after export 2 .*"
-                                                r"the step was not taken"):
+        with pytest.raises(
+            TrainingError,
+            match=r"learner rank 1 failed during train_step .*; "
+            r"its last phase: idle after export 2 .*"
+            r"the step was not taken",
+        ):
             rl_step(group, episodes(2))
         assert time.monotonic() - start < 30  # not the 60 s collective timeout
         assert group.step == 2 and group.handles == []
@@ -80,10 +97,17 @@ def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(tiny
 
 
 @pytest.mark.slow
-def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(tiny_model_dir, tmp_path,
-                                                           train_run, ray_here):
-    cfg = bandit_run(tiny_model_dir, tmp_path, "group", "placement.kind=learner_group",
-                     "placement.ranks=2", "placement.rank.cpus=0")
+def test_a_run_trains_with_two_learner_ranks_in_a_ray_group(
+    tiny_model_dir, tmp_path, train_run, ray_here
+):
+    cfg = bandit_run(
+        tiny_model_dir,
+        tmp_path,
+        "group",
+        "placement.kind=learner_group",
+        "placement.ranks=2",
+        "placement.rank.cpus=0",
+    )
     summary = train_run(cfg)
     assert summary["steps"] == 2 and len(set(summary["learner_rank_pids"])) == 2
     stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
@@ -96,33 +120,68 @@ def test_a_run_trains_with_two_learner_ranks_under_torchrun(tiny_model_dir, tmp_
     """The documented launch: `torchrun --nproc-per-node 2 -m practicum.cli train ...`; rank 0
     runs the session, rank 1 only the learner's calls."""
     cfg = bandit_run(tiny_model_dir, tmp_path, "torchrun")
-    args = [*_bandit_args(), f"model.model={tiny_model_dir}", "model.dtype=float32",
-            "model.lora=false", f"run.out_dir={tmp_path}", "run.name=torchrun",
-            "placement={kind: torchrun, ranks: 2}"]
+    args = [
+        *_bandit_args(),
+        f"model.model={tiny_model_dir}",
+        "model.dtype=float32",
+        "model.lora=false",
+        f"run.out_dir={tmp_path}",
+        "run.name=torchrun",
+        "placement={kind: torchrun, ranks: 2}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), "-m", "practicum.cli", "train", "--quiet", *args],
-        env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "practicum.cli",
+            "train",
+            "--quiet",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stored = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
     assert len(stored) == 4
     assert (cfg.run_dir / "checkpoints" / "latest").read_text() == "step_000002"
-    assert torch.load(cfg.run_dir / "checkpoints" / "step_000002" / "trainer.pt",
-                      weights_only=False)["step"] == 2
+    assert (
+        torch.load(cfg.run_dir / "checkpoints" / "step_000002" / "trainer.pt", weights_only=False)[
+            "step"
+        ]
+        == 2
+    )
 
 
 def _bandit_args() -> list[str]:
     """bandit_run's settings as command-line overrides."""
     arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
-    return ["task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
-            "task.options.fallback_arm=random", "task.options.eval_size=2",
-            "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
-            "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1",
-            "train.lr=1e-3", "eval.every=0", "algo.dynamic_sampling=false",
-            "algo.mask_overlong=false"]
-
-
+    return [
+        "task.name=timed_bandit",
+        "task.options.process=false",
+        f"task.options.arms={arms}",
+        "task.options.fallback_arm=random",
+        "task.options.eval_size=2",
+        "rollout.group_size=2",
+        "rollout.tasks_per_step=1",
+        "sampling.max_new_tokens=4",
+        "train.steps=2",
+        "train.micro_batch_size=4",
+        "train.checkpoint_every=1",
+        "train.lr=1e-3",
+        "eval.every=0",
+        "algo.dynamic_sampling=false",
+        "algo.mask_overlong=false",
+    ]
 
 
 @pytest.mark.slow
@@ -136,17 +195,47 @@ def test_rft_trains_through_two_torchrun_ranks(tiny_model_dir, tmp_path):
     from practicum.finetune import finetune
     from practicum.runtime.rft import rft_config
 
-    args = [f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=toy",
-            "task.options.train_size=2", "task.options.eval_size=2", "sampling.max_new_tokens=6",
-            "rollout.max_turns=1", "rollout.group_size=4", "rollout.tasks_per_step=2",
-            "rft.samples_per_task=4", "rft.min_reward=0.6", "rft.epochs=2", "rft.lr=1e-4",
-            "rft.batch_size=2", "algo.mask_overlong=false", f"run.out_dir={tmp_path}",
-            "run.name=rft", "placement={kind: torchrun, ranks: 2}"]
+    args = [
+        f"model.model={tiny_model_dir}",
+        "model.dtype=float32",
+        "task.name=toy",
+        "task.options.train_size=2",
+        "task.options.eval_size=2",
+        "sampling.max_new_tokens=6",
+        "rollout.max_turns=1",
+        "rollout.group_size=4",
+        "rollout.tasks_per_step=2",
+        "rft.samples_per_task=4",
+        "rft.min_reward=0.6",
+        "rft.epochs=2",
+        "rft.lr=1e-4",
+        "rft.batch_size=2",
+        "algo.mask_overlong=false",
+        f"run.out_dir={tmp_path}",
+        "run.name=rft",
+        "placement={kind: torchrun, ranks: 2}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), "-m", "practicum.cli", "rft", "--quiet", *args],
-        env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "practicum.cli",
+            "rft",
+            "--quiet",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "rft" / "rft"
     stored = list(EpisodeStore(out / "episodes.jsonl"))
@@ -173,8 +262,10 @@ machine, short enough to wait for in the stall test."""
 
 
 def _node_plan(mesh: str, address: str, timeout: float = STALL_TIMEOUT_S) -> str:
-    return (f"placement={{kind: torchrun, ranks: 4, nodes: 2, mesh: {mesh}, "
-            f"network: {{address: {address}}}, collective_timeout_s: {timeout}}}")
+    return (
+        f"placement={{kind: torchrun, ranks: 4, nodes: 2, mesh: {mesh}, "
+        f"network: {{address: {address}}}, collective_timeout_s: {timeout}}}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -188,18 +279,46 @@ def two_nodes(tiny_model_dir, tmp_path_factory):
     port = free_port()
     procs, logs = [], []
     for node, address in enumerate(("127.0.0.1", "127.0.0.2")):
-        cfgs = {"hsdp": config(tiny_model_dir, False, _node_plan("{replicate: 2}", address)),
-                "full": config(tiny_model_dir, True, _node_plan("{replicate: 1}", address))}
+        cfgs = {
+            "hsdp": config(tiny_model_dir, False, _node_plan("{replicate: 2}", address)),
+            "full": config(tiny_model_dir, True, _node_plan("{replicate: 1}", address)),
+        }
         torch.save([cfgs, root], root / f"node{node}.pt")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        }
         logs.append((root / f"node{node}.log").open("w"))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
-             str(node), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-             "--master-port", str(port), "--local-addr", address, "-m", "tests.ranks",
-             "train_on_nodes", str(root / f"node{node}.pt")],
-            env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(node),
+                    "--nproc-per-node",
+                    "2",
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    str(port),
+                    "--local-addr",
+                    address,
+                    "-m",
+                    "tests.ranks",
+                    "train_on_nodes",
+                    str(root / f"node{node}.pt"),
+                ],
+                env=env,
+                stdout=logs[-1],
+                stderr=subprocess.STDOUT,
+            )
+        )
     try:  # a node that fails ends the other (whose agent would wait 300 s at its exit)
         deadline = time.monotonic() + 600
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -299,8 +418,9 @@ def test_a_stalled_rank_is_named_with_its_phase_within_the_timeout(two_nodes):
 
 
 @pytest.mark.slow
-def test_a_killed_rank_is_named_with_its_phase_and_the_run_resumes_exactly(tiny_model_dir,
-                                                                           tmp_path):
+def test_a_killed_rank_is_named_with_its_phase_and_the_run_resumes_exactly(
+    tiny_model_dir, tmp_path
+):
     """Rank 1 of 2 is killed (SIGKILL) as its backward of layer 0 starts in step 2: rank 0's
     collective fails at once, and its TrainingError names rank 1, dead, in step 2 (its phase
     as of its last heartbeat, up to a heartbeat before it died). The checkpoint of step 1 then
@@ -326,8 +446,14 @@ def two_raylets():
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "_system_config": {"worker_niceness": 0}})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "include_dashboard": False,
+            "_system_config": {"worker_niceness": 0},
+        },
+    )
     try:
         cluster.add_node(num_cpus=1)
         ray.init(address=cluster.address, log_to_driver=False)
@@ -344,12 +470,24 @@ def test_a_ray_group_spread_over_two_nodes_trains_as_one_process(tiny_model_dir,
     process's weights."""
     from practicum.runtime.learner_group import RayLearnerGroup
 
-    cfg = config(tiny_model_dir, True, "placement={kind: learner_group, ranks: 2, "
-                 "strategy: STRICT_SPREAD, mesh: {replicate: 2}}")
+    cfg = config(
+        tiny_model_dir,
+        True,
+        "placement={kind: learner_group, ranks: 2, strategy: STRICT_SPREAD, mesh: {replicate: 2}}",
+    )
     plan = cfg.placement
-    group = RayLearnerGroup(cfg, policy_config(cfg), plan.ranks, cpus=1, gpus=0, timeout=300,
-                            collective_timeout=60, export_refs=False, strategy=plan.strategy,
-                            network=plan.network)
+    group = RayLearnerGroup(
+        cfg,
+        policy_config(cfg),
+        plan.ranks,
+        cpus=1,
+        gpus=0,
+        timeout=300,
+        collective_timeout=60,
+        export_refs=False,
+        strategy=plan.strategy,
+        network=plan.network,
+    )
     try:
         nodes = group.summary()["learner_rank_nodes"]
         cluster_nodes = {n.node_id for n in [two_raylets.head_node, *two_raylets.worker_nodes]}
@@ -376,13 +514,20 @@ def test_four_ranks_stream_full_weights_to_two_hf_replicas(tiny_model_dir, ray_h
     from practicum.runtime.learner_group import RayLearnerGroup
     from practicum.runtime.replicas import EngineReplicas
 
-    cfg = config(tiny_model_dir, False, "engine.weight_sync=broadcast",
-                 "engine.weight_bucket_mb=0.05", "engine.verify_weights=true",
-                 "placement.kind=learner_group",
-                 "placement.ranks=4", "placement.rank.cpus=0")
+    cfg = config(
+        tiny_model_dir,
+        False,
+        "engine.weight_sync=broadcast",
+        "engine.weight_bucket_mb=0.05",
+        "engine.verify_weights=true",
+        "placement.kind=learner_group",
+        "placement.ranks=4",
+        "placement.rank.cpus=0",
+    )
     policy = policy_config(cfg)
-    group = RayLearnerGroup(cfg, policy, 4, cpus=0, gpus=0, timeout=300,
-                            collective_timeout=120, export_refs=False)
+    group = RayLearnerGroup(
+        cfg, policy, 4, cpus=0, gpus=0, timeout=300, collective_timeout=120, export_refs=False
+    )
     replicas = EngineReplicas.start(cfg.engine, policy, n=2, cpus=0)
     try:
         rl_step(group, episodes(1))
@@ -408,8 +553,10 @@ def test_four_ranks_stream_full_weights_to_two_hf_replicas(tiny_model_dir, ray_h
         assert min(replicas.served) > 0  # both replicas sampled
         for w, g in zip(want, got):  # the same weights (other processes: float rounding)
             assert [s.token_ids for s in g] == [s.token_ids for s in w]
-            assert max(abs(a - b) for sg, sw in zip(g, w)
-                       for a, b in zip(sg.logprobs, sw.logprobs)) < 1e-5
+            assert (
+                max(abs(a - b) for sg, sw in zip(g, w) for a, b in zip(sg.logprobs, sw.logprobs))
+                < 1e-5
+            )
         rl_step(group, episodes(2))
         replicas.load_weights(group.export_weights(2))
         assert replicas._streams.target is target and replicas.version == 2

@@ -11,15 +11,29 @@ from practicum.store import read_ledger
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_batches_with_nothing_to_train_on_are_not_steps(tiny_model_dir, tmp_path, toy_overrides,
-                                                        train_run, mode, caplog):
+def test_batches_with_nothing_to_train_on_are_not_steps(
+    tiny_model_dir, tmp_path, toy_overrides, train_run, mode, caplog
+):
     """Every 4-token reply is cut by max_new_tokens, so with overlong masking on every episode
     is masked: no batch trains, no step counts, and the run stops after 3 such batches."""
-    cfg = load_config(None, toy_overrides(
-        tiny_model_dir, tmp_path, 5, "algo.mask_overlong=true", "train.max_skipped_batches=3",
-        f"runtime.mode={mode}", "runtime.num_actors=4", "runtime.max_staleness=0"))
-    with pytest.raises(TrainingError, match=r"3 batches in a row had nothing to train on "
-                                            r"\(every episode was masked out"):
+    cfg = load_config(
+        None,
+        toy_overrides(
+            tiny_model_dir,
+            tmp_path,
+            5,
+            "algo.mask_overlong=true",
+            "train.max_skipped_batches=3",
+            f"runtime.mode={mode}",
+            "runtime.num_actors=4",
+            "runtime.max_staleness=0",
+        ),
+    )
+    with pytest.raises(
+        TrainingError,
+        match=r"3 batches in a row had nothing to train on "
+        r"\(every episode was masked out",
+    ):
         train_run(cfg)
     rows = read_ledger(cfg.run_dir / "consumed.jsonl")
     assert [(r["batch"], r["step"]) for r in rows] == [(1, 0), (2, 0), (3, 0)]
@@ -29,8 +43,9 @@ def test_batches_with_nothing_to_train_on_are_not_steps(tiny_model_dir, tmp_path
     assert sum("had nothing to train on" in r.message for r in caplog.records) == 3
 
 
-def test_a_skipped_batch_does_not_stop_a_run_that_recovers(tiny_model_dir, tmp_path,
-                                                          toy_overrides, train_run, monkeypatch):
+def test_a_skipped_batch_does_not_stop_a_run_that_recovers(
+    tiny_model_dir, tmp_path, toy_overrides, train_run, monkeypatch
+):
     """One masked batch in the middle of a run: the run still reaches train.steps, and the
     summary counts the skipped batch."""
     import practicum.learner.step as learner_mod
@@ -91,7 +106,8 @@ class DropsWeights:
 
 @pytest.mark.timeout(120)  # without that publish the next rollout waits for ever
 def test_a_skipped_batch_still_brings_back_weights_a_sleeping_sampler_dropped(
-        tiny_model_dir, tmp_path, toy_overrides, train_run, monkeypatch):
+    tiny_model_dir, tmp_path, toy_overrides, train_run, monkeypatch
+):
     """The loop publishes the unchanged weights after a step that trained nothing when the
     sampler dropped its own for the step; otherwise the next rollout would wait forever."""
     import practicum.learner.step as learner_mod

@@ -17,18 +17,32 @@ def test_duration_reads_as_minutes_and_hours():
 
 
 def test_step_line_has_reward_solved_episodes_seconds_and_eta():
-    line = step_line(3, 10, {"reward_mean": -4.21, "solved_rate": 0.1875, "loss": 0.01,
-                             "step_seconds": 41.24}, episodes=64, elapsed=185, eta=288)
-    assert line == ("step 3/10  reward -4.210  solved 0.188  loss +0.0100  episodes 64  "
-                    "step 41.2 s  elapsed 3m05s  ETA 4m48s")
+    line = step_line(
+        3,
+        10,
+        {"reward_mean": -4.21, "solved_rate": 0.1875, "loss": 0.01, "step_seconds": 41.24},
+        episodes=64,
+        elapsed=185,
+        eta=288,
+    )
+    assert line == (
+        "step 3/10  reward -4.210  solved 0.188  loss +0.0100  episodes 64  "
+        "step 41.2 s  elapsed 3m05s  ETA 4m48s"
+    )
 
 
 def test_eval_line_shows_the_headline_metrics_the_environment_reports():
-    result = {"reward_mean": -8.9, "solved_rate": 0.08, "tasks": 24, "env/headline/valid": 0.125,
-              "env/milestones": 2.5}
+    result = {
+        "reward_mean": -8.9,
+        "solved_rate": 0.08,
+        "tasks": 24,
+        "env/headline/valid": 0.125,
+        "env/milestones": 2.5,
+    }
     assert eval_line(0, result, 95.3, "before training") == (
         "eval step 0 (before training)  reward -8.900  solved 0.080  valid 0.125  "
-        "24 episodes  95.3 s")
+        "24 episodes  95.3 s"
+    )
     assert "valid" not in eval_line(2, {"reward_mean": 1.0, "solved_rate": 1.0}, 1.0)
 
 
@@ -54,26 +68,46 @@ def test_quiet_prints_nothing_but_still_logs(tmp_path):
 
 
 def test_a_training_run_piped_to_a_file_prints_a_line_per_step_and_evaluation(
-        tiny_model_dir, toy_overrides, tmp_path):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_HUB_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "practicum.cli", "train",
-            *toy_overrides(tiny_model_dir, tmp_path, 2)]
+    tiny_model_dir, toy_overrides, tmp_path
+):
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "practicum.cli",
+        "train",
+        *toy_overrides(tiny_model_dir, tmp_path, 2),
+    ]
     with open(tmp_path / "stdout.log", "w") as out:  # stdout a file: no terminal
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
-                              timeout=300)
+        done = subprocess.run(
+            argv, stdout=out, stderr=subprocess.PIPE, text=True, env=env, timeout=300
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = (tmp_path / "stdout.log").read_text().splitlines()
     progress = [line for line in lines if line.startswith(("step ", "eval "))]
     assert [line.split("  ")[0] for line in progress] == [
-        "eval step 0 (before training)", "step 1/2", "step 2/2", "eval step 2 (after training)"]
-    assert re.fullmatch(r"step 1/2  reward -?\d+\.\d{3}  solved \d\.\d{3}  loss [+-]\d\.\d{4}  "
-                        r"episodes 32  step \d+\.\d s  elapsed \S+  ETA \S+", progress[1])
+        "eval step 0 (before training)",
+        "step 1/2",
+        "step 2/2",
+        "eval step 2 (after training)",
+    ]
+    assert re.fullmatch(
+        r"step 1/2  reward -?\d+\.\d{3}  solved \d\.\d{3}  loss [+-]\d\.\d{4}  "
+        r"episodes 32  step \d+\.\d s  elapsed \S+  ETA \S+",
+        progress[1],
+    )
     assert "FutureWarning" not in done.stderr and "past_key_values" not in done.stderr
     assert "Loading weights" not in done.stderr  # no progress bars written into a log file
     logged = (tmp_path / "toy" / "progress.log").read_text().splitlines()
-    assert [line.split("  ", 1)[1] for line in logged
-            if line.split("  ", 1)[1].startswith(("step ", "eval "))] == progress
+    assert [
+        line.split("  ", 1)[1]
+        for line in logged
+        if line.split("  ", 1)[1].startswith(("step ", "eval "))
+    ] == progress
     counted = [line.split("  ")[0] for line in lines if line.startswith("evaluating ")]
     assert counted[0] == "evaluating step 0 (before training) 0/8"
     assert "evaluating step 2 (after training) 8/8" in counted
@@ -105,8 +139,9 @@ class Clock:
         return self.now
 
 
-def test_a_counted_stage_prints_at_its_start_every_few_seconds_and_at_its_end(tmp_path,
-                                                                              monkeypatch):
+def test_a_counted_stage_prints_at_its_start_every_few_seconds_and_at_its_end(
+    tmp_path, monkeypatch
+):
     """A long stage is never silent: its first line at once, then at most one line per
     `every` seconds whatever the units' pace, and its last line; the log gets each line with
     its timestamp."""
@@ -115,15 +150,18 @@ def test_a_counted_stage_prints_at_its_start_every_few_seconds_and_at_its_end(tm
     clock = Clock()
     monkeypatch.setattr(progress.time, "monotonic", clock)
     stream = io.StringIO()
-    with counting("sft demonstrations", 6, enabled=True, log_dir=tmp_path, stream=stream,
-                  every=10.0) as count:
+    with counting(
+        "sft demonstrations", 6, enabled=True, log_dir=tmp_path, stream=stream, every=10.0
+    ) as count:
         for seconds in (1, 1, 12, 1, 1, 1):  # units finished after these many seconds
             clock.now += seconds
             count.advance(info=f"solved {count.done + 1}")
     printed = stream.getvalue().splitlines()
-    assert printed == ["sft demonstrations 0/6  elapsed 0s  ETA ?",
-                       "sft demonstrations 3/6  solved 3  elapsed 14s  ETA 14s",
-                       "sft demonstrations 6/6  solved 6  elapsed 17s  ETA 0s"]
+    assert printed == [
+        "sft demonstrations 0/6  elapsed 0s  ETA ?",
+        "sft demonstrations 3/6  solved 3  elapsed 14s  ETA 14s",
+        "sft demonstrations 6/6  solved 6  elapsed 17s  ETA 0s",
+    ]
     logged = (tmp_path / "progress.log").read_text().splitlines()
     assert [line.split("  ", 1)[1] for line in logged] == printed
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  ", line) for line in logged)
@@ -134,7 +172,9 @@ def test_a_resumed_stage_counts_what_is_left():
     with counting("rft sample", 64, done=48, enabled=True, stream=stream) as count:
         count.advance(16)
     assert [line.split("  ")[0] for line in stream.getvalue().splitlines()] == [
-        "rft sample 48/64", "rft sample 64/64"]
+        "rft sample 48/64",
+        "rft sample 64/64",
+    ]
     quiet = io.StringIO()
     with counting("rft sample", 2, enabled=False, stream=quiet) as count:
         count.advance(2)
@@ -145,7 +185,10 @@ def test_practicum_eval_counts_its_episodes(tiny_model_dir, toy_overrides, tmp_p
     from practicum.cli import main
 
     assert main(["eval", *toy_overrides(tiny_model_dir, tmp_path, 0), "--label", "x"]) == 0
-    counted = [line.split("  ")[0] for line in capsys.readouterr().out.splitlines()
-               if line.startswith("evaluating ")]
+    counted = [
+        line.split("  ")[0]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("evaluating ")
+    ]
     assert counted[0] == "evaluating 0/8" and counted[-1] == "evaluating 8/8"
     assert "evaluating 8/8" in (tmp_path / "toy" / "progress.log").read_text()

@@ -45,7 +45,8 @@ def assert_same(a, b):
 
 
 def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_or_hung(
-        tiny_model_dir):
+    tiny_model_dir,
+):
     from practicum.runtime.ray_engine import EngineFailure, RayEngine
 
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
@@ -81,8 +82,11 @@ def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_o
         # the call fails as a whole (no per-row retry)
         old = engine.pid
         engine.timeout = 0.02
-        with pytest.raises(EngineFailure, match=rf"engine generate timed out after 0.02 s "
-                                                rf"\(pid {old}\)") as hung:
+        with pytest.raises(
+            EngineFailure,
+            match=rf"engine generate timed out after 0.02 s "
+            rf"\(pid {old}\)",
+        ) as hung:
             engine.generate([[1, 2, 3]] * 4, SamplingParams(max_new_tokens=400), [1, 2, 3, 4])
         assert hung.type is EngineFailure  # not retried, unlike a death
         engine.timeout = 60
@@ -95,13 +99,13 @@ def test_the_actor_samples_like_the_driver_sampler_and_is_replaced_when_killed_o
     assert ray.is_initialized()  # the engine joined the module's Ray: not its to stop
 
 
-def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler(
-        tiny_model_dir):
+def test_an_engine_holding_its_own_peft_copy_samples_like_the_trainables_sampler(tiny_model_dir):
     """The actor's engine without the merged copy (peft layers, adapter set from the published
     tensors), used in-process as with a learner actor: the same draws as the sampler sharing
     the trainable's module, adapter on and off."""
-    policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8,
-                          merged_sampling=False)
+    policy = PolicyConfig(
+        model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8, merged_sampling=False
+    )
     trainable, local = load_hf_engine(policy)
     held = HFEngineCopy(policy)
     assert not held.shares_trainable(True) and not held.shares_trainable(False)
@@ -122,19 +126,25 @@ def test_ray_placement_options_are_checked():
     from practicum.runtime.ray_learner import RayLearner
 
     for key in ("engine", "learner"):  # actors are sections of a Ray plan only
-        with pytest.raises(ConfigError, match=f"^config error at placement.{key}: unknown key "
-                                              "for placement.kind=local"):
+        with pytest.raises(
+            ConfigError,
+            match=f"^config error at placement.{key}: unknown key for placement.kind=local",
+        ):
             load_config(None, [f"placement.{key}.cpus=0"])
     # vLLM takes its weights from a learner in Ray actors too; a sharded one streams them
-    for plan, streams in ((["placement.kind=ray", "placement.learner.cpus=0"], False),
-                          (["placement.kind=learner_group", "placement.ranks=2"], True)):
-        cfg = load_config(None, [*plan, "engine.kind=vllm", "engine.weight_sync=broadcast",
-                                 "model.lora=false"])
+    for plan, streams in (
+        (["placement.kind=ray", "placement.learner.cpus=0"], False),
+        (["placement.kind=learner_group", "placement.ranks=2"], True),
+    ):
+        cfg = load_config(
+            None, [*plan, "engine.kind=vllm", "engine.weight_sync=broadcast", "model.lora=false"]
+        )
         assert cfg.streams_weights is streams
     # the trainable only exists in the learner actor: refused by name (e.g. by `practicum rft`)
     remote = RayLearner.__new__(RayLearner)
-    with pytest.raises(ConfigError, match="placement.learner: the trainable lives in the "
-                                          "learner actor"):
+    with pytest.raises(
+        ConfigError, match="placement.learner: the trainable lives in the learner actor"
+    ):
         _ = remote.trainable
 
 
@@ -142,14 +152,32 @@ def bandit_run(model_dir, out, name: str, *extra: str):
     """Full fine-tuning of the tiny model on the in-process timed bandit (no step time), two
     steps of one group of two."""
     arms = "{a: {reward: 0.0, seconds: 0.0}, b: {reward: 1.0, seconds: 0.0}}"
-    return load_config(None, [
-        f"model.model={model_dir}", "model.dtype=float32", "model.lora=false",
-        "task.name=timed_bandit", "task.options.process=false", f"task.options.arms={arms}",
-        "task.options.fallback_arm=random", "task.options.eval_size=2",
-        "rollout.group_size=2", "rollout.tasks_per_step=1", "sampling.max_new_tokens=4",
-        "train.steps=2", "train.micro_batch_size=4", "train.checkpoint_every=1", "train.lr=1e-3",
-        "eval.every=0", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
-        f"run.out_dir={out}", f"run.name={name}", *extra])
+    return load_config(
+        None,
+        [
+            f"model.model={model_dir}",
+            "model.dtype=float32",
+            "model.lora=false",
+            "task.name=timed_bandit",
+            "task.options.process=false",
+            f"task.options.arms={arms}",
+            "task.options.fallback_arm=random",
+            "task.options.eval_size=2",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=1",
+            "sampling.max_new_tokens=4",
+            "train.steps=2",
+            "train.micro_batch_size=4",
+            "train.checkpoint_every=1",
+            "train.lr=1e-3",
+            "eval.every=0",
+            "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false",
+            f"run.out_dir={out}",
+            f"run.name={name}",
+            *extra,
+        ],
+    )
 
 
 def ask_engine_actor_at_close(monkeypatch) -> dict:
@@ -161,8 +189,9 @@ def ask_engine_actor_at_close(monkeypatch) -> dict:
     real_close = ray_engine.RayEngine.close
 
     def close(engine):
-        _, seen["engine_version"] = ray.get(engine.handle.generate.remote(
-            [[1, 2]], SamplingParams(max_new_tokens=1), None, True))
+        _, seen["engine_version"] = ray.get(
+            engine.handle.generate.remote([[1, 2]], SamplingParams(max_new_tokens=1), None, True)
+        )
         seen["engine_pid"] = engine.pid
         real_close(engine)
 
@@ -182,7 +211,8 @@ def wait_gone(pid: int) -> None:
 
 
 def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
-        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
+    tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows
+):
     """The same sync run twice: everything in this process (local backend), and environments,
     engine and learner in Ray actors (the whole state dict crosses from the learner actor to
     the engine actor each step). Every turn was sampled in the engine actor at the version the
@@ -216,9 +246,10 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
 
     monkeypatch.setattr(ray_learner.RayLearner, "close", learner_close)
     runs = {}
-    for name, where in (("driver", []),
-                        ("actors", ["placement.kind=ray", "placement.engine.cpus=0",
-                                    "placement.learner.cpus=0"])):
+    for name, where in (
+        ("driver", []),
+        ("actors", ["placement.kind=ray", "placement.engine.cpus=0", "placement.learner.cpus=0"]),
+    ):
         cfg = bandit_run(tiny_model_dir, tmp_path, name, *where)
         seen["run_dir"] = cfg.run_dir
         summary = train_run(cfg)
@@ -240,8 +271,9 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     assert [r["ray_engine_restarts"] for r in metrics] == [0.0, 0.0]
     assert len({os.getpid(), seen["engine_pid"], summary["ray_learner_pid"]}) == 3
     _, stored_d, metrics_d = runs["driver"]
-    assert [[t.sampled_ids for t in e.turns] for e in stored] == \
-        [[t.sampled_ids for t in e.turns] for e in stored_d]
+    assert [[t.sampled_ids for t in e.turns] for e in stored] == [
+        [t.sampled_ids for t in e.turns] for e in stored_d
+    ]
     for r, rd in zip(metrics, metrics_d, strict=True):
         assert r["loss"] == pytest.approx(rd["loss"], abs=1e-5)
         assert r["grad_norm"] == pytest.approx(rd["grad_norm"], rel=1e-4)
@@ -254,22 +286,33 @@ def test_a_run_with_engine_and_learner_in_actors_trains_like_one_in_the_driver(
     assert seen["learner_errors"] == [
         f"learner export timed out after 0.0001 s (pid {pid}); resume from the last checkpoint "
         "with run.resume=true",
-        "the learner actor is gone (see the error before this one)"]
+        "the learner actor is gone (see the error before this one)",
+    ]
     wait_gone(pid)
 
 
 @pytest.mark.slow
 def test_an_async_run_with_engine_and_learner_in_actors_stores_and_trains_each_episode_once(
-        tiny_model_dir, tmp_path, monkeypatch, train_run, caplog):
+    tiny_model_dir, tmp_path, monkeypatch, train_run, caplog
+):
     """runtime.mode=async with the engine and the learner in Ray actors: two actor threads
     sample from the engine actor while the learner actor trains. Every episode is stored once
     and consumed at most once, only complete groups are trained, every turn's version is one
     the engine actor held (within the staleness bound), the engine actor ends holding the
     learner's last step, and the run shuts down without abandoning an actor thread."""
     seen = ask_engine_actor_at_close(monkeypatch)
-    cfg = bandit_run(tiny_model_dir, tmp_path, "async", "train.steps=3", "runtime.mode=async",
-                     "runtime.num_actors=2", "runtime.max_staleness=1", "placement.kind=ray",
-                     "placement.engine.cpus=0", "placement.learner.cpus=0")
+    cfg = bandit_run(
+        tiny_model_dir,
+        tmp_path,
+        "async",
+        "train.steps=3",
+        "runtime.mode=async",
+        "runtime.num_actors=2",
+        "runtime.max_staleness=1",
+        "placement.kind=ray",
+        "placement.engine.cpus=0",
+        "placement.learner.cpus=0",
+    )
     with caplog.at_level("WARNING", logger="practicum.runtime.actors"):
         summary = train_run(cfg)
     assert summary["steps"] == 3 and summary["mode"] == "async"
@@ -299,9 +342,9 @@ class Crash(BaseException):
 
 
 @pytest.mark.slow
-def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_dir, tmp_path,
-                                                                   monkeypatch, train_run,
-                                                                   metric_rows):
+def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(
+    tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows
+):
     """LoRA with dropout, so training draws from the torch RNG of the process that trains (the
     learner actor): 4 steps uninterrupted with everything in this process, and 4 steps with
     the learner in an actor, killed right after step 3's ledger row (checkpoint at step 2) and
@@ -313,18 +356,29 @@ def test_a_killed_run_with_the_learner_in_an_actor_resumes_exactly(tiny_model_di
     from practicum.store.ledger import ConsumptionLedger
 
     def config(name, *where):
-        return bandit_run(tiny_model_dir, tmp_path, name, "train.steps=4",
-                          "train.checkpoint_every=2", "model.lora=true", "model.lora_dropout=0.5",
-                          "train.lr=3e-2", *where)
+        return bandit_run(
+            tiny_model_dir,
+            tmp_path,
+            name,
+            "train.steps=4",
+            "train.checkpoint_every=2",
+            "model.lora=true",
+            "model.lora_dropout=0.5",
+            "train.lr=3e-2",
+            *where,
+        )
 
     actor = ("placement.kind=ray", "placement.learner.cpus=0")
 
     def outcome(run_dir):
         policy = run_dir / "checkpoints" / "step_000004" / "policy"
-        weights = {k: v for f in sorted(policy.glob("*.safetensors"))
-                   for k, v in load_file(f).items()}
-        draws = [(e.group_id, e.info["slot"], [t.sampled_ids for t in e.turns])
-                 for e in EpisodeStore(run_dir / "episodes.jsonl")]
+        weights = {
+            k: v for f in sorted(policy.glob("*.safetensors")) for k, v in load_file(f).items()
+        }
+        draws = [
+            (e.group_id, e.info["slot"], [t.sampled_ids for t in e.turns])
+            for e in EpisodeStore(run_dir / "episodes.jsonl")
+        ]
         return weights, draws, [(r["step"], r["loss"]) for r in metric_rows(run_dir)]
 
     reference = config("reference")
@@ -363,16 +417,21 @@ def test_a_streamed_formation_takes_backend_and_dtype_from_the_actors():
     from practicum.runtime.ray_engine import Streams
 
     cfg = SimpleNamespace(weight_bucket_mb=64.0, verify_weights=True)
-    gpu = [SimpleNamespace(stream_format=StreamFormat(2, "nccl", "bfloat16"), started=1),
-           SimpleNamespace(stream_format=StreamFormat(1, "nccl", "bfloat16"), started=1)]
+    gpu = [
+        SimpleNamespace(stream_format=StreamFormat(2, "nccl", "bfloat16"), started=1),
+        SimpleNamespace(stream_format=StreamFormat(1, "nccl", "bfloat16"), started=1),
+    ]
     streams = Streams()
     target = streams.target_for(gpu, cfg)
-    assert (target.world, target.backend, target.dtype, target.verify) == \
-        (4, "nccl", "bfloat16", True)
+    assert (target.world, target.backend, target.dtype, target.verify) == (
+        4,
+        "nccl",
+        "bfloat16",
+        True,
+    )
     assert streams.target_for(gpu, cfg) is target  # kept while the members stay
     gpu[1].started = 2  # a replaced actor: a new formation
     assert streams.target_for(gpu, cfg).prefix != target.prefix
-    mixed = [gpu[0], SimpleNamespace(stream_format=StreamFormat(1, "gloo", "float32"),
-                                     started=1)]
+    mixed = [gpu[0], SimpleNamespace(stream_format=StreamFormat(1, "gloo", "float32"), started=1)]
     with pytest.raises(ValueError, match="cannot share a weight group"):
         Streams().target_for(mixed, cfg)

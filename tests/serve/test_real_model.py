@@ -31,18 +31,28 @@ def test_smollm2_checkpoint_answers_chat_and_a_forced_tool_call(smol_api):
     served, client = smol_api
     assert [m.id for m in client.models.list().data] == ["smol", "smol-base"]
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    r = client.chat.completions.create(model="smol", messages=messages, max_tokens=16,
-                                       temperature=0)
+    r = client.chat.completions.create(
+        model="smol", messages=messages, max_tokens=16, temperature=0
+    )
     ids = served.chat.render(messages)
-    sample = served.server.generate(ids, SamplingParams(
-        temperature=0, max_new_tokens=16, stop_token_ids=served.chat.stop_ids()))[0]
+    sample = served.server.generate(
+        ids, SamplingParams(temperature=0, max_new_tokens=16, stop_token_ids=served.chat.stop_ids())
+    )[0]
     assert r.choices[0].message.content == sample.text
     assert "Paris" in r.choices[0].message.content  # a near-zero adapter keeps the model's sense
     review = client.chat.completions.create(
-        model="smol-base", temperature=0, max_tokens=64, tools=[REVIEW_TOOL],
+        model="smol-base",
+        temperature=0,
+        max_tokens=64,
+        tools=[REVIEW_TOOL],
         tool_choice={"type": "function", "function": {"name": "submit_review"}},
-        messages=[{"role": "user", "content": "The script ran and printed: validation RMSE "
-                   "0.42. Review the run."}])
+        messages=[
+            {
+                "role": "user",
+                "content": "The script ran and printed: validation RMSE 0.42. Review the run.",
+            }
+        ],
+    )
     args = json.loads(review.choices[0].message.tool_calls[0].function.arguments)
     assert set(args) == {"is_bug", "summary", "metric", "lower_is_better"}
     assert isinstance(args["is_bug"], bool) and isinstance(args["summary"], str)

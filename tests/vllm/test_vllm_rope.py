@@ -27,8 +27,9 @@ def engine_config(model, **kwargs):
 
 def test_vllm_reads_the_learners_rope_parameters_and_the_scaled_context(smollm2_dir):
     native = model_config(smollm2_dir, None).max_position_embeddings  # 8192
-    cfg = engine_config(smollm2_dir, hf_overrides=vllm_overrides(smollm2_dir, YARN),
-                        max_model_len=2 * native)
+    cfg = engine_config(
+        smollm2_dir, hf_overrides=vllm_overrides(smollm2_dir, YARN), max_model_len=2 * native
+    )
     assert cfg.max_model_len == 2 * native
     learner = model_config(smollm2_dir, YARN)
     assert cfg.hf_config.rope_parameters == learner.rope_parameters
@@ -42,23 +43,24 @@ def test_a_yarn_engine_scores_a_row_past_the_native_context_as_the_learner(tmp_p
     vLLM samples after a 300-token prompt, and the learner with the same scaling gives the
     sampled tokens the engine's log-probs (fp32, the tolerance of the unscaled engine tests);
     the learner without it scores them differently, so the scaling reached vLLM."""
-    model = build_tiny_model(tmp_path / "tiny", num_attention_heads=2, num_key_value_heads=1,
-                             max_position_embeddings=256)
+    model = build_tiny_model(
+        tmp_path / "tiny", num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256
+    )
     policy = PolicyConfig(model=str(model), dtype="float32", seed=0, rope_scaling=YARN)
-    trainable, sampler = load_vllm_engine(policy, VLLMOptions(max_model_len=512,
-                                                              kv_cache_gb=1))
+    trainable, sampler = load_vllm_engine(policy, VLLMOptions(max_model_len=512, kv_cache_gb=1))
     try:
         rng = random.Random(0)
         prompt = [rng.randrange(100, 40000) for _ in range(300)]
-        (s,) = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=24),
-                                seeds=[3])
+        (s,) = sampler.generate(
+            [prompt], SamplingParams(temperature=1.0, max_new_tokens=24), seeds=[3]
+        )
     finally:
         sampler.close()
     ids = torch.tensor([prompt + s.token_ids])
 
     def scored(learner) -> list[float]:
         with torch.no_grad():
-            return learner.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):].tolist()
+            return learner.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt) :].tolist()
 
     assert len(s.token_ids) == 24
     assert max(abs(a - b) for a, b in zip(s.logprobs, scored(trainable))) < 2e-3

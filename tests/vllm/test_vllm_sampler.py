@@ -24,7 +24,8 @@ CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 def engine(smollm2_dir):
     trainable, sampler = load_vllm_engine(
         PolicyConfig(model=str(smollm2_dir), dtype="float32", seed=0),
-        VLLMOptions(max_model_len=512, kv_cache_gb=1))
+        VLLMOptions(max_model_len=512, kv_cache_gb=1),
+    )
     chat = ChatFormat(trainable.tokenizer)
     yield trainable, sampler, chat
     sampler.close()
@@ -34,7 +35,7 @@ def learner_logprobs(trainable, prompt, sample, temperature):
     ids = torch.tensor([prompt + sample.token_ids])
     with torch.no_grad():
         lp = trainable.token_logprobs(ids, torch.ones_like(ids), temperature=temperature)
-    return lp[0, len(prompt):].tolist()
+    return lp[0, len(prompt) :].tolist()
 
 
 def test_ids_stops_and_eos_are_the_hf_engines(engine):
@@ -49,20 +50,23 @@ def test_ids_stops_and_eos_are_the_hf_engines(engine):
         SamplingParams(temperature=0, max_new_tokens=40),
         SamplingParams(temperature=0, max_new_tokens=40, stop_strings=("\n",)),
         SamplingParams(temperature=0, max_new_tokens=40, stop_token_ids=(newline,)),
-        SamplingParams(temperature=0, max_new_tokens=2)]
+        SamplingParams(temperature=0, max_new_tokens=2),
+    ]
     out = {}
-    for name, params in [("eos", eos), ("string", by_string), ("id", by_id),
-                         ("length", by_length)]:
+    for name, params in [("eos", eos), ("string", by_string), ("id", by_id), ("length", by_length)]:
         (v,) = sampler.generate([prompt], params)
         (h,) = hf.generate([prompt], params)
-        assert (v.token_ids, v.finish_reason, v.text) == (h.token_ids, h.finish_reason, h.text), \
-            (name, v, h)
+        assert (v.token_ids, v.finish_reason, v.text) == (h.token_ids, h.finish_reason, h.text), (
+            name,
+            v,
+            h,
+        )
         out[name] = v
     s = out["eos"]
     assert s.finish_reason == "stop" and s.token_ids[-1] == trainable.tokenizer.eos_token_id
     assert s.text == trainable.tokenizer.decode(s.token_ids, skip_special_tokens=True)
     assert s.logprobs == [0.0] * len(s.token_ids)  # greedy is a point mass
-    first_line = s.token_ids[:s.token_ids.index(newline) + 1]
+    first_line = s.token_ids[: s.token_ids.index(newline) + 1]
     assert len(first_line) < len(s.token_ids) - 1  # the stops below cut the reply short
     assert out["string"].token_ids == first_line and out["string"].finish_reason == "stop"
     assert out["id"].token_ids == first_line and out["id"].finish_reason == "stop"
@@ -72,8 +76,7 @@ def test_ids_stops_and_eos_are_the_hf_engines(engine):
 def test_logprobs_are_the_learners_at_the_sampling_temperature(engine):
     trainable, sampler, chat = engine
     prompt = chat.render(CAPITAL)
-    (s,) = sampler.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=24),
-                            seeds=[5])
+    (s,) = sampler.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=24), seeds=[5])
     ref = learner_logprobs(trainable, prompt, s, 0.7)
     assert max(abs(a - b) for a, b in zip(s.logprobs, ref)) < 2e-3
     untempered = learner_logprobs(trainable, prompt, s, 1.0)
@@ -91,17 +94,20 @@ def test_a_grammar_constrains_samples_and_the_learner_replays_their_logprobs(eng
     trainable, sampler, chat = engine
     prompt = chat.render([{"role": "user", "content": "Which tool reads setup.py?"}])
     eos = trainable.tokenizer.eos_token_id
-    out = sampler.generate([prompt] * 3, SamplingParams(temperature=1.0, max_new_tokens=30,
-                                                        grammar=TOOL), seeds=[1, 2, 3])
+    out = sampler.generate(
+        [prompt] * 3,
+        SamplingParams(temperature=1.0, max_new_tokens=30, grammar=TOOL),
+        seeds=[1, 2, 3],
+    )
     g = grammars_for(trainable.tokenizer)
     for s in out:
         assert TOOL_RE.fullmatch(s.text) and s.token_ids[-1] == eos, s
         ids = torch.tensor([prompt + s.token_ids])
         allowed = torch.full((1, ids.shape[1], g.width), -1, dtype=torch.int32)
-        allowed[0, len(prompt):] = g.replay(TOOL, tuple(s.token_ids))
+        allowed[0, len(prompt) :] = g.replay(TOOL, tuple(s.token_ids))
         with torch.no_grad():
             lp = trainable.token_logprobs(ids, torch.ones_like(ids), allowed=allowed)
-        assert max(abs(a - b) for a, b in zip(s.logprobs, lp[0, len(prompt):].tolist())) < 2e-3
+        assert max(abs(a - b) for a, b in zip(s.logprobs, lp[0, len(prompt) :].tolist())) < 2e-3
         assert learner_logprobs(trainable, prompt, s, 1.0) != pytest.approx(s.logprobs, abs=0.1)
     hf = HFSampler(trainable.lm, trainable.tokenizer, peft_model=trainable.model)
     greedy = SamplingParams(temperature=0, max_new_tokens=30, grammar=TOOL)
@@ -137,10 +143,12 @@ def test_published_lora_versions_and_the_model_service(engine):
         sampler.load_weights(trainable.export_weights(version))
         assert sampler.version == version
         served.append(sampler.generate([prompt], greedy)[0].token_ids)
-        s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=16),
-                             seeds=[version])[0]
-        gap = max(abs(a - b) for a, b in
-                  zip(s.logprobs, learner_logprobs(trainable, prompt, s, 1.0)))
+        s = sampler.generate(
+            [prompt], SamplingParams(temperature=1.0, max_new_tokens=16), seeds=[version]
+        )[0]
+        gap = max(
+            abs(a - b) for a, b in zip(s.logprobs, learner_logprobs(trainable, prompt, s, 1.0))
+        )
         assert gap < 2e-3, (version, gap)  # the engine samples the weights the learner holds
     assert served[0] != base and served[1] != base and served[0] != served[1]
     assert sampler.generate([prompt], greedy, adapter=False)[0].token_ids == base
@@ -192,7 +200,7 @@ def test_after_an_adapter_reload_a_cached_prompt_is_read_with_the_new_adapter(en
     assert v2 == fresh_v2
     ids = torch.tensor([prompt + v2[0]])
     with torch.no_grad():
-        learner = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):].tolist()
+        learner = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt) :].tolist()
     assert max(abs(a - b) for a, b in zip(v2[1], learner)) < 2e-3  # and they are v2's
 
 
@@ -222,22 +230,38 @@ def test_runtimes_train_with_the_vllm_sampler(engine, smollm2_dir, tmp_path, mon
     # The session closes its sampler at the end of the run; this one is the module's and stays
     # up for the next test (the fixture closes it).
     monkeypatch.setattr(sampler, "close", lambda: None)
-    cfg = load_config(None, [
-        f"model.model={smollm2_dir}", "model.dtype=float32", "engine.kind=vllm",
-        "task.name=toy", "task.options.train_size=16", "task.options.eval_size=2",
-        "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=1",
-        "sampling.max_new_tokens=6", "train.steps=2", "train.warmup_steps=0",
-        "train.mini_batches=1", "eval.every=0", "algo.dynamic_sampling=false",
-        "algo.mask_overlong=false", f"runtime.mode={mode}", "runtime.num_actors=4",
-        f"run.out_dir={tmp_path}", "run.name=v"])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={smollm2_dir}",
+            "model.dtype=float32",
+            "engine.kind=vllm",
+            "task.name=toy",
+            "task.options.train_size=16",
+            "task.options.eval_size=2",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=2",
+            "rollout.max_turns=1",
+            "sampling.max_new_tokens=6",
+            "train.steps=2",
+            "train.warmup_steps=0",
+            "train.mini_batches=1",
+            "eval.every=0",
+            "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false",
+            f"runtime.mode={mode}",
+            "runtime.num_actors=4",
+            f"run.out_dir={tmp_path}",
+            "run.name=v",
+        ],
+    )
     run_training(cfg, progress=False)
     rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
     assert len(steps) == 2 and all(r["logprob_gap"] >= 0 for r in steps), steps
     if mode == "sync":
         assert all(r["logprob_gap"] < 5e-3 for r in steps), steps
-    episodes = [json.loads(x) for x in (tmp_path / "v" / "episodes.jsonl").read_text()
-                .splitlines()]
+    episodes = [json.loads(x) for x in (tmp_path / "v" / "episodes.jsonl").read_text().splitlines()]
     versions = {t["policy_version"] for e in episodes for t in e["turns"]}
     assert versions <= {0, 1, 2} and 0 in versions, versions  # eval after training: v2
     assert sampler.version == 2

@@ -22,22 +22,51 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny_vllm_dir(tmp_path_factory) -> Path:
     """The tiny random Llama with 2 heads of 32 (vLLM's CPU attention takes head sizes from
     32 up)."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_vllm"), num_attention_heads=2,
-                            num_key_value_heads=1)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny_vllm"), num_attention_heads=2, num_key_value_heads=1
+    )
 
 
 def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(tiny_vllm_dir, tmp_path):
-    cfg = config(tiny_vllm_dir, False, "engine.kind=vllm", "engine.weight_sync=broadcast",
-                 "engine.weight_bucket_mb=1", "engine.verify_weights=true", "engine.max_model_len=256", "train.lr=1e-3",
-                 "train.grad_clip=1.0", "placement={kind: torchrun, ranks: 2}")
+    cfg = config(
+        tiny_vllm_dir,
+        False,
+        "engine.kind=vllm",
+        "engine.weight_sync=broadcast",
+        "engine.weight_bucket_mb=1",
+        "engine.verify_weights=true",
+        "engine.max_model_len=256",
+        "train.lr=1e-3",
+        "train.grad_clip=1.0",
+        "placement={kind: torchrun, ranks: 2}",
+    )
     torch.save((cfg, tmp_path), tmp_path / "args.pt")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), "-m", "tests.ranks", "publish_to_vllm",
-         str(tmp_path / "args.pt")], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "tests.ranks",
+            "publish_to_vllm",
+            str(tmp_path / "args.pt"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     draws = torch.load(tmp_path / "draws.pt")
     assert draws["launcher_variables"] == ["RANK", "WORLD_SIZE"]  # restored after the start
@@ -52,8 +81,13 @@ def test_two_torchrun_ranks_stream_to_vllm_as_the_file_path_does(tiny_vllm_dir, 
 def ray_here():
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config={"worker_niceness": 0})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _system_config={"worker_niceness": 0},
+    )
     yield
     ray.shutdown()
 
@@ -62,15 +96,34 @@ def test_a_ray_learner_group_trains_two_steps_with_vllm(tiny_vllm_dir, tmp_path,
     from practicum.config import load_config
     from practicum.runtime.train import run_training
 
-    cfg = load_config(None, [
-        f"model.model={tiny_vllm_dir}", "model.dtype=float32", "model.lora=false",
-        "engine.kind=vllm", "engine.weight_sync=broadcast", "engine.max_model_len=256",
-        "engine.verify_weights=true", "placement={kind: learner_group, ranks: 2, rank: {cpus: 0}}",
-        "task.name=toy", "task.options.train_size=8", "task.options.eval_size=2",
-        "rollout.group_size=2", "rollout.tasks_per_step=1", "rollout.max_turns=1",
-        "sampling.max_new_tokens=4", "train.steps=2", "train.warmup_steps=0",
-        "train.mini_batches=1", "eval.every=0", "algo.dynamic_sampling=false",
-        "algo.mask_overlong=false", f"run.out_dir={tmp_path}", "run.name=g"])
+    cfg = load_config(
+        None,
+        [
+            f"model.model={tiny_vllm_dir}",
+            "model.dtype=float32",
+            "model.lora=false",
+            "engine.kind=vllm",
+            "engine.weight_sync=broadcast",
+            "engine.max_model_len=256",
+            "engine.verify_weights=true",
+            "placement={kind: learner_group, ranks: 2, rank: {cpus: 0}}",
+            "task.name=toy",
+            "task.options.train_size=8",
+            "task.options.eval_size=2",
+            "rollout.group_size=2",
+            "rollout.tasks_per_step=1",
+            "rollout.max_turns=1",
+            "sampling.max_new_tokens=4",
+            "train.steps=2",
+            "train.warmup_steps=0",
+            "train.mini_batches=1",
+            "eval.every=0",
+            "algo.dynamic_sampling=false",
+            "algo.mask_overlong=false",
+            f"run.out_dir={tmp_path}",
+            "run.name=g",
+        ],
+    )
     run_training(cfg, progress=False)
     rows = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]

@@ -23,18 +23,19 @@ CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 def engine(smollm2_dir):
     trainable, sampler = load_vllm_engine(
         PolicyConfig(model=str(smollm2_dir), dtype="float32", lora=False, seed=0),
-        VLLMOptions(max_model_len=512, kv_cache_gb=1, enable_sleep_mode=True,
-                    verify_weights=True))
+        VLLMOptions(max_model_len=512, kv_cache_gb=1, enable_sleep_mode=True, verify_weights=True),
+    )
     yield trainable, sampler, ChatFormat(trainable.tokenizer)
     sampler.close()
 
 
 def gap(trainable, sampler, prompt, seed):
-    s = sampler.generate([prompt], SamplingParams(temperature=1.0, max_new_tokens=12),
-                         seeds=[seed])[0]
+    s = sampler.generate(
+        [prompt], SamplingParams(temperature=1.0, max_new_tokens=12), seeds=[seed]
+    )[0]
     ids = torch.tensor([prompt + s.token_ids])
     with torch.no_grad():
-        lp = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt):].tolist()
+        lp = trainable.token_logprobs(ids, torch.ones_like(ids))[0, len(prompt) :].tolist()
     return max(abs(a - b) for a, b in zip(s.logprobs, lp))
 
 
@@ -113,11 +114,16 @@ def test_the_post_sync_check_catches_the_tied_head_vllms_own_reload_leaves(engin
         for p in trainable.model.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.02)
     update = trainable.export_weights(4)
-    save_file({k: v.contiguous() for k, v in update.tensors.items() if k != "lm_head.weight"},
-              tmp_path / "model.safetensors")
+    save_file(
+        {k: v.contiguous() for k, v in update.tensors.items() if k != "lm_head.weight"},
+        tmp_path / "model.safetensors",
+    )
     sampler.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(tmp_path)})
-    with pytest.raises(StaleWeights, match=r"1 of vLLM's parameters are not the learner's: "
-                                           r"lm_head.weight: differs from what was sent"):
+    with pytest.raises(
+        StaleWeights,
+        match=r"1 of vLLM's parameters are not the learner's: "
+        r"lm_head.weight: differs from what was sent",
+    ):
         sampler.check_weights(fingerprints(update.tensors, sampler.dtype))
     sampler.load_weights(update)  # checked: it would raise
     with torch.no_grad():

@@ -69,8 +69,11 @@ def message_key(m: dict[str, Any]) -> Key:
 
 def reply_key(content: str | None, calls: list[dict[str, Any]]) -> Key:
     """The key of a reply as returned: its content and its parsed tool calls."""
-    return ("assistant", content or "",
-            tuple((c["name"], json.dumps(c["arguments"], sort_keys=True)) for c in calls))
+    return (
+        "assistant",
+        content or "",
+        tuple((c["name"], json.dumps(c["arguments"], sort_keys=True)) for c in calls),
+    )
 
 
 @dataclass
@@ -122,8 +125,13 @@ class EpisodeCalls:
         self._replies: set[Key] = set()
 
     # -- before sampling ------------------------------------------------------------------------
-    def plan(self, messages: list[dict], tools: list[dict] | None, adapter: bool,
-             prefix_ids: list[int] = ()) -> CallPlan:
+    def plan(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None,
+        adapter: bool,
+        prefix_ids: list[int] = (),
+    ) -> CallPlan:
         """The prompt of a call: its messages spliced onto the thread they continue, else
         rendered afresh (cut to fit); `prefix_ids` (a forced tool call's opening) follow."""
         keys = [message_key(m) for m in messages]
@@ -134,17 +142,21 @@ class EpisodeCalls:
             best = None
             for th in self._threads:
                 n = len(th.messages)
-                if (not th.busy and th.adapter == adapter and th.tools == tools_key
-                        and len(keys) > n and keys[:n] == th.messages
-                        and (best is None or n > len(best.messages))):
+                if (
+                    not th.busy
+                    and th.adapter == adapter
+                    and th.tools == tools_key
+                    and len(keys) > n
+                    and keys[:n] == th.messages
+                    and (best is None or n > len(best.messages))
+                ):
                     best = th
             if best is not None:
-                tail = tool_messages(messages[len(best.messages):], None)
+                tail = tool_messages(messages[len(best.messages) :], None)
                 inserted = self.chat.continuation_ids(best.turns[-1].sampled_ids, tail) + prefix
                 if len(best.ids) + len(inserted) + self.min_reply <= self.max_seq_len:
                     best.busy = True
-                    return CallPlan(best.ids + inserted, keys, tools_key, adapter, best,
-                                    inserted)
+                    return CallPlan(best.ids + inserted, keys, tools_key, adapter, best, inserted)
         ids, dropped = self._fresh(messages, tools, len(prefix))
         return CallPlan(ids + prefix, keys, tools_key, adapter, None, [], dropped)
 
@@ -155,20 +167,29 @@ class EpisodeCalls:
             best = None
             for th in self._threads:
                 n = len(th.ids)
-                if (not th.busy and th.tools is None and th.adapter == adapter and len(ids) > n
-                        and ids[:n] == th.ids and (best is None or n > len(best.ids))):
+                if (
+                    not th.busy
+                    and th.tools is None
+                    and th.adapter == adapter
+                    and len(ids) > n
+                    and ids[:n] == th.ids
+                    and (best is None or n > len(best.ids))
+                ):
                     best = th
             if best is not None:
                 best.busy = True
-                return CallPlan(list(ids), [], None, adapter, best, list(ids[len(best.ids):]))
+                return CallPlan(list(ids), [], None, adapter, best, list(ids[len(best.ids) :]))
         if len(ids) + self.min_reply > self.max_seq_len:
-            raise ContextExceeded(f"the prompt has {len(ids)} tokens; a row holds "
-                                  f"{self.max_seq_len} (rollout.max_seq_len) with "
-                                  f"{self.min_reply} left for the reply")
+            raise ContextExceeded(
+                f"the prompt has {len(ids)} tokens; a row holds "
+                f"{self.max_seq_len} (rollout.max_seq_len) with "
+                f"{self.min_reply} left for the reply"
+            )
         return CallPlan(list(ids), [], None, adapter, None, [])
 
-    def _fresh(self, messages: list[dict], tools: list[dict] | None,
-               extra: int) -> tuple[list[int], int]:
+    def _fresh(
+        self, messages: list[dict], tools: list[dict] | None, extra: int
+    ) -> tuple[list[int], int]:
         """(rendered ids, messages dropped) under the cut rule (module doc)."""
         head = 0
         while head < len(messages) and messages[head].get("role") in ("system", "developer"):
@@ -184,7 +205,8 @@ class EpisodeCalls:
                 raise ContextExceeded(
                     f"the call's messages need {len(ids)} tokens even cut to the leading "
                     f"messages and the last one; a row holds {self.max_seq_len} "
-                    f"(rollout.max_seq_len) with {self.min_reply} left for the reply")
+                    f"(rollout.max_seq_len) with {self.min_reply} left for the reply"
+                )
             del kept[head]
             dropped += 1
 
@@ -195,14 +217,27 @@ class EpisodeCalls:
                 plan.thread.busy = False
 
     # -- after sampling ---------------------------------------------------------------------------
-    def record(self, plan: CallPlan, sample: Sample, version: int, reply: Key | None,
-               trained: bool = True, info: dict[str, Any] | None = None) -> Turn:
+    def record(
+        self,
+        plan: CallPlan,
+        sample: Sample,
+        version: int,
+        reply: Key | None,
+        trained: bool = True,
+        info: dict[str, Any] | None = None,
+    ) -> Turn:
         """Add the call's turn: its sampled ids exactly, its thread's ids grow by them."""
-        turn = Turn(sampled_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
-                    policy_version=version, action_text=sample.text,
-                    finish_reason=sample.finish_reason, trained=trained,
-                    info={**(info or {}), "dropped_messages": plan.dropped} if plan.dropped
-                    else dict(info or {}))
+        turn = Turn(
+            sampled_ids=list(sample.token_ids),
+            logprobs=list(sample.logprobs),
+            policy_version=version,
+            action_text=sample.text,
+            finish_reason=sample.finish_reason,
+            trained=trained,
+            info={**(info or {}), "dropped_messages": plan.dropped}
+            if plan.dropped
+            else dict(info or {}),
+        )
         with self._lock:
             th = plan.thread
             if th is None:
@@ -227,13 +262,15 @@ class EpisodeCalls:
         """The recorded calls as one `Episode`: each thread a segment, in the order the threads
         began, its turns in call order (the first thread's prompt is the episode's)."""
         with self._lock:
-            turns = [Turn(**{**t.__dict__, "info": dict(t.info)})
-                     for th in self._threads for t in th.turns]
+            turns = [
+                Turn(**{**t.__dict__, "info": dict(t.info)})
+                for th in self._threads
+                for t in th.turns
+            ]
         prompt: list[int] = []
         if turns:
             prompt, turns[0].context_ids = turns[0].context_ids or [], None
-        return Episode(task_id=task_id, group_id=group_id, prompt_ids=prompt, turns=turns,
-                       **fields)
+        return Episode(task_id=task_id, group_id=group_id, prompt_ids=prompt, turns=turns, **fields)
 
     @property
     def threads(self) -> list[_Thread]:

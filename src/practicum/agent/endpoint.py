@@ -83,8 +83,15 @@ log = logging.getLogger(__name__)
 class AgentEndpoint:
     """The endpoint of one run (module doc)."""
 
-    def __init__(self, server: GenerationServer, chat: ChatFormat, name: str, max_seq_len: int,
-                 learner_temperature: float, request_log: Path | None = None):
+    def __init__(
+        self,
+        server: GenerationServer,
+        chat: ChatFormat,
+        name: str,
+        max_seq_len: int,
+        learner_temperature: float,
+        request_log: Path | None = None,
+    ):
         self.server, self.chat, self.name = server, chat, name
         self.max_seq_len, self.learner_temperature = max_seq_len, learner_temperature
         self.request_log = request_log
@@ -124,13 +131,23 @@ class AgentEndpoint:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    def open(self, limits: CallLimits, seed: int, temperature: float | None = None,
-             submit_pattern: str | None = None) -> LiveEpisode:
+    def open(
+        self,
+        limits: CallLimits,
+        seed: int,
+        temperature: float | None = None,
+        submit_pattern: str | None = None,
+    ) -> LiveEpisode:
         """A new episode with its own secret key."""
         key = secrets.token_urlsafe(32)
-        live = LiveEpisode(key, EpisodeCalls(self.chat, self.max_seq_len,
-                                             limits.min_reply_tokens), limits, seed, temperature,
-                           submit_pattern=re.compile(submit_pattern) if submit_pattern else None)
+        live = LiveEpisode(
+            key,
+            EpisodeCalls(self.chat, self.max_seq_len, limits.min_reply_tokens),
+            limits,
+            seed,
+            temperature,
+            submit_pattern=re.compile(submit_pattern) if submit_pattern else None,
+        )
         with self._lock:
             self._live[_digest(key)] = live
         return live
@@ -160,17 +177,29 @@ class AgentEndpoint:
                 live = endpoint.live(key.strip()) if scheme.lower() == "bearer" else None
                 if live is None:
                     endpoint.unauthorized += 1
-                    return JSONResponse(status_code=401, content={"error": {
-                        "message": "invalid or missing API key (send Authorization: Bearer "
-                                   "<key>)", "type": "authentication_error", "param": None,
-                        "code": None}})
+                    return JSONResponse(
+                        status_code=401,
+                        content={
+                            "error": {
+                                "message": "invalid or missing API key (send Authorization: Bearer "
+                                "<key>)",
+                                "type": "authentication_error",
+                                "param": None,
+                                "code": None,
+                            }
+                        },
+                    )
                 request.state.live = live
             return await call_next(request)
 
         @app.exception_handler(APIError)
         async def _api_error(_req: Request, e: APIError):
-            return JSONResponse(status_code=e.status, content={"error": {
-                "message": e.message, "type": e.kind, "param": e.param, "code": None}})
+            return JSONResponse(
+                status_code=e.status,
+                content={
+                    "error": {"message": e.message, "type": e.kind, "param": e.param, "code": None}
+                },
+            )
 
         @app.exception_handler(RequestValidationError)
         async def _invalid(request: Request, e: RequestValidationError):
@@ -180,9 +209,17 @@ class AgentEndpoint:
             live = getattr(request.state, "live", None)
             if live is not None:
                 live.refuse(message)
-            return JSONResponse(status_code=400, content={"error": {
-                "message": message, "type": "invalid_request_error", "param": where,
-                "code": None}})
+            return JSONResponse(
+                status_code=400,
+                content={
+                    "error": {
+                        "message": message,
+                        "type": "invalid_request_error",
+                        "param": where,
+                        "code": None,
+                    }
+                },
+            )
 
         @app.get("/health")
         async def health():
@@ -192,21 +229,25 @@ class AgentEndpoint:
 
         @v1.get("/models")
         async def models():
-            return {"object": "list", "data": [
-                {"id": n, "object": "model", "created": created, "owned_by": "practicum"}
-                for n in names]}
+            return {
+                "object": "list",
+                "data": [
+                    {"id": n, "object": "model", "created": created, "owned_by": "practicum"}
+                    for n in names
+                ],
+            }
 
         @v1.post("/chat/completions")
         async def chat_completions(req: ChatRequest, request: Request):
             live = request.state.live
-            return await unless_disconnected(request, self._guarded(live, names, req,
-                                                                     self._chat))
+            return await unless_disconnected(request, self._guarded(live, names, req, self._chat))
 
         @v1.post("/completions")
         async def completions(req: CompletionRequest, request: Request):
             live = request.state.live
-            return await unless_disconnected(request, self._guarded(live, names, req,
-                                                                     self._complete))
+            return await unless_disconnected(
+                request, self._guarded(live, names, req, self._complete)
+            )
 
         app.include_router(v1)
         return app
@@ -220,8 +261,12 @@ class AgentEndpoint:
             raise
         try:
             if req.model not in names:
-                raise APIError(404, f"model {req.model!r} does not exist; this endpoint has "
-                               f"{', '.join(names)}", "model", "not_found_error")
+                raise APIError(
+                    404,
+                    f"model {req.model!r} does not exist; this endpoint has {', '.join(names)}",
+                    "model",
+                    "not_found_error",
+                )
             if req.n != 1:
                 raise APIError(400, "n must be 1: an episode records one reply per call", "n")
             return await handler(live, req, names[req.model])
@@ -232,8 +277,9 @@ class AgentEndpoint:
             live.release()
 
     # -- sampling -------------------------------------------------------------------------------
-    def _params(self, live: LiveEpisode, req, prompt_len: int, adapter: bool,
-                default_tokens: int) -> tuple[SamplingParams, bool, dict[str, Any]]:
+    def _params(
+        self, live: LiveEpisode, req, prompt_len: int, adapter: bool, default_tokens: int
+    ) -> tuple[SamplingParams, bool, dict[str, Any]]:
         """(params, trained, what the agent asked) for one call (module doc)."""
         asked_t = 1.0 if req.temperature is None else req.temperature
         asked_p = req.top_p or 1.0
@@ -243,19 +289,38 @@ class AgentEndpoint:
             t, top_p = asked_t, (asked_p if asked_t > 0 else 1.0)
         wanted = getattr(req, "max_completion_tokens", None) or req.max_tokens
         left = live.limits.max_episode_tokens - live.calls.sampled_tokens
-        max_new = min(wanted or default_tokens, live.limits.max_call_tokens,
-                      self.max_seq_len - prompt_len, max(left, 1))
+        max_new = min(
+            wanted or default_tokens,
+            live.limits.max_call_tokens,
+            self.max_seq_len - prompt_len,
+            max(left, 1),
+        )
         stops = [req.stop] if isinstance(req.stop, str) else [s for s in req.stop or [] if s]
-        params = SamplingParams(temperature=t, top_p=top_p, max_new_tokens=max(max_new, 1),
-                                stop_strings=tuple(stops),
-                                stop_token_ids=tuple(self.chat.stop_ids()))
+        params = SamplingParams(
+            temperature=t,
+            top_p=top_p,
+            max_new_tokens=max(max_new, 1),
+            stop_strings=tuple(stops),
+            stop_token_ids=tuple(self.chat.stop_ids()),
+        )
         trained = adapter and t == self.learner_temperature and top_p == 1.0
-        asked = {"temperature": asked_t, "top_p": asked_p, "max_tokens": wanted,
-                 "sampled_temperature": t, "model": "policy" if adapter else "base"}
+        asked = {
+            "temperature": asked_t,
+            "top_p": asked_p,
+            "max_tokens": wanted,
+            "sampled_temperature": t,
+            "model": "policy" if adapter else "base",
+        }
         return params, trained, asked
 
-    async def _sample(self, live: LiveEpisode, ids: list[int], params: SamplingParams,
-                      seed: int | None, adapter: bool) -> tuple[Sample, int]:
+    async def _sample(
+        self,
+        live: LiveEpisode,
+        ids: list[int],
+        params: SamplingParams,
+        seed: int | None,
+        adapter: bool,
+    ) -> tuple[Sample, int]:
         seed = derive_seed(live.seed, live.admitted) if seed is None else seed
         future = self.server.submit(ids, params, seed, adapter)
         try:
@@ -265,19 +330,35 @@ class AgentEndpoint:
         self._log(live, ids, sample, version, adapter, params)
         return sample, version
 
-    def _log(self, live: LiveEpisode, ids: list[int], sample: Sample, version: int,
-             adapter: bool, params: SamplingParams) -> None:
+    def _log(
+        self,
+        live: LiveEpisode,
+        ids: list[int],
+        sample: Sample,
+        version: int,
+        adapter: bool,
+        params: SamplingParams,
+    ) -> None:
         if self.request_log is None:
             return
-        line = json.dumps({"episode_id": live.episode_id, "adapter": adapter,
-                           "version": version, "temperature": params.temperature,
-                           "prompt_ids": ids, "sampled_ids": sample.token_ids,
-                           "logprobs": sample.logprobs}, separators=(",", ":"))
+        line = json.dumps(
+            {
+                "episode_id": live.episode_id,
+                "adapter": adapter,
+                "version": version,
+                "temperature": params.temperature,
+                "prompt_ids": ids,
+                "sampled_ids": sample.token_ids,
+                "logprobs": sample.logprobs,
+            },
+            separators=(",", ":"),
+        )
         with self._log_lock, open(self.request_log, "a") as f:
             f.write(line + "\n")
 
-    def _record(self, live: LiveEpisode, plan, sample: Sample, version: int, key, trained: bool,
-                info: dict) -> None:
+    def _record(
+        self, live: LiveEpisode, plan, sample: Sample, version: int, key, trained: bool, info: dict
+    ) -> None:
         if live.closed:  # the agent is gone: nobody reads this reply
             live.late += 1
             live.calls.abort(plan)
@@ -303,12 +384,12 @@ class AgentEndpoint:
         except (KeyError, TypeError, ValueError) as e:
             raise APIError(400, f"messages: cannot render them ({e})", "messages") from None
         try:
-            params, trained, asked = self._params(live, req, len(plan.prompt_ids), adapter,
-                                                  DEFAULT_CHAT_TOKENS)
+            params, trained, asked = self._params(
+                live, req, len(plan.prompt_ids), adapter, DEFAULT_CHAT_TOKENS
+            )
             if mode == "forced" and forced is not None:
                 params = replace(params, stop_strings=(*params.stop_strings, T.CALL_CLOSE))
-            sample, version = await self._sample(live, plan.prompt_ids, params, req.seed,
-                                                 adapter)
+            sample, version = await self._sample(live, plan.prompt_ids, params, req.seed, adapter)
         except BaseException:
             live.calls.abort(plan)
             raise
@@ -317,33 +398,56 @@ class AgentEndpoint:
         filled = False
         if tools:
             # a forced call the model got wrong is filled for the agent, never trained on
-            prompt = plan.prompt_ids[:len(plan.prompt_ids) - len(prefix)]
+            prompt = plan.prompt_ids[: len(plan.prompt_ids) - len(prefix)]
             content, calls, tokens = await T.reply_calls(
-                prefix_text + text, T.function_tools(tool_specs(tools)), mode == "forced",
-                forced, lambda name, schema: self._fill(live, name, schema, prompt, params,
-                                                        adapter))
+                prefix_text + text,
+                T.function_tools(tool_specs(tools)),
+                mode == "forced",
+                forced,
+                lambda name, schema: self._fill(live, name, schema, prompt, params, adapter),
+            )
             filled = tokens is not None
             if calls:
                 c.calls, c.text, c.finish_reason = calls, content, "tool_calls"
         returned = c.text or (None if c.calls else "")
-        self._record(live, plan, sample, version, reply_key(returned, c.calls), trained,
-                     {"call": asked, "tool_calls": len(c.calls), "filled": filled})
+        self._record(
+            live,
+            plan,
+            sample,
+            version,
+            reply_key(returned, c.calls),
+            trained,
+            {"call": asked, "tool_calls": len(c.calls), "filled": filled},
+        )
         usage = usage_of(len(plan.prompt_ids), [c])
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if req.stream:
             return sse(chat_chunks(rid, now, req, [c], usage, self.chat.tokenizer))
-        return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
-                "system_fingerprint": f"practicum-v{version}",
-                "choices": [chat_choice(c, req.logprobs, self.chat.tokenizer)],
-                "usage": usage}
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": now,
+            "model": req.model,
+            "system_fingerprint": f"practicum-v{version}",
+            "choices": [chat_choice(c, req.logprobs, self.chat.tokenizer)],
+            "usage": usage,
+        }
 
-    async def _fill(self, live: LiveEpisode, name: str, schema: dict, ids: list[int],
-                    params: SamplingParams, adapter: bool) -> tuple[dict, int]:
+    async def _fill(
+        self,
+        live: LiveEpisode,
+        name: str,
+        schema: dict,
+        ids: list[int],
+        params: SamplingParams,
+        adapter: bool,
+    ) -> tuple[dict, int]:
         """A forced call's arguments when the model's own did not parse: one required field at
         a time, each value sampled after a prefix naming it, a value that does not parse
         replaced by the field's fallback (as `practicum serve` does). These engine calls are in
         the request log but not in the episode: the reply they make was not sampled as one, so
         the episode keeps the model's own attempt (its next call continues from that)."""
+
         async def sample(prompt_ids: list[int], p: SamplingParams):
             return (await self._sample(live, prompt_ids, p, None, adapter))[0]
 
@@ -355,8 +459,9 @@ class AgentEndpoint:
             raise APIError(400, "stream: completions are not streamed here (chat is)", "stream")
         prompts = completion_prompts(req.prompt, self.chat, len(self.chat.tokenizer))
         if len(prompts) != 1:
-            raise APIError(400, "prompt: one prompt per call (an episode records one reply "
-                           "per call)", "prompt")
+            raise APIError(
+                400, "prompt: one prompt per call (an episode records one reply per call)", "prompt"
+            )
         ids = prompts[0]
         try:
             plan = live.calls.plan_ids(ids, adapter)
@@ -364,22 +469,32 @@ class AgentEndpoint:
             raise APIError(400, str(e), "prompt") from None
         try:
             params, trained, asked = self._params(live, req, len(plan.prompt_ids), adapter, 16)
-            sample, version = await self._sample(live, plan.prompt_ids, params, req.seed,
-                                                 adapter)
+            sample, version = await self._sample(live, plan.prompt_ids, params, req.seed, adapter)
         except BaseException:
             live.calls.abort(plan)
             raise
         self._record(live, plan, sample, version, None, trained, {"call": asked})
         text = trim(sample.text, req.stop)
-        lps = (completion_logprobs(sample.token_ids, sample.logprobs, self.chat.tokenizer, 0)
-               if req.logprobs is not None else None)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": req.model,
-                "system_fingerprint": f"practicum-v{version}",
-                "choices": [{"index": 0, "text": text, "finish_reason": sample.finish_reason,
-                             "logprobs": lps}],
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": len(sample.token_ids),
-                          "total_tokens": len(ids) + len(sample.token_ids)}}
+        lps = (
+            completion_logprobs(sample.token_ids, sample.logprobs, self.chat.tokenizer, 0)
+            if req.logprobs is not None
+            else None
+        )
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": req.model,
+            "system_fingerprint": f"practicum-v{version}",
+            "choices": [
+                {"index": 0, "text": text, "finish_reason": sample.finish_reason, "logprobs": lps}
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(sample.token_ids),
+                "total_tokens": len(ids) + len(sample.token_ids),
+            },
+        }
 
 
 def _digest(key: str) -> bytes:

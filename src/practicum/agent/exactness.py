@@ -54,15 +54,18 @@ def check_exactness(episodes: list[Episode], request_log: Path) -> ExactnessRepo
                 call = index.get(key)
                 where = f"episode {e.episode_id} row {r} turn {k}"
                 if call is None:
-                    report.problems.append(f"{where}: no engine call had this context and "
-                                           f"these sampled ids")
+                    report.problems.append(
+                        f"{where}: no engine call had this context and these sampled ids"
+                    )
                     continue
                 turn = e.turns[k]
                 if list(turn.logprobs) != call["logprobs"]:
                     report.problems.append(f"{where}: log-probs differ from the engine's")
                 if turn.policy_version != call["version"]:
-                    report.problems.append(f"{where}: version {turn.policy_version} but the "
-                                           f"engine sampled at {call['version']}")
+                    report.problems.append(
+                        f"{where}: version {turn.policy_version} but the "
+                        f"engine sampled at {call['version']}"
+                    )
     return report
 
 

@@ -72,7 +72,8 @@ class UnixToTcp:
         async def start():
             upstream = lambda: asyncio.open_connection(host, port)  # noqa: E731
             self.server = await asyncio.start_unix_server(
-                lambda r, w: _serve(upstream, r, w), self.path)
+                lambda r, w: _serve(upstream, r, w), self.path
+            )
             os.chmod(self.path, 0o666)
             ready.set()
 

@@ -67,14 +67,19 @@ class LiveEpisode:
             if self.failure is not None:
                 raise APIError(409, f"this episode has already failed ({self.failure})")
             if self.admitted >= lim.max_calls:
-                raise APIError(429, f"more than {lim.max_calls} calls in one episode",
-                               kind="rate_limit_error")
+                raise APIError(
+                    429, f"more than {lim.max_calls} calls in one episode", kind="rate_limit_error"
+                )
             if self.in_flight >= lim.max_parallel:
-                raise APIError(429, f"more than {lim.max_parallel} calls at once",
-                               kind="rate_limit_error")
+                raise APIError(
+                    429, f"more than {lim.max_parallel} calls at once", kind="rate_limit_error"
+                )
             if self.calls.sampled_tokens >= lim.max_episode_tokens:
-                raise APIError(429, f"the episode's budget of {lim.max_episode_tokens} sampled "
-                               "tokens is spent", kind="rate_limit_error")
+                raise APIError(
+                    429,
+                    f"the episode's budget of {lim.max_episode_tokens} sampled tokens is spent",
+                    kind="rate_limit_error",
+                )
             self.admitted += 1
             self.in_flight += 1
 

@@ -54,8 +54,13 @@ LOG_CHARS = 3000
 
 
 def agent_limits(cfg: AgentConfig) -> CallLimits:
-    return CallLimits(cfg.max_calls, cfg.max_parallel_calls, cfg.max_episode_tokens,
-                      cfg.max_call_tokens, cfg.min_reply_tokens)
+    return CallLimits(
+        cfg.max_calls,
+        cfg.max_parallel_calls,
+        cfg.max_episode_tokens,
+        cfg.max_call_tokens,
+        cfg.min_reply_tokens,
+    )
 
 
 class _Run:
@@ -78,9 +83,18 @@ class _Run:
 class AgentEpisode:
     """One outside agent's episode (module doc)."""
 
-    def __init__(self, env: Env, task: Task, group_id: str, slot: int, endpoint: AgentEndpoint,
-                 cfg: AgentConfig, seed: int, failure_reward: float,
-                 temperature: float | None = None):
+    def __init__(
+        self,
+        env: Env,
+        task: Task,
+        group_id: str,
+        slot: int,
+        endpoint: AgentEndpoint,
+        cfg: AgentConfig,
+        seed: int,
+        failure_reward: float,
+        temperature: float | None = None,
+    ):
         self.env = _Run(env)
         self.task, self.group_id, self.slot = task, group_id, slot
         self.endpoint, self.cfg, self.seed = endpoint, cfg, seed
@@ -97,10 +111,14 @@ class AgentEpisode:
             try:
                 setup = self.env.inner.agent_task(self.task, self.seed)
             except Exception as e:  # a broken task costs one episode, never the run
-                return self._episode(None, f"agent task set-up failed: {type(e).__name__}: {e}",
-                                     info={"traceback": traceback.format_exc(limit=3)})
-            live = self.endpoint.open(agent_limits(self.cfg), self.seed, self.temperature,
-                                      self.cfg.submit_pattern)
+                return self._episode(
+                    None,
+                    f"agent task set-up failed: {type(e).__name__}: {e}",
+                    info={"traceback": traceback.format_exc(limit=3)},
+                )
+            live = self.endpoint.open(
+                agent_limits(self.cfg), self.seed, self.temperature, self.cfg.submit_pattern
+            )
             scratch = ScratchDir(self, "practicum-agent-")
             try:
                 result = self._sandboxed(setup, live, scratch.path)
@@ -122,23 +140,52 @@ class AgentEpisode:
         task_file.write_text(setup.prompt)
         task_file.chmod(0o644)
         argv, shown = self._command(setup.prompt, task_file)
-        env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{PORT}/v1", "OPENAI_API_KEY": live.key,
-               "PRACTICUM_MODEL": self.endpoint.name, "PRACTICUM_TASK_FILE": str(task_file),
-               "NO_PROXY": "127.0.0.1,localhost", **cfg.env}
+        env = {
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{PORT}/v1",
+            "OPENAI_API_KEY": live.key,
+            "PRACTICUM_MODEL": self.endpoint.name,
+            "PRACTICUM_TASK_FILE": str(task_file),
+            "NO_PROXY": "127.0.0.1,localhost",
+            **cfg.env,
+        }
         wall = min(cfg.time_limit_s, setup.wall_seconds or cfg.time_limit_s)
-        limits = Limits(wall_seconds=wall, memory_mb=cfg.memory_mb,
-                        max_processes=cfg.max_processes, output_bytes=2 * LOG_CHARS)
-        forward = [sys.executable, "-I", "-S", "-c", FORWARDER.read_text(),
-                   str(self.endpoint.socket), str(PORT), "--", *argv]
+        limits = Limits(
+            wall_seconds=wall,
+            memory_mb=cfg.memory_mb,
+            max_processes=cfg.max_processes,
+            output_bytes=2 * LOG_CHARS,
+        )
+        forward = [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            FORWARDER.read_text(),
+            str(self.endpoint.socket),
+            str(PORT),
+            "--",
+            *argv,
+        ]
         watch_done = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(live, setup.workdir, watch_done),
-                                   name="agent-watch", daemon=True)
+        watcher = threading.Thread(
+            target=self._watch,
+            args=(live, setup.workdir, watch_done),
+            name="agent-watch",
+            daemon=True,
+        )
         watcher.start()
         try:
-            return run_command(forward, setup.workdir, limits, hidden_paths=setup.hidden,
-                               env=env, stdin=setup.prompt if cfg.task_input == "stdin" else None,
-                               backend=cfg.backend, cancel=self.env.cancel,
-                               read_only=[self.endpoint.socket.parent, scratch, *shown])
+            return run_command(
+                forward,
+                setup.workdir,
+                limits,
+                hidden_paths=setup.hidden,
+                env=env,
+                stdin=setup.prompt if cfg.task_input == "stdin" else None,
+                backend=cfg.backend,
+                cancel=self.env.cancel,
+                read_only=[self.endpoint.socket.parent, scratch, *shown],
+            )
         finally:
             watch_done.set()
             watcher.join()
@@ -147,7 +194,8 @@ class AgentEpisode:
         """Stop the agent once its episode has ended (a refusal, a submit condition)."""
         while not done.wait(0.2):
             submitted = self.cfg.submit_file is not None and os.path.lexists(
-                workdir / self.cfg.submit_file)
+                workdir / self.cfg.submit_file
+            )
             if submitted:
                 live.submitted = True
             if submitted or live.ended.is_set():
@@ -158,8 +206,13 @@ class AgentEpisode:
         """(argv, host paths to show read-only): placeholders filled, existing paths made
         absolute and shown (a venv's program: the whole venv)."""
         cfg = self.cfg
-        values = {"{python}": sys.executable, "{task}": prompt, "{task_file}": str(task_file),
-                  "{model}": self.endpoint.name, "{base_url}": f"http://127.0.0.1:{PORT}/v1"}
+        values = {
+            "{python}": sys.executable,
+            "{task}": prompt,
+            "{task_file}": str(task_file),
+            "{model}": self.endpoint.name,
+            "{base_url}": f"http://127.0.0.1:{PORT}/v1",
+        }
         argv, shown = [], [Path(m).absolute() for m in cfg.mounts]
         for arg in cfg.command:
             filled = sys.executable if arg == "python" else arg
@@ -177,11 +230,11 @@ class AgentEpisode:
         return argv, shown
 
     # -- the outcome ----------------------------------------------------------------------------
-    def _graded(self, setup: AgentTask, live: LiveEpisode, result: RunResult,
-                seconds: float) -> Episode:
+    def _graded(
+        self, setup: AgentTask, live: LiveEpisode, result: RunResult, seconds: float
+    ) -> Episode:
         tail = (result.stdout + result.stderr)[-LOG_CHARS:]
-        info: dict[str, Any] = {"log": tail, "exit_code": result.returncode,
-                                "seconds": seconds}
+        info: dict[str, Any] = {"log": tail, "exit_code": result.returncode, "seconds": seconds}
         failure = live.failure
         stopped = result.killed_reason == "cancelled"
         if failure is None and self.env.killed:
@@ -190,26 +243,36 @@ class AgentEpisode:
             failure = f"time limit: the agent ran past {result.duration:.0f} s"
         elif failure is None and result.killed_reason not in (None, "cancelled", "timeout"):
             failure = f"killed by the sandbox ({result.killed_reason})"
-        elif failure is None and not stopped and not result.timed_out \
-                and result.returncode not in (0, None):
+        elif (
+            failure is None
+            and not stopped
+            and not result.timed_out
+            and result.returncode not in (0, None)
+        ):
             last = (result.stderr.strip().splitlines() or [""])[-1][:300]
             failure = f"the agent exited with code {result.returncode}: {last}"
         if failure is not None:
             return self._episode(live, failure, info=info)
         replies = [t.action_text for th in live.calls.threads if th.adapter for t in th.turns]
-        outcome = AgentOutcome(setup.workdir, live.last_reply,
-                               None if stopped or result.timed_out else result.returncode, tail,
-                               replies)
+        outcome = AgentOutcome(
+            setup.workdir,
+            live.last_reply,
+            None if stopped or result.timed_out else result.returncode,
+            tail,
+            replies,
+        )
         try:
             graded = self._grade(outcome)
         except Exception as e:
-            return self._episode(live, f"grading failed: {type(e).__name__}: {e}",
-                                 info={**info, "traceback": traceback.format_exc(limit=3)})
+            return self._episode(
+                live,
+                f"grading failed: {type(e).__name__}: {e}",
+                info={**info, "traceback": traceback.format_exc(limit=3)},
+            )
         info.update(graded.info)
         reward, metrics = graded.reward, dict(graded.metrics)
         if self.cfg.format_pattern is not None:
-            share = _format_share(live, re.compile(self.cfg.format_pattern),
-                                  self.cfg.format_weight)
+            share = _format_share(live, re.compile(self.cfg.format_pattern), self.cfg.format_weight)
             reward += self.cfg.format_weight * share
             metrics["agent_format_share"] = share
         return self._episode(live, graded.failure, reward, graded.solved, metrics, info)
@@ -219,27 +282,43 @@ class AgentEpisode:
             return self.env.inner.agent_grade(outcome)
         module, _, name = self.cfg.grader.partition(":")
         result = getattr(importlib.import_module(module), name)(self.task, outcome)
-        return result if isinstance(result, StepResult) else StepResult(reward=float(result),
-                                                                        done=True)
+        return (
+            result
+            if isinstance(result, StepResult)
+            else StepResult(reward=float(result), done=True)
+        )
 
-    def _episode(self, live: LiveEpisode | None, failure: str | None, reward: float = 0.0,
-                 solved: bool | None = None, metrics: dict | None = None,
-                 info: dict | None = None) -> Episode:
-        fields = dict(reward=self.failure_reward if failure else float(reward),
-                      failure=failure, solved=False if failure else solved,
-                      metrics=dict(metrics or {}), info={"slot": self.slot, **(info or {})})
+    def _episode(
+        self,
+        live: LiveEpisode | None,
+        failure: str | None,
+        reward: float = 0.0,
+        solved: bool | None = None,
+        metrics: dict | None = None,
+        info: dict | None = None,
+    ) -> Episode:
+        fields = dict(
+            reward=self.failure_reward if failure else float(reward),
+            failure=failure,
+            solved=False if failure else solved,
+            metrics=dict(metrics or {}),
+            info={"slot": self.slot, **(info or {})},
+        )
         if live is None:
             return Episode(self.task.task_id, self.group_id, [], episode_id=_new_id(), **fields)
         calls = live.calls
-        fields["metrics"].update({"agent_calls": float(calls.calls),
-                                  "agent_continued": float(calls.continued),
-                                  "agent_kept_history": float(calls.kept),
-                                  "agent_segments": float(calls.segments),
-                                  "agent_cut_calls": float(calls.cut),
-                                  "agent_refused": float(live.refused)})
+        fields["metrics"].update(
+            {
+                "agent_calls": float(calls.calls),
+                "agent_continued": float(calls.continued),
+                "agent_kept_history": float(calls.kept),
+                "agent_segments": float(calls.segments),
+                "agent_cut_calls": float(calls.cut),
+                "agent_refused": float(live.refused),
+            }
+        )
         fields["info"].update(submitted=live.submitted, late_calls=live.late)
-        return calls.episode(self.task.task_id, self.group_id, episode_id=live.episode_id,
-                             **fields)
+        return calls.episode(self.task.task_id, self.group_id, episode_id=live.episode_id, **fields)
 
 
 def _format_share(live: LiveEpisode, pattern: re.Pattern, weight: float) -> float:

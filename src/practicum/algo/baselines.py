@@ -51,5 +51,6 @@ class TaskBaselines:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.window = int(state["window"])
-        self._history = {t: deque(map(float, h), maxlen=self.window)
-                         for t, h in state["history"].items()}
+        self._history = {
+            t: deque(map(float, h), maxlen=self.window) for t, h in state["history"].items()
+        }

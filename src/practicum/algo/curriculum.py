@@ -40,9 +40,7 @@ class SolveRateTracker:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state: {"tasks": {task_id: {"attempts": n, "successes": k}}}."""
-        return {
-            "tasks": {t: {"attempts": a, "successes": s} for t, (a, s) in self._counts.items()}
-        }
+        return {"tasks": {t: {"attempts": a, "successes": s} for t, (a, s) in self._counts.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if set(state) != {"tasks"}:

@@ -21,8 +21,7 @@ def rft_mask(loss_mask: list[int], turn_index: list[int], malformed: set[int]) -
     malformed: indices of the episode's malformed turns.
     """
     if len(loss_mask) != len(turn_index):
-        raise ValueError(f"loss_mask has {len(loss_mask)} positions, turn_index "
-                         f"{len(turn_index)}")
+        raise ValueError(f"loss_mask has {len(loss_mask)} positions, turn_index {len(turn_index)}")
     return [0 if k in malformed else m for m, k in zip(loss_mask, turn_index)]
 
 

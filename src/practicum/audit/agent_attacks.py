@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-PRELUDE = '''
+PRELUDE = """
 import json, os, socket, sys, time, urllib.error, urllib.request
 BASE, KEY = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
 MODEL = os.environ["PRACTICUM_MODEL"]
@@ -28,7 +28,7 @@ def call(key=KEY, max_tokens=8, content="hi"):
             return response.status
     except urllib.error.HTTPError as e:
         return e.code
-'''
+"""
 
 
 @dataclass
@@ -48,7 +48,7 @@ class AgentAttack:
 
 HANGS = "time.sleep(10**6)\n"
 CRASHES = "call()\nsys.exit(3)\n"
-FLOODS = '''
+FLOODS = """
 import threading
 def hammer():
     for _ in range(500):
@@ -57,18 +57,18 @@ def hammer():
 threads = [threading.Thread(target=hammer) for _ in range(24)]
 [t.start() for t in threads]
 [t.join() for t in threads]
-'''
-PAST_MAX_TOKENS = '''
+"""
+PAST_MAX_TOKENS = """
 for _ in range(10000):
     if call(max_tokens=10**9) != 200:
         break
-'''
-WRONG_KEY = '''
+"""
+WRONG_KEY = """
 codes = [call(key="sk-" + "0" * 40), call(key=None), call(key=KEY[::-1])]
 print("codes", codes)
 sys.exit(0 if codes == [401, 401, 401] else 1)
-'''
-STEALS_KEYS = '''
+"""
+STEALS_KEYS = """
 found = set()
 for pid in os.listdir("/proc"):
     try:
@@ -81,8 +81,8 @@ for pid in os.listdir("/proc"):
 for key in found - {KEY}:
     print("foreign key answered", call(key=key))
 print("keys seen", len(found))
-'''
-REACHES_NETWORK = '''
+"""
+REACHES_NETWORK = """
 port = int(os.environ["AUDIT_PORT"])
 for host in os.environ["AUDIT_HOSTS"].split(","):
     try:
@@ -90,16 +90,16 @@ for host in os.environ["AUDIT_HOSTS"].split(","):
         print("REACHED", host)
     except OSError as e:
         print("blocked", host, e)
-'''
-LEAVES_PROCESSES = '''
+"""
+LEAVES_PROCESSES = """
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         time.sleep(600)
     os._exit(0)
 print(call())
-'''
-WRITES_OUTSIDE = '''
+"""
+WRITES_OUTSIDE = """
 for folder in os.environ["AUDIT_OUTSIDE"].split(","):
     try:
         with open(os.path.join(folder, "escaped.txt"), "w") as f:
@@ -107,8 +107,8 @@ for folder in os.environ["AUDIT_OUTSIDE"].split(","):
         print("WROTE", folder)
     except OSError as e:
         print("refused", folder, e)
-'''
-READS_SECRETS = '''
+"""
+READS_SECRETS = """
 for path in os.environ["AUDIT_SECRETS"].split(","):
     try:
         if os.path.isdir(path):
@@ -118,7 +118,7 @@ for path in os.environ["AUDIT_SECRETS"].split(","):
             print("READABLE", path)
     except OSError as e:
         print("hidden", path, e)
-'''
+"""
 SLEEPS = "time.sleep(8)\n"
 """The decoy beside the key thief: a live episode whose key is in its environment."""
 

@@ -71,19 +71,25 @@ def _checks() -> dict[str, callable]:
         return out
 
     def network(p: AgentProbe) -> list[str]:
-        return ([f"the host listener accepted {p.listener_hits} connection(s)"]
-                if p.listener_hits or "REACHED" in p.log else [])
+        return (
+            [f"the host listener accepted {p.listener_hits} connection(s)"]
+            if p.listener_hits or "REACHED" in p.log
+            else []
+        )
 
     def outside(p: AgentProbe) -> list[str]:
-        return [f"wrote {f / 'escaped.txt'}" for f in p.outside
-                if (f / "escaped.txt").exists()]
+        return [f"wrote {f / 'escaped.txt'}" for f in p.outside if (f / "escaped.txt").exists()]
 
     def secrets(p: AgentProbe) -> list[str]:
         return [line for line in p.log.splitlines() if line.startswith("READABLE")]
 
-    return {"wrong key": wrong_key, "steals another agent's key": steals,
-            "reaches the network": network, "writes outside its folder": outside,
-            "reads the run's secrets": secrets}
+    return {
+        "wrong key": wrong_key,
+        "steals another agent's key": steals,
+        "reaches the network": network,
+        "writes outside its folder": outside,
+        "reads the run's secrets": secrets,
+    }
 
 
 class _Listener:
@@ -113,8 +119,9 @@ class _Listener:
     def hosts() -> list[str]:
         found = {"127.0.0.1"}
         try:
-            found |= {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None,
-                                                          socket.AF_INET)}
+            found |= {
+                a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+            }
         except OSError:
             pass
         return sorted(found)
@@ -135,14 +142,19 @@ def run_agent_audit(cfg: Config, tasks: int = 1, only: list[str] | None = None) 
     TempWatch.install()
     start = time.monotonic()
     entry = env_entry(cfg.task.name)
-    spec = entry.audit(parse_options(cfg.task.name, cfg.task.options)) \
-        if entry.audit is not None else AuditSpec()
+    spec = (
+        entry.audit(parse_options(cfg.task.name, cfg.task.options))
+        if entry.audit is not None
+        else AuditSpec()
+    )
     attacks = agent_attacks()
     if only:
         unmatched = [o for o in only if not any(o in a.name for a in attacks)]
         if unmatched:
-            raise ConfigError(f"--attack {unmatched[0]!r} matches no agent attack (attacks: "
-                              f"{', '.join(a.name for a in attacks)})")
+            raise ConfigError(
+                f"--attack {unmatched[0]!r} matches no agent attack (attacks: "
+                f"{', '.join(a.name for a in attacks)})"
+            )
         attacks = [a for a in attacks if any(o in a.name for o in only)]
     work = Path(tempfile.mkdtemp(prefix="practicum-audit-agent-"))
     outside = work / "outside"
@@ -163,9 +175,17 @@ def run_agent_audit(cfg: Config, tasks: int = 1, only: list[str] | None = None) 
     results: list[AttackResult] = []
 
     def episode(agent_cfg, task, slot: int) -> Episode:
-        builder = AgentEpisode(s.suite.make_env(s.models), task, f"audit/{task.task_id}", slot,
-                               s.agents, agent_cfg, slot, cfg.rollout.failure_reward,
-                               s.sampling().temperature)
+        builder = AgentEpisode(
+            s.suite.make_env(s.models),
+            task,
+            f"audit/{task.task_id}",
+            slot,
+            s.agents,
+            agent_cfg,
+            slot,
+            cfg.rollout.failure_reward,
+            s.sampling().temperature,
+        )
         return builder.run()
 
     try:
@@ -181,22 +201,49 @@ def run_agent_audit(cfg: Config, tasks: int = 1, only: list[str] | None = None) 
             program = programs / f"attack{k}.py"  # its folder may be shown: nothing else there
             program.write_text(PRELUDE + attack.program)
             program.chmod(0o644)
-            env = {**agent.env, "AUDIT_PORT": str(listener.port),
-                   "AUDIT_HOSTS": ",".join(_Listener.hosts()),
-                   "AUDIT_OUTSIDE": f"{outside},{tempfile.gettempdir()}",
-                   "AUDIT_SECRETS": ",".join(map(str, secrets))}
-            attack_cfg = agent.model_copy(update={
-                "command": ["python", str(program)], "task_input": "file", "env": env,
-                "time_limit_s": min(agent.time_limit_s, ATTACK_SECONDS), "mounts": []})
-            results.append(_run_attack(attack, attack_cfg, picked, episode, s, listener,
-                                       outside, checks.get(attack.name), spec.floor, work,
-                                       before_children))
+            env = {
+                **agent.env,
+                "AUDIT_PORT": str(listener.port),
+                "AUDIT_HOSTS": ",".join(_Listener.hosts()),
+                "AUDIT_OUTSIDE": f"{outside},{tempfile.gettempdir()}",
+                "AUDIT_SECRETS": ",".join(map(str, secrets)),
+            }
+            attack_cfg = agent.model_copy(
+                update={
+                    "command": ["python", str(program)],
+                    "task_input": "file",
+                    "env": env,
+                    "time_limit_s": min(agent.time_limit_s, ATTACK_SECONDS),
+                    "mounts": [],
+                }
+            )
+            results.append(
+                _run_attack(
+                    attack,
+                    attack_cfg,
+                    picked,
+                    episode,
+                    s,
+                    listener,
+                    outside,
+                    checks.get(attack.name),
+                    spec.floor,
+                    work,
+                    before_children,
+                )
+            )
     finally:
         listener.close()
         s.close()
         shutil.rmtree(work, ignore_errors=True)
-    return AuditReport(f"{cfg.task.name} agent", [t.task_id for t in picked], spec.floor,
-                       ref.mean, results, time.monotonic() - start)
+    return AuditReport(
+        f"{cfg.task.name} agent",
+        [t.task_id for t in picked],
+        spec.floor,
+        ref.mean,
+        results,
+        time.monotonic() - start,
+    )
 
 
 def _hidden(s, tasks) -> list[Path]:
@@ -208,9 +255,19 @@ def _hidden(s, tasks) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _Listener,
-                outside: Path, check, floor: float, work: Path,
-                before_children: set[int]) -> AttackResult:
+def _run_attack(
+    attack: AgentAttack,
+    attack_cfg,
+    tasks,
+    episode,
+    s,
+    listener: _Listener,
+    outside: Path,
+    check,
+    floor: float,
+    work: Path,
+    before_children: set[int],
+) -> AttackResult:
     result = AttackResult(attack.name, "floor", bound=floor)
     temp_before = set(TempWatch.remaining())
     t0 = time.monotonic()
@@ -221,8 +278,11 @@ def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _L
             program = work / "programs" / "decoy.py"
             program.write_text(PRELUDE + SLEEPS)
             decoy_cfg = attack_cfg.model_copy(update={"command": ["python", str(program)]})
-            decoy = threading.Thread(target=lambda h=holder, c=decoy_cfg, t=task, seed=1000 + i:
-                                     h.update(e=episode(c, t, seed)))
+            decoy = threading.Thread(
+                target=lambda h=holder, c=decoy_cfg, t=task, seed=1000 + i: h.update(
+                    e=episode(c, t, seed)
+                )
+            )
             decoy.start()
             time.sleep(2.0)  # the decoy's agent is up, its key in its environment
         e = episode(attack_cfg, task, 100 + i)
@@ -230,10 +290,16 @@ def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _L
             decoy.join()
         result.rewards.append(e.reward)
         if attack.expect is not None and (not e.failure or attack.expect not in e.failure):
-            result.unmet.append(f"{task.task_id}: expected a failure with {attack.expect!r}, "
-                                f"got {e.failure!r}")
-        probe = AgentProbe(e, holder.get("e"), s.agents.unauthorized - unauthorized,
-                           listener.hits - hits, [outside, Path(tempfile.gettempdir())])
+            result.unmet.append(
+                f"{task.task_id}: expected a failure with {attack.expect!r}, got {e.failure!r}"
+            )
+        probe = AgentProbe(
+            e,
+            holder.get("e"),
+            s.agents.unauthorized - unauthorized,
+            listener.hits - hits,
+            [outside, Path(tempfile.gettempdir())],
+        )
         if check is not None:
             result.leftovers += check(probe)
     result.seconds = time.monotonic() - t0
@@ -242,6 +308,8 @@ def _run_attack(attack: AgentAttack, attack_cfg, tasks, episode, s, listener: _L
         gc.collect()
         left = [p for p in TempWatch.remaining() if p not in temp_before]
     result.leftovers += [f"left {p}" for p in left if not Path(p).is_relative_to(work)]
-    result.leftovers += [f"process {pid} ({name}) still running" for pid, name in
-                         lingering_children(ignore=before_children)]
+    result.leftovers += [
+        f"process {pid} ({name}) still running"
+        for pid, name in lingering_children(ignore=before_children)
+    ]
     return result

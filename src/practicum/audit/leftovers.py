@@ -35,8 +35,9 @@ class TempWatch:
 
     @classmethod
     def _hook(cls, event: str, args: tuple) -> None:
-        if event in ("tempfile.mkdtemp", "tempfile.mkstemp") and \
-                os.path.basename(str(args[0])).startswith(PREFIX):
+        if event in ("tempfile.mkdtemp", "tempfile.mkstemp") and os.path.basename(
+            str(args[0])
+        ).startswith(PREFIX):
             with cls._lock:
                 cls._paths.add(str(args[0]))
 
@@ -63,7 +64,7 @@ def descendants(pid: int | None = None) -> list[tuple[int, str]]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:  # exited meanwhile
             continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
         state, ppid = rest.split()[:2]
         if state != "Z":
             children.setdefault(int(ppid), []).append(int(entry))

@@ -15,22 +15,43 @@ def _num(x: float | None) -> str:
 def audit_table(report: AuditReport):
     from rich.table import Table
 
-    table = Table(title=f"practicum audit {report.env}: {len(report.tasks)} tasks, floor "
-                  f"{_num(report.floor)}, honest reference {_num(report.honest)}, "
-                  f"{report.seconds:.0f} s")
-    for col, justify in (("attack", "left"), ("ceiling", "left"), ("tasks", "right"),
-                         ("mean", "right"), ("max", "right"), ("honest ref", "right"),
-                         ("verdict", "left")):
+    table = Table(
+        title=f"practicum audit {report.env}: {len(report.tasks)} tasks, floor "
+        f"{_num(report.floor)}, honest reference {_num(report.honest)}, "
+        f"{report.seconds:.0f} s"
+    )
+    for col, justify in (
+        ("attack", "left"),
+        ("ceiling", "left"),
+        ("tasks", "right"),
+        ("mean", "right"),
+        ("max", "right"),
+        ("honest ref", "right"),
+        ("verdict", "left"),
+    ):
         table.add_column(col, justify=justify)
     for r in report.results:
         verdict = r.verdict
         detail = (r.unmet + r.crashes + r.leftovers)[:2]
         if detail:
             verdict += ": " + "; ".join(detail)
-        style = None if r.verdict in OK_VERDICTS[:2] else \
-            "yellow" if r.verdict in OK_VERDICTS else "bold red"
-        table.add_row(r.attack, r.ceiling, str(len(r.rewards) + len(r.crashes)), _num(r.mean),
-                      _num(r.max), _num(report.honest), verdict, style=style)
+        style = (
+            None
+            if r.verdict in OK_VERDICTS[:2]
+            else "yellow"
+            if r.verdict in OK_VERDICTS
+            else "bold red"
+        )
+        table.add_row(
+            r.attack,
+            r.ceiling,
+            str(len(r.rewards) + len(r.crashes)),
+            _num(r.mean),
+            _num(r.max),
+            _num(report.honest),
+            verdict,
+            style=style,
+        )
     return table
 
 

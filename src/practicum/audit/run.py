@@ -68,15 +68,25 @@ class AttackResult:
     @property
     def verdict(self) -> str:
         undue = "undue credit (known hole)" if self.known else "undue credit"
-        found = [label for label, hit in ((undue, self.undue),
-                                          ("not stopped", bool(self.unmet)),
-                                          ("crashed the env", bool(self.crashes)),
-                                          ("left something behind", bool(self.leftovers))) if hit]
+        found = [
+            label
+            for label, hit in (
+                (undue, self.undue),
+                ("not stopped", bool(self.unmet)),
+                ("crashed the env", bool(self.crashes)),
+                ("left something behind", bool(self.leftovers)),
+            )
+            if hit
+        ]
         return ", ".join(found) or ("reference" if self.ceiling == "reference" else "contained")
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"mean": self.mean, "max": self.max, "verdict": self.verdict,
-                               "tasks": len(self.rewards) + len(self.crashes)}
+        return asdict(self) | {
+            "mean": self.mean,
+            "max": self.max,
+            "verdict": self.verdict,
+            "tasks": len(self.rewards) + len(self.crashes),
+        }
 
 
 @dataclass
@@ -94,14 +104,27 @@ class AuditReport:
         return all(r.verdict in OK_VERDICTS for r in self.results)
 
     def as_dict(self) -> dict:
-        return {"env": self.env, "tasks": self.tasks, "floor": self.floor,
-                "honest": self.honest, "ok": self.ok, "seconds": round(self.seconds, 1),
-                "results": [r.as_dict() for r in self.results]}
+        return {
+            "env": self.env,
+            "tasks": self.tasks,
+            "floor": self.floor,
+            "honest": self.honest,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 1),
+            "results": [r.as_dict() for r in self.results],
+        }
 
 
-def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 3,
-              ctx: SuiteContext = SuiteContext(), max_turns: int = 4,
-              only: list[str] | None = None, progress: bool = False) -> AuditReport:
+def run_audit(
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    tasks: int = 3,
+    ctx: SuiteContext = SuiteContext(),
+    max_turns: int = 4,
+    only: list[str] | None = None,
+    progress: bool = False,
+) -> AuditReport:
     """Audit environment `name` with `options` on its first `tasks` tasks (module docstring).
     `only`: run just the attacks whose name contains one of these strings; `progress`: count
     the episodes on stdout (a bar on a terminal, lines elsewhere)."""
@@ -110,14 +133,18 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
     entry = env_entry(name)
     opts = parse_options(name, options)
     spec = entry.audit(opts) if entry.audit is not None else AuditSpec()
-    attacks = [replace(a, ceiling="honest") if a.name in spec.attempts else a
-               for a in generic_attacks(spec)] + list(spec.attacks)
+    attacks = [
+        replace(a, ceiling="honest") if a.name in spec.attempts else a
+        for a in generic_attacks(spec)
+    ] + list(spec.attacks)
     if only:
         names = [a.name for a in attacks] + ["honest reference"]
         unmatched = [o for o in only if not any(o in n for n in names)]
         if unmatched:
-            raise ConfigError(f"--attack {unmatched[0]!r} matches no attack of {name} "
-                              f"(attacks: {', '.join(names)})")
+            raise ConfigError(
+                f"--attack {unmatched[0]!r} matches no attack of {name} "
+                f"(attacks: {', '.join(names)})"
+            )
         attacks = [a for a in attacks if any(o in a.name for o in only)]
     before_children = {pid for pid, _ in descendants()}
     suite = entry.build(opts, ctx)
@@ -136,8 +163,11 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
         for attack in attacks:
             # a shortcut may always earn what a non-attempt may, even where the reference
             # failed
-            bound = spec.floor if attack.ceiling == "floor" or honest is None else \
-                max(spec.floor, honest)
+            bound = (
+                spec.floor
+                if attack.ceiling == "floor" or honest is None
+                else max(spec.floor, honest)
+            )
             result = run.attack(attack, bound)
             if attack.ceiling == "honest" and honest is None:
                 result.ceiling = "floor"
@@ -147,13 +177,21 @@ def run_audit(name: str, options: dict[str, Any] | None = None, *, tasks: int = 
     for result, attack, ended in pending:  # background writers had time to write by now
         time.sleep(max(0.0, ended + ESCAPE_GRACE - time.monotonic()))
         result.leftovers += attack.escaped()
-    return AuditReport(name, [t.task_id for t in picked], spec.floor, honest, results,
-                       time.monotonic() - start)
+    return AuditReport(
+        name, [t.task_id for t in picked], spec.floor, honest, results, time.monotonic() - start
+    )
 
 
 class _Runner:
-    def __init__(self, suite: Suite, options: Any, tasks: list[Task], seed: int,
-                 max_turns: int, before_children: set[int]):
+    def __init__(
+        self,
+        suite: Suite,
+        options: Any,
+        tasks: list[Task],
+        seed: int,
+        max_turns: int,
+        before_children: set[int],
+    ):
         self.suite, self.options, self.tasks = suite, options, tasks
         self.seed, self.max_turns, self.before_children = seed, max_turns, before_children
         # Roles backed by `rules`, `local:` or `openai:` work; `base`/`policy` need a live
@@ -179,8 +217,10 @@ class _Runner:
             gc.collect()
             left = [p for p in TempWatch.remaining() if p not in temp_before]
         result.leftovers += [f"left {p}" for p in left]
-        result.leftovers += [f"process {pid} ({name}) still running" for pid, name in
-                             lingering_children(ignore=self.before_children)]
+        result.leftovers += [
+            f"process {pid} ({name}) still running"
+            for pid, name in lingering_children(ignore=self.before_children)
+        ]
         return result
 
     def episode(self, task: Task, policy: Policy, seed: int) -> float:
@@ -193,6 +233,7 @@ class _Runner:
                 step = env.step(policy(probe))
                 if step.done:
                     break
-                probe.observation = (step.context[-1]["content"] if step.context is not None
-                                     else step.observation)
+                probe.observation = (
+                    step.context[-1]["content"] if step.context is not None else step.observation
+                )
             return float(step.reward)  # truncated episodes keep the last step's reward

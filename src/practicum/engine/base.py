@@ -112,8 +112,13 @@ class Sampler(Protocol):
     version: int
     """Policy version of the weights it samples from."""
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+    ) -> list[Sample]:
         """One continuation per prompt (token-id lists, no padding). `seeds[i]` makes row i's
         draw repeatable and independent of its batch-mates (None: not seeded). adapter=False
         samples from the frozen base weights (the policy before any training)."""
@@ -164,10 +169,16 @@ class Trainable(Protocol):
     tokenizer: Any
     pad_id: int
 
-    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor,
-                       temperature: float = 1.0, return_entropy: bool = False,
-                       score_mask: Tensor | None = None, allowed: GrammarMasks | None = None,
-                       packed: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def token_logprobs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        score_mask: Tensor | None = None,
+        allowed: GrammarMasks | None = None,
+        packed: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]], [B, T] fp32 (0 at position 0 and on
         padding); with return_entropy also the entropy of each distribution (no gradient).
         score_mask [B, T]: only these positions are read, others may be 0 (saves work).
@@ -193,8 +204,7 @@ class Trainable(Protocol):
         """The current trainable weights, to publish to a sampler."""
         ...
 
-    def iter_full_tensors(self, dtype: torch.dtype | None = None
-                          ) -> Iterator[tuple[str, Tensor]]:
+    def iter_full_tensors(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
         """The trainable weights one at a time as (name, full tensor), named as `export_weights`
         names them (a tied weight once), floating ones cast to `dtype`. Sharded, every rank runs
         it to the end and rank 0 gets the tensors."""

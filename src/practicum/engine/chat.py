@@ -29,13 +29,17 @@ class ChatFormat:
         base_msgs = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _REPLY}]
         base = tokenizer.apply_chat_template(base_msgs, tokenize=False)
         full = tokenizer.apply_chat_template(
-            base_msgs + [{"role": "user", "content": _OBS}], tokenize=False, add_generation_prompt=True
+            base_msgs + [{"role": "user", "content": _OBS}],
+            tokenize=False,
+            add_generation_prompt=True,
         )
         if not full.startswith(base):
-            raise ValueError("chat template re-renders earlier turns; observation deltas are unsafe")
-        self.reply_suffix = base[base.index(_REPLY) + len(_REPLY):]
+            raise ValueError(
+                "chat template re-renders earlier turns; observation deltas are unsafe"
+            )
+        self.reply_suffix = base[base.index(_REPLY) + len(_REPLY) :]
         """Text the template puts after an assistant reply (e.g. '<|im_end|>\\n')."""
-        self.obs_prefix, self.obs_suffix = full[len(base):].split(_OBS)
+        self.obs_prefix, self.obs_suffix = full[len(base) :].split(_OBS)
         self.eos_token_id = tokenizer.eos_token_id
 
     def render(self, messages: list[Message]) -> list[int]:
@@ -50,8 +54,9 @@ class ChatFormat:
             raise ValueError("a prompt needs at least one message")
         marks = [f"{_CONTENT}{i}@" for i in range(len(messages))]
         shaped = [{**m, "content": mark} for m, mark in zip(messages, marks)]
-        text = self.tokenizer.apply_chat_template(shaped, tokenize=False,
-                                                  add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            shaped, tokenize=False, add_generation_prompt=True
+        )
         return self._splice(messages, marks, text)
 
     def observation_ids(self, observation: str, sampled_ids: list[int]) -> list[int]:
@@ -64,7 +69,7 @@ class ChatFormat:
         if sampled_ids:
             last = self.tokenizer.decode([sampled_ids[-1]])
             if last and suffix.startswith(last) and sampled_ids[-1] in self.stop_ids():
-                suffix = suffix[len(last):]
+                suffix = suffix[len(last) :]
         return (
             self.encode(suffix + self.obs_prefix)
             + self.encode_text(observation)
@@ -81,15 +86,16 @@ class ChatFormat:
         marks = [f"{_CONTENT}{i}@" for i in range(len(messages))]
         shaped = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _REPLY}]
         shaped += [{**m, "content": mark} for m, mark in zip(messages, marks)]
-        text = self.tokenizer.apply_chat_template(shaped, tokenize=False,
-                                                  add_generation_prompt=True)
-        text = text[text.index(_REPLY) + len(_REPLY):]
+        text = self.tokenizer.apply_chat_template(
+            shaped, tokenize=False, add_generation_prompt=True
+        )
+        text = text[text.index(_REPLY) + len(_REPLY) :]
         if not text.startswith(self.reply_suffix):
             raise ValueError("the chat template renders a reply differently before later turns")
         if sampled_ids and sampled_ids[-1] in self.stop_ids():
             last = self.tokenizer.decode([sampled_ids[-1]])
             if last and text.startswith(last):
-                text = text[len(last):]
+                text = text[len(last) :]
         return self._splice(messages, marks, text)
 
     def stop_ids(self) -> list[int]:

@@ -39,7 +39,7 @@ class GrammarError(PracticumError, ValueError):
 
 def _short(grammar: str, width: int = 60) -> str:
     flat = " ".join(grammar.split())
-    return repr(flat if len(flat) <= width else flat[:width - 3] + "...")
+    return repr(flat if len(flat) <= width else flat[: width - 3] + "...")
 
 
 @functools.lru_cache(maxsize=256)
@@ -76,8 +76,7 @@ class TokenGrammars:
         """Int32 words per packed mask."""
         self._templates: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.replay_distinct = functools.lru_cache(maxsize=self.replay_cache)(
-            self._replay_distinct)
+        self.replay_distinct = functools.lru_cache(maxsize=self.replay_cache)(self._replay_distinct)
 
     def matcher(self, grammar: str):
         """A fresh llguidance matcher at the start of `grammar` (a copy of a cached one)."""
@@ -88,8 +87,10 @@ class TokenGrammars:
             if template is None:
                 template = llguidance.LLMatcher(self.ll, compiled(grammar), log_level=0)
                 if template.is_error():
-                    raise GrammarError(f"grammar error: {template.get_error().splitlines()[0]} "
-                                       f"in grammar {_short(grammar)}")
+                    raise GrammarError(
+                        f"grammar error: {template.get_error().splitlines()[0]} "
+                        f"in grammar {_short(grammar)}"
+                    )
                 if len(self._templates) >= self.max_templates:
                     self._templates.clear()
                 self._templates[grammar] = template
@@ -101,10 +102,15 @@ class TokenGrammars:
         because it sets up torch.compile, seconds of import.)"""
         if out is None:
             out = torch.empty(len(matchers), self.width, dtype=torch.int32)
-        if out.dtype != torch.int32 or out.device.type != "cpu" or not out.is_contiguous() \
-                or out.shape != (len(matchers), self.width):
-            raise ValueError(f"fill: expected a contiguous CPU int32 [{len(matchers)}, "
-                             f"{self.width}] tensor")
+        if (
+            out.dtype != torch.int32
+            or out.device.type != "cpu"
+            or not out.is_contiguous()
+            or out.shape != (len(matchers), self.width)
+        ):
+            raise ValueError(
+                f"fill: expected a contiguous CPU int32 [{len(matchers)}, {self.width}] tensor"
+            )
         row_bytes = self.width * 4
         for i, m in enumerate(matchers):
             m.unsafe_compute_mask_ptr(out.data_ptr() + i * row_bytes, row_bytes)
@@ -113,8 +119,10 @@ class TokenGrammars:
     def consume(self, matcher, token: int, grammar: str) -> None:
         """Advance `matcher` by a token that its mask allowed; refuse one it did not."""
         if not matcher.consume_token(token):
-            raise GrammarError(f"grammar error: token {token} is not allowed by grammar "
-                               f"{_short(grammar)} ({matcher.get_error().splitlines()[0]})")
+            raise GrammarError(
+                f"grammar error: token {token} is not allowed by grammar "
+                f"{_short(grammar)} ({matcher.get_error().splitlines()[0]})"
+            )
 
     def replay(self, grammar: str, ids: tuple[int, ...]) -> Tensor:
         """The mask each of `ids` was sampled under, packed [len(ids), W] int32 (module doc)."""
@@ -190,8 +198,9 @@ class GrammarMasks:
         self.shape, self.positions, self.which, self.table = shape, positions, which, table
 
     @classmethod
-    def from_spans(cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor, Tensor]],
-                   width: int) -> GrammarMasks:
+    def from_spans(
+        cls, shape: tuple[int, int], spans: list[tuple[int, int, Tensor, Tensor]], width: int
+    ) -> GrammarMasks:
         """From replayed spans (b, start, table [U, W], which [n]: `replay_distinct`'s) of a
         [B, T] batch, spans not overlapping."""
         index: dict[bytes, int] = {}
@@ -208,8 +217,12 @@ class GrammarMasks:
             positions.append(b * shape[1] + start + torch.arange(len(span_which)))
             which.append(torch.tensor(slot, dtype=torch.long)[span_which])
         if not rows:
-            return cls(shape, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                       torch.zeros(0, width, dtype=torch.int32))
+            return cls(
+                shape,
+                torch.zeros(0, dtype=torch.long),
+                torch.zeros(0, dtype=torch.long),
+                torch.zeros(0, width, dtype=torch.int32),
+            )
         pos, order = torch.cat(positions).sort()
         return cls(shape, pos, torch.cat(which)[order], torch.stack(rows))
 
@@ -220,14 +233,15 @@ class GrammarMasks:
         dense = dense.cpu()
         spans = []
         for i, j in (dense != -1).any(-1).nonzero().tolist():
-            spans.append((i, j, dense[i, j:j + 1], torch.zeros(1, dtype=torch.long)))
+            spans.append((i, j, dense[i, j : j + 1], torch.zeros(1, dtype=torch.long)))
         return cls.from_spans((b, t), spans, w)
 
     def at(self, flat: Tensor) -> Tensor:
         """The packed masks [n, W] of flat positions b * T + t (`flat` [n]); all bits set where
         the position is unconstrained."""
-        out = torch.full((len(flat), self.table.shape[1]), -1, dtype=torch.int32,
-                         device=self.table.device)
+        out = torch.full(
+            (len(flat), self.table.shape[1]), -1, dtype=torch.int32, device=self.table.device
+        )
         if not len(self.positions):
             return out
         flat = flat.to(self.positions.device)
@@ -242,8 +256,9 @@ class GrammarMasks:
         return self.at(torch.arange(b * t, device=self.positions.device)).view(b, t, -1)
 
     def to(self, device: torch.device | str) -> GrammarMasks:
-        return GrammarMasks(self.shape, self.positions.to(device), self.which.to(device),
-                            self.table.to(device))
+        return GrammarMasks(
+            self.shape, self.positions.to(device), self.which.to(device), self.table.to(device)
+        )
 
     @property
     def nbytes(self) -> int:

@@ -73,8 +73,9 @@ class ContinuousServer:
 
     def start(self) -> ContinuousServer:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="continuous-server",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="continuous-server", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -99,9 +100,14 @@ class ContinuousServer:
         self._fail_inbox()
 
     # -- callers ---------------------------------------------------------------------------------
-    def submit(self, ids: list[int], params: SamplingParams, seed: int | None = None,
-               adapter: bool = True,
-               on_token: Callable[[int, float], None] | None = None) -> Future:
+    def submit(
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        seed: int | None = None,
+        adapter: bool = True,
+        on_token: Callable[[int, float], None] | None = None,
+    ) -> Future:
         """A future of (sample, policy version); cancel it to drop the row at the next step."""
         job = _Job(list(ids), params, seed, adapter, on_token, Future())
         if self._stop.is_set():
@@ -110,8 +116,9 @@ class ContinuousServer:
             self._inbox.put(job)
         return job.future
 
-    def generate(self, ids: list[int], params: SamplingParams, seed: int | None = None,
-                 adapter: bool = True) -> tuple[Sample, int]:
+    def generate(
+        self, ids: list[int], params: SamplingParams, seed: int | None = None, adapter: bool = True
+    ) -> tuple[Sample, int]:
         return self.submit(ids, params, seed, adapter).result()
 
     # -- server thread -----------------------------------------------------------------------------
@@ -191,8 +198,9 @@ class ContinuousServer:
     def _finish(self, job: _Job) -> None:
         try:
             if not job.future.done():
-                job.future.set_result((job.row.sample(self.sampler.tokenizer),
-                                       self.sampler.version))
+                job.future.set_result(
+                    (job.row.sample(self.sampler.tokenizer), self.sampler.version)
+                )
         except InvalidStateError:  # cancelled meanwhile
             pass
 

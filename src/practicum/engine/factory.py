@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 
 class SamplerBuilder(Protocol):
-    def __call__(self, engine_cfg: EngineOptions, policy: PolicyConfig,
-                 trainable: HFTrainable | None = None) -> Sampler: ...
+    def __call__(
+        self, engine_cfg: EngineOptions, policy: PolicyConfig, trainable: HFTrainable | None = None
+    ) -> Sampler: ...
 
 
 def load_trainable(policy: PolicyConfig) -> HFTrainable:
@@ -44,11 +45,12 @@ def load_trainable(policy: PolicyConfig) -> HFTrainable:
     device = pick_device(policy.device)
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
-    return HFTrainable(policy, load_lm(path, dtype, device, policy.attn_implementation,
-                                       policy.rope_scaling_dict),
-                       load_tokenizer(path),
-                       FrozenReference(path, dtype, device, policy.attn_implementation,
-                                       policy.rope_scaling_dict))
+    return HFTrainable(
+        policy,
+        load_lm(path, dtype, device, policy.attn_implementation, policy.rope_scaling_dict),
+        load_tokenizer(path),
+        FrozenReference(path, dtype, device, policy.attn_implementation, policy.rope_scaling_dict),
+    )
 
 
 def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
@@ -58,8 +60,9 @@ def load_sampling_copy(policy: PolicyConfig) -> HFTrainable:
     natively, full fine-tuning included (`practicum.engine.device.auto_dtype`)."""
     dtype = resolve_dtype(policy, pick_device(policy.device), sampler=True)
     name = next(k for k, v in DTYPES.items() if v == dtype)
-    holder = load_trainable(policy.model_copy(update={
-        "dtype": name, "init": None, "gradient_checkpointing": False}))
+    holder = load_trainable(
+        policy.model_copy(update={"dtype": name, "init": None, "gradient_checkpointing": False})
+    )
     holder.model.requires_grad_(False)
     return holder
 
@@ -69,8 +72,9 @@ def sampler_builder(kind: str) -> SamplerBuilder:
     return engine_kind(kind).build_sampler()
 
 
-def build_sampler(engine_cfg: EngineOptions, policy: PolicyConfig,
-                  trainable: HFTrainable | None = None) -> Sampler:
+def build_sampler(
+    engine_cfg: EngineOptions, policy: PolicyConfig, trainable: HFTrainable | None = None
+) -> Sampler:
     """A sampler of kind `engine_cfg.kind` holding the policy's starting weights as version 0
     when `trainable` is given (it may share them), else the untrained policy until the first
     `load_weights`."""

@@ -45,8 +45,15 @@ from practicum.engine.weight_stream import (
     receive_into,
 )
 
-__all__ = ["HFEngineCopy", "HFSampler", "HFTrainable", "PolicyConfig", "build_sampler",
-           "load_frozen_sampler", "load_hf_engine"]
+__all__ = [
+    "HFEngineCopy",
+    "HFSampler",
+    "HFTrainable",
+    "PolicyConfig",
+    "build_sampler",
+    "load_frozen_sampler",
+    "load_hf_engine",
+]
 
 
 def trainable_sampler(trainable: HFTrainable) -> HFSampler:
@@ -54,12 +61,21 @@ def trainable_sampler(trainable: HFTrainable) -> HFSampler:
     cfg = trainable.cfg
     merged = None
     if merged_sampling_on(cfg, trainable.device):
-        merged = MergedCopy(trainable.model, resolve_model(cfg.model), trainable.lm.dtype,
-                            trainable.device, cfg.attn_implementation,
-                            rope_scaling=cfg.rope_scaling_dict)
-    sampler = HFSampler(trainable.lm, trainable.tokenizer,
-                        peft_model=trainable.model if cfg.lora else None, merged=merged,
-                        reference=None if cfg.lora else trainable.reference)
+        merged = MergedCopy(
+            trainable.model,
+            resolve_model(cfg.model),
+            trainable.lm.dtype,
+            trainable.device,
+            cfg.attn_implementation,
+            rope_scaling=cfg.rope_scaling_dict,
+        )
+    sampler = HFSampler(
+        trainable.lm,
+        trainable.tokenizer,
+        peft_model=trainable.model if cfg.lora else None,
+        merged=merged,
+        reference=None if cfg.lora else trainable.reference,
+    )
     sampler.load_weights(trainable.export_weights(0))
     return sampler
 
@@ -68,8 +84,9 @@ def build_sampler(options: HFOptions, policy: PolicyConfig, trainable: HFTrainab
     """The registry's builder for engine.kind hf (`practicum.engine.factory`)."""
     if trainable is not None:
         return trainable_sampler(trainable)
-    return HFEngineCopy(policy, options.weight_bucket_mb, options.verify_weights,
-                        options.weight_transport)
+    return HFEngineCopy(
+        policy, options.weight_bucket_mb, options.verify_weights, options.weight_transport
+    )
 
 
 def load_hf_engine(cfg: PolicyConfig) -> tuple[HFTrainable, HFSampler]:
@@ -87,8 +104,13 @@ class HFEngineCopy(QuietPart):
     receivers = 1
     """Members it takes in a weight group (`receive_weights`)."""
 
-    def __init__(self, policy: PolicyConfig, bucket_mb: float = 256.0, verify: bool = False,
-                 transport: str = "auto"):
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        bucket_mb: float = 256.0,
+        verify: bool = False,
+        transport: str = "auto",
+    ):
         self.verify = verify
         self.transport = "ipc" if transport == "ipc" else "collective"
         """How streamed versions travel (`engine.weight_transport`; auto: collective)."""
@@ -110,8 +132,13 @@ class HFEngineCopy(QuietPart):
     def max_positions(self) -> int | None:
         return self.sampler.max_positions
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+    ) -> list[Sample]:
         return self.sampler.generate(prompts, params, seeds, adapter)
 
     def load_weights(self, update: WeightUpdate | StreamedUpdate) -> None:
@@ -123,9 +150,14 @@ class HFEngineCopy(QuietPart):
                     self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
                 fmt = self.stream_format()
                 backend = "gloo" if self.transport == "ipc" else fmt.backend
-                self._target = self._rendezvous.target(1 + fmt.receivers, backend, fmt.dtype,
-                                                       self.bucket_mb, self.verify,
-                                                       self.transport)
+                self._target = self._rendezvous.target(
+                    1 + fmt.receivers,
+                    backend,
+                    fmt.dtype,
+                    self.bucket_mb,
+                    self.verify,
+                    self.transport,
+                )
             target = self._target
             try:
                 publish(update, target, lambda: self.receive_weights(update.version, target, 1))
@@ -136,8 +168,10 @@ class HFEngineCopy(QuietPart):
         # full weights arrive in the copy's dtype (bf16 beside an fp32 learner on a GPU);
         # adapter tensors as they are (peft keeps them in fp32, merged sampling merges in fp32)
         dtype = self.holder.lm.dtype if update.kind == "full" else None
-        tensors = {k: v.to(self.device, dtype if v.is_floating_point() else None)
-                   for k, v in update.tensors.items()}
+        tensors = {
+            k: v.to(self.device, dtype if v.is_floating_point() else None)
+            for k, v in update.tensors.items()
+        }
         with torch.no_grad():
             if update.kind == "lora":
                 from peft import set_peft_model_state_dict
@@ -150,8 +184,11 @@ class HFEngineCopy(QuietPart):
         self.sampler.load_weights(replace(update, tensors=tensors))
 
     def stream_format(self) -> StreamFormat:
-        return StreamFormat(self.receivers, backend_for(self.device),
-                            str(self.holder.lm.dtype).removeprefix("torch."))
+        return StreamFormat(
+            self.receivers,
+            backend_for(self.device),
+            str(self.holder.lm.dtype).removeprefix("torch."),
+        )
 
     def receive_weights(self, version: int, target: WeightTarget, rank: int) -> None:
         """Receive full weights streamed to `target` as member `rank`, copying each tensor
@@ -174,12 +211,16 @@ class HFEngineCopy(QuietPart):
     def check_weights(self, sent: dict[str, int]) -> None:
         """The post-sync check: raise `StaleWeights` naming every parameter the copy computes
         with that differs from the fingerprints `sent` (`practicum.engine.weight_check`)."""
-        held = {name: fingerprint(p) for name, p in
-                self.holder.model.named_parameters(remove_duplicate=True)}
+        held = {
+            name: fingerprint(p)
+            for name, p in self.holder.model.named_parameters(remove_duplicate=True)
+        }
         problems = stale_tensors(sent, held, {})
         if problems:
-            raise StaleWeights(f"after publishing, {len(problems)} of the HF copy's parameters "
-                               f"are not the learner's: " + "; ".join(problems[:8]))
+            raise StaleWeights(
+                f"after publishing, {len(problems)} of the HF copy's parameters "
+                f"are not the learner's: " + "; ".join(problems[:8])
+            )
 
     def shares_trainable(self, adapter: bool) -> bool:
         return False

@@ -32,35 +32,46 @@ def pick_device(spec: str) -> torch.device:
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", spec):
-        raise ConfigError(f"config error at model.device: expected auto, cpu, cuda or cuda:N; "
-                          f"got {spec!r}")
+        raise ConfigError(
+            f"config error at model.device: expected auto, cpu, cuda or cuda:N; got {spec!r}"
+        )
     device = torch.device(spec)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ConfigError(f"config error at model.device: {spec!r}, but this machine has no "
-                              f"CUDA device (use cpu or auto)")
+            raise ConfigError(
+                f"config error at model.device: {spec!r}, but this machine has no "
+                f"CUDA device (use cpu or auto)"
+            )
         if (device.index or 0) >= count:
-            raise ConfigError(f"config error at model.device: {spec!r}, but this machine has "
-                              f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+            raise ConfigError(
+                f"config error at model.device: {spec!r}, but this machine has "
+                f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            )
     return device
 
 
 def check_attn_implementation(name: str, device: torch.device) -> None:
     """Refuse an attention kernel that cannot run here, in one line naming the setting."""
     if name not in ATTN_IMPLEMENTATIONS:
-        raise ConfigError(f"config error at model.attn_implementation: expected "
-                          f"{', '.join(ATTN_IMPLEMENTATIONS)}; got {name!r}")
+        raise ConfigError(
+            f"config error at model.attn_implementation: expected "
+            f"{', '.join(ATTN_IMPLEMENTATIONS)}; got {name!r}"
+        )
     if name != "flash_attention_2":
         return
     from transformers.utils import is_flash_attn_2_available
 
     if torch.device(device).type != "cuda":
-        raise ConfigError(f"config error at model.attn_implementation: flash_attention_2 runs on "
-                          f"a CUDA GPU, not on {device} (use sdpa)")
+        raise ConfigError(
+            f"config error at model.attn_implementation: flash_attention_2 runs on "
+            f"a CUDA GPU, not on {device} (use sdpa)"
+        )
     if not is_flash_attn_2_available():
-        raise ConfigError("config error at model.attn_implementation: flash_attention_2 needs "
-                          "the flash-attn package, which is not installed here (use sdpa)")
+        raise ConfigError(
+            "config error at model.attn_implementation: flash_attention_2 needs "
+            "the flash-attn package, which is not installed here (use sdpa)"
+        )
 
 
 def uses_checkpointing(cfg: PolicyConfig, device: torch.device) -> bool:
@@ -71,8 +82,13 @@ def uses_checkpointing(cfg: PolicyConfig, device: torch.device) -> bool:
     return torch.device(device).type == "cuda"
 
 
-def load_lm(path, dtype: torch.dtype, device: torch.device,
-            attn_implementation: str = "sdpa", rope_scaling: dict | None = None) -> nn.Module:
+def load_lm(
+    path,
+    dtype: torch.dtype,
+    device: torch.device,
+    attn_implementation: str = "sdpa",
+    rope_scaling: dict | None = None,
+) -> nn.Module:
     """The causal LM of folder `path`, with `rope_scaling` applied (`practicum.engine.rope`)."""
     from transformers import AutoModelForCausalLM
 
@@ -81,8 +97,11 @@ def load_lm(path, dtype: torch.dtype, device: torch.device,
     check_attn_implementation(attn_implementation, device)
     configure_threads()
     return AutoModelForCausalLM.from_pretrained(
-        path, config=model_config(path, rope_scaling), dtype=dtype,
-        attn_implementation=attn_implementation).to(device)
+        path,
+        config=model_config(path, rope_scaling),
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+    ).to(device)
 
 
 def resolve_dtype(cfg: PolicyConfig, device: torch.device, sampler: bool = False) -> torch.dtype:
@@ -131,24 +150,40 @@ class Logits:
         """The model whose output embedding is used (LoRA never targets it here)."""
         config = head_owner.config
         self.fp32_head = not any(
-            getattr(config, k, None) for k in ("final_logit_softcapping", "logit_scale"))
+            getattr(config, k, None) for k in ("final_logit_softcapping", "logit_scale")
+        )
         self._head32: tuple[tuple[int, int], Tensor] | None = None
         self.cache_fp32_head = True
         """Keep the fp32 copy of a bf16 head between calls (keyed by storage and version);
         off for a sharded model, whose gathered weights are refilled in place."""
 
-    def __call__(self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor,
-                 position_ids: Tensor, cache=None, last_only: bool = False) -> Tensor:
+    def __call__(
+        self,
+        lm: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        cache=None,
+        last_only: bool = False,
+    ) -> Tensor:
         """fp32 logits [B, T or 1, V] from `lm`'s backbone (`lm` = the head owner or a copy)."""
         if not self.fp32_head:  # model-specific logit post-processing: use the model's own head
-            return lm(**model_inputs(lm, input_ids, attention_mask, position_ids, cache),
-                      logits_to_keep=1 if last_only else 0).logits.float()
+            return lm(
+                **model_inputs(lm, input_ids, attention_mask, position_ids, cache),
+                logits_to_keep=1 if last_only else 0,
+            ).logits.float()
         hidden = self.hidden(lm, input_ids, attention_mask, position_ids, cache)
         return self.head(hidden[:, -1:] if last_only else hidden)
 
     @staticmethod
-    def hidden(lm: nn.Module, input_ids: Tensor, attention_mask: Tensor | None,
-               position_ids: Tensor, cache=None, **attention: Tensor | int) -> Tensor:
+    def hidden(
+        lm: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor | None,
+        position_ids: Tensor,
+        cache=None,
+        **attention: Tensor | int,
+    ) -> Tensor:
         """The backbone's last hidden states [B, T, H] (model dtype); `attention`: keywords for
         the attention function (packed rows' boundaries, `packed_attention`)."""
         backbone = lm.base_model
@@ -175,8 +210,11 @@ class Logits:
         return F.linear(hidden.float(), weight, bias)
 
     def _weight_fp32(self, w: Tensor) -> Tensor:
-        if w.dtype == torch.float32 or (w.requires_grad and torch.is_grad_enabled()) \
-                or not self.cache_fp32_head:
+        if (
+            w.dtype == torch.float32
+            or (w.requires_grad and torch.is_grad_enabled())
+            or not self.cache_fp32_head
+        ):
             return w.float()
         key = (w.data_ptr(), w._version)  # _version moves on every in-place update
         if self._head32 is None or self._head32[0] != key:
@@ -200,8 +238,13 @@ class _Fp32Linear(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight)
         ctx.has_bias = bias is not None
         h = hidden.float()
-        out = torch.cat([h @ weight[a:a + HEAD_BLOCK_ROWS].float().T
-                         for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)], dim=-1)
+        out = torch.cat(
+            [
+                h @ weight[a : a + HEAD_BLOCK_ROWS].float().T
+                for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)
+            ],
+            dim=-1,
+        )
         return out if bias is None else out + bias
 
     @staticmethod
@@ -210,15 +253,18 @@ class _Fp32Linear(torch.autograd.Function):
         g = grad.reshape(-1, grad.shape[-1])
         grad_h = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            acc = torch.zeros(g.shape[0], weight.shape[1], dtype=torch.float32,
-                              device=grad.device)
+            acc = torch.zeros(g.shape[0], weight.shape[1], dtype=torch.float32, device=grad.device)
             for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS):
-                acc += g[:, a:a + HEAD_BLOCK_ROWS] @ weight[a:a + HEAD_BLOCK_ROWS].float()
+                acc += g[:, a : a + HEAD_BLOCK_ROWS] @ weight[a : a + HEAD_BLOCK_ROWS].float()
             grad_h = acc.view(*hidden.shape[:-1], -1).to(hidden.dtype)
         if ctx.needs_input_grad[1]:
             h = hidden.reshape(-1, hidden.shape[-1]).float()
-            grad_w = torch.cat([(g[:, a:a + HEAD_BLOCK_ROWS].T @ h).to(weight.dtype)
-                                for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)])
+            grad_w = torch.cat(
+                [
+                    (g[:, a : a + HEAD_BLOCK_ROWS].T @ h).to(weight.dtype)
+                    for a in range(0, weight.shape[0], HEAD_BLOCK_ROWS)
+                ]
+            )
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g.sum(0)
         return grad_h, grad_w, grad_b
@@ -230,8 +276,9 @@ def fp32_linear(hidden: Tensor, weight: Tensor, bias: Tensor | None = None) -> T
     return _Fp32Linear.apply(hidden, weight, bias)
 
 
-def model_inputs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None,
-                 position_ids: Tensor, cache) -> dict:
+def model_inputs(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor, cache
+) -> dict:
     """Keyword arguments of `model`'s forward, the KV cache under the name it takes."""
     return {
         "input_ids": input_ids,
@@ -255,8 +302,14 @@ class FrozenReference:
     loaded on first use and shared by the trainable's KL reference and the sampler's
     adapter-off path. With LoRA the base is the adapter-disabled model and this is unused."""
 
-    def __init__(self, path, dtype: torch.dtype, device: torch.device,
-                 attn_implementation: str = "sdpa", rope_scaling: dict | None = None):
+    def __init__(
+        self,
+        path,
+        dtype: torch.dtype,
+        device: torch.device,
+        attn_implementation: str = "sdpa",
+        rope_scaling: dict | None = None,
+    ):
         self.path, self.dtype, self.device = path, dtype, device
         self.attn_implementation, self.rope_scaling = attn_implementation, rope_scaling
         self._lm: nn.Module | None = None
@@ -265,6 +318,15 @@ class FrozenReference:
     def lm(self) -> nn.Module:
         if self._lm is None:
             with torch.inference_mode(False):
-                self._lm = load_lm(self.path, self.dtype, self.device, self.attn_implementation,
-                                   self.rope_scaling).eval().requires_grad_(False)
+                self._lm = (
+                    load_lm(
+                        self.path,
+                        self.dtype,
+                        self.device,
+                        self.attn_implementation,
+                        self.rope_scaling,
+                    )
+                    .eval()
+                    .requires_grad_(False)
+                )
         return self._lm

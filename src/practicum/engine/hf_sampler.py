@@ -42,8 +42,11 @@ class MasterLinear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.weight = nn.Parameter(linear.weight.detach().float(), requires_grad=False)
-        self.bias = None if linear.bias is None else \
-            nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        self.bias = (
+            None
+            if linear.bias is None
+            else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x.float(), self.weight, self.bias).to(x.dtype)
@@ -56,11 +59,21 @@ class MergedCopy:
     effect on average (bf16(W + scale B A) would drop most of an update far below W's
     resolution). The copy is its own module: sampling from it never touches the trainable's."""
 
-    def __init__(self, peft_model: nn.Module, base_path, dtype: torch.dtype, device: torch.device,
-                 attn_implementation: str = "sdpa", fp32_master: bool = True,
-                 rope_scaling: dict | None = None):
-        self.lm = load_lm(base_path, dtype, device, attn_implementation,
-                          rope_scaling).eval().requires_grad_(False)
+    def __init__(
+        self,
+        peft_model: nn.Module,
+        base_path,
+        dtype: torch.dtype,
+        device: torch.device,
+        attn_implementation: str = "sdpa",
+        fp32_master: bool = True,
+        rope_scaling: dict | None = None,
+    ):
+        self.lm = (
+            load_lm(base_path, dtype, device, attn_implementation, rope_scaling)
+            .eval()
+            .requires_grad_(False)
+        )
         plain = dict(self.lm.named_modules())
         self.layers: dict[str, tuple[Tensor, nn.Module]] = {}
         """peft module name -> (frozen base weight, the copy's linear to overwrite)."""
@@ -83,7 +96,7 @@ class MergedCopy:
         arXiv 2106.09685), scale = alpha / r (alpha / sqrt(r) with rsLoRA), computed in fp32."""
         cfg = update.adapter_config
         r, alpha = cfg["r"], cfg["lora_alpha"]
-        scale = alpha / (r ** 0.5 if cfg.get("use_rslora") else r)
+        scale = alpha / (r**0.5 if cfg.get("use_rslora") else r)
         for name, (base, target) in self.layers.items():
             a = update.tensors[f"{name}.lora_A.weight"].float()
             b = update.tensors[f"{name}.lora_B.weight"].float()
@@ -96,8 +109,15 @@ class MergedCopy:
 class HFSampler(QuietPart):
     """Implements `practicum.engine.base.Sampler` for a transformers causal LM (module doc)."""
 
-    def __init__(self, lm: nn.Module, tokenizer, *, peft_model: nn.Module | None = None,
-                 merged: MergedCopy | None = None, reference: FrozenReference | None = None):
+    def __init__(
+        self,
+        lm: nn.Module,
+        tokenizer,
+        *,
+        peft_model: nn.Module | None = None,
+        merged: MergedCopy | None = None,
+        reference: FrozenReference | None = None,
+    ):
         self.lm, self.tokenizer = lm, tokenizer
         """The trainable's transformers model (LoRA layers injected when peft_model is given)."""
         self.peft_model, self.merged, self.reference = peft_model, merged, reference
@@ -127,8 +147,13 @@ class HFSampler(QuietPart):
         return self.peft_model is not None or self.reference is None
 
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+    ) -> list[Sample]:
         """Sample one continuation per prompt (see `Sampler.generate`).
 
         A sequence stops after an eos/stop id (kept) or after the token that completes a stop
@@ -144,8 +169,10 @@ class HFSampler(QuietPart):
         lm, context = self._model(adapter)
         with context, eval_mode(lm):
             ids, lps, reasons = self._sample_loop(lm, prompts, params, seeds)
-        return [Sample(i, lp, self.tokenizer.decode(i, skip_special_tokens=True), r)
-                for i, lp, r in zip(ids, lps, reasons)]
+        return [
+            Sample(i, lp, self.tokenizer.decode(i, skip_special_tokens=True), r)
+            for i, lp, r in zip(ids, lps, reasons)
+        ]
 
     def _model(self, adapter: bool):
         """(model to run, context to run it in) for the adapter flag."""
@@ -158,9 +185,13 @@ class HFSampler(QuietPart):
                 return self.reference.lm, nullcontext()
         return self.lm, nullcontext()  # a frozen model: there is no adapter to turn off
 
-    def _sample_loop(self, lm: nn.Module, prompts: list[list[int]], params: SamplingParams,
-                     seeds: list[int | None] | None
-                     ) -> tuple[list[list[int]], list[list[float]], list]:
+    def _sample_loop(
+        self,
+        lm: nn.Module,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None,
+    ) -> tuple[list[list[int]], list[list[float]], list]:
         n = len(prompts)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
@@ -168,8 +199,12 @@ class HFSampler(QuietPart):
         stop_ids = self.eos_ids | set(params.stop_token_ids)
         gens = None
         if seeds is not None and params.temperature > 0:  # None rows: a fresh random seed
-            gens = [torch.Generator(self.device).manual_seed(
-                int(s) if s is not None else int(torch.randint(2**62, (1,)))) for s in seeds]
+            gens = [
+                torch.Generator(self.device).manual_seed(
+                    int(s) if s is not None else int(torch.randint(2**62, (1,)))
+                )
+                for s in seeds
+            ]
 
         # Identical prompts (a GRPO group) are prefilled once; their rows then share its cache.
         unique: dict[tuple[int, ...], int] = {}
@@ -194,8 +229,9 @@ class HFSampler(QuietPart):
                 raise Interrupted("generation interrupted: the generation server is stopping")
             row_gens = [gens[i] for i in rows] if gens is not None else None
             if grammar is not None:
-                logits = masked_logits(logits, grammars.fill([matchers[i] for i in rows],
-                                                             packed[:len(rows)]))
+                logits = masked_logits(
+                    logits, grammars.fill([matchers[i] for i in rows], packed[: len(rows)])
+                )
             tok, lp = sample_next(logits, params.temperature, params.top_p, row_gens)
             # one device-to-host transfer per step; float64 holds both ids and fp32 log-probs
             host_tok, host_lp = torch.stack([tok.double(), lp.double()]).tolist()

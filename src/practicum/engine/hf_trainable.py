@@ -53,8 +53,9 @@ class HFTrainable:
     def __init__(self, cfg: PolicyConfig, lm, tokenizer, reference: FrozenReference):
         self.device = next(lm.parameters()).device
         if cfg.gradient_checkpointing is None:  # resolved once, on this model's device
-            cfg = cfg.model_copy(update={
-                "gradient_checkpointing": uses_checkpointing(cfg, self.device)})
+            cfg = cfg.model_copy(
+                update={"gradient_checkpointing": uses_checkpointing(cfg, self.device)}
+            )
         self.cfg, self.tokenizer, self.reference = cfg, tokenizer, reference
         if cfg.gradient_checkpointing:
             _enable_checkpointing(lm)
@@ -62,9 +63,13 @@ class HFTrainable:
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
 
-            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                              lora_dropout=cfg.lora_dropout,
-                              target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+            lora = LoraConfig(
+                r=cfg.lora_r,
+                lora_alpha=cfg.lora_alpha,
+                lora_dropout=cfg.lora_dropout,
+                target_modules=list(cfg.lora_target_modules),
+                task_type="CAUSAL_LM",
+            )
             with warnings.catch_warnings():  # peft still calls a renamed transformers property
                 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
                 self.model: torch.nn.Module = get_peft_model(lm, lora)
@@ -82,10 +87,16 @@ class HFTrainable:
             self.load_weights(Path(cfg.init))
 
     # -- log-probs ------------------------------------------------------------------------------
-    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: GrammarMasks | Tensor | None = None, packed: bool = False
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+    def token_logprobs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        score_mask: Tensor | None = None,
+        allowed: GrammarMasks | Tensor | None = None,
+        packed: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Per-token log-probs  logp[b, t] = log softmax(z[b, t-1] / T)[x[b, t]]  (differentiable).
 
         input_ids, attention_mask: [B, T], any padding side. Returns [B, T] fp32; position 0,
@@ -114,12 +125,18 @@ class HFTrainable:
         if isinstance(allowed, Tensor):  # dense [B, T, W] masks
             allowed = GrammarMasks.from_dense(allowed)
         allowed = None if allowed is None else allowed.to(self.device)
-        lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
-                      else (self.lm, self.logits))
+        lm, logits = (
+            (self.reference.lm, self._reference_logits())
+            if self._reference_active
+            else (self.lm, self.logits)
+        )
         with self._eval_mode(not torch.is_grad_enabled()):
             if logits.fp32_head:
-                keep = valid if score_mask is None else \
-                    valid & score_mask.to(self.device)[:, 1:].bool()
+                keep = (
+                    valid
+                    if score_mask is None
+                    else valid & score_mask.to(self.device)[:, 1:].bool()
+                )
                 if packed:  # only the scored positions' states, from the packed sequence
                     h = packed_hidden(lm, input_ids, mask)[_flat_index(mask)[:, :-1][keep]]
                 else:
@@ -128,11 +145,18 @@ class HFTrainable:
                 # the mask of token t is read at t - 1: flat positions b * T + t of the kept ones
                 flat = torch.arange(mask.numel(), device=self.device).view(mask.shape)[:, 1:][keep]
                 step, n = self.logit_chunk_rows, h.shape[0]
-                parts = [self._chunk_stats(logits, h[a:a + step], tgt[a:a + step], temperature,
-                                           return_entropy, recompute=n > step,
-                                           allowed=None if allowed is None else
-                                           allowed.at(flat[a:a + step]))
-                         for a in range(0, max(1, n), step)]
+                parts = [
+                    self._chunk_stats(
+                        logits,
+                        h[a : a + step],
+                        tgt[a : a + step],
+                        temperature,
+                        return_entropy,
+                        recompute=n > step,
+                        allowed=None if allowed is None else allowed.at(flat[a : a + step]),
+                    )
+                    for a in range(0, max(1, n), step)
+                ]
                 zeros = torch.zeros(valid.shape, dtype=torch.float32, device=self.device)
                 logp = zeros.masked_scatter(keep, torch.cat([lp for lp, _ in parts]))
                 entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
@@ -159,8 +183,12 @@ class HFTrainable:
             return torch.cat([self._hidden(lm, input_ids[a:b], mask[a:b]) for a, b in runs])
         n = _shared_prefix(input_ids, mask)
         pos = positions(mask)
-        if (input_ids.shape[0] < 2 or n < self.min_shared_prefix or self.cfg.lora_dropout > 0
-                or self.cfg.gradient_checkpointing):  # dropout masks differ per row; no cache
+        if (
+            input_ids.shape[0] < 2
+            or n < self.min_shared_prefix
+            or self.cfg.lora_dropout > 0
+            or self.cfg.gradient_checkpointing
+        ):  # dropout masks differ per row; no cache
             return Logits.hidden(lm, input_ids, mask, pos)
         from transformers import DynamicCache
 
@@ -171,17 +199,25 @@ class HFTrainable:
         return torch.cat([head.expand(input_ids.shape[0], -1, -1), tail], dim=1)
 
     @staticmethod
-    def _chunk_stats(logits: Logits, hidden: Tensor, targets: Tensor, temperature: float,
-                     with_entropy: bool, recompute: bool, allowed: Tensor | None = None
-                     ) -> tuple[Tensor, Tensor]:
+    def _chunk_stats(
+        logits: Logits,
+        hidden: Tensor,
+        targets: Tensor,
+        temperature: float,
+        with_entropy: bool,
+        recompute: bool,
+        allowed: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """(log-prob of targets, entropy) for a chunk of hidden states [N, H], over the tokens
         `allowed` [N, W] (packed) when given; with `recompute` (under grad) the logits are not
         kept but recomputed in backward."""
+
         def stats(h: Tensor) -> tuple[Tensor, Tensor]:
             z = logits.head(h)
             z = z if temperature == 1.0 else z / temperature
-            return _logp_entropy(z if allowed is None else masked_logits(z, allowed), targets,
-                                 with_entropy)
+            return _logp_entropy(
+                z if allowed is None else masked_logits(z, allowed), targets, with_entropy
+            )
 
         if recompute and torch.is_grad_enabled() and hidden.requires_grad:
             from torch.utils.checkpoint import checkpoint
@@ -227,8 +263,7 @@ class HFTrainable:
             return get_peft_model_state_dict(self.model)
         return self.model.state_dict(keep_vars=True)
 
-    def iter_full_tensors(self, dtype: torch.dtype | None = None
-                          ) -> Iterator[tuple[str, Tensor]]:
+    def iter_full_tensors(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
         """Each of `trainable_state`'s tensors once (a tied one under its first name), floating
         ones cast to `dtype` (None: as they are). The sharded learner's iterator of the same name
         yields the same, gathered."""
@@ -239,16 +274,24 @@ class HFTrainable:
         """A sampler's update from tensors named as `trainable_state` names them."""
         if self.cfg.lora:
             peft_cfg = self.model.peft_config["default"]
-            return WeightUpdate(version, "lora", tensors,
-                                {"r": peft_cfg.r, "lora_alpha": peft_cfg.lora_alpha,
-                                 "use_rslora": bool(getattr(peft_cfg, "use_rslora", False)),
-                                 "target_modules": sorted(peft_cfg.target_modules)})
+            return WeightUpdate(
+                version,
+                "lora",
+                tensors,
+                {
+                    "r": peft_cfg.r,
+                    "lora_alpha": peft_cfg.lora_alpha,
+                    "use_rslora": bool(getattr(peft_cfg, "use_rslora", False)),
+                    "target_modules": sorted(peft_cfg.target_modules),
+                },
+            )
         return WeightUpdate(version, "full", tensors)
 
     def export_weights(self, version: int) -> WeightUpdate:
         """The live trainable tensors (no copy) for a sampler to load."""
-        return self.weight_update(version, {k: v.detach()
-                                            for k, v in self.trainable_state().items()})
+        return self.weight_update(
+            version, {k: v.detach() for k, v in self.trainable_state().items()}
+        )
 
     def save(self, path: Path) -> None:
         """Write the adapter (or full weights) and tokenizer to `path`, replacing it atomically.
@@ -275,7 +318,8 @@ class HFTrainable:
                 raise PracticumError(f"{path} lacks weights for {sorted(set(missing) - tied)[:5]}")
         if unexpected:
             raise PracticumError(
-                f"{path} has weights this model does not know: {sorted(unexpected)[:5]}")
+                f"{path} has weights this model does not know: {sorted(unexpected)[:5]}"
+            )
 
     def read_weights(self, path: Path) -> dict[str, Tensor]:
         """The tensors of a folder written by `save`, as saved (a peft adapter's keys lack the
@@ -310,7 +354,8 @@ def check_policy_folder(path: Path, lora: bool) -> None:
     meta = json.loads((path / META).read_text())
     if meta["lora"] != lora:
         raise PracticumError(
-            f"{path} holds lora={meta['lora']} weights, this model has lora={lora}")
+            f"{path} holds lora={meta['lora']} weights, this model has lora={lora}"
+        )
 
 
 def write_policy_meta(folder: Path, cfg: PolicyConfig) -> None:
@@ -411,8 +456,7 @@ def prompt_runs(input_ids: Tensor, mask: Tensor, min_shared: int) -> list[tuple[
         return [(0, rows)]
     same = (input_ids[1:] == input_ids[:-1]) & (mask[1:] * mask[:-1]).bool()
     common = same.long().cumprod(dim=1).sum(dim=1).cpu().tolist()  # row i vs row i + 1
-    cuts = [i + 1 for i, c in enumerate(common)
-            if 2 * c < max(common[max(0, i - 1):i + 2])]
+    cuts = [i + 1 for i, c in enumerate(common) if 2 * c < max(common[max(0, i - 1) : i + 2])]
     bounds = [0, *cuts, rows]
     runs = list(zip(bounds[:-1], bounds[1:]))
 

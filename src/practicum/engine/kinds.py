@@ -43,8 +43,9 @@ ENGINES: dict[str, EngineKind] = {}
 """engine.kind -> its registered options model and builder."""
 
 
-def register_engine(name: str, options: type[EngineOptions],
-                    builder: str | Callable[..., Any]) -> None:
+def register_engine(
+    name: str, options: type[EngineOptions], builder: str | Callable[..., Any]
+) -> None:
     """Make `engine.kind: <name>` mean this engine (see the module docstring)."""
     ENGINES[name] = EngineKind(name, options, builder)
 

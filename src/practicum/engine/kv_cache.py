@@ -32,8 +32,8 @@ class ReservedLayer(DynamicLayer):
         if end > self._keys.shape[-2]:
             self._keys = self._grown(self._keys, 2 * end)
             self._values = self._grown(self._values, 2 * end)
-        self._keys[..., self.length:end, :] = key_states
-        self._values[..., self.length:end, :] = value_states
+        self._keys[..., self.length : end, :] = key_states
+        self._values[..., self.length : end, :] = value_states
         self.length = end
         self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]
         return self.keys, self.values
@@ -41,15 +41,15 @@ class ReservedLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.length:
             self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys = self._keys[..., :self.length, :]
-            self.values = self._values[..., :self.length, :]
+            self.keys = self._keys[..., : self.length, :]
+            self.values = self._values[..., : self.length, :]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.length:
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
-            self.keys = self._keys[..., :self.length, :]
-            self.values = self._values[..., :self.length, :]
+            self.keys = self._keys[..., : self.length, :]
+            self.values = self._values[..., : self.length, :]
 
     def reset(self) -> None:
         super().reset()
@@ -64,7 +64,7 @@ class ReservedLayer(DynamicLayer):
 
     def _grown(self, buf: torch.Tensor, positions: int) -> torch.Tensor:
         bigger = self._reserve(buf, positions)
-        bigger[..., :self.length, :] = buf[..., :self.length, :]
+        bigger[..., : self.length, :] = buf[..., : self.length, :]
         return bigger
 
 
@@ -72,8 +72,9 @@ def reserved_cache(config, capacity: int) -> DynamicCache:
     """A `DynamicCache` for `config` whose full-attention layers are `ReservedLayer`s with room
     for `capacity` positions (sliding-window and other special layers are kept as they are)."""
     cache = DynamicCache(config=config)
-    cache.layers = [ReservedLayer(capacity) if type(layer) is DynamicLayer else layer
-                    for layer in cache.layers]
+    cache.layers = [
+        ReservedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
     return cache
 
 
@@ -94,8 +95,8 @@ def join_rows(a: DynamicCache | None, b: DynamicCache, capacity: int) -> Dynamic
         for xa, xb in ((la._keys, lb._keys), (la._values, lb._values)):
             rows_a, rows_b = xa.shape[0], xb.shape[0]
             buf = xa.new_zeros((rows_a + rows_b, *xa.shape[1:-2], layer.capacity, xa.shape[-1]))
-            buf[:rows_a, ..., width - la.length:width, :] = xa[..., :la.length, :]
-            buf[rows_a:, ..., width - lb.length:width, :] = xb[..., :lb.length, :]
+            buf[:rows_a, ..., width - la.length : width, :] = xa[..., : la.length, :]
+            buf[rows_a:, ..., width - lb.length : width, :] = xb[..., : lb.length, :]
             bufs.append(buf)
         layer._keys, layer._values = bufs
         layer.length = width
@@ -111,8 +112,8 @@ def keep_rows(cache: DynamicCache, rows: torch.Tensor, drop_left: int = 0) -> No
         layer._keys = layer._keys[rows][..., drop_left:, :]
         layer._values = layer._values[rows][..., drop_left:, :]
         layer.length -= drop_left
-        layer.keys = layer._keys[..., :layer.length, :]
-        layer.values = layer._values[..., :layer.length, :]
+        layer.keys = layer._keys[..., : layer.length, :]
+        layer.values = layer._values[..., : layer.length, :]
 
 
 def all_reserved(cache: DynamicCache) -> bool:

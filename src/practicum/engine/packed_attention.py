@@ -34,11 +34,20 @@ from torch import Tensor, nn
 PREFIX = "segments_"
 
 
-def segment_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                      attention_mask: Tensor | None, dropout: float = 0.0,
-                      scaling: float | None = None, cu_seq_lens_q: Tensor | None = None,
-                      cu_seq_lens_k: Tensor | None = None, max_length_q: int | None = None,
-                      max_length_k: int | None = None, **kwargs) -> tuple[Tensor, None]:
+def segment_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cu_seq_lens_q: Tensor | None = None,
+    cu_seq_lens_k: Tensor | None = None,
+    max_length_q: int | None = None,
+    max_length_k: int | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
     """Causal attention inside each packed segment (module doc).
 
     query [1, Hq, N, D], key / value [1, Hkv, N, D] (Hq a multiple of Hkv: grouped-query
@@ -46,27 +55,44 @@ def segment_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     ([1, N, Hq, D], None), as transformers' attention functions do. Without boundaries the
     model's own kernel runs (`use_segment_attention`)."""
     if cu_seq_lens_q is None:
-        return base_attention(module)(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return base_attention(module)(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if query.shape[0] != 1:
         raise ValueError(f"segment_attention: packed rows come as one row, got {query.shape[0]}")
     if cu_seq_lens_k is not None and not torch.equal(cu_seq_lens_k, cu_seq_lens_q):
-        raise ValueError("segment_attention: each segment attends to itself only "
-                         "(cu_seq_lens_k must equal cu_seq_lens_q)")
-    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) \
-            and flash_attn_installed():  # flash-attn computes in half precision only
+        raise ValueError(
+            "segment_attention: each segment attends to itself only "
+            "(cu_seq_lens_k must equal cu_seq_lens_q)"
+        )
+    if (
+        query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and flash_attn_installed()
+    ):  # flash-attn computes in half precision only
         return _flash_varlen(query, key, value, cu_seq_lens_q, max_length_q, dropout, scaling)
     bounds = cu_seq_lens_q.tolist()
     out = torch.empty_like(query)
     for a, b in zip(bounds[:-1], bounds[1:]):
         out[:, :, a:b] = F.scaled_dot_product_attention(
-            query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], dropout_p=dropout,
-            is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+            query[:, :, a:b],
+            key[:, :, a:b],
+            value[:, :, a:b],
+            dropout_p=dropout,
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=key.shape[1] != query.shape[1],
+        )
     return out.transpose(1, 2).contiguous(), None
 
 
-def _flash_varlen(query: Tensor, key: Tensor, value: Tensor, cu: Tensor, max_len: int | None,
-                  dropout: float, scaling: float | None) -> tuple[Tensor, None]:
+def _flash_varlen(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    cu: Tensor,
+    max_len: int | None,
+    dropout: float,
+    scaling: float | None,
+) -> tuple[Tensor, None]:
     """flash-attn's variable-length kernel over the packed segments (Dao 2023, FlashAttention-2):
     grouped-query heads natively, causal within each segment. Written for CUDA with flash-attn;
     not run on the CPU machines of CI."""
@@ -75,8 +101,9 @@ def _flash_varlen(query: Tensor, key: Tensor, value: Tensor, cu: Tensor, max_len
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [N, H, D]
     cu = cu.to(device=q.device, dtype=torch.int32)
     n = int(max_len) if max_len is not None else int((cu[1:] - cu[:-1]).max())
-    out = flash_attn_varlen_func(q, k, v, cu, cu, n, n, dropout_p=dropout, softmax_scale=scaling,
-                                 causal=True)
+    out = flash_attn_varlen_func(
+        q, k, v, cu, cu, n, n, dropout_p=dropout, softmax_scale=scaling, causal=True
+    )
     return out[None], None
 
 
@@ -99,6 +126,7 @@ def base_attention(module: nn.Module) -> Callable:
 def _mask_without_packed(base_mask: Callable) -> Callable:
     """The kernel's mask function, except for packed calls (no 2-D mask given): no mask, the
     boundaries do its work."""
+
     def mask(*args, attention_mask: Tensor | None = None, **kwargs):
         if attention_mask is None:
             return None
@@ -120,7 +148,8 @@ def use_segment_attention(lm: nn.Module) -> None:
     if name not in ALL_ATTENTION_FUNCTIONS:
         AttentionInterface.register(name, segment_attention)
         AttentionMaskInterface.register(
-            name, _mask_without_packed(ALL_MASK_ATTENTION_FUNCTIONS[current]))
+            name, _mask_without_packed(ALL_MASK_ATTENTION_FUNCTIONS[current])
+        )
     lm.set_attn_implementation(name)
 
 
@@ -129,5 +158,9 @@ def packed_layout(lengths: list[int], device: torch.device | str) -> dict[str, T
     `lengths` tokens laid end to end."""
     cu = torch.tensor([0, *lengths], device=device).cumsum(0).to(torch.int32)
     longest = max(lengths)
-    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest,
-            "max_length_k": longest}
+    return {
+        "cu_seq_lens_q": cu,
+        "cu_seq_lens_k": cu,
+        "max_length_q": longest,
+        "max_length_k": longest,
+    }

@@ -41,8 +41,9 @@ def scaled_context(native: int, scaling: dict | None) -> int:
     `native`) times factor; `native` without scaling."""
     if not scaling:
         return native
-    return int(int(scaling.get("original_max_position_embeddings") or native)
-               * float(scaling["factor"]))
+    return int(
+        int(scaling.get("original_max_position_embeddings") or native) * float(scaling["factor"])
+    )
 
 
 def rope_parameters(config, scaling: dict) -> dict[str, Any]:
@@ -63,8 +64,10 @@ def apply_rope_scaling(config, scaling: dict | None):
     if not scaling:
         return config
     if not hasattr(config, "rope_parameters"):
-        raise ConfigError(f"config error at model.rope_scaling: {type(config).__name__} has no "
-                          f"rotary position embedding to scale")
+        raise ConfigError(
+            f"config error at model.rope_scaling: {type(config).__name__} has no "
+            f"rotary position embedding to scale"
+        )
     context = scaled_context(native_context(config), scaling)
     config.rope_parameters = rope_parameters(config, scaling)
     config.max_position_embeddings = context
@@ -86,8 +89,10 @@ def vllm_overrides(path, scaling: dict | None) -> dict[str, Any]:
     if not scaling:
         return {}
     config = model_config(path, scaling)
-    return {"rope_parameters": config.rope_parameters,
-            "max_position_embeddings": config.max_position_embeddings}
+    return {
+        "rope_parameters": config.rope_parameters,
+        "max_position_embeddings": config.max_position_embeddings,
+    }
 
 
 def check_context(path, scaling: dict | None, tokens: int, where: str) -> int:
@@ -99,14 +104,18 @@ def check_context(path, scaling: dict | None, tokens: int, where: str) -> int:
     config = AutoConfig.from_pretrained(path)
     if not scaling:  # a model shipping a scaled RoPE (Llama 3.1) already covers its own
         context = int(config.max_position_embeddings)
-        how = (f"its own; set model.rope_scaling, e.g. {{rope_type: yarn, factor: "
-               f"{-(-tokens // context)}}}, to extend it")
+        how = (
+            f"its own; set model.rope_scaling, e.g. {{rope_type: yarn, factor: "
+            f"{-(-tokens // context)}}}, to extend it"
+        )
     else:
         native = native_context(config)
         context = scaled_context(native, scaling)
         original = int(scaling.get("original_max_position_embeddings") or native)
         how = f"{original} native x {scaling['factor']:g} ({scaling['rope_type']})"
     if tokens > context:
-        raise ConfigError(f"config error at {where}: {tokens} tokens exceed the model's "
-                          f"{context}-token context ({how})")
+        raise ConfigError(
+            f"config error at {where}: {tokens} tokens exceed the model's "
+            f"{context}-token context ({how})"
+        )
     return context

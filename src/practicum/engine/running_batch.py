@@ -42,9 +42,12 @@ class Row:
     """None while the row runs; then "stop" or "length" (as `Sample.finish_reason`)."""
 
     def sample(self, tokenizer) -> Sample:
-        return Sample(self.token_ids, self.logprobs,
-                      tokenizer.decode(self.token_ids, skip_special_tokens=True),
-                      self.finish_reason or "length")
+        return Sample(
+            self.token_ids,
+            self.logprobs,
+            tokenizer.decode(self.token_ids, skip_special_tokens=True),
+            self.finish_reason or "length",
+        )
 
 
 class RunningBatch:
@@ -69,7 +72,8 @@ class RunningBatch:
         generator = None
         if params.temperature > 0:
             generator = torch.Generator(self.sampler.device).manual_seed(
-                int(seed) if seed is not None else int(torch.randint(2**62, (1,))))
+                int(seed) if seed is not None else int(torch.randint(2**62, (1,)))
+            )
         row = Row(list(prompt), params, generator)
         if params.max_new_tokens == 0:
             row.finish_reason = "length"
@@ -91,11 +95,13 @@ class RunningBatch:
         events: list[tuple[Row, int, float]] = []
         lm, context = self.sampler._model(self.adapter)
         with context, eval_mode(lm):
-            head = self.sampler._logits.get(id(lm)) or \
-                self.sampler._logits.setdefault(id(lm), Logits(lm))  # each model's own head
+            head = self.sampler._logits.get(id(lm)) or self.sampler._logits.setdefault(
+                id(lm), Logits(lm)
+            )  # each model's own head
             if self.rows:
-                latest = torch.tensor([[r.token_ids[-1]] for r in self.rows],
-                                      device=self.sampler.device)
+                latest = torch.tensor(
+                    [[r.token_ids[-1]] for r in self.rows], device=self.sampler.device
+                )
                 self._mask = torch.cat([self._mask, self._mask.new_ones(len(self.rows), 1)], 1)
                 pos = self._mask.sum(dim=1, keepdim=True) - 1
                 logits = head(lm, latest, self._mask, pos, self._cache, last_only=True)[:, -1]
@@ -111,19 +117,23 @@ class RunningBatch:
         ids, mask = left_pad([r.prompt for r in new], self.sampler.pad_id, self.sampler.device)
         cache = reserved_cache(lm.config, ids.shape[1] + max(self._room(r) for r in new))
         if not all_reserved(cache):
-            raise ValueError("continuous batching needs a model whose every layer has full "
-                             "attention (no sliding-window layers)")
+            raise ValueError(
+                "continuous batching needs a model whose every layer has full "
+                "attention (no sliding-window layers)"
+            )
         logits = head(lm, ids, mask, positions(mask), cache, last_only=True)[:, -1]
         events = self._sampled(new, logits)
-        going = torch.tensor([i for i, r in enumerate(new) if r.finish_reason is None],
-                             dtype=torch.long)
+        going = torch.tensor(
+            [i for i, r in enumerate(new) if r.finish_reason is None], dtype=torch.long
+        )
         if len(going) == 0:
             return events
         if len(going) < len(new):
             keep_rows(cache, going.to(self.sampler.device))
             mask = mask[going.to(mask.device)]
-        capacity = max((self._cache.layers[0].length if self._cache is not None else 0),
-                       mask.shape[1]) + max(self._room(r) for r in self.rows + new)
+        capacity = max(
+            (self._cache.layers[0].length if self._cache is not None else 0), mask.shape[1]
+        ) + max(self._room(r) for r in self.rows + new)
         self._cache = join_rows(self._cache, cache, capacity)
         self._mask = _join_masks(self._mask, mask)
         self.rows += [new[i] for i in going.tolist()]
@@ -142,7 +152,7 @@ class RunningBatch:
         for j, r in enumerate(rows):
             groups.setdefault((r.params.temperature, r.params.top_p), []).append(j)
         if len(groups) == 1:
-            (temperature, top_p), = groups
+            ((temperature, top_p),) = groups
             gens = [r.generator for r in rows] if temperature > 0 else None
             tok, lp = sample_next(logits, temperature, top_p, gens)
         else:
@@ -159,8 +169,11 @@ class RunningBatch:
             r.token_ids.append(t)
             r.logprobs.append(lq)
             events.append((r, t, lq))
-            if t in self.sampler.eos_ids or t in r.params.stop_token_ids \
-                    or self.sampler._hit_stop_string(r.token_ids, r.params.stop_strings):
+            if (
+                t in self.sampler.eos_ids
+                or t in r.params.stop_token_ids
+                or self.sampler._hit_stop_string(r.token_ids, r.params.stop_strings)
+            ):
                 r.finish_reason = "stop"
             elif len(r.token_ids) >= r.params.max_new_tokens:
                 r.finish_reason = "length"

@@ -78,8 +78,12 @@ def check_params(p: SamplingParams) -> None:
         raise ValueError(f"SamplingParams.max_new_tokens: expected >= 0, got {p.max_new_tokens}")
 
 
-def check_request(prompts: list[list[int]], params: SamplingParams,
-                  seeds: list[int | None] | None, max_positions: int | None) -> None:
+def check_request(
+    prompts: list[list[int]],
+    params: SamplingParams,
+    seeds: list[int | None] | None,
+    max_positions: int | None,
+) -> None:
     """The checks every sampler's `generate` makes before sampling (errors name the argument)."""
     check_params(params)
     if seeds is not None and len(seeds) != len(prompts):
@@ -91,4 +95,5 @@ def check_request(prompts: list[list[int]], params: SamplingParams,
     if max_positions and longest + params.max_new_tokens > max_positions:
         raise ValueError(
             f"generate: a {longest}-token prompt plus max_new_tokens={params.max_new_tokens} "
-            f"exceeds the engine's {max_positions} positions")
+            f"exceeds the engine's {max_positions} positions"
+        )

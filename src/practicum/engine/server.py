@@ -71,8 +71,11 @@ class WeightsGate:
         shares the trainable while the learner trains (or waits to) yields False at once and
         holds nothing: its caller defers it."""
         with self._cond:
-            self._cond.wait_for(lambda: self._trains(shares_trainable)
-                                or not (self._updating or self._waiting_updates))
+            self._cond.wait_for(
+                lambda: (
+                    self._trains(shares_trainable) or not (self._updating or self._waiting_updates)
+                )
+            )
             if self._trains(shares_trainable):
                 allowed = False
             else:
@@ -149,8 +152,9 @@ class GenerationServer:
 
     def start(self) -> GenerationServer:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="generation-server",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="generation-server", daemon=True
+            )
             self._thread.start()
         return self
 
@@ -181,18 +185,21 @@ class GenerationServer:
         self._deferred = []
 
     # -- callers ---------------------------------------------------------------------------------
-    def submit(self, ids: list[int], params: SamplingParams, seed: int | None = None,
-               adapter: bool = True) -> Future:
+    def submit(
+        self, ids: list[int], params: SamplingParams, seed: int | None = None, adapter: bool = True
+    ) -> Future:
         return self._put([(ids, params, seed)], adapter)[0]
 
-    def generate(self, ids: list[int], params: SamplingParams, seed: int | None = None,
-                 adapter: bool = True) -> tuple[Sample, int]:
+    def generate(
+        self, ids: list[int], params: SamplingParams, seed: int | None = None, adapter: bool = True
+    ) -> tuple[Sample, int]:
         """Blocking: (sample, policy version that produced it). Raises CancelledError once the
         server has stopped."""
         return self.submit(ids, params, seed, adapter).result()
 
-    def generate_batch(self, rows: list[tuple[list[int], SamplingParams, int | None]],
-                       adapter: bool = True) -> list[tuple[Sample | BaseException, int]]:
+    def generate_batch(
+        self, rows: list[tuple[list[int], SamplingParams, int | None]], adapter: bool = True
+    ) -> list[tuple[Sample | BaseException, int]]:
         """Blocking: per (ids, params, seed) row, (sample, version) or (the exception that
         failed that row, -1); all rows are submitted at once, so they batch together."""
         out = []
@@ -285,7 +292,7 @@ class GenerationServer:
                 groups.setdefault((r.params, r.adapter), []).append(r)
             for reqs in groups.values():
                 for i in range(0, len(reqs), self.max_batch):
-                    self._run(reqs[i:i + self.max_batch])
+                    self._run(reqs[i : i + self.max_batch])
 
     def _run(self, reqs: list[_Request]) -> None:
         """Sample `reqs` in one call, or defer them while the learner trains the module they
@@ -298,17 +305,20 @@ class GenerationServer:
                 if not allowed or self.awaits_weights:
                     self._deferred += reqs
                     return
-                reqs = [r for r in reqs
-                        if r.future.running() or r.future.set_running_or_notify_cancel()]
+                reqs = [
+                    r for r in reqs if r.future.running() or r.future.set_running_or_notify_cancel()
+                ]
                 if not reqs:
                     return
                 seeds = [r.seed for r in reqs]
                 start = time.perf_counter()
                 version = self.sampler.version
                 samples = self.sampler.generate(
-                    [r.ids for r in reqs], params,
+                    [r.ids for r in reqs],
+                    params,
                     seeds=None if all(s is None for s in seeds) else seeds,
-                    adapter=adapter)
+                    adapter=adapter,
+                )
                 self.busy_seconds += time.perf_counter() - start
         except Exception as e:  # each caller's episode ends with this failure; the server lives
             if len(reqs) > 1 and not isinstance(e, SamplerFailure):

@@ -46,28 +46,35 @@ class Completion:
 class ModelClient(Protocol):
     """One role's backend."""
 
-    def complete(self, messages: list[Message], params: SamplingParams | None = None
-                 ) -> Completion: ...
+    def complete(
+        self, messages: list[Message], params: SamplingParams | None = None
+    ) -> Completion: ...
 
 
 class ModelService:
     """Routes environment LLM calls to the live policy or to other backends (module doc)."""
 
-    def __init__(self, server: GenerationServer | None = None, chat: ChatFormat | None = None,
-                 dtype: str = "auto"):
+    def __init__(
+        self,
+        server: GenerationServer | None = None,
+        chat: ChatFormat | None = None,
+        dtype: str = "auto",
+    ):
         self.server, self.chat, self.dtype = server, chat, dtype
         self._clients: dict[str, ModelClient | None] = {}
         self._lock = threading.Lock()
 
-    def complete(self, messages: list[Message], params: SamplingParams | None = None,
-                 adapter: bool = True) -> Completion:
+    def complete(
+        self, messages: list[Message], params: SamplingParams | None = None, adapter: bool = True
+    ) -> Completion:
         """Call the live policy (adapter=False: its frozen base)."""
         if self.server is None or self.chat is None:
             raise RuntimeError("this model service has no live policy (built without a server)")
         params = params or DEFAULT_PARAMS
         ids = self.chat.render(messages)
-        params = replace(params, stop_token_ids=tuple(sorted({*params.stop_token_ids,
-                                                             *self.chat.stop_ids()})))
+        params = replace(
+            params, stop_token_ids=tuple(sorted({*params.stop_token_ids, *self.chat.stop_ids()}))
+        )
         seed = None if params.temperature == 0 else derive_seed(*ids)
         sample, _version = self.server.generate(ids, params, seed=seed, adapter=adapter)
         return Completion(sample.text, sample.token_ids, sample.finish_reason)
@@ -87,8 +94,8 @@ class ModelService:
         if spec in ("policy", "base"):
             return PolicyClient(self, adapter=spec == "policy")
         if spec.startswith("local:"):
-            return local_client(spec[len("local:"):].strip(), self.dtype)
-        url, _, model = spec[len("openai:"):].partition("|")
+            return local_client(spec[len("local:") :].strip(), self.dtype)
+        url, _, model = spec[len("openai:") :].partition("|")
         return OpenAIClient(url.strip(), model.strip())
 
 
@@ -99,12 +106,12 @@ def check_spec(spec: str, key: str = "model", resolve_local: bool = False) -> No
     spec = spec.strip()
     if spec in ("policy", "base", "rules"):
         return
-    if spec.startswith("local:") and spec[len("local:"):].strip():
+    if spec.startswith("local:") and spec[len("local:") :].strip():
         if resolve_local:
-            _check_local_model(spec[len("local:"):].strip(), key)
+            _check_local_model(spec[len("local:") :].strip(), key)
         return
     if spec.startswith("openai:"):
-        url, sep, model = spec[len("openai:"):].partition("|")
+        url, sep, model = spec[len("openai:") :].partition("|")
         if sep and url.strip() and model.strip():
             return
     raise ConfigError(f"config error at {key}: expected {SPECS}, got {spec!r}")
@@ -128,8 +135,7 @@ class PolicyClient:
     service: ModelService
     adapter: bool
 
-    def complete(self, messages: list[Message], params: SamplingParams | None = None
-                 ) -> Completion:
+    def complete(self, messages: list[Message], params: SamplingParams | None = None) -> Completion:
         return self.service.complete(messages, params, adapter=self.adapter)
 
 
@@ -142,8 +148,7 @@ class LocalClient:
         self._sampler = None
         self._chat = None
 
-    def complete(self, messages: list[Message], params: SamplingParams | None = None
-                 ) -> Completion:
+    def complete(self, messages: list[Message], params: SamplingParams | None = None) -> Completion:
         from practicum.engine.chat import ChatFormat
         from practicum.engine.hf import load_frozen_sampler
 
@@ -153,11 +158,14 @@ class LocalClient:
                 self._chat = ChatFormat(self._sampler.tokenizer)
             params = params or DEFAULT_PARAMS
             ids = self._chat.render(messages)
-            params = replace(params, stop_token_ids=tuple(sorted({*params.stop_token_ids,
-                                                                 *self._chat.stop_ids()})))
+            params = replace(
+                params,
+                stop_token_ids=tuple(sorted({*params.stop_token_ids, *self._chat.stop_ids()})),
+            )
             seed = None if params.temperature == 0 else derive_seed(*ids)
-            sample: Sample = self._sampler.generate([ids], params, seeds=[seed] if seed else None,
-                                                    adapter=False)[0]
+            sample: Sample = self._sampler.generate(
+                [ids], params, seeds=[seed] if seed else None, adapter=False
+            )[0]
         return Completion(sample.text, sample.token_ids, sample.finish_reason)
 
 
@@ -174,29 +182,37 @@ def local_client(model: str, dtype: str = "auto") -> LocalClient:
 class OpenAIClient:
     """An OpenAI-compatible chat-completions endpoint (standard library HTTP, no extra deps)."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None,
-                 timeout: float = 300.0):
+    def __init__(
+        self, base_url: str, model: str, api_key: str | None = None, timeout: float = 300.0
+    ):
         url = base_url.rstrip("/")
         self.url = (url if url.endswith("/v1") else url + "/v1") + "/chat/completions"
         self.model, self.api_key, self.timeout = model, api_key, timeout
 
-    def complete(self, messages: list[Message], params: SamplingParams | None = None
-                 ) -> Completion:
+    def complete(self, messages: list[Message], params: SamplingParams | None = None) -> Completion:
         params = params or DEFAULT_PARAMS
         if params.grammar is not None:  # no standard field for it: refuse rather than drop it
-            raise ValueError("an OpenAI-compatible endpoint takes no grammar "
-                             "(SamplingParams.grammar); use the policy or a local model")
-        body = {"model": self.model, "messages": list(messages),
-                "temperature": params.temperature, "top_p": params.top_p,
-                "max_tokens": params.max_new_tokens}
+            raise ValueError(
+                "an OpenAI-compatible endpoint takes no grammar "
+                "(SamplingParams.grammar); use the policy or a local model"
+            )
+        body = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+        }
         if params.stop_strings:
             body["stop"] = list(params.stop_strings)
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers,
-                                         method="POST")
+        request = urllib.request.Request(
+            self.url, json.dumps(body).encode(), headers, method="POST"
+        )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             choice = json.loads(response.read())["choices"][0]
-        return Completion(choice["message"].get("content") or "", [],
-                          choice.get("finish_reason") or "stop")
+        return Completion(
+            choice["message"].get("content") or "", [], choice.get("finish_reason") or "stop"
+        )

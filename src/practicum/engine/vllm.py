@@ -16,29 +16,38 @@ from practicum.engine.rope import vllm_overrides
 from practicum.engine.vllm_sampler import VLLMSampler
 
 
-def build_sampler(options: VLLMOptions, policy: PolicyConfig,
-                  trainable: HFTrainable | None = None) -> VLLMSampler:
+def build_sampler(
+    options: VLLMOptions, policy: PolicyConfig, trainable: HFTrainable | None = None
+) -> VLLMSampler:
     """The registry's builder for engine.kind vllm: a vLLM engine of the policy's model,
     holding the trainable's weights as version 0 when one is given."""
     return _vllm_sampler(policy, options, trainable)
 
 
-def _vllm_sampler(policy: PolicyConfig, options: VLLMOptions,
-                  trainable: HFTrainable | None) -> VLLMSampler:
+def _vllm_sampler(
+    policy: PolicyConfig, options: VLLMOptions, trainable: HFTrainable | None
+) -> VLLMSampler:
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, pick_device(policy.device), sampler=True)  # bf16 on a GPU
     tokenizer = trainable.tokenizer if trainable is not None else load_tokenizer(path)
-    sampler = VLLMSampler(path, tokenizer, dtype=str(dtype).removeprefix("torch."),
-                          lora_rank=policy.lora_r if policy.lora else None,
-                          full_weights=not policy.lora, options=options, seed=policy.seed,
-                          hf_overrides=vllm_overrides(path, policy.rope_scaling_dict))
+    sampler = VLLMSampler(
+        path,
+        tokenizer,
+        dtype=str(dtype).removeprefix("torch."),
+        lora_rank=policy.lora_r if policy.lora else None,
+        full_weights=not policy.lora,
+        options=options,
+        seed=policy.seed,
+        hf_overrides=vllm_overrides(path, policy.rope_scaling_dict),
+    )
     if trainable is not None:
         sampler.load_weights(trainable.export_weights(0))
     return sampler
 
 
-def load_vllm_engine(cfg: PolicyConfig, options: VLLMOptions | None = None
-                     ) -> tuple[HFTrainable, VLLMSampler]:
+def load_vllm_engine(
+    cfg: PolicyConfig, options: VLLMOptions | None = None
+) -> tuple[HFTrainable, VLLMSampler]:
     """The trainable (HF + peft, as with the HF engine) and a vLLM sampler already holding its
     weights as version 0."""
     trainable = load_trainable(cfg)

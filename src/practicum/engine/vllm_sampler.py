@@ -97,10 +97,12 @@ def memory_share(free: int, total: int, margin: float = 0.1, cap: float = 0.9) -
     GPU for the learner's activations and allocator slack, at most `cap` (vLLM's default)."""
     share = min(cap, free / total - margin)
     if share < 0.05:
-        raise ValueError(f"only {free / 2**30:.1f} of the GPU's {total / 2**30:.1f} GiB are free: "
-                         "too little for vLLM beside the learner (set "
-                         "engine.gpu_memory_utilization, or give vLLM GPUs of its own in "
-                         "engine actors: placement.engine)")
+        raise ValueError(
+            f"only {free / 2**30:.1f} of the GPU's {total / 2**30:.1f} GiB are free: "
+            "too little for vLLM beside the learner (set "
+            "engine.gpu_memory_utilization, or give vLLM GPUs of its own in "
+            "engine actors: placement.engine)"
+        )
     return round(share, 3)
 
 
@@ -108,13 +110,15 @@ def llm_options(opts: VLLMOptions, gpu_memory: tuple[int, int] | None) -> dict:
     """The keyword arguments `vllm.LLM` gets from `opts`; `gpu_memory` = (free, total) bytes
     of the engine's GPU, None on CPU: no memory share (the KV cache is kv_cache_gb) and no
     sleep mode (the CPU build refuses it; the sampler still defers sampling while training)."""
-    kwargs = {"max_model_len": opts.max_model_len, "enforce_eager": opts.enforce_eager,
-              "tensor_parallel_size": opts.tensor_parallel_size}
+    kwargs = {
+        "max_model_len": opts.max_model_len,
+        "enforce_eager": opts.enforce_eager,
+        "tensor_parallel_size": opts.tensor_parallel_size,
+    }
     if opts.max_num_seqs is not None:
         kwargs["max_num_seqs"] = opts.max_num_seqs
     if gpu_memory is not None:
-        kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization or \
-            memory_share(*gpu_memory)
+        kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization or memory_share(*gpu_memory)
         kwargs["enable_sleep_mode"] = opts.enable_sleep_mode
     return kwargs
 
@@ -125,9 +129,19 @@ def _gpu_memory() -> tuple[int, int] | None:
     return torch.cuda.mem_get_info() if torch.cuda.is_available() else None
 
 
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                      "MASTER_ADDR", "MASTER_PORT")
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 """What torchrun sets for its ranks (and TORCHELASTIC_*): vLLM reads them as its own
 distributed launch (its `external_launcher`), so the engine that torchrun's rank 0 starts must
 not see them."""
@@ -137,8 +151,11 @@ not see them."""
 def without_launcher_variables() -> Iterator[None]:
     """os.environ without torchrun's variables (`LAUNCHER_VARIABLES`) inside the block: the
     processes started there (vLLM's engine and workers) inherit none; restored after."""
-    saved = {k: v for k, v in os.environ.items()
-             if k in LAUNCHER_VARIABLES or k.startswith("TORCHELASTIC_")}
+    saved = {
+        k: v
+        for k, v in os.environ.items()
+        if k in LAUNCHER_VARIABLES or k.startswith("TORCHELASTIC_")
+    }
     for k in saved:
         del os.environ[k]
     try:
@@ -163,10 +180,18 @@ ADAPTER, ADAPTER_ID = "policy", 1
 class VLLMSampler:
     """Implements `practicum.engine.base.Sampler` on `vllm.LLM` (module doc)."""
 
-    def __init__(self, model_path: str | Path, tokenizer, *, dtype: str = "float32",
-                 lora_rank: int | None = None, full_weights: bool = False,
-                 options: VLLMOptions | None = None, seed: int = 0,
-                 hf_overrides: dict | None = None):
+    def __init__(
+        self,
+        model_path: str | Path,
+        tokenizer,
+        *,
+        dtype: str = "float32",
+        lora_rank: int | None = None,
+        full_weights: bool = False,
+        options: VLLMOptions | None = None,
+        seed: int = 0,
+        hf_overrides: dict | None = None,
+    ):
         import torch
 
         opts = options or VLLMOptions()
@@ -175,26 +200,37 @@ class VLLMSampler:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", opts.threads)
         kwargs = {}
         if lora_rank is not None:
-            kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(lora_rank),
-                          max_loras=MAX_LORAS, max_cpu_loras=MAX_LORAS + 1)
+            kwargs.update(
+                enable_lora=True,
+                max_lora_rank=_vllm_rank(lora_rank),
+                max_loras=MAX_LORAS,
+                max_cpu_loras=MAX_LORAS + 1,
+            )
         if full_weights:
             kwargs["worker_extension_cls"] = "practicum.engine.vllm_worker.WeightsReloader"
         if hf_overrides:  # the model config's changes, e.g. rope_parameters (engine.rope)
             kwargs["hf_overrides"] = hf_overrides
         self.options = opts
         llm_kwargs = llm_options(opts, _gpu_memory())
-        self.llm = _start_engine(model=str(model_path), tokenizer=str(model_path), dtype=dtype,
-                                 seed=seed, logprobs_mode="processed_logprobs",
-                                 structured_outputs_config={"backend": "guidance"},
-                                 **llm_kwargs, **kwargs)
+        self.llm = _start_engine(
+            model=str(model_path),
+            tokenizer=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            structured_outputs_config={"backend": "guidance"},
+            **llm_kwargs,
+            **kwargs,
+        )
         self.dtype = getattr(torch, dtype)
         """The engine's weights' dtype: full weights are cast to it before they travel."""
         self.asleep = False
         self.awaits_weights = False
         """Asleep with its full weights dropped: only `load_weights` wakes it
         (`SleepingSampler`)."""
-        self._handover = GPUHandover(self.llm, full_weights) \
-            if llm_kwargs.get("enable_sleep_mode") else None
+        self._handover = (
+            GPUHandover(self.llm, full_weights) if llm_kwargs.get("enable_sleep_mode") else None
+        )
         """vLLM itself sleeps (on a GPU); on CPU only the sequencing applies."""
         self.tokenizer = tokenizer
         self.max_positions = opts.max_model_len
@@ -237,8 +273,10 @@ class VLLMSampler:
         if not self.asleep:
             return
         if self.awaits_weights:
-            raise RuntimeError("the vLLM engine dropped its weights for the train step: only a "
-                               "publish (load_weights) wakes it")
+            raise RuntimeError(
+                "the vLLM engine dropped its weights for the train step: only a "
+                "publish (load_weights) wakes it"
+            )
         self._wake()
 
     def _wake(self, sync=None) -> None:
@@ -248,8 +286,13 @@ class VLLMSampler:
             sync()
         self.asleep = self.awaits_weights = False
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+    ) -> list[Sample]:
         from vllm import SamplingParams as VP
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
@@ -260,32 +303,55 @@ class VLLMSampler:
         if not prompts or params.max_new_tokens == 0:
             return [Sample([], [], "", "length") for _ in prompts]
         if not adapter and not self.lora and self.version > 0:
-            raise ValueError("adapter=False (the frozen base) needs LoRA on the vLLM engine: "
-                             "full fine-tuning overwrote the base weights in place")
+            raise ValueError(
+                "adapter=False (the frozen base) needs LoRA on the vLLM engine: "
+                "full fine-tuning overwrote the base weights in place"
+            )
         greedy = params.temperature == 0
         grammar = None
         if params.grammar is not None:  # refused here, in one line, like the HF sampler does
             compiled(params.grammar)
             grammar = StructuredOutputsParams(grammar=params.grammar)
-        sps = [VP(temperature=params.temperature, top_p=params.top_p,
-                  structured_outputs=grammar,
-                  max_tokens=params.max_new_tokens, stop=list(params.stop_strings) or None,
-                  stop_token_ids=list(params.stop_token_ids) or None, logprobs=0,
-                  seed=None if seeds is None or greedy else seeds[i],
-                  skip_special_tokens=True, detokenize=bool(params.stop_strings),
-                  ignore_eos=self.ignore_eos)
-               for i in range(len(prompts))]
+        sps = [
+            VP(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                structured_outputs=grammar,
+                max_tokens=params.max_new_tokens,
+                stop=list(params.stop_strings) or None,
+                stop_token_ids=list(params.stop_token_ids) or None,
+                logprobs=0,
+                seed=None if seeds is None or greedy else seeds[i],
+                skip_special_tokens=True,
+                detokenize=bool(params.stop_strings),
+                ignore_eos=self.ignore_eos,
+            )
+            for i in range(len(prompts))
+        ]
         lora = self._lora if adapter and self.lora else None
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps,
-                                 lora_request=lora, use_tqdm=False)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+            sps,
+            lora_request=lora,
+            use_tqdm=False,
+        )
         samples = []
         for o in outs:
             c = o.outputs[0]
             ids = list(c.token_ids)
-            lps = [0.0] * len(ids) if greedy else \
-                [float(d[t].logprob) for t, d in zip(ids, c.logprobs)]
-            samples.append(Sample(ids, lps, self.tokenizer.decode(ids, skip_special_tokens=True),
-                                  "stop" if c.finish_reason == "stop" else "length"))
+            lps = (
+                [0.0] * len(ids)
+                if greedy
+                else [float(d[t].logprob) for t, d in zip(ids, c.logprobs)]
+            )
+            samples.append(
+                Sample(
+                    ids,
+                    lps,
+                    self.tokenizer.decode(ids, skip_special_tokens=True),
+                    "stop" if c.finish_reason == "stop" else "length",
+                )
+            )
         return samples
 
     # -- weights ---------------------------------------------------------------------------------
@@ -316,8 +382,10 @@ class VLLMSampler:
         else:
             reload()
         if not self.llm.reset_prefix_cache():
-            raise RuntimeError("vLLM could not reset its prefix cache after a weight update "
-                               "(requests still hold blocks): its cached KV would be stale")
+            raise RuntimeError(
+                "vLLM could not reset its prefix cache after a weight update "
+                "(requests still hold blocks): its cached KV would be stale"
+            )
         self.version = version
 
     def _load_lora(self, update: WeightUpdate) -> None:
@@ -330,19 +398,33 @@ class VLLMSampler:
             raise ValueError("this vLLM engine was started without LoRA; cannot load an adapter")
         folder = self._dir / "policy"
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().float().contiguous().cpu() for k, v in update.tensors.items()},
-                  folder / "adapter_model.safetensors")
+        save_file(
+            {k: v.detach().float().contiguous().cpu() for k, v in update.tensors.items()},
+            folder / "adapter_model.safetensors",
+        )
         cfg = update.adapter_config
-        (folder / "adapter_config.json").write_text(json.dumps({
-            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": cfg["r"],
-            "lora_alpha": cfg["lora_alpha"], "use_rslora": cfg.get("use_rslora", False),
-            "target_modules": list(cfg["target_modules"]), "bias": "none",
-            "fan_in_fan_out": False, "modules_to_save": None, "lora_dropout": 0.0,
-            "base_model_name_or_path": self.model_path}))
+        (folder / "adapter_config.json").write_text(
+            json.dumps(
+                {
+                    "peft_type": "LORA",
+                    "task_type": "CAUSAL_LM",
+                    "r": cfg["r"],
+                    "lora_alpha": cfg["lora_alpha"],
+                    "use_rslora": cfg.get("use_rslora", False),
+                    "target_modules": list(cfg["target_modules"]),
+                    "bias": "none",
+                    "fan_in_fan_out": False,
+                    "modules_to_save": None,
+                    "lora_dropout": 0.0,
+                    "base_model_name_or_path": self.model_path,
+                }
+            )
+        )
         # loaded now, while generation waits for the update; the requests then name the same
         # id without load_inplace (which would reload the folder at every engine step)
-        self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, ADAPTER_ID, str(folder),
-                                                 load_inplace=True))
+        self.llm.llm_engine.add_lora(
+            LoRARequest(ADAPTER, ADAPTER_ID, str(folder), load_inplace=True)
+        )
         self._lora = LoRARequest(ADAPTER, ADAPTER_ID, str(folder))
 
     def _full_reload(self, update: WeightUpdate):
@@ -354,21 +436,32 @@ class VLLMSampler:
         tensors = {k: v.detach() for k, v in update.tensors.items()}
         how = self.options.weight_sync
         # a broadcast carries its fingerprints itself (`WeightGroup.send_stream`)
-        sent = fingerprints(tensors, self.dtype) \
-            if self.options.verify_weights and how != "broadcast" else None
-        if "lm_head.weight" in tensors and "model.embed_tokens.weight" in tensors and \
-                tensors["lm_head.weight"].data_ptr() == tensors["model.embed_tokens.weight"].data_ptr():
+        sent = (
+            fingerprints(tensors, self.dtype)
+            if self.options.verify_weights and how != "broadcast"
+            else None
+        )
+        if (
+            "lm_head.weight" in tensors
+            and "model.embed_tokens.weight" in tensors
+            and tensors["lm_head.weight"].data_ptr()
+            == tensors["model.embed_tokens.weight"].data_ptr()
+        ):
             tensors.pop("lm_head.weight")  # tied: sent once (safetensors refuses shared storage)
         if how != "broadcast":  # a CPU copy in the engine's dtype (broadcast casts per bucket)
-            tensors = {k: v.to("cpu", self.dtype if v.is_floating_point() else v.dtype)
-                       .contiguous() for k, v in tensors.items()}
-        send = {"broadcast": self._broadcast, "memory": self._send_bytes,
-                "file": self._send_file}[how]
+            tensors = {
+                k: v.to("cpu", self.dtype if v.is_floating_point() else v.dtype).contiguous()
+                for k, v in tensors.items()
+            }
+        send = {"broadcast": self._broadcast, "memory": self._send_bytes, "file": self._send_file}[
+            how
+        ]
 
         def reload() -> None:
             send(tensors)
             if sent is not None:
                 self.check_weights(sent)
+
         return reload
 
     def _send_bytes(self, tensors: dict) -> None:
@@ -390,8 +483,10 @@ class VLLMSampler:
         held = combine_ranks([fp for fp, _ in answers])
         problems = stale_tensors(sent, held, answers[0][1])
         if problems:
-            raise StaleWeights(f"after publishing, {len(problems)} of vLLM's parameters are not "
-                               f"the learner's: " + "; ".join(problems[:8]))
+            raise StaleWeights(
+                f"after publishing, {len(problems)} of vLLM's parameters are not "
+                f"the learner's: " + "; ".join(problems[:8])
+            )
 
     def _broadcast(self, tensors: dict) -> None:
         """`weight_sync: broadcast` from a learner in this process: it sends as rank 0 of the
@@ -408,21 +503,24 @@ class VLLMSampler:
                     raise ConfigError(
                         "config error at engine.weight_transport: collective, but the "
                         "learner's weights are on a GPU vLLM also runs on, and NCCL cannot "
-                        "join two processes on one GPU: weight_transport=ipc (or auto)")
+                        "join two processes on one GPU: weight_transport=ipc (or auto)"
+                    )
                 transport = "ipc"  # auto: CUDA IPC on the shared GPU
         if transport == "auto":
             transport = "collective"
         if transport == "ipc":
             backend = "gloo"  # control messages only; the bytes stay where they are
         meta = meta_of(tensors, self.dtype)
-        here = StreamedUpdate(0, lambda target: send_stream(target, meta, iter(tensors.items()),
-                                                            self._sender))
+        here = StreamedUpdate(
+            0, lambda target: send_stream(target, meta, iter(tensors.items()), self._sender)
+        )
         self._stream(here, self._stream_target(backend, transport))
 
     def stream_format(self) -> StreamFormat:
         """What a sharded learner streams to it: one member per worker, in its dtype."""
-        return StreamFormat(self.receivers, self._gpu_backend(),
-                            str(self.dtype).removeprefix("torch."))
+        return StreamFormat(
+            self.receivers, self._gpu_backend(), str(self.dtype).removeprefix("torch.")
+        )
 
     def _gpu_backend(self) -> str:
         """A sharded learner's backend: nccl when vLLM holds its weights on GPUs (the ranks
@@ -432,13 +530,20 @@ class VLLMSampler:
     def _stream_target(self, backend: str, transport: str = "collective") -> WeightTarget:
         """The weight group's current formation for `backend` and `transport` (a new one when
         either changes)."""
-        if self._target is None or \
-                (self._target.backend, self._target.transport) != (backend, transport):
+        if self._target is None or (self._target.backend, self._target.transport) != (
+            backend,
+            transport,
+        ):
             if self._rendezvous is None:
                 self._rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
-            self._target = self._rendezvous.target(1 + self.receivers, backend, self.dtype,
-                                                   self.options.weight_bucket_mb,
-                                                   self.options.verify_weights, transport)
+            self._target = self._rendezvous.target(
+                1 + self.receivers,
+                backend,
+                self.dtype,
+                self.options.weight_bucket_mb,
+                self.options.verify_weights,
+                transport,
+            )
         return self._target
 
     def _stream(self, update: StreamedUpdate, target: WeightTarget) -> None:
@@ -453,8 +558,9 @@ class VLLMSampler:
     def _receive(self, target: WeightTarget, rank: int) -> None:
         """The workers receive as members rank, rank + 1, ...; then, for a target with
         `verify`, the post-sync check against the fingerprints the sender appended."""
-        sent = self.llm.collective_rpc("receive_stream",
-                                       args=(asdict(target), rank, own_address()))[0]
+        sent = self.llm.collective_rpc(
+            "receive_stream", args=(asdict(target), rank, own_address())
+        )[0]
         if target.verify:
             self.check_weights(sent)
 

@@ -43,8 +43,9 @@ class WeightsReloader:
             return "cpu"
         return str(torch.cuda.get_device_properties(self.device).uuid)
 
-    def receive_stream(self, target: dict, first_rank: int, bind: str | None
-                       ) -> dict[str, int] | None:
+    def receive_stream(
+        self, target: dict, first_rank: int, bind: str | None
+    ) -> dict[str, int] | None:
         """Receive one version streamed to `target` (`weight_stream`) as member first_rank +
         this worker's rank (joined at the first, kept while the target stays; its sockets on
         `bind`, this node's address) and reload it bucket by bucket; nccl receives on this
@@ -67,8 +68,11 @@ class WeightsReloader:
                 member.close()  # mid-collective: the next publish forms the group anew
                 raise
         sent = group.sent_fingerprints
-        if sent is not None and "lm_head.weight" not in sent and \
-                getattr(self.model_runner.model.config, "tie_word_embeddings", False):
+        if (
+            sent is not None
+            and "lm_head.weight" not in sent
+            and getattr(self.model_runner.model.config, "tie_word_embeddings", False)
+        ):
             # a tied head travels once, as the embedding (`distinct_tensors`); `_reload`
             # re-ties vLLM's own lm_head to it, so that is what it must hold
             sent = {**sent, "lm_head.weight": sent["model.embed_tokens.weight"]}
@@ -121,8 +125,11 @@ def _kernel_fingerprint(module, rows: int = 256) -> int:
 
     from practicum.engine.weight_check import fingerprint
 
-    size = getattr(module, "input_size_per_partition", None) or \
-        getattr(module, "embedding_dim", None) or module.input_size
+    size = (
+        getattr(module, "input_size_per_partition", None)
+        or getattr(module, "embedding_dim", None)
+        or module.input_size
+    )
     total = 0
     with torch.no_grad():
         for start in range(0, size, rows):

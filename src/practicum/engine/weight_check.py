@@ -41,7 +41,7 @@ def fingerprint(t: Tensor) -> int:
     flat = t.detach().reshape(-1)
     total = 0
     for start in range(0, flat.numel(), _CHUNK):
-        part = flat[start:start + _CHUNK]
+        part = flat[start : start + _CHUNK]
         if part.is_floating_point():
             part = part + 0.0  # -0.0 + 0.0 = +0.0; every other value is unchanged
         bits = part.contiguous().view(_BITS[part.element_size()])
@@ -51,8 +51,10 @@ def fingerprint(t: Tensor) -> int:
 
 def fingerprints(tensors: Mapping[str, Tensor], dtype: torch.dtype) -> dict[str, int]:
     """Each tensor's fingerprint once cast to `dtype` (floating tensors; one cast at a time)."""
-    return {name: fingerprint(t.to(dtype) if t.is_floating_point() else t)
-            for name, t in tensors.items()}
+    return {
+        name: fingerprint(t.to(dtype) if t.is_floating_point() else t)
+        for name, t in tensors.items()
+    }
 
 
 def engine_name(name: str, packed: Mapping[str, Sequence[str]]) -> str:
@@ -74,8 +76,9 @@ def combine_ranks(per_rank: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return out
 
 
-def stale_tensors(sent: Mapping[str, int], held: Mapping[str, int],
-                  packed: Mapping[str, Sequence[str]]) -> list[str]:
+def stale_tensors(
+    sent: Mapping[str, int], held: Mapping[str, int], packed: Mapping[str, Sequence[str]]
+) -> list[str]:
     """What the engine holds that differs from what was sent, one line per parameter: a sent
     tensor with no parameter to land in, a parameter no sent tensor wrote (so it kept its old
     value), or a parameter whose fingerprint is not the sum of the tensors sent into it."""
@@ -85,10 +88,15 @@ def stale_tensors(sent: Mapping[str, int], held: Mapping[str, int],
         target = engine_name(name, packed)
         expected[target] += value
         sources[target].append(name)
-    problems = [f"{n}: sent, but the engine has no such parameter" for n in expected
-                if n not in held]
-    problems += [f"{n}: nothing was sent into it (it kept its old value)" for n in held
-                 if n not in expected]
-    problems += [f"{n}: differs from what was sent ({', '.join(sources[n])})" for n in expected
-                 if n in held and held[n] != expected[n]]
+    problems = [
+        f"{n}: sent, but the engine has no such parameter" for n in expected if n not in held
+    ]
+    problems += [
+        f"{n}: nothing was sent into it (it kept its old value)" for n in held if n not in expected
+    ]
+    problems += [
+        f"{n}: differs from what was sent ({', '.join(sources[n])})"
+        for n in expected
+        if n in held and held[n] != expected[n]
+    ]
     return problems

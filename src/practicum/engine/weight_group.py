@@ -57,9 +57,16 @@ def backend_for(device: torch.device) -> str:
 def meta_of(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> Meta:
     """What the receivers allocate for `tensors`: each in its own dtype, or (floating ones)
     cast to `dtype` on the way (`WeightGroup.send` casts a bucket at a time)."""
-    return [(k, tuple(v.shape), str(dtype if dtype is not None and v.is_floating_point()
-                                     else v.dtype).removeprefix("torch."))
-            for k, v in tensors.items()]
+    return [
+        (
+            k,
+            tuple(v.shape),
+            str(dtype if dtype is not None and v.is_floating_point() else v.dtype).removeprefix(
+                "torch."
+            ),
+        )
+        for k, v in tensors.items()
+    ]
 
 
 def buckets(meta: Meta, bucket_mb: float = BUCKET_MB) -> list[list[int]]:
@@ -91,8 +98,14 @@ def _oversized(meta: Meta, idx: list[int], bucket_mb: float) -> bool:
 
 def _shared_capacity(meta: Meta, bucket_mb: float) -> int:
     """Bytes of the ipc buffer: the largest bucket that goes through it."""
-    return max((_nbytes(meta, idx) for idx in buckets(meta, bucket_mb)
-                if not _oversized(meta, idx, bucket_mb)), default=0)
+    return max(
+        (
+            _nbytes(meta, idx)
+            for idx in buckets(meta, bucket_mb)
+            if not _oversized(meta, idx, bucket_mb)
+        ),
+        default=0,
+    )
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -116,18 +129,33 @@ class WeightGroup:
     """A receiver's: the fingerprints that followed the last stream (`receive_stream`)."""
 
     @classmethod
-    def open_server(cls, world: int, backend: str, host: str = "127.0.0.1", port: int = 0,
-                    timeout_s: float = 600.0) -> PendingGroup:
+    def open_server(
+        cls,
+        world: int,
+        backend: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        timeout_s: float = 600.0,
+    ) -> PendingGroup:
         """Rank 0's store, listening now (port 0: a free one, `.port`); `.connect()` then forms
         the group, which blocks until all `world` members have joined."""
-        store = dist.TCPStore(host, port, None, True, timedelta(seconds=timeout_s),
-                              wait_for_workers=False)
+        store = dist.TCPStore(
+            host, port, None, True, timedelta(seconds=timeout_s), wait_for_workers=False
+        )
         return PendingGroup(store, host, world, backend, timeout_s)
 
     @classmethod
-    def join(cls, host: str, port: int, rank: int, world: int, backend: str,
-             timeout_s: float = 600.0, prefix: str = "practicum-weights",
-             bind: str | None = None) -> WeightGroup:
+    def join(
+        cls,
+        host: str,
+        port: int,
+        rank: int,
+        world: int,
+        backend: str,
+        timeout_s: float = 600.0,
+        prefix: str = "practicum-weights",
+        bind: str | None = None,
+    ) -> WeightGroup:
         """A member's membership (blocks until every member has joined); `prefix` names this
         formation among those of one store (`weight_stream.WeightRendezvous`); `bind`: the
         address this member's gloo sockets listen on (its own node's; default `host`)."""
@@ -135,8 +163,16 @@ class WeightGroup:
         return cls._form(store, bind or host, rank, world, backend, timeout_s, prefix)
 
     @classmethod
-    def _form(cls, store: dist.Store, host: str, rank: int, world: int, backend: str,
-              timeout_s: float, prefix: str = "practicum-weights") -> WeightGroup:
+    def _form(
+        cls,
+        store: dist.Store,
+        host: str,
+        rank: int,
+        world: int,
+        backend: str,
+        timeout_s: float,
+        prefix: str = "practicum-weights",
+    ) -> WeightGroup:
         prefixed = dist.PrefixStore(prefix, store)
         timeout = timedelta(seconds=timeout_s)
         if backend == "gloo":  # its sockets on `host`, not on what the host name resolves to
@@ -152,15 +188,21 @@ class WeightGroup:
             raise ValueError(f"weight group backend {backend!r}: nccl or gloo")
         return cls(pg, rank, world, backend, store)
 
-    def send(self, tensors: Sequence[torch.Tensor], meta: Meta,
-             bucket_mb: float = BUCKET_MB) -> None:
+    def send(
+        self, tensors: Sequence[torch.Tensor], meta: Meta, bucket_mb: float = BUCKET_MB
+    ) -> None:
         """Rank 0: broadcast `tensors` (described by `meta`, in its order, each cast to its
         dtype there) to every receiver."""
         self._send_buckets(zip((name for name, _, _ in meta), tensors), meta, bucket_mb)
 
-    def send_stream(self, meta: Meta, tensors: Iterable[tuple[str, torch.Tensor]],
-                    bucket_mb: float = BUCKET_MB, verify: bool = False,
-                    ipc: bool = False) -> None:
+    def send_stream(
+        self,
+        meta: Meta,
+        tensors: Iterable[tuple[str, torch.Tensor]],
+        bucket_mb: float = BUCKET_MB,
+        verify: bool = False,
+        ipc: bool = False,
+    ) -> None:
         """Rank 0: `meta` and the bucket size first (so the receivers need neither:
         `receive_stream`), then `tensors` as they come, named and ordered as `meta` says.
         Holds one bucket (a larger tensor travels as itself) beside the tensor being copied
@@ -177,15 +219,20 @@ class WeightGroup:
             arriving = itertools.chain([first] if first is not None else [], arriving)
             shared = SharedBucket.create(_shared_capacity(meta, bucket_mb), device)
         try:
-            self._send_bytes(json.dumps({"meta": meta, "bucket_mb": bucket_mb,
-                                         "verify": verify, "ipc": ipc}).encode())
+            self._send_bytes(
+                json.dumps(
+                    {"meta": meta, "bucket_mb": bucket_mb, "verify": verify, "ipc": ipc}
+                ).encode()
+            )
             if shared is not None:
                 self._send_bytes(json.dumps(shared.handle).encode())
                 opened = self._all_ok(True)
                 shared.forget()
                 if not opened:
-                    raise RuntimeError("weight transport ipc: a receiver could not open the "
-                                       "shared buffer (its own error says why)")
+                    raise RuntimeError(
+                        "weight transport ipc: a receiver could not open the "
+                        "shared buffer (its own error says why)"
+                    )
             sent: dict[str, int] | None = {} if verify else None
             self._send_buckets(arriving, meta, bucket_mb, sent, shared)
             if sent is not None:
@@ -215,9 +262,14 @@ class WeightGroup:
         self.pg.allreduce([flag]).wait()
         return flag.item() == 0.0
 
-    def _send_buckets(self, tensors: Iterable[tuple[str, torch.Tensor]], meta: Meta,
-                      bucket_mb: float, fingerprints: dict[str, int] | None = None,
-                      shared: SharedBucket | None = None) -> None:
+    def _send_buckets(
+        self,
+        tensors: Iterable[tuple[str, torch.Tensor]],
+        meta: Meta,
+        bucket_mb: float,
+        fingerprints: dict[str, int] | None = None,
+        shared: SharedBucket | None = None,
+    ) -> None:
         """`fingerprints`: filled with each tensor's fingerprint as it travels, if given.
         `shared`: every bucket is filled into it (each tensor cast on the way), then the
         receivers are told it is ready and copy it out before the next is filled; a tensor
@@ -234,17 +286,20 @@ class WeightGroup:
             if through_buffer:
                 flat = shared.view(dtype, sum(sizes))
             else:
-                flat = None if len(idx) == 1 else \
-                    torch.empty(sum(sizes), dtype=dtype, device=self.device)
+                flat = (
+                    None
+                    if len(idx) == 1
+                    else torch.empty(sum(sizes), dtype=dtype, device=self.device)
+                )
             for i, part in zip(idx, flat.split(sizes) if flat is not None else [None]):
                 name, tensor = next(arriving, (None, None))
                 if name != meta[i][0]:
-                    raise RuntimeError(f"weight stream: got {name!r} where the metadata has "
-                                       f"{meta[i][0]!r}")
+                    raise RuntimeError(
+                        f"weight stream: got {name!r} where the metadata has {meta[i][0]!r}"
+                    )
                 if part is None:  # alone in its bucket: sent as itself, cast if need be
                     # (ipc from a GPU: shared where it lies; otherwise on the group's device)
-                    where = tensor.device if shared is not None and tensor.is_cuda \
-                        else self.device
+                    where = tensor.device if shared is not None and tensor.is_cuda else self.device
                     flat = tensor.detach().contiguous().reshape(-1).to(where, dtype)
                     part = flat
                 else:
@@ -264,8 +319,9 @@ class WeightGroup:
                 self.pg.broadcast(flat, 0).wait()
             del flat
 
-    def receive_stream(self, device: torch.device | str = "cpu"
-                       ) -> Iterator[tuple[str, torch.Tensor]]:
+    def receive_stream(
+        self, device: torch.device | str = "cpu"
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """A receiver's side of `send_stream`: the tensors as they arrive (as `receive`).
         Once it is consumed, `sent_fingerprints` holds the sender's fingerprints when it
         sent them (`verify`), else None."""
@@ -280,17 +336,18 @@ class WeightGroup:
                 self._all_ok(False)  # the sender and the others stop here, not at a timeout
                 raise
             if not self._all_ok(True):
-                raise RuntimeError("weight transport ipc: another receiver could not open the "
-                                   "shared buffer")
-            yield from self._receive_shared(meta, buffer, header["bucket_mb"],
-                                            "cuda" in handle)
+                raise RuntimeError(
+                    "weight transport ipc: another receiver could not open the shared buffer"
+                )
+            yield from self._receive_shared(meta, buffer, header["bucket_mb"], "cuda" in handle)
         else:
             yield from self.receive(meta, device, header["bucket_mb"])
         if header.get("verify"):
             self.sent_fingerprints = json.loads(self._receive_bytes())
 
-    def _receive_shared(self, meta: Meta, buffer: torch.Tensor, bucket_mb: float,
-                        cuda: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    def _receive_shared(
+        self, meta: Meta, buffer: torch.Tensor, bucket_mb: float, cuda: bool
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """The ipc side of `receive`: each bucket viewed in the sender's buffer, where it lies
         (its GPU, or shared CPU memory), until the sender is told it was taken; a tensor
         larger than a bucket opened by its own handle (`cuda`) or received through the group
@@ -308,7 +365,7 @@ class WeightGroup:
                 flat = open_shared(json.loads(self._receive_bytes()))
             else:
                 self._barrier()  # ready
-                flat = buffer[:sum(sizes) * dtype.itemsize].view(dtype)
+                flat = buffer[: sum(sizes) * dtype.itemsize].view(dtype)
             for i, part in zip(idx, flat.split(sizes)):
                 yield meta[i][0], part.view(meta[i][1])
             if flat.is_cuda:
@@ -325,11 +382,15 @@ class WeightGroup:
     @property
     def device(self) -> torch.device:
         """Where this member's buffers live: its current GPU for nccl, else the CPU."""
-        return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" \
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if self.backend == "nccl"
             else torch.device("cpu")
+        )
 
-    def receive(self, meta: Meta, device: torch.device | str = "cpu",
-                bucket_mb: float = BUCKET_MB) -> Iterator[tuple[str, torch.Tensor]]:
+    def receive(
+        self, meta: Meta, device: torch.device | str = "cpu", bucket_mb: float = BUCKET_MB
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """A receiver: the broadcast tensors as (name, tensor), one bucket at a time (views of
         the bucket's buffer: copy what must outlive the next bucket). Consume it to the end, or
         the sender waits for the buckets not taken until its timeout."""
@@ -360,5 +421,4 @@ class PendingGroup:
         return self.store.port
 
     def connect(self) -> WeightGroup:
-        return WeightGroup._form(self.store, self.host, 0, self.world, self.backend,
-                                 self.timeout_s)
+        return WeightGroup._form(self.store, self.host, 0, self.world, self.backend, self.timeout_s)

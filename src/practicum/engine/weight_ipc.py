@@ -37,8 +37,11 @@ def machine_id() -> str:
 
 
 def _shm_dir() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
+    return (
+        "/dev/shm"
+        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
         else tempfile.gettempdir()
+    )
 
 
 @dataclass
@@ -60,12 +63,11 @@ class SharedBucket:
         with open(path, "wb") as f:
             f.truncate(nbytes)
         buffer = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-        return cls(buffer, {"machine": machine_id(), "file": str(path), "nbytes": nbytes},
-                   path)
+        return cls(buffer, {"machine": machine_id(), "file": str(path), "nbytes": nbytes}, path)
 
     def view(self, dtype: torch.dtype, numel: int) -> torch.Tensor:
         """The first `numel` elements of the buffer as `dtype`."""
-        return self.buffer[:numel * dtype.itemsize].view(dtype)
+        return self.buffer[: numel * dtype.itemsize].view(dtype)
 
     def forget(self) -> None:
         """Remove the CPU buffer's file (the mappings stay valid): nothing is left in
@@ -82,26 +84,37 @@ def cuda_handle(tensor: torch.Tensor) -> dict:
 
     rebuild, args = reduce_tensor(tensor)
     gpu = str(torch.cuda.get_device_properties(tensor.device).uuid)
-    return {"machine": machine_id(), "cuda": base64.b64encode(pickle.dumps((rebuild, args)))
-            .decode(), "gpu": gpu}
+    return {
+        "machine": machine_id(),
+        "cuda": base64.b64encode(pickle.dumps((rebuild, args))).decode(),
+        "gpu": gpu,
+    }
 
 
 def open_shared(handle: dict) -> torch.Tensor:
-    """A receiver's view of the sender's buffer (uint8) or tensor. CUDA: the handle is opened on this
-    process's device with the sender's GPU (device indices differ between processes that see
-    different GPUs)."""
+    """A receiver's view of the sender's buffer (uint8) or tensor. CUDA: the handle is opened
+    on this process's device with the sender's GPU (device indices differ between processes
+    that see different GPUs)."""
     if handle["machine"] != machine_id():
-        raise RuntimeError("weight transport ipc: this receiver runs on another machine than "
-                           "the sender; use the collective transport across machines")
+        raise RuntimeError(
+            "weight transport ipc: this receiver runs on another machine than "
+            "the sender; use the collective transport across machines"
+        )
     if "file" in handle:
-        return torch.from_file(handle["file"], shared=True, size=handle["nbytes"],
-                               dtype=torch.uint8)
+        return torch.from_file(
+            handle["file"], shared=True, size=handle["nbytes"], dtype=torch.uint8
+        )
     rebuild, args = _TorchOnly(io.BytesIO(base64.b64decode(handle["cuda"]))).load()
-    local = [i for i in range(torch.cuda.device_count())
-             if str(torch.cuda.get_device_properties(i).uuid) == handle["gpu"]]
+    local = [
+        i
+        for i in range(torch.cuda.device_count())
+        if str(torch.cuda.get_device_properties(i).uuid) == handle["gpu"]
+    ]
     if not local:
-        raise RuntimeError(f"weight transport ipc: the sender's GPU {handle['gpu']} is not "
-                           f"visible to this receiver")
+        raise RuntimeError(
+            f"weight transport ipc: the sender's GPU {handle['gpu']} is not "
+            f"visible to this receiver"
+        )
     args = list(args)
     args[6] = local[0]  # rebuild_cuda_tensor's storage_device
     return rebuild(*args)
@@ -113,9 +126,13 @@ class _TorchOnly(pickle.Unpickler):
     the network)."""
 
     def find_class(self, module: str, name: str):
-        if (module, name) == ("torch.multiprocessing.reductions", "rebuild_cuda_tensor") or \
-                (module in ("torch", "torch.storage") and
-                 name in ("Tensor", "Size", "TypedStorage", "UntypedStorage")) or \
-                (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+        if (
+            (module, name) == ("torch.multiprocessing.reductions", "rebuild_cuda_tensor")
+            or (
+                module in ("torch", "torch.storage")
+                and name in ("Tensor", "Size", "TypedStorage", "UntypedStorage")
+            )
+            or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))
+        ):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"not part of a CUDA IPC handle: {module}.{name}")

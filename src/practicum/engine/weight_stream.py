@@ -70,8 +70,9 @@ class WeightTarget:
     (`weight_ipc`)."""
 
     def join(self, rank: int, bind: str | None = None) -> WeightGroup:
-        return WeightGroup.join(self.host, self.port, rank, self.world, self.backend,
-                                self.timeout_s, self.prefix, bind)
+        return WeightGroup.join(
+            self.host, self.port, rank, self.world, self.backend, self.timeout_s, self.prefix, bind
+        )
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -84,17 +85,33 @@ class WeightRendezvous:
 
     def __init__(self, host: str = "127.0.0.1", timeout_s: float = 600.0):
         self.host, self.timeout_s, self.formed = host, timeout_s, 0
-        self.store = dist.TCPStore(host, 0, None, True, timedelta(seconds=timeout_s),
-                                   wait_for_workers=False)
+        self.store = dist.TCPStore(
+            host, 0, None, True, timedelta(seconds=timeout_s), wait_for_workers=False
+        )
 
-    def target(self, world: int, backend: str, dtype: torch.dtype | str,
-               bucket_mb: float, verify: bool = False,
-               transport: str = "collective") -> WeightTarget:
+    def target(
+        self,
+        world: int,
+        backend: str,
+        dtype: torch.dtype | str,
+        bucket_mb: float,
+        verify: bool = False,
+        transport: str = "collective",
+    ) -> WeightTarget:
         """A new formation of `world` members."""
         self.formed += 1
-        return WeightTarget(self.host, self.store.port, f"practicum-weights-{self.formed}",
-                            world, backend, str(dtype).removeprefix("torch."), bucket_mb,
-                            self.timeout_s, verify, transport)
+        return WeightTarget(
+            self.host,
+            self.store.port,
+            f"practicum-weights-{self.formed}",
+            world,
+            backend,
+            str(dtype).removeprefix("torch."),
+            bucket_mb,
+            self.timeout_s,
+            verify,
+            transport,
+        )
 
 
 class Membership:
@@ -158,14 +175,19 @@ def own_address() -> str | None:
     return None
 
 
-def send_stream(target: WeightTarget, meta: Meta, tensors: Iterator[tuple[str, torch.Tensor]],
-                member: Membership) -> None:
+def send_stream(
+    target: WeightTarget,
+    meta: Meta,
+    tensors: Iterator[tuple[str, torch.Tensor]],
+    member: Membership,
+) -> None:
     """The sender (rank 0): stream `tensors` (described by `meta`) to `target`. On a failure
     the rest of `tensors` is still drawn (each is a collective of the learner's ranks, which
     must stay paired) and the membership dropped (the next publish forms anew)."""
     try:
-        member.of(target, 0).send_stream(meta, tensors, target.bucket_mb, target.verify,
-                                         ipc=target.transport == "ipc")
+        member.of(target, 0).send_stream(
+            meta, tensors, target.bucket_mb, target.verify, ipc=target.transport == "ipc"
+        )
     except BaseException:
         member.close()
         try:
@@ -176,8 +198,9 @@ def send_stream(target: WeightTarget, meta: Meta, tensors: Iterator[tuple[str, t
         raise
 
 
-def receive_into(state: dict[str, torch.Tensor],
-                 arriving: Iterator[tuple[str, torch.Tensor]]) -> set[str]:
+def receive_into(
+    state: dict[str, torch.Tensor], arriving: Iterator[tuple[str, torch.Tensor]]
+) -> set[str]:
     """Copy each arriving tensor into `state`'s tensor of that name (in place, as it arrives);
     the names received. An unknown name or shape raises, after the rest has arrived."""
     got, problems = set(), []

@@ -28,8 +28,17 @@ from practicum.engine.chat import Message  # re-exported: environments write cha
 if TYPE_CHECKING:
     from practicum.engine.service import ModelService
 
-__all__ = ["HEADLINE", "AgentOutcome", "AgentTask", "Env", "EnvFactory", "Message", "Start",
-           "StepResult", "Task"]
+__all__ = [
+    "HEADLINE",
+    "AgentOutcome",
+    "AgentTask",
+    "Env",
+    "EnvFactory",
+    "Message",
+    "Start",
+    "StepResult",
+    "Task",
+]
 
 HEADLINE = "headline/"
 """Prefix of an episode metric that progress lines show beside reward and solved rate: the
@@ -38,7 +47,8 @@ environment's own measure of a usable outcome (MLE's `headline/valid`, a valid s
 
 @dataclass
 class Task:
-    """One problem instance. `data` is environment-specific (question, answer, competition id...)."""
+    """One problem instance. `data` is environment-specific (question, answer, competition
+    id...)."""
 
     task_id: str
     data: dict[str, Any] = field(default_factory=dict)
@@ -149,8 +159,10 @@ class Env(ABC):
 
     def agent_task(self, task: Task, seed: int) -> AgentTask:
         """Set up `task` for an outside agent (`rollout.agent`); the default refuses."""
-        raise NotImplementedError(f"{type(self).__name__} cannot host an outside agent "
-                                  "(rollout.agent): it has no agent_task/agent_grade")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot host an outside agent "
+            "(rollout.agent): it has no agent_task/agent_grade"
+        )
 
     def agent_grade(self, outcome: AgentOutcome) -> StepResult:
         """Grade what the outside agent left: reward, solved, metrics (done is implied)."""

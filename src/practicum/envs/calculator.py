@@ -50,8 +50,9 @@ def calculator_program(snippet: str) -> str:
     except SyntaxError:
         return snippet + "\n"
     # Whole floats print as integers so "3.0" does not read as a different answer from "3".
-    return (f"_v = ({snippet})\n"
-            "print(int(_v) if isinstance(_v, float) and _v.is_integer() else _v)\n")
+    return (
+        f"_v = ({snippet})\nprint(int(_v) if isinstance(_v, float) and _v.is_integer() else _v)\n"
+    )
 
 
 class CalculatorOptions(BaseModel):
@@ -61,13 +62,17 @@ class CalculatorOptions(BaseModel):
 
     generators: dict[str, float] = Field(
         {"basic_arithmetic": 0.6, "chain_sum": 0.3, "gsm_symbolic": 0.1},
-        description="reasoning-gym generator names and their sampling weights.")
+        description="reasoning-gym generator names and their sampling weights.",
+    )
     train_size: int = Field(2000, gt=0, description="Generated training tasks.")
     eval_size: int = Field(32, gt=0, description="Held-out tasks (disjoint questions).")
     few_shot: bool = Field(True, description="Show one worked episode as chat turns first.")
-    numeric_answers: bool = Field(True, description="Accept only a single number as the "
-                                  "answer (the verifiers give partial credit to text that "
-                                  "contains the number); turn off for non-numeric generators.")
+    numeric_answers: bool = Field(
+        True,
+        description="Accept only a single number as the "
+        "answer (the verifiers give partial credit to text that "
+        "contains the number); turn off for non-numeric generators.",
+    )
     wall_seconds: float = Field(5.0, gt=0, description="Time limit of one calculation.")
 
 
@@ -76,10 +81,12 @@ class CalculatorEnv(Env):
 
     stop_strings = ["</calc>", "</answer>"]
 
-    def __init__(self, limits: Limits | None = None, few_shot: bool = True,
-                 numeric_answers: bool = True):
-        self.limits = limits or Limits(wall_seconds=5, memory_mb=512, max_processes=8,
-                                       output_bytes=400)
+    def __init__(
+        self, limits: Limits | None = None, few_shot: bool = True, numeric_answers: bool = True
+    ):
+        self.limits = limits or Limits(
+            wall_seconds=5, memory_mb=512, max_processes=8, output_bytes=400
+        )
         self.few_shot, self.numeric_answers = few_shot, numeric_answers
         self._scratch: ScratchDir | None = None
         self._task: Task | None = None
@@ -100,13 +107,18 @@ class CalculatorEnv(Env):
         answer = _ANSWER.search(action)
         if answer:
             score = self.score(answer.group(1))
-            return StepResult(reward=score, done=True, solved=score >= 1.0,
-                              metrics={"calls": float(self._calls)},
-                              info={"answer": answer.group(1)})
+            return StepResult(
+                reward=score,
+                done=True,
+                solved=score >= 1.0,
+                metrics={"calls": float(self._calls)},
+                info={"answer": answer.group(1)},
+            )
         calc = _CALC.search(action)
         if not calc or not calc.group(1).strip():
-            return StepResult("Reply with <calc>expression</calc> or <answer>number</answer>.",
-                              malformed=True)
+            return StepResult(
+                "Reply with <calc>expression</calc> or <answer>number</answer>.", malformed=True
+            )
         assert self._scratch is not None, "reset() before step()"
         res = run_python(calculator_program(calc.group(1)), self._scratch.path, self.limits)
         self._calls += 1
@@ -117,8 +129,9 @@ class CalculatorEnv(Env):
             out = f"Error: {last[:200]}"
         else:
             out = "Result: " + (res.stdout.strip()[:200] or "(nothing printed)")
-        return StepResult(out, duration=res.duration, metrics={"calls": float(self._calls)},
-                          info={"tool": "calc"})
+        return StepResult(
+            out, duration=res.duration, metrics={"calls": float(self._calls)}, info={"tool": "calc"}
+        )
 
     def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
         """An outside agent gets the question and an empty folder (the agent brings its own
@@ -126,8 +139,10 @@ class CalculatorEnv(Env):
         self._task, self._calls = task, 0
         if self._scratch is None:
             self._scratch = ScratchDir(self, "practicum-calc-")
-        prompt = (f"Question: {task.data['question']}\nGive the final answer as one number, "
-                  f"as <answer>number</answer> in your last reply or alone in {ANSWER_FILE}.")
+        prompt = (
+            f"Question: {task.data['question']}\nGive the final answer as one number, "
+            f"as <answer>number</answer> in your last reply or alone in {ANSWER_FILE}."
+        )
         return AgentTask(prompt, self._scratch.path)
 
     def agent_grade(self, outcome: AgentOutcome) -> StepResult:
@@ -135,9 +150,13 @@ class CalculatorEnv(Env):
         tagged = _ANSWER.search(text)
         answer = (tagged.group(1) if tagged else text).strip()
         score = self.score(answer) if answer else 0.0
-        return StepResult(reward=score, done=True, solved=score >= 1.0,
-                          metrics={"answered": float(bool(answer))},
-                          info={"answer": answer[:200]})
+        return StepResult(
+            reward=score,
+            done=True,
+            solved=score >= 1.0,
+            metrics={"answered": float(bool(answer))},
+            info={"answer": answer[:200]},
+        )
 
     def score(self, answer: str) -> float:
         if self.numeric_answers and not _NUMBER.fullmatch(answer.strip()):
@@ -161,13 +180,15 @@ def calculator_suite(opts: CalculatorOptions, ctx: SuiteContext) -> Suite:
     from practicum.tasks.arithmetic import split_tasks
 
     train, held_out = split_tasks(opts.generators, opts.train_size, opts.eval_size, ctx.seed)
-    limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
-                    output_bytes=400)
+    limits = Limits(
+        wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8, output_bytes=400
+    )
     return Suite(partial(_make_env, limits, opts.few_shot, opts.numeric_answers), train, held_out)
 
 
-def _make_env(limits: Limits, few_shot: bool, numeric_answers: bool = True,
-              models=None) -> CalculatorEnv:
+def _make_env(
+    limits: Limits, few_shot: bool, numeric_answers: bool = True, models=None
+) -> CalculatorEnv:
     return CalculatorEnv(limits, few_shot, numeric_answers)
 
 
@@ -182,10 +203,13 @@ def calculator_audit(opts: CalculatorOptions) -> AuditSpec:
         gold = p.task.data["entry"]["answer"]
         return f"<answer>{gold} or 0, maybe {gold}1</answer>"
 
-    return AuditSpec(floor=0.0, honest=honest,
-                     attacks=[Attack("gold among candidates", candidates)],
-                     code=lambda program: f"<calc>{program}</calc>",
-                     answer=lambda text: f"<answer>{text}</answer>")
+    return AuditSpec(
+        floor=0.0,
+        honest=honest,
+        attacks=[Attack("gold among candidates", candidates)],
+        code=lambda program: f"<calc>{program}</calc>",
+        answer=lambda text: f"<answer>{text}</answer>",
+    )
 
 
 register_env("calculator", CalculatorOptions, calculator_suite, audit=calculator_audit)

@@ -37,12 +37,19 @@ def check_faults(faults: dict[str, float]) -> None:
 
 
 class FaultyEnv(Env):
-    def __init__(self, make_inner: Callable[[], Env], faults: dict[str, float], seed: int = 0,
-                 hang_seconds: float = 3600.0):
+    def __init__(
+        self,
+        make_inner: Callable[[], Env],
+        faults: dict[str, float],
+        seed: int = 0,
+        hang_seconds: float = 3600.0,
+    ):
         check_faults(faults)
         if faults.get("step_kill") and multiprocessing.parent_process() is None:
-            raise RuntimeError("fault step_kill would kill the trainer: it needs the env to run "
-                               "in a child process (ProcessEnv)")
+            raise RuntimeError(
+                "fault step_kill would kill the trainer: it needs the env to run "
+                "in a child process (ProcessEnv)"
+            )
         self.inner = make_inner()
         self.faults, self.hang_seconds = faults, hang_seconds
         self.rng = random.Random(seed ^ 0x5EED)

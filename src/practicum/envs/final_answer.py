@@ -10,8 +10,9 @@ ANSWER_FILE = "answer.txt"
 """The file in its work folder an agent may write its final answer to."""
 
 
-def final_answer(outcome: AgentOutcome, name: str = ANSWER_FILE,
-                 max_bytes: int = 100_000) -> str | None:
+def final_answer(
+    outcome: AgentOutcome, name: str = ANSWER_FILE, max_bytes: int = 100_000
+) -> str | None:
     """`name` in the agent's work folder when it left one (read without following links),
     else the text of the policy's last reply to it; None when there is neither."""
     try:

@@ -35,14 +35,16 @@ class EnvFailure(RuntimeError):
     """The environment's child process failed; the message is the reason to log."""
 
 
-def failed_step(err: EnvFailure, failure_reward: float, started: float,
-                quiet: bool = False) -> StepResult:
+def failed_step(
+    err: EnvFailure, failure_reward: float, started: float, quiet: bool = False
+) -> StepResult:
     """The StepResult of a step whose env worker failed: the episode ends with the run's
     failure reward (not the policy's fault). `quiet` when the caller killed it on purpose."""
     if not quiet:
         log.warning("env step failed: %s", err)
-    return StepResult(reward=failure_reward, done=True, duration=time.perf_counter() - started,
-                      failure=str(err))
+    return StepResult(
+        reward=failure_reward, done=True, duration=time.perf_counter() - started, failure=str(err)
+    )
 
 
 class ChildModelService:
@@ -123,9 +125,15 @@ def _factory_modules(factory: Any) -> set[str]:
 class ProcessEnv(Env):
     """An `Env` proxy whose real environment lives in a child process (see module docstring)."""
 
-    def __init__(self, factory: Callable[[Any], Env], models: ModelService | None = None,
-                 step_timeout: float = 600.0, reset_timeout: float = 60.0,
-                 failure_reward: float = 0.0, start_method: str = "forkserver"):
+    def __init__(
+        self,
+        factory: Callable[[Any], Env],
+        models: ModelService | None = None,
+        step_timeout: float = 600.0,
+        reset_timeout: float = 60.0,
+        failure_reward: float = 0.0,
+        start_method: str = "forkserver",
+    ):
         self.factory, self.models = factory, models
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
         self.failure_reward = failure_reward
@@ -185,10 +193,12 @@ class ProcessEnv(Env):
             # Takes effect once, when the fork server starts: children then fork with the env's
             # modules already imported (~50 ms saved per episode).
             self._ctx.set_forkserver_preload(
-                ["__main__", __name__, *sorted(_factory_modules(self.factory))])
+                ["__main__", __name__, *sorted(_factory_modules(self.factory))]
+            )
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_serve, args=(child, self.factory), daemon=True,
-                                       name="practicum-env")
+        self._proc = self._ctx.Process(
+            target=_serve, args=(child, self.factory), daemon=True, name="practicum-env"
+        )
         self._proc.start()
         child.close()
         self._conn = parent

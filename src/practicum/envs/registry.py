@@ -85,9 +85,12 @@ class EnvEntry:
 _REGISTRY: dict[str, EnvEntry] = {}
 
 
-def register_env(name: str, options: type[BaseModel],
-                 build: Callable[[Any, SuiteContext], Suite],
-                 audit: AuditDeclaration | None = None) -> None:
+def register_env(
+    name: str,
+    options: type[BaseModel],
+    build: Callable[[Any, SuiteContext], Suite],
+    audit: AuditDeclaration | None = None,
+) -> None:
     """Make `task.name: <name>` mean this environment (see the module docstring); `audit`
     declares what `practicum audit` checks its rewards against (practicum.envs.audit)."""
     _REGISTRY[name] = EnvEntry(name, options, build, (build.__doc__ or "").strip(), audit)
@@ -98,8 +101,10 @@ def env_entry(name: str) -> EnvEntry:
     if name not in _REGISTRY:
         _import_provider(name)
     if name not in _REGISTRY:
-        raise ConfigError(f"config error at task.name: unknown environment {name!r} "
-                          f"(known: {', '.join(known_envs())})")
+        raise ConfigError(
+            f"config error at task.name: unknown environment {name!r} "
+            f"(known: {', '.join(known_envs())})"
+        )
     return _REGISTRY[name]
 
 
@@ -126,8 +131,7 @@ def parse_options(name: str, options: dict[str, Any] | None) -> BaseModel:
         where = ".".join(str(p) for p in first["loc"])
         where = f"task.options.{where}" if where else "task.options"
         msg = f"unknown {name} option" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ConfigError(f"config error at {where}: {msg} (got {first.get('input')!r})") \
-            from None
+        raise ConfigError(f"config error at {where}: {msg} (got {first.get('input')!r})") from None
 
 
 def build_suite(name: str, options: dict[str, Any] | None, ctx: SuiteContext) -> Suite:
@@ -175,9 +179,9 @@ _COMMANDS: dict[str, EnvCommand] = {}
 COMMAND_ENTRY_POINTS = "practicum.commands"
 
 
-def register_command(name: str, summary: str,
-                     add_arguments: Callable[[argparse.ArgumentParser, CommandHost], None]
-                     ) -> None:
+def register_command(
+    name: str, summary: str, add_arguments: Callable[[argparse.ArgumentParser, CommandHost], None]
+) -> None:
     """Make `practicum <name> ...` an environment's command (see the module docstring)."""
     _COMMANDS[name] = EnvCommand(name, summary, add_arguments)
 

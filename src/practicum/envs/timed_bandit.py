@@ -52,22 +52,30 @@ class BanditOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     arms: dict[str, ArmOptions] = Field(
-        default_factory=lambda: {"fast": ArmOptions(reward=0.3, seconds=0.1),
-                                 "slow": ArmOptions(reward=1.0, seconds=1.0)},
-        description="Programs the policy can run: name -> {reward, seconds}.")
+        default_factory=lambda: {
+            "fast": ArmOptions(reward=0.3, seconds=0.1),
+            "slow": ArmOptions(reward=1.0, seconds=1.0),
+        },
+        description="Programs the policy can run: name -> {reward, seconds}.",
+    )
     distribution: Literal["lognormal", "pareto"] = Field("lognormal", description="Run times.")
     sigma: float = Field(1.0, ge=0, description="Lognormal shape.")
     pareto_alpha: float = Field(1.5, gt=1, description="Pareto tail index.")
     time_scale: float = Field(1.0, ge=0, description="Multiplies every duration.")
     work: Literal["sleep", "compute"] = Field("sleep", description="How a run spends its time.")
     turns: int = Field(1, ge=1, description="Actions per episode.")
-    fallback_arm: str | None = Field(None, description="Arm name, random, or null: what an "
-                                     "unparsable reply runs (null ends the episode malformed).")
-    step_timeout: float = Field(60.0, gt=0, description="Seconds before a step's child process "
-                                "is killed.")
+    fallback_arm: str | None = Field(
+        None,
+        description="Arm name, random, or null: what an "
+        "unparsable reply runs (null ends the episode malformed).",
+    )
+    step_timeout: float = Field(
+        60.0, gt=0, description="Seconds before a step's child process is killed."
+    )
     process: bool = Field(True, description="Run every episode's env in its own child process.")
-    faults: dict[str, float] = Field(default_factory=dict,
-                                     description="Fault-injection rates (practicum.envs.faults).")
+    faults: dict[str, float] = Field(
+        default_factory=dict, description="Fault-injection rates (practicum.envs.faults)."
+    )
     train_size: int = Field(64, gt=0, description="Training tasks (identical states).")
     eval_size: int = Field(8, gt=0, description="Held-out tasks.")
 
@@ -79,16 +87,23 @@ class BanditOptions(BaseModel):
 
         check_faults(self.faults)
         if self.fallback_arm not in (None, "random", *self.arms):
-            raise ValueError(f"fallback_arm must be null, random or one of {sorted(self.arms)}, "
-                             f"got {self.fallback_arm!r}")
+            raise ValueError(
+                f"fallback_arm must be null, random or one of {sorted(self.arms)}, "
+                f"got {self.fallback_arm!r}"
+            )
         return self
 
     def arm_list(self) -> tuple[Arm, ...]:
         return tuple(Arm(name, a.reward, a.seconds) for name, a in self.arms.items())
 
 
-def draw_duration(rng: random.Random, mean: float, distribution: str = "lognormal",
-                  sigma: float = 1.0, pareto_alpha: float = 1.5) -> float:
+def draw_duration(
+    rng: random.Random,
+    mean: float,
+    distribution: str = "lognormal",
+    sigma: float = 1.0,
+    pareto_alpha: float = 1.5,
+) -> float:
     """A heavy-tailed run time with the given mean.
 
     lognormal: exp(N(mu, sigma^2)) with mu = ln(mean) - sigma^2 / 2, so E = mean.
@@ -99,7 +114,7 @@ def draw_duration(rng: random.Random, mean: float, distribution: str = "lognorma
     if distribution == "pareto":
         x_m = mean * (pareto_alpha - 1) / pareto_alpha
         return x_m * (1.0 - rng.random()) ** (-1.0 / pareto_alpha)
-    return rng.lognormvariate(math.log(mean) - sigma ** 2 / 2, sigma)
+    return rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma)
 
 
 def parse_choice(reply: str, names: list[str]) -> str | None:
@@ -144,32 +159,51 @@ class TimedBanditEnv(Env):
     def reset(self, task: Task, seed: int = 0) -> Start:
         self.rng = random.Random(seed)
         self._rewards = []
-        return Start([{"role": "system", "content": SYSTEM_PROMPT},
-                      {"role": "user", "content": prompt(self.arms)}])
+        return Start(
+            [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": prompt(self.arms)},
+            ]
+        )
 
     def step(self, action: str) -> StepResult:
         opts = self.opts
         name = parse_choice(action, [a.name for a in self.arms])
         malformed = name is None
         if name is None and opts.fallback_arm is not None:
-            name = (self.rng.choice(self.arms).name if opts.fallback_arm == "random"
-                    else opts.fallback_arm)
+            name = (
+                self.rng.choice(self.arms).name
+                if opts.fallback_arm == "random"
+                else opts.fallback_arm
+            )
         if name is None:
-            return StepResult(f"Unparsable reply. {prompt(self.arms)}", malformed=True,
-                              done=True, reward=0.0)
+            return StepResult(
+                f"Unparsable reply. {prompt(self.arms)}", malformed=True, done=True, reward=0.0
+            )
         arm = next(a for a in self.arms if a.name == name)
-        planned = draw_duration(self.rng, arm.seconds * opts.time_scale, opts.distribution,
-                                opts.sigma, opts.pareto_alpha)
+        planned = draw_duration(
+            self.rng,
+            arm.seconds * opts.time_scale,
+            opts.distribution,
+            opts.sigma,
+            opts.pareto_alpha,
+        )
         duration = run_for(planned, opts.work)
         self._rewards.append(arm.reward)
         done = len(self._rewards) >= opts.turns
         reward = sum(self._rewards) / len(self._rewards) if done else arm.reward
         obs = f"{arm.name} finished in {duration:.2f} s with score {arm.reward:g}. Choose again."
         best = max(a.reward for a in self.arms)
-        return StepResult(obs, reward, done, duration=duration, malformed=malformed,
-                          solved=(reward >= best) if done else None,
-                          metrics={f"arm_{arm.name}": 1.0, "seconds": duration},
-                          info={"arm": arm.name, "planned_seconds": planned})
+        return StepResult(
+            obs,
+            reward,
+            done,
+            duration=duration,
+            malformed=malformed,
+            solved=(reward >= best) if done else None,
+            metrics={f"arm_{arm.name}": 1.0, "seconds": duration},
+            info={"arm": arm.name, "planned_seconds": planned},
+        )
 
 
 def bandit_env(opts: BanditOptions, models=None) -> Env:
@@ -192,21 +226,27 @@ class BanditEnvFactory:
 
     def __call__(self, models=None) -> Env:
         n = next(self._count)  # atomic under the GIL: safe from many actor threads
-        make = (partial(faulty_bandit_env, self.opts, (self.seed * 1_000_003 + n) % 2 ** 63)
-                if self.opts.faults else partial(bandit_env, self.opts))
+        make = (
+            partial(faulty_bandit_env, self.opts, (self.seed * 1_000_003 + n) % 2**63)
+            if self.opts.faults
+            else partial(bandit_env, self.opts)
+        )
         if not self.opts.process:
             return make(models)
         from practicum.envs.process_env import ProcessEnv
 
-        return ProcessEnv(make, models, step_timeout=self.opts.step_timeout,
-                          failure_reward=self.failure_reward)
+        return ProcessEnv(
+            make, models, step_timeout=self.opts.step_timeout, failure_reward=self.failure_reward
+        )
 
 
 def timed_bandit_suite(opts: BanditOptions, ctx: SuiteContext) -> Suite:
     """Programs that really take time: the test bed for async, duration-aware RL."""
     if opts.faults.get("step_kill") and not opts.process:
-        raise ConfigError("config error at task.options.faults: step_kill would kill the "
-                          "trainer; it needs task.options.process=true")
+        raise ConfigError(
+            "config error at task.options.faults: step_kill would kill the "
+            "trainer; it needs task.options.process=true"
+        )
     train = [Task(f"bandit/train/{i}") for i in range(opts.train_size)]
     held_out = [Task(f"bandit/eval/{i}") for i in range(opts.eval_size)]
     return Suite(BanditEnvFactory(opts, ctx.seed, ctx.failure_reward), train, held_out)
@@ -217,8 +257,11 @@ def timed_bandit_audit(opts: BanditOptions) -> AuditSpec:
     (then up to the best arm's reward, by design); the honest reference picks the best arm."""
     best = max(opts.arm_list(), key=lambda a: a.reward)
     floor = 0.0 if opts.fallback_arm is None else best.reward
-    return AuditSpec(floor=floor, honest=lambda p: f"<choice>{best.name}</choice>",
-                     answer=lambda text: f"<choice>{text}</choice>")
+    return AuditSpec(
+        floor=floor,
+        honest=lambda p: f"<choice>{best.name}</choice>",
+        answer=lambda text: f"<choice>{text}</choice>",
+    )
 
 
 register_env("timed_bandit", BanditOptions, timed_bandit_suite, audit=timed_bandit_audit)

@@ -27,8 +27,11 @@ class ToyOptions(BaseModel):
 
     train_size: int = Field(64, gt=0, description="Training prompts.")
     eval_size: int = Field(8, gt=0, description="Held-out prompts.")
-    grammar: str | None = Field(None, description="Lark grammar (llguidance syntax) every "
-                                "reply is sampled under; None = free text.")
+    grammar: str | None = Field(
+        None,
+        description="Lark grammar (llguidance syntax) every "
+        "reply is sampled under; None = free text.",
+    )
 
     @field_validator("grammar")
     @classmethod
@@ -79,8 +82,9 @@ def make_letter_env(models=None, grammar: str | None = None) -> LetterEnv:
 def toy_suite(opts: ToyOptions, ctx: SuiteContext) -> Suite:
     """Reply with letters from the first half of the alphabet (a plumbing test)."""
     train = [Task(f"toy/{i}", {"prompt": f"Write a word. ({i})"}) for i in range(opts.train_size)]
-    held = [Task(f"toy-eval/{i}", {"prompt": f"Write a word. [{i}]"})
-            for i in range(opts.eval_size)]
+    held = [
+        Task(f"toy-eval/{i}", {"prompt": f"Write a word. [{i}]"}) for i in range(opts.eval_size)
+    ]
     return Suite(functools.partial(make_letter_env, grammar=opts.grammar), train, held)
 
 

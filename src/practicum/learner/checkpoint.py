@@ -76,8 +76,9 @@ class Learner(Protocol):
     nonfinite_in_row: int
 
 
-def save_checkpoint(learner: Learner, ckpt_root: Path, extra: dict[str, Any],
-                    keep: int = 2) -> Path:
+def save_checkpoint(
+    learner: Learner, ckpt_root: Path, extra: dict[str, Any], keep: int = 2
+) -> Path:
     """Write checkpoints/step_N (every rank its part), then point `latest` at it; keep the
     newest `keep`. A collective: every rank calls it.
 
@@ -104,12 +105,18 @@ def save_checkpoint(learner: Learner, ckpt_root: Path, extra: dict[str, Any],
     (tmp / "rng").mkdir(exist_ok=True)
     torch.save(rng, tmp / "rng" / f"rank_{ranks.rank}.pt")
     if ranks.rank == 0:
-        torch.save({
-            "format": FORMAT, "step": learner.step, "world": ranks.world, "moments": moments,
-            "scheduler": learner.scheduler.state_dict(),
-            "nonfinite": [learner.skipped_nonfinite, learner.nonfinite_in_row],
-            "extra": extra,
-        }, tmp / "trainer.pt")
+        torch.save(
+            {
+                "format": FORMAT,
+                "step": learner.step,
+                "world": ranks.world,
+                "moments": moments,
+                "scheduler": learner.scheduler.state_dict(),
+                "nonfinite": [learner.skipped_nonfinite, learner.nonfinite_in_row],
+                "extra": extra,
+            },
+            tmp / "trainer.pt",
+        )
     ranks.barrier()  # every rank's files are in tmp
     if ranks.rank == 0:
         if final.exists():
@@ -134,11 +141,12 @@ def load_checkpoint(learner: Learner, ckpt: Path) -> dict[str, Any]:
     collective: every rank calls it."""
     ckpt = Path(ckpt)
     ranks = learner.ranks
-    blind = [r for r, seen in enumerate(ranks.gather((ckpt / "trainer.pt").is_file()))
-             if not seen]
+    blind = [r for r, seen in enumerate(ranks.gather((ckpt / "trainer.pt").is_file())) if not seen]
     if blind:
-        raise PracticumError(f"learner rank(s) {blind} cannot see checkpoint {ckpt}: a "
-                             "checkpoint folder must be on a filesystem every node mounts")
+        raise PracticumError(
+            f"learner rank(s) {blind} cannot see checkpoint {ckpt}: a "
+            "checkpoint folder must be on a filesystem every node mounts"
+        )
     state = read_trainer_state(ckpt)
     fmt = state.get("format", 1)
     if fmt == 1:
@@ -149,8 +157,10 @@ def load_checkpoint(learner: Learner, ckpt: Path) -> dict[str, Any]:
         if rng.is_file():  # a rank the saving run lacked keeps its own generators
             restore_rng_state(torch.load(rng, map_location="cpu", weights_only=False))
     else:
-        raise PracticumError(f"checkpoint {ckpt} has format {fmt}; this practicum reads "
-                             f"formats 1 and {FORMAT} (a newer practicum wrote it)")
+        raise PracticumError(
+            f"checkpoint {ckpt} has format {fmt}; this practicum reads "
+            f"formats 1 and {FORMAT} (a newer practicum wrote it)"
+        )
     learner.scheduler.load_state_dict(state["scheduler"])
     # the schedule's lr, also where no optimizer state was saved to bring it (no step yet)
     for group, lr in zip(learner.optimizer.param_groups, learner.scheduler.get_last_lr()):
@@ -195,12 +205,17 @@ def require_shared_folder(ranks: Ranks, folder: Path) -> None:
         report = ranks.gather(unseen)  # every rank has looked before any probe goes
     finally:
         probe.unlink(missing_ok=True)
-    blind = [f"rank {r} ({names[r][1]}) does not see the files of rank(s) {u}"
-             for r, u in enumerate(report) if u]
+    blind = [
+        f"rank {r} ({names[r][1]}) does not see the files of rank(s) {u}"
+        for r, u in enumerate(report)
+        if u
+    ]
     if blind:
-        raise PracticumError(f"checkpoint folder {folder} is not shared by the learner ranks: "
-                             f"{'; '.join(blind)}; put the run folder on a filesystem every "
-                             "node mounts")
+        raise PracticumError(
+            f"checkpoint folder {folder} is not shared by the learner ranks: "
+            f"{'; '.join(blind)}; put the run folder on a filesystem every "
+            "node mounts"
+        )
 
 
 # -- the sharded part: weights and optimizer state (DCP) ----------------------------------------
@@ -216,8 +231,9 @@ def _state_dict(learner: Learner, moments: bool) -> dict[str, Any]:
 
 def _write_state(learner: Learner, path: Path, moments: bool) -> None:
     with _quiet_in_one_process(learner.ranks):
-        dcp.save(_state_dict(learner, moments), checkpoint_id=path,
-                 no_dist=not learner.ranks.in_group)
+        dcp.save(
+            _state_dict(learner, moments), checkpoint_id=path, no_dist=not learner.ranks.in_group
+        )
 
 
 def _read_state(learner: Learner, path: Path, moments: bool) -> None:
@@ -254,8 +270,11 @@ def _load_format_1(learner: Learner, ckpt: Path, state: dict[str, Any]) -> None:
 def rng_state() -> dict[str, Any]:
     """The random generators of this process (one that trains: with runtime.ray_learner=actor,
     the actor), CUDA's too on a GPU (dropout draws from them)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

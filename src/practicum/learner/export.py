@@ -34,17 +34,25 @@ SAVE_FILE_BYTES = 5 * 1024**3
 """The most bytes of weights in one safetensors file of a saved full model (the Hub's usual)."""
 
 
-def save_policy_folder(inner: HFTrainable, path: Path, tensors: Iterator[tuple[str, Tensor]],
-                       dtype: torch.dtype | None, max_file_bytes: int = SAVE_FILE_BYTES) -> None:
+def save_policy_folder(
+    inner: HFTrainable,
+    path: Path,
+    tensors: Iterator[tuple[str, Tensor]],
+    dtype: torch.dtype | None,
+    max_file_bytes: int = SAVE_FILE_BYTES,
+) -> None:
     """Write `inner`'s policy folder to `path` (replaced atomically), its weights taken one at a
     time from `tensors`: `iter_full_tensors(dtype)`'s full tensors (floating ones in `dtype`;
     None: their own), in the order and under the names of `inner.trainable_state()`."""
-    plan = [Planned(name, _saved_dtype(t, dtype), tuple(t.shape))
-            for name, t in distinct_tensors(inner.trainable_state())[0].items()]
+    plan = [
+        Planned(name, _saved_dtype(t, dtype), tuple(t.shape))
+        for name, t in distinct_tensors(inner.trainable_state())[0].items()
+    ]
     lora = inner.cfg.lora
     with replaced_folder(path) as tmp:
-        with StreamWriter(tmp, "adapter_model" if lora else "model", plan,
-                          math.inf if lora else max_file_bytes) as writer:
+        with StreamWriter(
+            tmp, "adapter_model" if lora else "model", plan, math.inf if lora else max_file_bytes
+        ) as writer:
             for name, tensor in tensors:
                 writer.write(name, tensor)
             writer.close()

@@ -69,12 +69,14 @@ def mixed_precision(device: torch.device, lora: bool) -> MixedPrecisionPolicy:
     if device.type != "cuda":
         return MixedPrecisionPolicy()
     bf16 = torch.cuda.is_bf16_supported()
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 and not lora else None,
-                                reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16 if bf16 and not lora else None, reduce_dtype=torch.float32
+    )
 
 
-def empty_lm(path, dtype: torch.dtype, attn_implementation: str,
-             rope_scaling: dict | None = None) -> nn.Module:
+def empty_lm(
+    path, dtype: torch.dtype, attn_implementation: str, rope_scaling: dict | None = None
+) -> nn.Module:
     """The transformers CausalLM of folder `path` with its parameters on the meta device (its
     buffers computed: the rotary tables under `rope_scaling` too, `practicum.engine.rope`),
     tied weights tied, its generation config read as `from_pretrained` does."""
@@ -85,8 +87,9 @@ def empty_lm(path, dtype: torch.dtype, attn_implementation: str,
 
     config = model_config(path, rope_scaling)
     with init_empty_weights(include_buffers=False):
-        lm = AutoModelForCausalLM.from_config(config, dtype=dtype,
-                                              attn_implementation=attn_implementation)
+        lm = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation=attn_implementation
+        )
     lm.tie_weights()  # not done on the meta device
     if (Path(path) / "generation_config.json").is_file():
         lm.generation_config = GenerationConfig.from_pretrained(path)
@@ -121,8 +124,9 @@ def base_targets(lm: nn.Module) -> list[tuple[str, Tensor]]:
     tied weight once, LoRA's injected layers skipped and its base layers under their original
     names."""
     state = distinct_tensors(lm.state_dict(keep_vars=True))[0]
-    return [(name.replace(".base_layer.", "."), t) for name, t in state.items()
-            if "lora_" not in name]
+    return [
+        (name.replace(".base_layer.", "."), t) for name, t in state.items() if "lora_" not in name
+    ]
 
 
 def load_policy_folder(inner: HFTrainable, path: Path) -> None:
@@ -145,8 +149,14 @@ def _rank0_files(path: Path) -> tuple[TensorFiles | None, str | None]:
         return None, str(err)
 
 
-def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, problem: str | None,
-         source: str, prefix: str = "", exact: bool = False) -> None:
+def fill(
+    targets: list[tuple[str, Tensor]],
+    files: TensorFiles | None,
+    problem: str | None,
+    source: str,
+    prefix: str = "",
+    exact: bool = False,
+) -> None:
     """Every rank: the values of `targets` (name, tensor) from `files`, which only rank 0 has
     (None elsewhere). A name shared by several targets (a model and its reference) is read
     once. Rank 0's `problem` (it could not read the files), names missing from the files, or
@@ -178,18 +188,22 @@ def fill(targets: list[tuple[str, Tensor]], files: TensorFiles | None, problem: 
 def _file_key(files: TensorFiles, name: str, prefix: str) -> str | None:
     if name in files.entries:
         return name
-    if prefix and name.startswith(prefix + ".") and name[len(prefix) + 1:] in files.entries:
-        return name[len(prefix) + 1:]  # a base model's file (no head): names lack the prefix
+    if prefix and name.startswith(prefix + ".") and name[len(prefix) + 1 :] in files.entries:
+        return name[len(prefix) + 1 :]  # a base model's file (no head): names lack the prefix
     return None
 
 
-def _check(files: TensorFiles, by_name: dict[str, list[Tensor]], keys: dict[str, str | None],
-           exact: bool) -> str | None:
+def _check(
+    files: TensorFiles, by_name: dict[str, list[Tensor]], keys: dict[str, str | None], exact: bool
+) -> str | None:
     missing = [n for n, k in keys.items() if k is None]
     if missing:
         return f"no weights for {missing[:5]} ({len(missing)} missing)"
-    wrong = [f"{n} {files.entries[keys[n]].shape} vs {tuple(ts[0].shape)}"
-             for n, ts in by_name.items() if files.entries[keys[n]].shape != tuple(ts[0].shape)]
+    wrong = [
+        f"{n} {files.entries[keys[n]].shape} vs {tuple(ts[0].shape)}"
+        for n, ts in by_name.items()
+        if files.entries[keys[n]].shape != tuple(ts[0].shape)
+    ]
     if wrong:
         return f"weights of another shape: {wrong[:3]}"
     extra = sorted(set(files.entries) - set(keys.values()))

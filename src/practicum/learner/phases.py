@@ -95,8 +95,7 @@ def last_phases(host: str, port: int, world: int) -> dict[int, Post]:
 class PhaseBoard:
     """This rank's post on the board, and its reading of the others' (module doc)."""
 
-    def __init__(self, store: dist.Store, rank: int, world: int, interval: float,
-                 where: str):
+    def __init__(self, store: dist.Store, rank: int, world: int, interval: float, where: str):
         self.store, self.rank, self.world, self.interval = store, rank, world, interval
         self.where = where
         """The store's address, for the report when it is gone."""
@@ -114,8 +113,13 @@ class PhaseBoard:
         """This rank's board on the process group's rendezvous store (MASTER_ADDR, MASTER_PORT),
         posting every `heartbeat_interval(timeout_s)` seconds."""
         host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-        return cls(_store(host, port, min(timeout_s, 60.0)), dist.get_rank(),
-                   dist.get_world_size(), heartbeat_interval(timeout_s), f"{host}:{port}")
+        return cls(
+            _store(host, port, min(timeout_s, 60.0)),
+            dist.get_rank(),
+            dist.get_world_size(),
+            heartbeat_interval(timeout_s),
+            f"{host}:{port}",
+        )
 
     # -- this rank ------------------------------------------------------------------------------
     def mark(self, detail: str | None = None) -> None:
@@ -141,16 +145,26 @@ class PhaseBoard:
                 raise
             self.verdict = found
             self._post()
-            raise TrainingError(f"{found}; rank {self.rank} waited in {self.phase} "
-                                f"({type(err).__name__}: {_first_line(err)})") from None
+            raise TrainingError(
+                f"{found}; rank {self.rank} waited in {self.phase} "
+                f"({type(err).__name__}: {_first_line(err)})"
+            ) from None
         self.label = f"idle after {label}"
         self.mark()
         self._post()
 
     def _post(self) -> None:
         self._beat += 1
-        post = Post(self.rank, self._beat, self.count, self.phase, socket.gethostname(),
-                    os.getpid(), self.error, self.verdict)
+        post = Post(
+            self.rank,
+            self._beat,
+            self.count,
+            self.phase,
+            socket.gethostname(),
+            os.getpid(),
+            self.error,
+            self.verdict,
+        )
         with self._lock:
             self.store.set(f"rank{self.rank}", json.dumps(post.__dict__))
 
@@ -178,13 +192,16 @@ class PhaseBoard:
             with self._lock:
                 second = read_board(self.store, self.world)
         except (RuntimeError, OSError) as err:
-            return (f"the rendezvous store at {self.where} is unreachable (the process that "
-                    f"holds it, rank 0's or torchrun's agent, is gone: {_first_line(err)})")
+            return (
+                f"the rendezvous store at {self.where} is unreachable (the process that "
+                f"holds it, rank 0's or torchrun's agent, is gone: {_first_line(err)})"
+            )
         return culprits(first, second, self.rank, self.world, window)
 
 
-def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: int,
-             window: float) -> str | None:
+def culprits(
+    first: dict[int, Post], second: dict[int, Post], me: int, world: int, window: float
+) -> str | None:
     """What two looks at the board `window` seconds apart say (module doc), from rank `me`'s
     side; None when no other rank is dead, failed or behind. A rank that already gave up
     waiting (its post has a verdict) is left out: it is a survivor like `me`."""
@@ -200,8 +217,10 @@ def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: in
             found.append(f"learner rank {rank} never posted (it did not start)")
         elif rank in first and first[rank].beat == post.beat:
             error = f"; its error: {post.error}" if post.error else ""
-            found.append(f"learner rank {rank} died in {post.phase} (pid {post.pid} on "
-                         f"{post.host}; no heartbeat for {window:.1f} s{error})")
+            found.append(
+                f"learner rank {rank} died in {post.phase} (pid {post.pid} on "
+                f"{post.host}; no heartbeat for {window:.1f} s{error})"
+            )
         elif post.error:
             found.append(f"learner rank {rank} failed in {post.phase}: {post.error}")
         else:
@@ -211,14 +230,19 @@ def culprits(first: dict[int, Post], second: dict[int, Post], me: int, world: in
     if me in second:
         alive[me] = second[me]
     ahead = max((p.count for p in alive.values()), default=0)
-    stalled = [f"learner rank {r} stalled in {p.phase} (pid {p.pid} on {p.host}: alive, "
-               f"{ahead - p.count} phase(s) behind the others)"
-               for r, p in sorted(alive.items()) if p.count < ahead and r != me]
+    stalled = [
+        f"learner rank {r} stalled in {p.phase} (pid {p.pid} on {p.host}: alive, "
+        f"{ahead - p.count} phase(s) behind the others)"
+        for r, p in sorted(alive.items())
+        if p.count < ahead and r != me
+    ]
     if stalled or not gave_up:
         return "; ".join(stalled) or None
     first = min(gave_up)  # every other rank gave up waiting: most likely for this one
-    return (f"learner rank(s) {sorted(gave_up)} gave up waiting for the others (rank {first}: "
-            f"{gave_up[first]})")
+    return (
+        f"learner rank(s) {sorted(gave_up)} gave up waiting for the others (rank {first}: "
+        f"{gave_up[first]})"
+    )
 
 
 def watch_layers(board: PhaseBoard, layers: list[nn.Module], what: str = "") -> None:
@@ -229,6 +253,7 @@ def watch_layers(board: PhaseBoard, layers: list[nn.Module], what: str = "") -> 
     fires before FSDP's reduce-scatter). A rank stopped anywhere in a layer's work then has
     fewer marks than the ranks waiting for it in the next collective. `what` prefixes the
     phase (e.g. "reference ")."""
+
     def hook_grad(t, label: str) -> None:
         if torch.is_tensor(t) and t.requires_grad:
             t.register_hook(lambda grad: board.mark(label))

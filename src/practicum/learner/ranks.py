@@ -71,15 +71,18 @@ def split_ranks(rows: list, world: int, cost: Callable[[Any], int] | None = None
     if cost is None or len(rows) <= world:
         size, extra = divmod(len(rows), world)
         bounds = [k * size + min(k, extra) for k in range(world + 1)]
-        return [rows[bounds[k]:bounds[k + 1]] for k in range(world)]
+        return [rows[bounds[k] : bounds[k + 1]] for k in range(world)]
     costs = [cost(r) for r in rows]
 
     def fill(limit: int) -> list[list] | None:  # greedy, leaving a row for each later rank
         parts, i = [], 0
         for k in range(world):
             load, start = 0, i
-            while i < len(rows) and load + costs[i] <= limit and \
-                    (i == start or len(rows) - i > world - k - 1):
+            while (
+                i < len(rows)
+                and load + costs[i] <= limit
+                and (i == start or len(rows) - i > world - k - 1)
+            ):
                 load += costs[i]
                 i += 1
             parts.append(rows[start:i])

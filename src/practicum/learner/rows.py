@@ -74,12 +74,18 @@ class TokenBatch:
 
     def to(self, device: torch.device | str) -> TokenBatch:
         """The same batch on `device` (the model's: the loss mixes these with its log-probs)."""
-        return TokenBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device)
-                            for f in fields(self)))
+        return TokenBatch(
+            *(None if (v := getattr(self, f.name)) is None else v.to(device) for f in fields(self))
+        )
 
 
-def token_batch(rows: list[TrainRow], pad_id: int, device: torch.device | str = "cpu",
-                tokenizer: Any = None, replay_grammars: bool = True) -> TokenBatch:
+def token_batch(
+    rows: list[TrainRow],
+    pad_id: int,
+    device: torch.device | str = "cpu",
+    tokenizer: Any = None,
+    replay_grammars: bool = True,
+) -> TokenBatch:
     """The rows' tensors on `device`, right-padded to the longest row; `allowed` replays each
     constrained span's grammar over its ids (with `tokenizer`, the sampler's) unless
     `replay_grammars` is off. Built on the CPU and moved once."""
@@ -88,7 +94,7 @@ def token_batch(rows: list[TrainRow], pad_id: int, device: torch.device | str = 
     def pad(values: list, fill: float = 0.0, dtype=torch.float32) -> Tensor:
         out = torch.full((len(rows), width), fill, dtype=dtype)
         for b, v in enumerate(values):
-            out[b, :len(v)] = torch.tensor(v, dtype=dtype)
+            out[b, : len(v)] = torch.tensor(v, dtype=dtype)
         return out
 
     lengths = [len(r.input_ids) for r in rows]
@@ -99,7 +105,8 @@ def token_batch(rows: list[TrainRow], pad_id: int, device: torch.device | str = 
         pad([r.behaviour_logp for r in rows]),
         pad([r.advantages for r in rows]),
         pad([r.weights or r.loss_mask for r in rows]),
-        allowed_masks(rows, width, tokenizer) if replay_grammars else None).to(device)
+        allowed_masks(rows, width, tokenizer) if replay_grammars else None,
+    ).to(device)
 
 
 def allowed_masks(rows: list[TrainRow], width: int, tokenizer: Any) -> GrammarMasks | None:
@@ -110,8 +117,11 @@ def allowed_masks(rows: list[TrainRow], width: int, tokenizer: Any) -> GrammarMa
     if tokenizer is None:
         raise ValueError("token_batch: rows sampled under a grammar need the tokenizer")
     grammars = grammars_for(tokenizer)
-    spans = [(b, start, *grammars.replay_distinct(grammar, tuple(r.input_ids[start:end])))
-             for b, r in enumerate(rows) for start, end, grammar in r.constrained]
+    spans = [
+        (b, start, *grammars.replay_distinct(grammar, tuple(r.input_ids[start:end])))
+        for b, r in enumerate(rows)
+        for start, end, grammar in r.constrained
+    ]
     return GrammarMasks.from_spans((len(rows), width), spans, grammars.width)
 
 
@@ -120,5 +130,5 @@ def pad_rows(values: list[Tensor], width: int) -> Tensor:
     device = values[0].device if values else "cpu"
     out = torch.zeros(len(values), width, device=device)
     for b, v in enumerate(values):
-        out[b, :len(v)] = v
+        out[b, : len(v)] = v
     return out

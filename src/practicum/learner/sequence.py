@@ -78,13 +78,18 @@ def sequence_groups(device_type: str, size: int) -> SequenceGroups:
 
     world = dist.get_world_size()
     if world % size:
-        raise PracticumError(f"placement.mesh.sequence={size}: {world} ranks do not split into "
-                             "groups of that many")
-    mesh = init_device_mesh(device_type, (world // size, size),
-                            mesh_dim_names=("data", "sequence"))
-    return SequenceGroups(mesh.get_group("sequence"), mesh.get_group("data"), size,
-                          mesh.get_local_rank("sequence"), world // size,
-                          mesh.get_local_rank("data"))
+        raise PracticumError(
+            f"placement.mesh.sequence={size}: {world} ranks do not split into groups of that many"
+        )
+    mesh = init_device_mesh(device_type, (world // size, size), mesh_dim_names=("data", "sequence"))
+    return SequenceGroups(
+        mesh.get_group("sequence"),
+        mesh.get_group("data"),
+        size,
+        mesh.get_local_rank("sequence"),
+        world // size,
+        mesh.get_local_rank("data"),
+    )
 
 
 def check_model(config: Any, size: int, attn_implementation: str) -> None:
@@ -94,21 +99,29 @@ def check_model(config: Any, size: int, attn_implementation: str) -> None:
     heads = text.num_attention_heads
     if heads % size:
         fits = [d for d in range(2, heads + 1) if heads % d == 0]
-        raise ConfigError(f"config error at placement.mesh.sequence: {size} ranks cannot split "
-                          f"the model's {heads} attention heads (Ulysses gives each rank "
-                          f"heads / sequence of them): use one of {fits}")
+        raise ConfigError(
+            f"config error at placement.mesh.sequence: {size} ranks cannot split "
+            f"the model's {heads} attention heads (Ulysses gives each rank "
+            f"heads / sequence of them): use one of {fits}"
+        )
     if attn_implementation not in INNER:
-        raise ConfigError(f"config error at model.attn_implementation: sequence parallelism "
-                          f"wraps {' or '.join(INNER)}, got {attn_implementation}")
+        raise ConfigError(
+            f"config error at model.attn_implementation: sequence parallelism "
+            f"wraps {' or '.join(INNER)}, got {attn_implementation}"
+        )
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"}:
-        raise ConfigError(f"config error at placement.mesh.sequence: the model has "
-                          f"{sorted(kinds)} layers; sequence parallelism supports full causal "
-                          "attention only")
+        raise ConfigError(
+            f"config error at placement.mesh.sequence: the model has "
+            f"{sorted(kinds)} layers; sequence parallelism supports full causal "
+            "attention only"
+        )
     if any(getattr(text, k, None) for k in ("final_logit_softcapping", "logit_scale")):
-        raise ConfigError("config error at placement.mesh.sequence: the model post-processes "
-                          "its logits (softcapping or scaling), which sequence parallelism does "
-                          "not replay")
+        raise ConfigError(
+            "config error at placement.mesh.sequence: the model post-processes "
+            "its logits (softcapping or scaling), which sequence parallelism does "
+            "not replay"
+        )
 
 
 class _AllToAll(torch.autograd.Function):
@@ -164,10 +177,17 @@ class _OwnKeyValues:
         return getattr(self._module, name)
 
 
-def ulysses_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                      attention_mask: Tensor | None, *, inner: str,
-                      sequence_group: dist.ProcessGroup | None = None, **kwargs
-                      ) -> tuple[Tensor, None]:
+def ulysses_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    *,
+    inner: str,
+    sequence_group: dist.ProcessGroup | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
     """transformers' attention-function signature (query, key, value: [B, heads, c, D] of this
     rank's positions, after RoPE) -> ([B, c, H, D], None): the `inner` attention, causal over
     the group's gathered positions. `sequence_group` comes from the backbone's keyword
@@ -175,18 +195,21 @@ def ulysses_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if sequence_group is None:
-        raise RuntimeError(f"attn_implementation ulysses_{inner} runs only inside "
-                           "SequenceParallelTrainable.token_logprobs (no sequence_group given)")
+        raise RuntimeError(
+            f"attn_implementation ulysses_{inner} runs only inside "
+            "SequenceParallelTrainable.token_logprobs (no sequence_group given)"
+        )
     heads, kv = query.shape[1], key.shape[1]
     n = sequence_group.size()
     target: Any = module
     if kv % n:  # key/value heads that do not split over the ranks: one per query head
         b, _, c, d = key.shape
-        key, value = (t[:, :, None].expand(b, kv, heads // kv, c, d).reshape(b, heads, c, d)
-                      for t in (key, value))
+        key, value = (
+            t[:, :, None].expand(b, kv, heads // kv, c, d).reshape(b, heads, c, d)
+            for t in (key, value)
+        )
         target = _OwnKeyValues(module)
-    for name in ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
-                 "max_length_k"):
+    for name in ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(name, None)  # this rank's positions, not the gathered row's
     q, k, v = (seq_to_heads(t, sequence_group) for t in (query, key, value))
     out, _ = ALL_ATTENTION_FUNCTIONS[inner](target, q, k, v, None, is_causal=True, **kwargs)
@@ -226,8 +249,7 @@ class SequenceParallelTrainable(HFTrainable):
     with the same rows. The model (and a built frozen reference) attends through
     `ulysses_<model.attn_implementation>`."""
 
-    def __init__(self, cfg, lm, tokenizer, reference: BuiltReference, *,
-                 groups: SequenceGroups):
+    def __init__(self, cfg, lm, tokenizer, reference: BuiltReference, *, groups: SequenceGroups):
         super().__init__(cfg, lm, tokenizer, reference)
         self.groups = groups
         inner = lm.config._attn_implementation
@@ -237,10 +259,16 @@ class SequenceParallelTrainable(HFTrainable):
             if model is not None:
                 model.set_attn_implementation(f"ulysses_{inner}")
 
-    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: GrammarMasks | Tensor | None = None, packed: bool = False
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+    def token_logprobs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        score_mask: Tensor | None = None,
+        allowed: GrammarMasks | Tensor | None = None,
+        packed: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """`HFTrainable.token_logprobs` (same arguments and results, right-padded rows), this
         rank computing positions [k c, (k + 1) c) and the group gathering them; never packed
         (the config refuses a token budget with sequence parallelism)."""
@@ -256,32 +284,46 @@ class SequenceParallelTrainable(HFTrainable):
         ids, mask = (torch.nn.functional.pad(t, (0, pad)) for t in (ids, mask))
         a, b = g.index * c, (g.index + 1) * c
         # position t is scored for token t + 1 (`HFTrainable.token_logprobs`)
-        keep = (mask[:, a:b] * mask[:, a + 1:b + 1]).bool()
+        keep = (mask[:, a:b] * mask[:, a + 1 : b + 1]).bool()
         if score_mask is not None:
-            keep &= torch.nn.functional.pad(score_mask.to(self.device), (0, pad))[:, a + 1:b + 1] \
-                .bool()
+            keep &= torch.nn.functional.pad(score_mask.to(self.device), (0, pad))[
+                :, a + 1 : b + 1
+            ].bool()
         allow = None
         if allowed is not None:  # the masks of this slice's scored targets, in `keep`'s order
             if isinstance(allowed, Tensor):
                 allowed = GrammarMasks.from_dense(allowed)
             row, col = keep.nonzero(as_tuple=True)
             allow = allowed.to(self.device).at(row * width + col + a + 1)
-        lm, logits = ((self.reference.lm, self._reference_logits()) if self._reference_active
-                      else (self.lm, self.logits))
+        lm, logits = (
+            (self.reference.lm, self._reference_logits())
+            if self._reference_active
+            else (self.lm, self.logits)
+        )
         if not lm.config._attn_implementation.startswith("ulysses_"):  # it would attend locally
-            raise RuntimeError("SequenceParallelTrainable: the model does not attend through "
-                               "ulysses_<kernel>")
+            raise RuntimeError(
+                "SequenceParallelTrainable: the model does not attend through ulysses_<kernel>"
+            )
         with self._eval_mode(not torch.is_grad_enabled()):
             backbone = lm.base_model
-            inputs = model_inputs(backbone, ids[:, a:b], mask[:, a:b], positions(mask)[:, a:b],
-                                  None)
+            inputs = model_inputs(
+                backbone, ids[:, a:b], mask[:, a:b], positions(mask)[:, a:b], None
+            )
             hidden = backbone(**inputs, sequence_group=g.sequence).last_hidden_state
-            h, tgt = hidden[keep], ids[:, a + 1:b + 1][keep]
+            h, tgt = hidden[keep], ids[:, a + 1 : b + 1][keep]
             step, n = self.logit_chunk_rows, h.shape[0]
-            parts = [self._chunk_stats(logits, h[i:i + step], tgt[i:i + step], temperature,
-                                       return_entropy, recompute=n > step,
-                                       allowed=None if allow is None else allow[i:i + step])
-                     for i in range(0, n, step)]  # none when this slice scores nothing
+            parts = [
+                self._chunk_stats(
+                    logits,
+                    h[i : i + step],
+                    tgt[i : i + step],
+                    temperature,
+                    return_entropy,
+                    recompute=n > step,
+                    allowed=None if allow is None else allow[i : i + step],
+                )
+                for i in range(0, n, step)
+            ]  # none when this slice scores nothing
         zeros = torch.zeros(keep.shape, dtype=torch.float32, device=self.device)
         zero = zeros.new_zeros(rows, 1)
         if parts:
@@ -289,10 +331,10 @@ class SequenceParallelTrainable(HFTrainable):
             entropy = zeros.masked_scatter(keep, torch.cat([en for _, en in parts]))
         else:  # still tied to the backbone: its backward's all-to-alls pair with the group's
             logp, entropy = zeros + hidden.flatten()[0].float() * 0, zeros
-        logp = torch.cat([zero, gather_tokens(logp, g)[:, :width - 1]], dim=1)
+        logp = torch.cat([zero, gather_tokens(logp, g)[:, : width - 1]], dim=1)
         if not return_entropy:
             return logp
-        return logp, torch.cat([zero, gather_tokens(entropy, g)[:, :width - 1]], dim=1)
+        return logp, torch.cat([zero, gather_tokens(entropy, g)[:, : width - 1]], dim=1)
 
 
 def gather_tokens(x: Tensor, groups: SequenceGroups) -> Tensor:

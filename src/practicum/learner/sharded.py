@@ -79,8 +79,9 @@ from practicum.learner.shards import gather_rows
 from practicum.learner.step import Learner
 
 
-def init_ranks(device_type: str, timeout_s: float, address: str | None = None,
-               interface: str | None = None) -> None:
+def init_ranks(
+    device_type: str, timeout_s: float, address: str | None = None, interface: str | None = None
+) -> None:
     """Join the process group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (set by
     torchrun or by the Ray learner group): nccl on GPU, gloo on CPU (its sockets bound to
     `address` when given: `gloo_backend`). `interface` (e.g. eth0) becomes GLOO_SOCKET_IFNAME
@@ -109,6 +110,7 @@ def gloo_backend(address: str | None) -> str:
         return "gloo"
     name = "gloo_at_" + "".join(c if c.isalnum() else "_" for c in address)
     if not hasattr(dist.Backend, name.upper()):
+
         def build(store, rank: int, size: int, timeout: timedelta):
             options = dist.ProcessGroupGloo._Options()
             options._timeout = timeout
@@ -126,10 +128,13 @@ def learner_mesh(device_type: str, replicate: int) -> DeviceMesh:
     if replicate == 1:
         return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
     if world % replicate:
-        raise PracticumError(f"placement.mesh.replicate={replicate}: {world} ranks do not split "
-                             "into that many copies")
-    return init_device_mesh(device_type, (replicate, world // replicate),
-                            mesh_dim_names=("replicate", "shard"))
+        raise PracticumError(
+            f"placement.mesh.replicate={replicate}: {world} ranks do not split "
+            "into that many copies"
+        )
+    return init_device_mesh(
+        device_type, (replicate, world // replicate), mesh_dim_names=("replicate", "shard")
+    )
 
 
 class _Forward(nn.Module):
@@ -153,16 +158,15 @@ def decoder_layers(lm: nn.Module) -> list[nn.Module]:
     """The decoder layers of `lm` (transformers' `_no_split_modules`), in order; sharded ones
     too (`fully_shard` makes each an instance of a subclass, FSDP<class>)."""
     layer_types = set(getattr(lm, "_no_split_modules", None) or ())
-    layers = [m for m in lm.modules()
-              if any(c.__name__ in layer_types for c in type(m).__mro__)]
+    layers = [m for m in lm.modules() if any(c.__name__ in layer_types for c in type(m).__mro__)]
     if not layers:
-        raise PracticumError(f"cannot shard {type(lm).__name__}: it names no decoder layer class "
-                             "(_no_split_modules)")
+        raise PracticumError(
+            f"cannot shard {type(lm).__name__}: it names no decoder layer class (_no_split_modules)"
+        )
     return layers
 
 
-def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy,
-           mesh: DeviceMesh) -> nn.Module:
+def _shard(lm: nn.Module, root: nn.Module, mp: MixedPrecisionPolicy, mesh: DeviceMesh) -> nn.Module:
     """fully_shard each decoder layer of `lm`, then `root`, over `mesh`."""
     for unit in [*decoder_layers(lm), root]:
         fully_shard(unit, mesh=mesh, mp_policy=mp)
@@ -178,8 +182,14 @@ class ShardedTrainable:
     is a collective: each rank makes it, in the same order. Built by `sharded_trainable` (on
     the meta device, then filled)."""
 
-    def __init__(self, inner: HFTrainable, reference: nn.Module | None, mp: MixedPrecisionPolicy,
-                 export_dtype: torch.dtype | None, mesh: DeviceMesh):
+    def __init__(
+        self,
+        inner: HFTrainable,
+        reference: nn.Module | None,
+        mp: MixedPrecisionPolicy,
+        export_dtype: torch.dtype | None,
+        mesh: DeviceMesh,
+    ):
         self.inner, self.tokenizer, self.pad_id = inner, inner.tokenizer, inner.pad_id
         self.device = inner.device
         self.export_dtype = export_dtype
@@ -196,18 +206,31 @@ class ShardedTrainable:
         """The frozen base sharded on its own (full fine-tuning with a KL term); with LoRA it is
         the policy with its adapter off."""
         if reference is not None:
-            self.reference = _shard(reference, _Forward(inner, reference, reference=True), mp,
-                                    mesh)
+            self.reference = _shard(reference, _Forward(inner, reference, reference=True), mp, mesh)
         self._in_base = False
         self.names = [n for n, p in inner.model.named_parameters() if p.requires_grad]
         """The trainable parameters' names, in the optimizer's order."""
 
-    def token_logprobs(self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0,
-                       return_entropy: bool = False, score_mask: Tensor | None = None,
-                       allowed: GrammarMasks | None = None, packed: bool = False):
+    def token_logprobs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        score_mask: Tensor | None = None,
+        allowed: GrammarMasks | None = None,
+        packed: bool = False,
+    ):
         root = self.reference if self._in_base and self.reference is not None else self.policy
-        return root(input_ids, attention_mask, temperature, return_entropy=return_entropy,
-                    score_mask=score_mask, allowed=allowed, packed=packed)
+        return root(
+            input_ids,
+            attention_mask,
+            temperature,
+            return_entropy=return_entropy,
+            score_mask=score_mask,
+            allowed=allowed,
+            packed=packed,
+        )
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return self.inner.trainable_parameters()
@@ -230,8 +253,9 @@ class ShardedTrainable:
             self._in_base = False
 
     # -- gathered weights --------------------------------------------------------------------
-    def iter_full_tensors(self, dtype: torch.dtype | None = None,
-                          max_gather_bytes: int | None = None) -> Iterator[tuple[str, Tensor]]:
+    def iter_full_tensors(
+        self, dtype: torch.dtype | None = None, max_gather_bytes: int | None = None
+    ) -> Iterator[tuple[str, Tensor]]:
         """`HFTrainable.iter_full_tensors` over the shards: the trainable weights (the adapter
         with LoRA, every weight with full fine-tuning) one at a time, each cast to `dtype` when
         floating and gathered whole on rank 0 (`rows.gather_rows`: the other ranks send their
@@ -240,8 +264,7 @@ class ShardedTrainable:
         `max_gather_bytes`: each gather's staging at most that (`gather_rows`)."""
         for name, t in distinct_tensors(self.inner.trainable_state())[0].items():
             if isinstance(t, DTensor):
-                full = gather_rows(t, dtype if t.is_floating_point() else None,
-                                   max_gather_bytes)
+                full = gather_rows(t, dtype if t.is_floating_point() else None, max_gather_bytes)
             else:
                 full = cast_floating(t.detach(), dtype)
             if _rank() == 0:
@@ -280,8 +303,7 @@ class ShardedTrainable:
         rank's return."""
         tensors = self.iter_full_tensors(self.export_dtype)
         if _rank() == 0:
-            save_policy_folder(self.inner, Path(path), tensors, self.export_dtype,
-                               max_file_bytes)
+            save_policy_folder(self.inner, Path(path), tensors, self.export_dtype, max_file_bytes)
         else:
             for _ in tensors:  # the gathers rank 0 writes from
                 pass
@@ -324,18 +346,23 @@ class GroupRanks(Ranks):
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         names = self.model.names
-        full = {"state": {names[i]: s for i, s in state["state"].items()},
-                "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
-                                 for g in state["param_groups"]]}
-        set_optimizer_state_dict(self.model.inner.model, optimizer, full,
-                                 options=StateDictOptions(full_state_dict=True))
+        full = {
+            "state": {names[i]: s for i, s in state["state"].items()},
+            "param_groups": [
+                {**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]
+            ],
+        }
+        set_optimizer_state_dict(
+            self.model.inner.model, optimizer, full, options=StateDictOptions(full_state_dict=True)
+        )
 
     def barrier(self) -> None:
         dist.barrier()
 
 
-def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int = 1,
-                      sequence: int = 1) -> ShardedTrainable:
+def sharded_trainable(
+    policy: PolicyConfig, kl_reference: bool, replicate: int = 1, sequence: int = 1
+) -> ShardedTrainable:
     """This rank's shard of the policy (and of its frozen reference when `kl_reference` and full
     fine-tuning) built without any rank holding the whole model (`practicum.learner.load`),
     then `policy.init` when set; over `replicate` copies (HSDP; 1: full sharding), in sequence
@@ -343,8 +370,9 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int =
     the process group is joined."""
     device = load.rank_device(policy.device)
     # resolved here: the model is built on the meta device, which is no GPU
-    policy = policy.model_copy(update={
-        "gradient_checkpointing": uses_checkpointing(policy, device)})
+    policy = policy.model_copy(
+        update={"gradient_checkpointing": uses_checkpointing(policy, device)}
+    )
     path = resolve_model(policy.model)
     dtype = resolve_dtype(policy, device)
     check_attn_implementation(policy.attn_implementation, device)
@@ -353,17 +381,29 @@ def sharded_trainable(policy: PolicyConfig, kl_reference: bool, replicate: int =
     lm = load.empty_lm(path, dtype, policy.attn_implementation, policy.rope_scaling_dict)
     reference = None
     if kl_reference and not policy.lora:  # kept in the compute dtype: it is never updated
-        reference = load.empty_lm(path, mp.param_dtype or dtype, policy.attn_implementation,
-                                  policy.rope_scaling_dict)
+        reference = load.empty_lm(
+            path, mp.param_dtype or dtype, policy.attn_implementation, policy.rope_scaling_dict
+        )
         reference.eval().requires_grad_(False)
-    make = HFTrainable if sequence == 1 else \
-        partial(SequenceParallelTrainable, groups=sequence_groups(device.type, sequence))
-    inner = make(policy.model_copy(update={"init": None}), lm, load_tokenizer(path),
-                 load.BuiltReference(reference))
+    make = (
+        HFTrainable
+        if sequence == 1
+        else partial(SequenceParallelTrainable, groups=sequence_groups(device.type, sequence))
+    )
+    inner = make(
+        policy.model_copy(update={"init": None}),
+        lm,
+        load_tokenizer(path),
+        load.BuiltReference(reference),
+    )
     inner.cfg = policy  # `init` is loaded below, sharded
-    model = ShardedTrainable(inner, reference, mp,
-                             export_dtype=None if policy.lora else mp.param_dtype or dtype,
-                             mesh=learner_mesh(device.type, replicate))
+    model = ShardedTrainable(
+        inner,
+        reference,
+        mp,
+        export_dtype=None if policy.lora else mp.param_dtype or dtype,
+        mesh=learner_mesh(device.type, replicate),
+    )
     load.materialise([r for r in (model.policy, model.reference) if r is not None], device)
     inner.device = model.device = device
     load.load_base_weights(path, [m for m in (lm, reference) if m is not None], policy.seed)
@@ -377,8 +417,9 @@ def sharded_learner(cfg, policy: PolicyConfig) -> Learner:
     (`placement.mesh`; the process group already joined); on CUDA each rank uses its
     LOCAL_RANK's GPU."""
     mesh = cfg.placement.learner_mesh
-    model = sharded_trainable(policy, kl_reference=cfg.algo.kl_coef > 0,
-                              replicate=mesh.replicate, sequence=mesh.sequence)
+    model = sharded_trainable(
+        policy, kl_reference=cfg.algo.kl_coef > 0, replicate=mesh.replicate, sequence=mesh.sequence
+    )
     ranks = GroupRanks(model)
     if isinstance(model.inner, SequenceParallelTrainable):
         ranks = SequenceRanks(ranks, model.inner.groups, model.device)

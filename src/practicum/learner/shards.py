@@ -49,16 +49,20 @@ def _piece(param: DTensor) -> _Piece:
     elif placements == (Replicate(), Shard(0)):
         shard_dim, copies, in_first = 1, mesh.get_group(0), mesh.get_local_rank(0) == 0
     else:
-        raise RuntimeError(f"expected a parameter sharded on dim 0 over a full or hybrid "
-                           f"(replicate x shard) mesh, got {placements}")
+        raise RuntimeError(
+            f"expected a parameter sharded on dim 0 over a full or hybrid "
+            f"(replicate x shard) mesh, got {placements}"
+        )
     pieces, index = mesh.size(shard_dim), mesh.get_local_rank(shard_dim)
     local = param.to_local()
     rows = param.shape[0] if param.dim() else 1
     chunk = math.ceil(rows / pieces) * (param.numel() // max(rows, 1))
     start = min(index * chunk, param.numel())
     if local.numel() != min(chunk, param.numel() - start):
-        raise RuntimeError(f"unexpected shard of {tuple(param.shape)} on rank "
-                           f"{dist.get_rank()}: {tuple(local.shape)}")
+        raise RuntimeError(
+            f"unexpected shard of {tuple(param.shape)} on rank "
+            f"{dist.get_rank()}: {tuple(local.shape)}"
+        )
     return _Piece(local, chunk, index, pieces, mesh.get_group(shard_dim), copies, in_first)
 
 
@@ -73,18 +77,19 @@ def scatter_rows(param: DTensor, full: Tensor | None) -> None:
             flat = full.to(device=p.local.device, dtype=p.local.dtype).reshape(-1)
             pieces = []
             for r in range(p.pieces):
-                piece = flat[r * p.chunk:(r + 1) * p.chunk]
+                piece = flat[r * p.chunk : (r + 1) * p.chunk]
                 if piece.numel() < p.chunk:
                     piece = torch.cat([piece, piece.new_zeros(p.chunk - piece.numel())])
                 pieces.append(piece.view(torch.uint8))
         dist.scatter(buf.view(torch.uint8), pieces, group=p.shards, group_src=0)
     if p.copies is not None:  # copy 0's piece to the same piece of every other copy
         dist.broadcast(buf.view(torch.uint8), group=p.copies, group_src=0)
-    p.local.copy_(buf[:p.local.numel()].view(p.local.shape))
+    p.local.copy_(buf[: p.local.numel()].view(p.local.shape))
 
 
-def gather_rows(param: DTensor, dtype: torch.dtype | None = None,
-                max_bytes: int | None = None) -> Tensor | None:
+def gather_rows(
+    param: DTensor, dtype: torch.dtype | None = None, max_bytes: int | None = None
+) -> Tensor | None:
     """Every rank: `param` whole on rank 0 (None elsewhere), on its device, in `dtype` (None:
     its own), gathered from copy 0's ranks (each holds just its padded piece meanwhile); the
     other copies' ranks send nothing. `max_bytes` (the same on every rank): gathered in slices
@@ -97,17 +102,28 @@ def gather_rows(param: DTensor, dtype: torch.dtype | None = None,
     buf = local.reshape(-1)
     if buf.numel() < p.chunk:
         buf = torch.cat([buf, buf.new_zeros(p.chunk - buf.numel())])
-    step = p.chunk if max_bytes is None else \
-        max(1, min(p.chunk, max_bytes // (p.pieces * buf.element_size())))
-    flat = None if p.index != 0 else \
-        torch.empty(p.pieces * p.chunk, dtype=buf.dtype, device=buf.device)
+    step = (
+        p.chunk
+        if max_bytes is None
+        else max(1, min(p.chunk, max_bytes // (p.pieces * buf.element_size())))
+    )
+    flat = (
+        None
+        if p.index != 0
+        else torch.empty(p.pieces * p.chunk, dtype=buf.dtype, device=buf.device)
+    )
     for start in range(0, p.chunk, step):
         stop = min(start + step, p.chunk)
-        pieces = None if flat is None else \
-            [flat[r * p.chunk + start:r * p.chunk + stop].view(torch.uint8)
-             for r in range(p.pieces)]
+        pieces = (
+            None
+            if flat is None
+            else [
+                flat[r * p.chunk + start : r * p.chunk + stop].view(torch.uint8)
+                for r in range(p.pieces)
+            ]
+        )
         dist.gather(buf[start:stop].view(torch.uint8), pieces, group=p.shards, group_dst=0)
-    return None if flat is None else flat[:param.numel()].view(param.shape)
+    return None if flat is None else flat[: param.numel()].view(param.shape)
 
 
 def copy_rows(param: Tensor, full: Tensor) -> None:
@@ -118,13 +134,16 @@ def copy_rows(param: Tensor, full: Tensor) -> None:
         return
     p = _piece(param)
     start = min(p.index * p.chunk, param.numel())
-    flat = full.reshape(-1)[start:start + p.local.numel()]
+    flat = full.reshape(-1)[start : start + p.local.numel()]
     p.local.copy_(flat.view(p.local.shape).to(device=p.local.device, dtype=p.local.dtype))
 
 
 def broadcast(tensor: Tensor, full: Tensor | None) -> None:
     """A tensor every rank keeps whole (a buffer): rank 0's value (`full`; None elsewhere)."""
-    buf = (full.to(device=tensor.device, dtype=tensor.dtype).contiguous() if full is not None
-           else torch.empty_like(tensor))
+    buf = (
+        full.to(device=tensor.device, dtype=tensor.dtype).contiguous()
+        if full is not None
+        else torch.empty_like(tensor)
+    )
     dist.broadcast(buf.reshape(-1).view(torch.uint8), src=0)
     tensor.copy_(buf.view(tensor.shape))

@@ -84,8 +84,10 @@ def zero_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
     for group in optimizer.param_groups:
         if group.get("fused") or group.get("capturable"):
-            raise ValueError("zero_optimizer_state: only the default (non-fused, not "
-                             "capturable) AdamW is laid out here")
+            raise ValueError(
+                "zero_optimizer_state: only the default (non-fused, not "
+                "capturable) AdamW is laid out here"
+            )
         for p in group["params"]:
             state = optimizer.state[p]
             if state:
@@ -117,14 +119,16 @@ class Learner(QuietPart):
         self.params = [p for p in model.trainable_parameters() if p.requires_grad]
         self.device = self.params[0].device if self.params else torch.device("cpu")
         """The model's device: every batch tensor goes there before it meets the log-probs."""
-        self.optimizer = torch.optim.AdamW(self.params, lr=t.lr, betas=tuple(t.betas),
-                                           weight_decay=t.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay
+        )
         self.eager_state = colocated_engine(cfg)
         """The optimizer state is created now, not at the first step (`colocated_engine`)."""
         if self.eager_state:
             zero_optimizer_state(self.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.schedule))
+            self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.schedule)
+        )
         self.step = 0
         self.skipped_nonfinite = 0
         """Optimizer updates skipped for a non-finite gradient norm, over the run."""
@@ -172,24 +176,34 @@ class Learner(QuietPart):
         elapsed = time.perf_counter() - start
         n_tokens = sum(r.tokens for r in rows)
         mean = lambda k: sum(u[k] for u in updates) / len(updates)  # noqa: E731
-        out = {"loss": mean("loss"), "grad_norm": mean("grad_norm"),
-               "updates": float(len(updates)), "lr": lr,
-               "train/skipped_nonfinite": float(self.skipped_nonfinite),
-               "train_rows": float(len(rows)), "train_tokens": float(n_tokens),
-               "learner_tokens_per_s": n_tokens * n_updates / elapsed,
-               "learner_seconds": elapsed}
+        out = {
+            "loss": mean("loss"),
+            "grad_norm": mean("grad_norm"),
+            "updates": float(len(updates)),
+            "lr": lr,
+            "train/skipped_nonfinite": float(self.skipped_nonfinite),
+            "train_rows": float(len(rows)),
+            "train_tokens": float(n_tokens),
+            "learner_tokens_per_s": n_tokens * n_updates / elapsed,
+            "learner_seconds": elapsed,
+        }
         total = sum(n for _, n in seen)
         first = {k: sum(st[k] * n for st, n in seen) / total for k in ("entropy", "gap", "kl_ref")}
         out["entropy"] = first["entropy"]  # over the whole batch, as the first epoch saw it
         if not pg:
             return out
-        return {**out, "clip_frac": mean("clip_frac"), "approx_kl": mean("approx_kl"),
-                "clip_frac_per_update": [u["clip_frac"] for u in updates],
-                "approx_kl_per_update": [u["approx_kl"] for u in updates],
-                # trainer/sampler gap and KL to the base: over the whole batch, as the first
-                # epoch saw it (before each mini-batch's own update)
-                "logprob_gap": first["gap"], "kl_ref": first["kl_ref"],
-                "logprob_gap_max": max(st["gap_max"] for st, _ in seen)}
+        return {
+            **out,
+            "clip_frac": mean("clip_frac"),
+            "approx_kl": mean("approx_kl"),
+            "clip_frac_per_update": [u["clip_frac"] for u in updates],
+            "approx_kl_per_update": [u["approx_kl"] for u in updates],
+            # trainer/sampler gap and KL to the base: over the whole batch, as the first
+            # epoch saw it (before each mini-batch's own update)
+            "logprob_gap": first["gap"],
+            "kl_ref": first["kl_ref"],
+            "logprob_gap_max": max(st["gap_max"] for st, _ in seen),
+        }
 
     def _micro_batches(self, shares: list[list[TrainRow]]) -> list[tuple[list[TrainRow], bool]]:
         """This rank's rows (shares[rank]) in micro-batches (`micro_batch_size` rows, or whole
@@ -207,7 +221,7 @@ class Learner(QuietPart):
         if budget is not None:
             return token_budget_batches(rows, budget, row_length)
         m = self.cfg.train.micro_batch_size
-        return [rows[i:i + m] for i in range(0, len(rows), m)]
+        return [rows[i : i + m] for i in range(0, len(rows), m)]
 
     @property
     def packed(self) -> bool:
@@ -217,8 +231,9 @@ class Learner(QuietPart):
     def _tokens(self, micro: list[TrainRow], pg: bool) -> TokenBatch:
         """A micro-batch's tensors on the model's device; grammar masks replayed for the
         policy gradient (cross-entropy trains the unconstrained distribution, as SFT did)."""
-        return token_batch(micro, self.model.pad_id, self.device, self.model.tokenizer,
-                           replay_grammars=pg)
+        return token_batch(
+            micro, self.model.pad_id, self.device, self.model.tokenizer, replay_grammars=pg
+        )
 
     @torch.no_grad()
     def _proximal(self, minis: list[list[TrainRow]]) -> dict[int, Tensor]:
@@ -229,16 +244,22 @@ class Learner(QuietPart):
         out = {}
         for micro, live in self._micro_batches(shares):
             tb = self._tokens(micro, True)
-            logp = self.model.token_logprobs(tb.input_ids, tb.attention_mask, self.temperature,
-                                             score_mask=tb.loss_mask, allowed=tb.allowed,
-                                             packed=self.packed)
+            logp = self.model.token_logprobs(
+                tb.input_ids,
+                tb.attention_mask,
+                self.temperature,
+                score_mask=tb.loss_mask,
+                allowed=tb.allowed,
+                packed=self.packed,
+            )
             for r, lp in zip(micro, logp):
                 if live:
-                    out[id(r)] = lp[:len(r.input_ids)]
+                    out[id(r)] = lp[: len(r.input_ids)]
         return out
 
-    def _update(self, mini: list[TrainRow], prox: dict[int, Tensor] | None, pg: bool
-                ) -> dict[str, float]:
+    def _update(
+        self, mini: list[TrainRow], prox: dict[int, Tensor] | None, pg: bool
+    ) -> dict[str, float]:
         """One optimizer update on a mini-batch (this rank's part of it), accumulated over
         micro-batches; normalised by the whole mini-batch's tokens (or sequences). Skipped
         (parameters, optimizer state and its step count untouched) when the gradient norm over
@@ -250,30 +271,47 @@ class Learner(QuietPart):
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(("loss", "clip", "kl", "entropy", "gap", "kl_ref"), 0.0)
         gap_max = 0.0
-        for micro, live in self._micro_batches(split_ranks(mini, self.ranks.data_world,
-                                                           row_length)):
+        for micro, live in self._micro_batches(
+            split_ranks(mini, self.ranks.data_world, row_length)
+        ):
             tb = self._tokens(micro, pg)
-            logp, ent = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                  temperature, return_entropy=True,
-                                                  score_mask=tb.loss_mask, allowed=tb.allowed,
-                                                  packed=self.packed)
+            logp, ent = self.model.token_logprobs(
+                tb.input_ids,
+                tb.attention_mask,
+                temperature,
+                return_entropy=True,
+                score_mask=tb.loss_mask,
+                allowed=tb.allowed,
+                packed=self.packed,
+            )
             mask = tb.loss_mask
             micro_tokens = mask.sum().item()
             if pg:
-                old = (logp.detach() if prox is None or not live else
-                       pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1]))
+                old = (
+                    logp.detach()
+                    if prox is None or not live
+                    else pad_rows([prox[id(r)] for r in micro], tb.input_ids.shape[1])
+                )
                 token_loss, clipped = self._objective(logp, old, tb)
                 token_loss = token_loss * tb.weights
                 if algo.kl_coef > 0:
                     with torch.no_grad(), self.model.frozen_base():
-                        ref = self.model.token_logprobs(tb.input_ids, tb.attention_mask,
-                                                        temperature, score_mask=tb.loss_mask,
-                                                        allowed=tb.allowed, packed=self.packed)
+                        ref = self.model.token_logprobs(
+                            tb.input_ids,
+                            tb.attention_mask,
+                            temperature,
+                            score_mask=tb.loss_mask,
+                            allowed=tb.allowed,
+                            packed=self.packed,
+                        )
                     kl = k3_kl(logp, ref)
                     token_loss = token_loss + algo.kl_coef * kl
                     sums["kl_ref"] += (kl.detach() * mask).sum().item() * live
-                share = (micro_tokens / max(1, tokens) if algo.loss_agg == "token_mean"
-                         else len(micro) / max(1, seqs))
+                share = (
+                    micro_tokens / max(1, tokens)
+                    if algo.loss_agg == "token_mean"
+                    else len(micro) / max(1, seqs)
+                )
                 loss = aggregate_loss(token_loss, mask, algo.loss_agg) * (share * live)
             else:  # SFT / RFT: token-mean cross-entropy over the whole mini-batch
                 loss = rft_loss(logp, mask) * (micro_tokens / max(1, tokens) * live)
@@ -302,9 +340,16 @@ class Learner(QuietPart):
         sums = dict(zip(keys, self.ranks.sum([sums[k] for k in keys])))
         gap_max = self.ranks.max(gap_max)
         d = max(1, tokens)
-        return {"loss": sums["loss"], "clip_frac": sums["clip"] / d, "approx_kl": sums["kl"] / d,
-                "entropy": sums["entropy"] / d, "gap": sums["gap"] / d, "gap_max": gap_max,
-                "kl_ref": sums["kl_ref"] / d, "grad_norm": norm}
+        return {
+            "loss": sums["loss"],
+            "clip_frac": sums["clip"] / d,
+            "approx_kl": sums["kl"] / d,
+            "entropy": sums["entropy"] / d,
+            "gap": sums["gap"] / d,
+            "gap_max": gap_max,
+            "kl_ref": sums["kl_ref"] / d,
+            "grad_norm": norm,
+        }
 
     def _skip_update(self, norm: float) -> None:
         """No optimizer step for a non-finite gradient norm (every rank sees the same norm);
@@ -318,17 +363,26 @@ class Learner(QuietPart):
                 f"{self.nonfinite_in_row} optimizer updates in a row had a non-finite gradient "
                 f"norm ({norm}), the last in training step {self.step + 1}; each was skipped. "
                 f"Stopping (train.max_nonfinite_in_row={limit}): lower train.lr or look for "
-                f"a broken batch; resume from the last checkpoint with run.resume=true")
+                f"a broken batch; resume from the last checkpoint with run.resume=true"
+            )
 
     def _objective(self, logp: Tensor, prox: Tensor, tb: TokenBatch) -> tuple[Tensor, Tensor]:
         """Token loss for the configured off-policy correction (algo.off_policy)."""
         algo = self.cfg.algo
         if algo.off_policy == "none":  # classic PPO: trust region around the behaviour policy
-            return ppo_clip_loss(logp, tb.behaviour_logp, tb.advantages, algo.clip_low,
-                                 algo.clip_high)
+            return ppo_clip_loss(
+                logp, tb.behaviour_logp, tb.advantages, algo.clip_low, algo.clip_high
+            )
         if algo.off_policy == "decoupled":
-            return decoupled_ppo_loss(logp, prox, tb.behaviour_logp, tb.advantages,
-                                      algo.clip_low, algo.clip_high, iw_cap=algo.is_cap)
+            return decoupled_ppo_loss(
+                logp,
+                prox,
+                tb.behaviour_logp,
+                tb.advantages,
+                algo.clip_low,
+                algo.clip_high,
+                iw_cap=algo.is_cap,
+            )
         loss, clipped = ppo_clip_loss(logp, prox, tb.advantages, algo.clip_low, algo.clip_high)
         return loss * truncated_importance_weights(prox, tb.behaviour_logp, algo.is_cap), clipped
 

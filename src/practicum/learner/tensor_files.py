@@ -22,9 +22,18 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-          "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
-          "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 NAMES = {dtype: name for name, dtype in DTYPES.items()}
 INDEX = "model.safetensors.index.json"
 """transformers' index of a model split over several files: {"weight_map": {name: file}}."""
@@ -52,8 +61,9 @@ def read_header(file: Path) -> dict[str, Entry]:
         if h["dtype"] not in DTYPES:
             raise ValueError(f"{file}: tensor {name} has dtype {h['dtype']}, not read here")
         begin, end = h["data_offsets"]
-        out[name] = Entry(Path(file), DTYPES[h["dtype"]], tuple(h["shape"]), 8 + size + begin,
-                          8 + size + end)
+        out[name] = Entry(
+            Path(file), DTYPES[h["dtype"]], tuple(h["shape"]), 8 + size + begin, 8 + size + end
+        )
     return out
 
 
@@ -70,8 +80,9 @@ class TensorFiles:
         """Every *.safetensors file of a folder (a HF model, a peft adapter, a saved policy)."""
         files = sorted(Path(folder).glob("*.safetensors"))
         if not files:
-            raise FileNotFoundError(f"{folder} holds no .safetensors file (weights are read "
-                                    "from safetensors only)")
+            raise FileNotFoundError(
+                f"{folder} holds no .safetensors file (weights are read from safetensors only)"
+            )
         return cls(files)
 
     def read(self, name: str) -> Tensor:
@@ -122,8 +133,11 @@ class StreamWriter:
             groups[-1].append(p)
             size += p.nbytes
         n = len(groups)
-        names = ([f"{stem}.safetensors"] if n == 1 else
-                 [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)])
+        names = (
+            [f"{stem}.safetensors"]
+            if n == 1
+            else [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        )
         self._files = list(zip(names, groups))
         self._order = iter([(i, p) for i, (_, g) in enumerate(self._files) for p in g])
         self._open: tuple[int, object] | None = None
@@ -140,8 +154,10 @@ class StreamWriter:
         if planned is None or planned.name != name:
             raise ValueError(f"StreamWriter expected {planned and planned.name}, got {name}")
         if tensor.dtype != planned.dtype or tuple(tensor.shape) != planned.shape:
-            raise ValueError(f"{name}: planned {planned.dtype} {planned.shape}, got "
-                             f"{tensor.dtype} {tuple(tensor.shape)}")
+            raise ValueError(
+                f"{name}: planned {planned.dtype} {planned.shape}, got "
+                f"{tensor.dtype} {tuple(tensor.shape)}"
+            )
         if self._open is None or self._open[0] != index:
             self._close_file()
             self._open = (index, self._start_file(index))
@@ -155,9 +171,12 @@ class StreamWriter:
         self._close_file()
         if len(self._files) > 1:
             weight_map = {p.name: file for file, group in self._files for p in group}
-            (self.folder / f"{self.stem}.safetensors.index.json").write_text(json.dumps(
-                {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map},
-                indent=2))
+            (self.folder / f"{self.stem}.safetensors.index.json").write_text(
+                json.dumps(
+                    {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map},
+                    indent=2,
+                )
+            )
         return [file for file, _ in self._files]
 
     def _start_file(self, index: int):
@@ -165,8 +184,11 @@ class StreamWriter:
         header: dict = {"__metadata__": {"format": "pt"}}
         offset = 0
         for p in group:
-            header[p.name] = {"dtype": NAMES[p.dtype], "shape": list(p.shape),
-                              "data_offsets": [offset, offset + p.nbytes]}
+            header[p.name] = {
+                "dtype": NAMES[p.dtype],
+                "shape": list(p.shape),
+                "data_offsets": [offset, offset + p.nbytes],
+            }
             offset += p.nbytes
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)

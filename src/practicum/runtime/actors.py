@@ -37,8 +37,13 @@ class ActorState:
 
 
 class ActorPool:
-    def __init__(self, n: int, body: Callable[[ActorState], None],
-                 on_death: Callable[[ActorState, BaseException], None], poll: float = 0.05):
+    def __init__(
+        self,
+        n: int,
+        body: Callable[[ActorState], None],
+        on_death: Callable[[ActorState, BaseException], None],
+        poll: float = 0.05,
+    ):
         self.states = [ActorState(i) for i in range(n)]
         self.body, self.on_death, self.poll = body, on_death, poll
         self.stopping = threading.Event()
@@ -53,15 +58,17 @@ class ActorPool:
         self.started_at = time.perf_counter()
         for s in self.states:
             self._spawn(s)
-        self._supervisor = threading.Thread(target=self._supervise, name="actor-supervisor",
-                                            daemon=True)
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="actor-supervisor", daemon=True
+        )
         self._supervisor.start()
         return self
 
     def _spawn(self, state: ActorState) -> None:
         state.error, state.error_trace = None, ""
-        state.thread = threading.Thread(target=self._run, args=(state,), daemon=True,
-                                        name=f"actor-{state.actor_id}")
+        state.thread = threading.Thread(
+            target=self._run, args=(state,), daemon=True, name=f"actor-{state.actor_id}"
+        )
         state.thread.start()
 
     def _run(self, state: ActorState) -> None:
@@ -75,8 +82,13 @@ class ActorPool:
             for s in self.states:
                 if s.thread is not None and not s.thread.is_alive() and not self.stopping.is_set():
                     err = s.error or RuntimeError("actor thread exited")
-                    log.error("actor %d died: %s: %s\n%s", s.actor_id, type(err).__name__, err,
-                              s.error_trace)
+                    log.error(
+                        "actor %d died: %s: %s\n%s",
+                        s.actor_id,
+                        type(err).__name__,
+                        err,
+                        s.error_trace,
+                    )
                     try:
                         self.on_death(s, err)
                     except Exception:
@@ -105,5 +117,6 @@ class ActorPool:
             self._supervisor.join(timeout=1.0)
         alive = [s.actor_id for s in self.states if s.thread is not None and s.thread.is_alive()]
         if alive:
-            log.warning("actors %s did not stop within %.0f s (abandoned daemon threads)",
-                        alive, timeout)
+            log.warning(
+                "actors %s did not stop within %.0f s (abandoned daemon threads)", alive, timeout
+            )

@@ -64,9 +64,13 @@ class AsyncBatches:
         cfg, rt = s.cfg, s.cfg.runtime
         admission = rt.staleness_policy == "admission"
         max_open = (rt.max_staleness + 1) * cfg.rollout.tasks_per_step if admission else None
-        self.board = GroupBoard(s.cursor, cfg.rollout.group_size, max_open,
-                                version=s.learner.step,
-                                max_staleness=rt.max_staleness if admission else None)
+        self.board = GroupBoard(
+            s.cursor,
+            cfg.rollout.group_size,
+            max_open,
+            version=s.learner.step,
+            max_staleness=rt.max_staleness if admission else None,
+        )
         self.stop_event = threading.Event()
         self._stopped: Future = Future()
         """Done once stopping: actors waiting for generation wake on it."""
@@ -82,11 +86,16 @@ class AsyncBatches:
 
     def _restore(self) -> None:
         s = self.s
-        open_groups = [tuple(g) if len(g) == 3 else (g[0], g[1], s.learner.step)
-                       for g in s.extra.get("open_groups", ())]
+        open_groups = [
+            tuple(g) if len(g) == 3 else (g[0], g[1], s.learner.step)
+            for g in s.extra.get("open_groups", ())
+        ]
         open_ids = {f"g{i}/{t}" for i, t, _ in open_groups}
-        stored = [(p, e, s.ledger.is_consumed(p)) for p, e in enumerate(s.store)
-                  if e.group_id in open_ids or not s.ledger.is_consumed(p)]
+        stored = [
+            (p, e, s.ledger.is_consumed(p))
+            for p, e in enumerate(s.store)
+            if e.group_id in open_ids or not s.ledger.is_consumed(p)
+        ]
         tasks = {t.task_id: t for t in s.suite.train_tasks}
         self._carry_dropped = self.board.restore(open_groups, stored, tasks)
         pending = sum(not consumed for *_, consumed in stored)
@@ -113,8 +122,7 @@ class AsyncBatches:
             st.busy_seconds += time.perf_counter() - t0
             if self.stop_event.is_set():
                 return  # cut short by shutdown: not stored; its slot is re-run after a resume
-            episode.info.update(actor=st.actor_id, started=wall0,
-                                seconds=time.perf_counter() - t0)
+            episode.info.update(actor=st.actor_id, started=wall0, seconds=time.perf_counter() - t0)
             self._store(a, episode)
             st.current = None
             st.episodes += 1
@@ -143,11 +151,15 @@ class AsyncBatches:
         if a is None or self.stop_event.is_set():
             return
         reason = f"actor died: {type(error).__name__}: {error}"
-        episode = Episode(task_id=a.task.task_id, group_id=a.group_id, prompt_ids=[],
-                          reward=self.s.cfg.rollout.failure_reward, failure=reason,
-                          episode_id=uuid.uuid4().hex,
-                          info={"traceback": st.error_trace, "slot": a.slot,
-                                "actor": st.actor_id})
+        episode = Episode(
+            task_id=a.task.task_id,
+            group_id=a.group_id,
+            prompt_ids=[],
+            reward=self.s.cfg.rollout.failure_reward,
+            failure=reason,
+            episode_id=uuid.uuid4().hex,
+            info={"traceback": st.error_trace, "slot": a.slot, "actor": st.actor_id},
+        )
         self._store(a, episode)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -190,9 +202,14 @@ class AsyncBatches:
         version = self.s.learner.step
         lag = [version - t.policy_version for _, e in batch.trained for t in e.turns]
         batch.metrics.update(self.runtime_metrics())
-        batch.metrics.update({"wait_seconds": waited, "rollout_seconds": waited,
-                              "staleness_mean": sum(lag) / len(lag) if lag else 0.0,
-                              "staleness_max": float(max(lag, default=0))})
+        batch.metrics.update(
+            {
+                "wait_seconds": waited,
+                "rollout_seconds": waited,
+                "staleness_mean": sum(lag) / len(lag) if lag else 0.0,
+                "staleness_max": float(max(lag, default=0)),
+            }
+        )
         return batch
 
     def _stale(self, episodes: list[Episode]) -> bool:
@@ -225,8 +242,7 @@ class AsyncBatches:
             if self._stale(g.episodes):
                 batch.dropped += g.members
                 continue
-            keep, drop = (informative_split(g.members) if algo.dynamic_sampling
-                          else (g.members, []))
+            keep, drop = informative_split(g.members) if algo.dynamic_sampling else (g.members, [])
             batch.trained += keep
             batch.filtered += drop
             n_trained += bool(keep)
@@ -246,7 +262,8 @@ class AsyncBatches:
             if enough and not due:
                 return batch
             _, pos, e = self._take(
-                lambda due=due: self.board.take_episode(timeout=1.0, only=due or None))
+                lambda due=due: self.board.take_episode(timeout=1.0, only=due or None)
+            )
             (batch.dropped if self._stale([e]) else batch.trained).append((pos, e))
 
     def _take(self, take):
@@ -275,8 +292,13 @@ class AsyncBatches:
         }
 
     def summary(self) -> dict:
-        return {"async": {**self.runtime_metrics(), "train_seconds": self.train_seconds,
-                          "wait_seconds": self.wait_seconds,
-                          "env_seconds": self.env_seconds,
-                          "generation_seconds": self.s.server.busy_seconds,
-                          "num_actors": float(self.s.cfg.runtime.num_actors)}}
+        return {
+            "async": {
+                **self.runtime_metrics(),
+                "train_seconds": self.train_seconds,
+                "wait_seconds": self.wait_seconds,
+                "env_seconds": self.env_seconds,
+                "generation_seconds": self.s.server.busy_seconds,
+                "num_actors": float(self.s.cfg.runtime.num_actors),
+            }
+        }

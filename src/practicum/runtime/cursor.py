@@ -49,8 +49,9 @@ class Curriculum:
 
 
 class TaskCursor:
-    def __init__(self, tasks: list[Task], seed: int, position: int = 0,
-                 curriculum: Curriculum | None = None):
+    def __init__(
+        self, tasks: list[Task], seed: int, position: int = 0, curriculum: Curriculum | None = None
+    ):
         if not tasks:
             raise TrainingError("the task suite has no training tasks")
         self.tasks, self.seed, self.position = tasks, seed, position
@@ -72,9 +73,11 @@ class TaskCursor:
                 self.position += 1
                 if self.curriculum is None or self.curriculum.keep(task.task_id):
                     return index, task
-        raise TrainingError(f"the curriculum dropped every one of the {len(self.tasks)} training "
-                            f"tasks (solved more often than curriculum.max_solve_rate, or never "
-                            f"solved in curriculum.min_attempts tries)")
+        raise TrainingError(
+            f"the curriculum dropped every one of the {len(self.tasks)} training "
+            f"tasks (solved more often than curriculum.max_solve_rate, or never "
+            f"solved in curriculum.min_attempts tries)"
+        )
 
     def take(self, n: int) -> list[tuple[int, Task]]:
         return [self.take_one() for _ in range(n)]

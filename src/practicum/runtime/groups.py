@@ -90,8 +90,14 @@ class Group:
 
 
 class GroupBoard:
-    def __init__(self, cursor: TaskCursor, group_size: int, max_open: int | None = None,
-                 version: int = 0, max_staleness: int | None = None):
+    def __init__(
+        self,
+        cursor: TaskCursor,
+        group_size: int,
+        max_open: int | None = None,
+        version: int = 0,
+        max_staleness: int | None = None,
+    ):
         """max_open / max_staleness None: no admission control (the drop policy)."""
         self.cursor, self.group_size, self.max_open = cursor, group_size, max_open
         self.max_staleness = max_staleness
@@ -107,8 +113,12 @@ class GroupBoard:
         self.groups_opened = 0
 
     # -- resume ---------------------------------------------------------------------------------
-    def restore(self, open_groups: list[tuple[int, str, int]],
-                stored: list[tuple[int, Episode, bool]], tasks_by_id: dict[str, Task]) -> list:
+    def restore(
+        self,
+        open_groups: list[tuple[int, str, int]],
+        stored: list[tuple[int, Episode, bool]],
+        tasks_by_id: dict[str, Task],
+    ) -> list:
         """Re-open the groups a checkpoint left open (index, task id, version) and those of
         stored, unconsumed episodes. `stored`: (position, episode, consumed) for every stored
         episode of those groups: consumed ones count as taken, the others as finished. Returns
@@ -117,14 +127,15 @@ class GroupBoard:
         wanted = {group_id(i, t): (i, t, v) for i, t, v in open_groups}
         for _, e, consumed in stored:
             if not consumed:
-                wanted.setdefault(e.group_id, (group_index_of(e.group_id), e.task_id,
-                                               self.version))
+                wanted.setdefault(e.group_id, (group_index_of(e.group_id), e.task_id, self.version))
         surplus = []
         with self._cond:
             for gid, (index, task_id, version) in sorted(wanted.items(), key=lambda kv: kv[1][0]):
                 if task_id not in tasks_by_id:
-                    raise ValueError(f"cannot resume group {gid}: task {task_id!r} is not in the "
-                                     f"training tasks any more")
+                    raise ValueError(
+                        f"cannot resume group {gid}: task {task_id!r} is not in the "
+                        f"training tasks any more"
+                    )
                 self._open[gid] = Group(index, tasks_by_id[task_id], self.group_size, version)
                 self._restored.add(gid)
             for pos, e, consumed in sorted(stored, key=lambda x: x[0]):
@@ -209,12 +220,14 @@ class GroupBoard:
         if self.max_staleness is None:
             return set()
         with self._cond:
-            return {g.gid for g in self._open.values()
-                    if g.version + self.max_staleness <= self.version}
+            return {
+                g.gid for g in self._open.values() if g.version + self.max_staleness <= self.version
+            }
 
     def take_group(self, timeout: float, only: set[str] | None = None) -> Group | None:
         """The complete group that completed first (restricted to `only`), removed from the
         board; None after `timeout` seconds."""
+
         def ready() -> Group | None:
             for g, _, _ in self._finished:
                 if g.complete and (only is None or g.gid in only):
@@ -231,10 +244,12 @@ class GroupBoard:
             self._cond.notify_all()  # admission: room for a new group
             return g
 
-    def take_episode(self, timeout: float, only: set[str] | None = None
-                     ) -> tuple[Group, int, Episode] | None:
+    def take_episode(
+        self, timeout: float, only: set[str] | None = None
+    ) -> tuple[Group, int, Episode] | None:
         """The finished episode that finished first (of a group in `only`), removed from the
         board; its group closes once every member is taken. None after `timeout` seconds."""
+
         def ready() -> int | None:
             for i, (g, _, _) in enumerate(self._finished):
                 if only is None or g.gid in only:
@@ -276,8 +291,10 @@ class GroupBoard:
 
     def counts(self) -> dict[str, float]:
         with self._cond:
-            return {"open_groups": float(len(self._open)),
-                    "finished_waiting": float(len(self._finished))}
+            return {
+                "open_groups": float(len(self._open)),
+                "finished_waiting": float(len(self._finished)),
+            }
 
 
 def _free_slot(g: Group) -> int:

@@ -55,8 +55,9 @@ class RankWorker(LearnerWorker):
     call is watched (`practicum.learner.phases`): its phases are posted, and a failure names
     the rank that caused it."""
 
-    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float,
-                 network: Network | None = None):
+    def __init__(
+        self, cfg, policy: PolicyConfig, collective_timeout: float, network: Network | None = None
+    ):
         self.cfg, self.policy, self.collective_timeout = cfg, policy, collective_timeout
         self.network = network or Network()
         self.learner = self.board = None
@@ -90,8 +91,12 @@ class RankWorker(LearnerWorker):
 
         os.environ.update(env or {})
         self.bind = bind or self.network.address
-        init_ranks(pick_device(self.policy.device).type, self.collective_timeout,
-                   address=bind or self.network.address, interface=self.network.interface)
+        init_ranks(
+            pick_device(self.policy.device).type,
+            self.collective_timeout,
+            address=bind or self.network.address,
+            interface=self.network.interface,
+        )
         self.board = PhaseBoard.open(self.collective_timeout)
         with self.board.call("load"):
             self.learner = sharded_learner(self.cfg, self.policy)
@@ -147,10 +152,21 @@ class RayLearnerGroup(RayLearner):
     """The runtime's `Learner` on `ranks` RankWorker actors in one placement group (module doc).
     Starts a local Ray when none is running (and stops it in `close`)."""
 
-    def __init__(self, cfg, policy: PolicyConfig, ranks: int, *, cpus: float, gpus: float,
-                 timeout: float, collective_timeout: float, address: str | None = None,
-                 export_refs: bool = True, strategy: str = "PACK",
-                 network: Network | None = None):
+    def __init__(
+        self,
+        cfg,
+        policy: PolicyConfig,
+        ranks: int,
+        *,
+        cpus: float,
+        gpus: float,
+        timeout: float,
+        collective_timeout: float,
+        address: str | None = None,
+        export_refs: bool = True,
+        strategy: str = "PACK",
+        network: Network | None = None,
+    ):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -167,12 +183,17 @@ class RayLearnerGroup(RayLearner):
             self.pg = placement_group([bundle] * ranks, strategy=strategy)
             ray.get(self.pg.ready(), timeout=START_SECONDS)
             worker = ray.remote(RankWorker)
-            handles = [worker.options(
-                num_cpus=bundle.get("CPU", 0), num_gpus=gpus, max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.pg, placement_group_bundle_index=i)).remote(cfg, policy,
-                                                                     collective_timeout, network)
-                for i in range(ranks)]
+            handles = [
+                worker.options(
+                    num_cpus=bundle.get("CPU", 0),
+                    num_gpus=gpus,
+                    max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self.pg, placement_group_bundle_index=i
+                    ),
+                ).remote(cfg, policy, collective_timeout, network)
+                for i in range(ranks)
+            ]
             nodes = ray.get([h.node.remote() for h in handles], timeout=START_SECONDS)
             # ranks numbered node by node (the first bundle's node first): a mesh's copies of
             # consecutive ranks then each sit on one node
@@ -182,28 +203,43 @@ class RayLearnerGroup(RayLearner):
             self.nodes = [nodes[k] for k in order]
             addr, port = ray.get(self.handles[0].address.remote(), timeout=START_SECONDS)
             self.store = (addr, port)
-            self.pids = ray.get([h.join.remote({
-                "MASTER_ADDR": addr, "MASTER_PORT": str(port), "RANK": str(i),
-                "WORLD_SIZE": str(ranks)}, self.nodes[i][1]) for i, h in enumerate(self.handles)],
-                timeout=max(timeout, START_SECONDS))
+            self.pids = ray.get(
+                [
+                    h.join.remote(
+                        {
+                            "MASTER_ADDR": addr,
+                            "MASTER_PORT": str(port),
+                            "RANK": str(i),
+                            "WORLD_SIZE": str(ranks),
+                        },
+                        self.nodes[i][1],
+                    )
+                    for i, h in enumerate(self.handles)
+                ],
+                timeout=max(timeout, START_SECONDS),
+            )
         except (ray.exceptions.RayError, TimeoutError) as e:
             self.close()
-            raise TrainingError(f"starting the {ranks} learner ranks failed: "
-                                f"{type(e).__name__}: {_first_line(e)}") from None
+            raise TrainingError(
+                f"starting the {ranks} learner ranks failed: {type(e).__name__}: {_first_line(e)}"
+            ) from None
         except BaseException:
             self.close()
             raise
 
     def summary(self) -> dict[str, Any]:
-        return {"learner_rank_pids": self.pids,
-                "learner_rank_nodes": [node for node, _ in self.nodes]}
+        return {
+            "learner_rank_pids": self.pids,
+            "learner_rank_nodes": [node for node, _ in self.nodes],
+        }
 
     def export_weights(self, version: int):
         """engine.weight_sync=broadcast (full fine-tuning): a `StreamedUpdate` the sampler
         pulls through its weight group; else the gathered weights (`RayLearner`)."""
         if self.cfg.streams_weights:
-            return StreamedUpdate(version, lambda target: self.call("send_weights", version,
-                                                                    target))
+            return StreamedUpdate(
+                version, lambda target: self.call("send_weights", version, target)
+            )
         return super().export_weights(version)
 
     def call(self, what: str, *args, num_returns: int = 1) -> Any:
@@ -219,8 +255,9 @@ class RayLearnerGroup(RayLearner):
                 firsts = [getattr(h, what).remote(*args) for h in self.handles]
                 rest = None
             else:
-                pairs = [getattr(h, what).options(num_returns=2).remote(*args)
-                         for h in self.handles]
+                pairs = [
+                    getattr(h, what).options(num_returns=2).remote(*args) for h in self.handles
+                ]
                 firsts, rest = [p[0] for p in pairs], pairs[0][1]
             try:
                 values = self._gather(firsts)
@@ -230,8 +267,10 @@ class RayLearnerGroup(RayLearner):
             except ray.exceptions.RayError as e:
                 reason = self._failure(what, e)
             self._kill()
-        raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
-                            "with run.resume=true")
+        raise TrainingError(
+            f"{reason}; the step was not taken: resume from the last checkpoint "
+            "with run.resume=true"
+        )
 
     def _failure(self, what: str, e) -> str:
         """Why a call failed, from the first rank's error: its own diagnosis of a collective
@@ -242,8 +281,7 @@ class RayLearnerGroup(RayLearner):
         if isinstance(cause, TrainingError):
             return str(cause)
         rank = getattr(e, "rank", "?")
-        reason = f"learner rank {rank} failed during {what} ({type(e).__name__}: " \
-                 f"{_first_line(e)})"
+        reason = f"learner rank {rank} failed during {what} ({type(e).__name__}: {_first_line(e)})"
         if isinstance(e, ray.exceptions.RayActorError) and self.store is not None:
             from practicum.learner.phases import last_phases
 
@@ -259,8 +297,9 @@ class RayLearnerGroup(RayLearner):
         index = {ref: i for i, ref in enumerate(refs)}
         pending, deadline = list(refs), time.monotonic() + self.timeout
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1,
-                                      timeout=max(0.0, deadline - time.monotonic()))
+            ready, pending = ray.wait(
+                pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic())
+            )
             if not ready:
                 raise TimeoutError
             try:
@@ -300,8 +339,9 @@ class TorchrunLearner(QuietPart, RemoteLearner):
     """Rank 0 of a torchrun launch, in the driver: each call runs here and on ranks > 0
     (`follow`), which receive it over a control group (module doc)."""
 
-    def __init__(self, cfg, policy: PolicyConfig, collective_timeout: float,
-                 network: Network | None = None):
+    def __init__(
+        self, cfg, policy: PolicyConfig, collective_timeout: float, network: Network | None = None
+    ):
         self.cfg = cfg
         self.worker = RankWorker(cfg, policy, collective_timeout, network)
         self.worker.join()
@@ -311,9 +351,11 @@ class TorchrunLearner(QuietPart, RemoteLearner):
 
     @property
     def trainable(self):
-        raise TrainableInActor("config error at placement.kind: the trainable is sharded over "
-                               "the learner's ranks, so this command (it reaches into the "
-                               "model) needs the learner in one process (placement.kind=local)")
+        raise TrainableInActor(
+            "config error at placement.kind: the trainable is sharded over "
+            "the learner's ranks, so this command (it reaches into the "
+            "model) needs the learner in one process (placement.kind=local)"
+        )
 
     def call(self, what: str, *args) -> Any:
         import torch.distributed as dist
@@ -328,15 +370,18 @@ class TorchrunLearner(QuietPart, RemoteLearner):
         except (RuntimeError, dist.DistError) as e:
             reason = f"learner {what} failed on the ranks ({type(e).__name__}: {_first_line(e)})"
         self._closed = True
-        raise TrainingError(f"{reason}; the step was not taken: resume from the last checkpoint "
-                            "with run.resume=true")
+        raise TrainingError(
+            f"{reason}; the step was not taken: resume from the last checkpoint "
+            "with run.resume=true"
+        )
 
     def export_weights(self, version: int) -> WeightUpdate | StreamedUpdate:
         """The gathered weights on this process's CPU, or with engine.weight_sync=broadcast a
         `StreamedUpdate` the sampler pulls through its weight group."""
         if self.cfg.streams_weights:
-            return StreamedUpdate(version, lambda target: self.call("send_weights", version,
-                                                                    target))
+            return StreamedUpdate(
+                version, lambda target: self.call("send_weights", version, target)
+            )
         return self.call("export", version)[1]
 
     def close(self) -> None:
@@ -349,8 +394,9 @@ class TorchrunLearner(QuietPart, RemoteLearner):
         self.worker.leave()
 
 
-def follow(cfg, policy: PolicyConfig, collective_timeout: float,
-           network: Network | None = None) -> None:
+def follow(
+    cfg, policy: PolicyConfig, collective_timeout: float, network: Network | None = None
+) -> None:
     """A torchrun rank > 0: make each call rank 0 sends, until it closes the group."""
     import torch.distributed as dist
 

@@ -95,8 +95,11 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                     if metrics is not None or s.server.awaits_weights:
                         s.publish()
                 if metrics is None:  # nothing to train on: no step, a warning, a bound
-                    s.ledger.record(s.learner.step, filtered=batch.trained + batch.filtered,
-                                    dropped=batch.dropped)
+                    s.ledger.record(
+                        s.learner.step,
+                        filtered=batch.trained + batch.filtered,
+                        dropped=batch.dropped,
+                    )
                     s.curriculum.record([e for _, e in batch.trained + batch.filtered])
                     s.skipped_batches += 1
                     skipped_in_row += 1
@@ -104,26 +107,33 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                     continue
                 skipped_in_row = 0
                 source.after_update(s.learner.step)
-                s.ledger.record(s.learner.step, trained=batch.trained, filtered=batch.filtered,
-                                dropped=batch.dropped)
-                s.curriculum.record([e for _, e in batch.trained + batch.filtered
-                                     + batch.dropped])
+                s.ledger.record(
+                    s.learner.step,
+                    trained=batch.trained,
+                    filtered=batch.filtered,
+                    dropped=batch.dropped,
+                )
+                s.curriculum.record([e for _, e in batch.trained + batch.filtered + batch.dropped])
                 seen = episodes + [e for _, e in batch.filtered]
                 metrics.update(episode_metrics(seen, cfg.curriculum.solved_reward))
                 metrics.update(batch.metrics)
                 metrics.update(s.placement.metrics())
-                metrics.update({"batch_episodes": float(len(episodes)),
-                                "groups_filtered": float(len({e.group_id
-                                                              for _, e in batch.filtered})),
-                                "episodes_dropped": float(len(batch.dropped)),
-                                "skipped_batches": float(s.skipped_batches),
-                                "policy_version": float(s.server.version),
-                                "step_seconds": time.perf_counter() - t0})
+                metrics.update(
+                    {
+                        "batch_episodes": float(len(episodes)),
+                        "groups_filtered": float(len({e.group_id for _, e in batch.filtered})),
+                        "episodes_dropped": float(len(batch.dropped)),
+                        "skipped_batches": float(s.skipped_batches),
+                        "policy_version": float(s.server.version),
+                        "step_seconds": time.perf_counter() - t0,
+                    }
+                )
                 step = s.learner.step
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
                     ev = _evaluate(s, bar)
-                    metrics.update({f"eval/{k}": v for k, v in ev.items()
-                                    if isinstance(v, (int, float))})
+                    metrics.update(
+                        {f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))}
+                    )
                 s.metrics.log(step, metrics)
                 if step % cfg.train.checkpoint_every == 0:
                     with source.frozen():
@@ -152,10 +162,15 @@ def _log_eval(s: Session, result: dict, step: int) -> None:
 def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> None:
     n = len(batch.trained) + len(batch.filtered)
     limit = s.cfg.train.max_skipped_batches
-    why = ("every group's rewards were equal (dynamic sampling filtered them all)"
-           if not batch.trained else "every episode was masked out (overlong or empty)")
-    msg = (f"batch {s.ledger.batches} had nothing to train on: {why}; {n} episodes, "
-           f"{len(batch.dropped)} dropped. No step taken ({in_row} such batches in a row).")
+    why = (
+        "every group's rewards were equal (dynamic sampling filtered them all)"
+        if not batch.trained
+        else "every episode was masked out (overlong or empty)"
+    )
+    msg = (
+        f"batch {s.ledger.batches} had nothing to train on: {why}; {n} episodes, "
+        f"{len(batch.dropped)} dropped. No step taken ({in_row} such batches in a row)."
+    )
     if not (bar.enabled or bar.plain):  # shown already: one line, not one per stream
         log.warning(msg)
     bar.note(msg)
@@ -163,4 +178,5 @@ def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> 
         raise TrainingError(
             f"{in_row} batches in a row had nothing to train on ({why}); the task may be too "
             f"hard or too easy for the policy, or the reward constant. Stopping at step "
-            f"{s.learner.step} (train.max_skipped_batches={limit}).")
+            f"{s.learner.step} (train.max_skipped_batches={limit})."
+        )

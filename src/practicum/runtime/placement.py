@@ -118,14 +118,21 @@ def place(cfg: Config, suite: Suite | None = None) -> Placement:
     check_launch(cfg, suite)
     # filled in start order (None until then); a part that fails to start closes those started
     # before it
-    placed = Placement(cast(Learner, None), cast(Sampler, None), None,
-                       ray=RayCluster.join(plan, policy.device) if plan.on_ray else None)
+    placed = Placement(
+        cast(Learner, None),
+        cast(Sampler, None),
+        None,
+        ray=RayCluster.join(plan, policy.device) if plan.on_ray else None,
+    )
     try:
         placed.learner = learner = _place_learner(cfg, policy)
         in_process = isinstance(learner, LocalLearner)
         placed.sampler = _place_sampler(cfg, policy, learner, in_process)
-        placed.tokenizer = (learner.trainable.tokenizer if in_process
-                            else load_tokenizer(resolve_model(policy.model)))
+        placed.tokenizer = (
+            learner.trainable.tokenizer
+            if in_process
+            else load_tokenizer(resolve_model(policy.model))
+        )
     except BaseException:
         placed.close()
         raise
@@ -139,8 +146,9 @@ def check_context_lengths(cfg: Config, policy: PolicyConfig) -> None:
     path = resolve_model(policy.model)
     check_context(path, policy.rope_scaling_dict, cfg.rollout.max_seq_len, "rollout.max_seq_len")
     if isinstance(cfg.engine, VLLMOptions):
-        check_context(path, policy.rope_scaling_dict, cfg.engine.max_model_len,
-                      "engine.max_model_len")
+        check_context(
+            path, policy.rope_scaling_dict, cfg.engine.max_model_len, "engine.max_model_len"
+        )
 
 
 def check_launch(cfg: Config, suite: Suite | None = None) -> None:
@@ -152,36 +160,46 @@ def check_launch(cfg: Config, suite: Suite | None = None) -> None:
 
     plan, world = cfg.placement, _torchrun_world()
     if world > 1 and not (isinstance(plan, TorchrunPlacement) and plan.ranks == world):
-        raise ConfigError(f"config error at placement: torchrun started {world} processes, so "
-                          f"set placement: {{kind: torchrun, ranks: {world}}}")
+        raise ConfigError(
+            f"config error at placement: torchrun started {world} processes, so "
+            f"set placement: {{kind: torchrun, ranks: {world}}}"
+        )
     if world == 1 and isinstance(plan, TorchrunPlacement):
-        raise ConfigError(f"config error at placement.kind: torchrun ranks are the processes "
-                          f"of `torchrun --nnodes {plan.nodes} --nproc-per-node "
-                          f"{plan.ranks // plan.nodes} -m practicum.cli train ...`; this process "
-                          "was not started by torchrun")
+        raise ConfigError(
+            f"config error at placement.kind: torchrun ranks are the processes "
+            f"of `torchrun --nnodes {plan.nodes} --nproc-per-node "
+            f"{plan.ranks // plan.nodes} -m practicum.cli train ...`; this process "
+            "was not started by torchrun"
+        )
     if world > 1:
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
         here = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
         if nodes != plan.nodes or here != plan.ranks // plan.nodes:
-            raise ConfigError(f"config error at placement.nodes: torchrun started {nodes} "
-                              f"node(s) with {here} process(es) on this one, the plan has "
-                              f"{plan.nodes} node(s) of {plan.ranks // plan.nodes} (ranks="
-                              f"{plan.ranks}): launch `torchrun --nnodes {plan.nodes} "
-                              f"--nproc-per-node {plan.ranks // plan.nodes} ...` on each node")
+            raise ConfigError(
+                f"config error at placement.nodes: torchrun started {nodes} "
+                f"node(s) with {here} process(es) on this one, the plan has "
+                f"{plan.nodes} node(s) of {plan.ranks // plan.nodes} (ranks="
+                f"{plan.ranks}): launch `torchrun --nnodes {plan.nodes} "
+                f"--nproc-per-node {plan.ranks // plan.nodes} ...` on each node"
+            )
     if plan.learner_mesh.sequence > 1:
         from transformers import AutoConfig
 
         from practicum.learner.sequence import check_model
 
-        check_model(AutoConfig.from_pretrained(resolve_model(cfg.model.model)),
-                    plan.learner_mesh.sequence, cfg.model.attn_implementation)
+        check_model(
+            AutoConfig.from_pretrained(resolve_model(cfg.model.model)),
+            plan.learner_mesh.sequence,
+            cfg.model.attn_implementation,
+        )
     if plan.on_ray:
         require_ray("placement.kind")
-    if cfg.engine.kind == "vllm" and plan.engine_actors is not None and \
-            find_spec("vllm") is None:
-        raise ConfigError("config error at placement.engine: engine.kind=vllm in an engine "
-                          "actor needs vllm installed in this Python environment "
-                          "(scripts/requirements-cuda.txt)")
+    if cfg.engine.kind == "vllm" and plan.engine_actors is not None and find_spec("vllm") is None:
+        raise ConfigError(
+            "config error at placement.engine: engine.kind=vllm in an engine "
+            "actor needs vllm installed in this Python environment "
+            "(scripts/requirements-cuda.txt)"
+        )
     if suite is not None and plan.env_actors is not None:
         from practicum.runtime.ray_envs import refuse_stateful
 
@@ -206,35 +224,41 @@ def serve_learner_rank(cfg: Config) -> bool:
     return True
 
 
-def torchrun_sampler_device(plan: TorchrunPlacement, engine_kind: str, device: str,
-                            local_ranks: int, gpus: int) -> str:
+def torchrun_sampler_device(
+    plan: TorchrunPlacement, engine_kind: str, device: str, local_ranks: int, gpus: int
+) -> str:
     """Where rank 0's sampler runs under torchrun (`placement.sampler_device`), its node
     running `local_ranks` learner ranks on cuda:0..local_ranks-1 (LOCAL_RANK) and having
     `gpus` GPUs; `device`: model.device resolved. A CUDA run whose sampler would land on a
     learner rank's GPU without the plan saying so is refused, naming the GPUs."""
     if plan.sampler_device is not None:
-        if engine_kind == "vllm" and device.startswith("cuda") and \
-                plan.sampler_device != "cuda:0":
-            raise ConfigError(f"config error at placement.sampler_device: "
-                              f"{plan.sampler_device}, but vLLM in rank 0 starts on this "
-                              "node's first GPU(s) whatever it is told: set cuda:0 (shared "
-                              "with learner rank 0 knowingly)")
+        if engine_kind == "vllm" and device.startswith("cuda") and plan.sampler_device != "cuda:0":
+            raise ConfigError(
+                f"config error at placement.sampler_device: "
+                f"{plan.sampler_device}, but vLLM in rank 0 starts on this "
+                "node's first GPU(s) whatever it is told: set cuda:0 (shared "
+                "with learner rank 0 knowingly)"
+            )
         return plan.sampler_device
     if not device.startswith("cuda"):
         return device
     taken = f"cuda:0-{local_ranks - 1}" if local_ranks > 1 else "cuda:0"
     if engine_kind == "vllm":
-        raise ConfigError(f"config error at placement.sampler_device: vLLM in rank 0 starts on "
-                          f"this node's first GPU(s), which learner ranks use ({taken}): set "
-                          "placement.sampler_device: cuda:0 to share them knowingly")
+        raise ConfigError(
+            f"config error at placement.sampler_device: vLLM in rank 0 starts on "
+            f"this node's first GPU(s), which learner ranks use ({taken}): set "
+            "placement.sampler_device: cuda:0 to share them knowingly"
+        )
     if gpus > local_ranks:
         return f"cuda:{local_ranks}"
-    raise ConfigError(f"config error at placement.sampler_device: the {local_ranks} learner "
-                      f"ranks on rank 0's node take {taken}, all of its {gpus} GPU(s), leaving "
-                      "none for rank 0's sampler: launch one process fewer per node "
-                      f"(--nproc-per-node {local_ranks - 1} and placement.ranks to match), or "
-                      "set placement.sampler_device: cuda:0 (shared with learner rank 0) or "
-                      "cpu")
+    raise ConfigError(
+        f"config error at placement.sampler_device: the {local_ranks} learner "
+        f"ranks on rank 0's node take {taken}, all of its {gpus} GPU(s), leaving "
+        "none for rank 0's sampler: launch one process fewer per node "
+        f"(--nproc-per-node {local_ranks - 1} and placement.ranks to match), or "
+        "set placement.sampler_device: cuda:0 (shared with learner rank 0) or "
+        "cpu"
+    )
 
 
 def _place_learner(cfg: Config, policy) -> Learner:
@@ -247,17 +271,31 @@ def _place_learner(cfg: Config, policy) -> Learner:
     if isinstance(plan, LearnerGroupPlacement):
         from practicum.runtime.learner_group import RayLearnerGroup
 
-        return RayLearnerGroup(cfg, policy, plan.ranks, cpus=plan.rank.cpus,
-                               gpus=plan.rank.gpus, timeout=plan.call_timeout_s,
-                               collective_timeout=plan.collective_timeout_s,
-                               address=plan.address, export_refs=export_refs,
-                               strategy=plan.strategy, network=plan.network)
+        return RayLearnerGroup(
+            cfg,
+            policy,
+            plan.ranks,
+            cpus=plan.rank.cpus,
+            gpus=plan.rank.gpus,
+            timeout=plan.call_timeout_s,
+            collective_timeout=plan.collective_timeout_s,
+            address=plan.address,
+            export_refs=export_refs,
+            strategy=plan.strategy,
+            network=plan.network,
+        )
     if isinstance(plan, RayPlacement) and plan.learner is not None:
         from practicum.runtime.ray_learner import RayLearner
 
-        return RayLearner(cfg, policy, cpus=plan.learner.cpus, gpus=plan.learner.gpus,
-                          timeout=plan.call_timeout_s, address=plan.address,
-                          export_refs=export_refs)
+        return RayLearner(
+            cfg,
+            policy,
+            cpus=plan.learner.cpus,
+            gpus=plan.learner.gpus,
+            timeout=plan.call_timeout_s,
+            address=plan.address,
+            export_refs=export_refs,
+        )
     return LocalLearner(load_trainable(policy), cfg)
 
 
@@ -266,14 +304,26 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
     if actors is not None and actors.replicas > 1:
         from practicum.runtime.replicas import EngineReplicas
 
-        sampler: Any = EngineReplicas.start(cfg.engine, policy, n=actors.replicas,
-                                            cpus=actors.cpus, gpus=actors.gpus,
-                                            timeout=plan.call_timeout_s, address=plan.address)
+        sampler: Any = EngineReplicas.start(
+            cfg.engine,
+            policy,
+            n=actors.replicas,
+            cpus=actors.cpus,
+            gpus=actors.gpus,
+            timeout=plan.call_timeout_s,
+            address=plan.address,
+        )
     elif actors is not None:
         from practicum.runtime.ray_engine import RayEngine
 
-        sampler = RayEngine(cfg.engine, policy, cpus=actors.cpus, gpus=actors.gpus,
-                            timeout=plan.call_timeout_s, address=plan.address)
+        sampler = RayEngine(
+            cfg.engine,
+            policy,
+            cpus=actors.cpus,
+            gpus=actors.gpus,
+            timeout=plan.call_timeout_s,
+            address=plan.address,
+        )
     elif in_process:  # may share the trainable's weights: holds version 0
         # the in-process learner's trainable is the factory's HFTrainable
         return build_sampler(cfg.engine, policy, cast("HFTrainable", learner.trainable))
@@ -281,9 +331,12 @@ def _place_sampler(cfg: Config, policy, learner: Learner, in_process: bool) -> S
         import torch
 
         device = torchrun_sampler_device(
-            plan, cfg.engine.kind, str(pick_device(policy.device)),
+            plan,
+            cfg.engine.kind,
+            str(pick_device(policy.device)),
             int(os.environ.get("LOCAL_WORLD_SIZE", plan.ranks // plan.nodes)),
-            torch.cuda.device_count())
+            torch.cuda.device_count(),
+        )
         sampler = build_sampler(cfg.engine, policy.model_copy(update={"device": device}))
     else:
         sampler = build_sampler(cfg.engine, policy)
@@ -304,7 +357,16 @@ def place_envs(placement: Placement, cfg: Config, suite: Suite, ctx: SuiteContex
     from practicum.runtime.ray_envs import use_ray
 
     rt = cfg.runtime
-    warm = rt.num_actors if rt.mode == "async" else \
-        cfg.rollout.group_size * cfg.rollout.tasks_per_step
-    placement.envs = use_ray(suite, cfg.task.name, cfg.task.options, ctx, plan.address,
-                             plan.env_actors.cpus, warm=warm, call_timeout=plan.call_timeout_s)
+    warm = (
+        rt.num_actors if rt.mode == "async" else cfg.rollout.group_size * cfg.rollout.tasks_per_step
+    )
+    placement.envs = use_ray(
+        suite,
+        cfg.task.name,
+        cfg.task.options,
+        ctx,
+        plan.address,
+        plan.env_actors.cpus,
+        warm=warm,
+        call_timeout=plan.call_timeout_s,
+    )

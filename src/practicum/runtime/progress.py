@@ -49,13 +49,23 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def step_line(step: int, total: int, metrics: dict, episodes: int, elapsed: float,
-              eta: float | None, label: str = "step") -> str:
+def step_line(
+    step: int,
+    total: int,
+    metrics: dict,
+    episodes: int,
+    elapsed: float,
+    eta: float | None,
+    label: str = "step",
+) -> str:
     """One training step: reward, solved rate, loss, episodes so far, seconds, ETA (the fields
     `metrics` has)."""
     parts = [f"{label} {step}/{total}"]
-    for key, name, fmt in (("reward_mean", "reward", ".3f"), ("solved_rate", "solved", ".3f"),
-                           ("loss", "loss", "+.4f")):
+    for key, name, fmt in (
+        ("reward_mean", "reward", ".3f"),
+        ("solved_rate", "solved", ".3f"),
+        ("loss", "loss", "+.4f"),
+    ):
         if key in metrics:
             parts.append(f"{name} {metrics[key]:{fmt}}")
     if episodes:
@@ -66,8 +76,9 @@ def step_line(step: int, total: int, metrics: dict, episodes: int, elapsed: floa
     return "  ".join(parts)
 
 
-def count_line(label: str, done: int, total: int, elapsed: float, eta: float | None,
-               info: str = "") -> str:
+def count_line(
+    label: str, done: int, total: int, elapsed: float, eta: float | None, info: str = ""
+) -> str:
     """Units of a counted stage done so far: `label done/total  [info]  elapsed  ETA`."""
     parts = [f"{label} {done}/{total}"] + ([info] if info else [])
     parts += [f"elapsed {duration(elapsed)}", f"ETA {duration(eta) if eta is not None else '?'}"]
@@ -77,18 +88,29 @@ def count_line(label: str, done: int, total: int, elapsed: float, eta: float | N
 def eval_line(step: int, result: dict, seconds: float, when: str = "") -> str:
     """One held-out evaluation: reward, solved rate, the environment's headline metrics,
     episodes, seconds."""
-    parts = [f"eval step {step}" + (f" ({when})" if when else ""),
-             f"reward {result.get('reward_mean', float('nan')):.3f}",
-             f"solved {result.get('solved_rate', float('nan')):.3f}"]
+    parts = [
+        f"eval step {step}" + (f" ({when})" if when else ""),
+        f"reward {result.get('reward_mean', float('nan')):.3f}",
+        f"solved {result.get('solved_rate', float('nan')):.3f}",
+    ]
     shown = f"env/{HEADLINE}"  # the metrics the environment asks to show (envs.base)
-    parts += [f"{k[len(shown):]} {v:.3f}" for k, v in sorted(result.items()) if k.startswith(shown)]
+    parts += [
+        f"{k[len(shown) :]} {v:.3f}" for k, v in sorted(result.items()) if k.startswith(shown)
+    ]
     parts += [f"{result.get('tasks', 0)} episodes", f"{seconds:.1f} s"]
     return "  ".join(parts)
 
 
 class TrainProgress:
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, label: str = "train",
-                 log_dir: Path | None = None, stream: IO[str] | None = None):
+    def __init__(
+        self,
+        total: int,
+        start: int = 0,
+        enabled: bool = True,
+        label: str = "train",
+        log_dir: Path | None = None,
+        stream: IO[str] | None = None,
+    ):
         """enabled=False (--quiet): neither bar nor lines on stdout (the log file still gets
         them). `stream` (default stdout) decides bar or lines by whether it is a terminal."""
         self.total, self.start = total, start
@@ -104,11 +126,17 @@ class TrainProgress:
         self._step_seconds: list[float] = []
         self._last_step = start
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-            disable=not self.enabled)
-        self._task = self._progress.add_task(label, total=total, completed=start, info="",
-                                             visible=total > 0)
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            disable=not self.enabled,
+        )
+        self._task = self._progress.add_task(
+            label, total=total, completed=start, info="", visible=total > 0
+        )
         self._live = False
 
     def __enter__(self) -> "TrainProgress":
@@ -120,8 +148,7 @@ class TrainProgress:
         self._live = False
         self._progress.__exit__(*exc)
 
-    def count(self, label: str, total: int, done: int = 0,
-              every: float = LINE_EVERY) -> "Count":
+    def count(self, label: str, total: int, done: int = 0, every: float = LINE_EVERY) -> "Count":
         """A counted stage shown with this run's progress (module docstring)."""
         return Count(self, label, total, done, every)
 
@@ -132,8 +159,7 @@ class TrainProgress:
         if self.plain:
             print(line, file=self.stream, flush=True)
         elif self.enabled and above_bar:
-            self._progress.console.print(f"[{style}]{line}" if style else line,
-                                         highlight=False)
+            self._progress.console.print(f"[{style}]{line}" if style else line, highlight=False)
 
     def note(self, message: str) -> None:
         """A warning: a line above the bar, or a plain line."""
@@ -151,8 +177,10 @@ class TrainProgress:
         self._last, self._last_step = now, step
         recent = self._step_seconds[-5:]  # the first steps include warm-up and refills
         eta = sum(recent) / len(recent) * max(0, self.total - step)
-        self._emit(step_line(step, self.total, metrics, episodes, now - self.started, eta,
-                             self.label), above_bar=False)
+        self._emit(
+            step_line(step, self.total, metrics, episodes, now - self.started, eta, self.label),
+            above_bar=False,
+        )
         if self.enabled:
             info = f"reward {metrics.get('reward_mean', float('nan')):.3f}"
             if "loss" in metrics:
@@ -167,8 +195,14 @@ class Count:
     on a terminal, throttled plain lines elsewhere, every line in progress.log. Use as a
     context manager; `advance()` once per unit finished."""
 
-    def __init__(self, parent: TrainProgress, label: str, total: int, done: int = 0,
-                 every: float = LINE_EVERY):
+    def __init__(
+        self,
+        parent: TrainProgress,
+        label: str,
+        total: int,
+        done: int = 0,
+        every: float = LINE_EVERY,
+    ):
         self.parent, self.label, self.total, self.done = parent, label, total, done
         self.every = every
         self._first = done
@@ -180,8 +214,9 @@ class Count:
         self._own = self.parent.enabled and not self.parent._live
         if self._own:  # a bar needs a live display: the parent's, or one for this stage
             self.parent.__enter__()
-        self._task = self.parent._progress.add_task(self.label, total=self.total,
-                                                    completed=self.done, info="")
+        self._task = self.parent._progress.add_task(
+            self.label, total=self.total, completed=self.done, info=""
+        )
         self.started = time.monotonic()
         self._last_line = -float("inf")
         self._line(force=True)
@@ -206,13 +241,21 @@ class Count:
         self._last_line = now
         elapsed, finished = now - self.started, self.done - self._first
         eta = elapsed / finished * (self.total - self.done) if finished else None
-        self.parent._emit(count_line(self.label, self.done, self.total, elapsed, eta,
-                                     self.info), above_bar=False)
+        self.parent._emit(
+            count_line(self.label, self.done, self.total, elapsed, eta, self.info), above_bar=False
+        )
 
 
-def counting(label: str, total: int, done: int = 0, enabled: bool = True,
-             log_dir: Path | None = None, stream: IO[str] | None = None,
-             every: float = LINE_EVERY) -> Count:
+def counting(
+    label: str,
+    total: int,
+    done: int = 0,
+    enabled: bool = True,
+    log_dir: Path | None = None,
+    stream: IO[str] | None = None,
+    every: float = LINE_EVERY,
+) -> Count:
     """A counted stage on its own (no training bar around it)."""
-    return TrainProgress(0, enabled=enabled, label=label, log_dir=log_dir,
-                         stream=stream).count(label, total, done, every)
+    return TrainProgress(0, enabled=enabled, label=label, log_dir=log_dir, stream=stream).count(
+        label, total, done, every
+    )

@@ -27,8 +27,9 @@ def require_ray(key: str) -> None:
     from importlib.util import find_spec
 
     if find_spec("ray") is None:
-        raise ConfigError(f"config error at {key}: Ray actors need the ray package "
-                          "(pip install 'practicum[ray]')")
+        raise ConfigError(
+            f"config error at {key}: Ray actors need the ray package (pip install 'practicum[ray]')"
+        )
 
 
 def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
@@ -41,8 +42,12 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if address is None:
         # "local": a Ray of its own, never one a `ray start` left on this machine (which
         # ray.init() alone would join, and then refuse num_cpus)
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(),
-                 include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+        )
     else:
         ray.init(address=address, log_to_driver=False)
     return True
@@ -56,12 +61,16 @@ def refuse_cpu_fallback(gpus: float, key: str, device: str) -> None:
 
     have = ray.cluster_resources().get("GPU", 0)
     if gpus == 0 and have > 0 and device != "cpu":
-        raise ConfigError(f"config error at {key}: 0, but the Ray cluster has {have:g} GPU(s): "
-                          f"the actor would run on the CPU (set {key}: 1, or model.device: cpu "
-                          "to mean it)")
+        raise ConfigError(
+            f"config error at {key}: 0, but the Ray cluster has {have:g} GPU(s): "
+            f"the actor would run on the CPU (set {key}: 1, or model.device: cpu "
+            "to mean it)"
+        )
     if gpus == 0 and device.startswith("cuda"):
-        raise ConfigError(f"config error at {key}: 0, but model.device is {device!r}: an "
-                          f"actor without a GPU cannot use one (set {key}: 1)")
+        raise ConfigError(
+            f"config error at {key}: 0, but model.device is {device!r}: an "
+            f"actor without a GPU cannot use one (set {key}: 1)"
+        )
 
 
 def actor_gpus(plan) -> dict[str, float]:

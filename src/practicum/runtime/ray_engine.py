@@ -52,7 +52,6 @@ from practicum.engine.weight_stream import StreamedUpdate
 log = logging.getLogger(__name__)
 
 
-
 class EngineFailure(SamplerFailure):
     """The engine actor timed out or died during a call (a fresh actor has replaced it)."""
 
@@ -73,11 +72,17 @@ class EngineWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None, adapter: bool,
-                 **kwargs) -> tuple[list[Sample], int]:
-        return self.sampler.generate(prompts, params, seeds, adapter, **kwargs), \
-            self.sampler.version
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None,
+        adapter: bool,
+        **kwargs,
+    ) -> tuple[list[Sample], int]:
+        return self.sampler.generate(
+            prompts, params, seeds, adapter, **kwargs
+        ), self.sampler.version
 
     def load_weights(self, update: WeightUpdate) -> int:
         self.sampler.load_weights(update)
@@ -98,16 +103,25 @@ class RayEngine:
     """Implements `practicum.engine.base.Sampler` by calling an `EngineWorker` actor (module
     doc). Starts a local Ray when none is running (and stops it in `close`)."""
 
-    def __init__(self, engine_cfg, policy: PolicyConfig, *, cpus: float = 1.0,
-                 gpus: float = 0.0, timeout: float = 1800.0, address: str | None = None):
+    def __init__(
+        self,
+        engine_cfg,
+        policy: PolicyConfig,
+        *,
+        cpus: float = 1.0,
+        gpus: float = 0.0,
+        timeout: float = 1800.0,
+        address: str | None = None,
+    ):
         import ray
 
         from practicum.runtime.ray_cluster import start_ray
 
         self._own_ray = start_ray(address)
         self.engine_cfg, self.policy, self.timeout = engine_cfg, policy, timeout
-        self._remote = ray.remote(EngineWorker).options(num_cpus=cpus, num_gpus=gpus,
-                                                        max_restarts=0)
+        self._remote = ray.remote(EngineWorker).options(
+            num_cpus=cpus, num_gpus=gpus, max_restarts=0
+        )
         self._lock = threading.RLock()
         self._weights = None
         """ObjectRef of the last published update (CPU tensors): a replacement actor loads it."""
@@ -128,28 +142,37 @@ class RayEngine:
             raise
 
     # -- the Sampler protocol -------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True,
-                 **kwargs) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+        **kwargs,
+    ) -> list[Sample]:
         """Extra keyword arguments (per-request options) reach the actor's sampler unchanged."""
         with self._lock:
             if self.awaits_stream:
-                raise EngineFailure("this engine actor replaced one that died; its weights "
-                                    "arrive by broadcast with the next published version")
+                raise EngineFailure(
+                    "this engine actor replaced one that died; its weights "
+                    "arrive by broadcast with the next published version"
+                )
             for attempt in (1, 2):
                 if self.handle is None:  # a replacement failed to start last time: try again
                     self._start()
                 try:
                     samples, version = self._call(
                         "generate",
-                        self.handle.generate.remote(prompts, params, seeds, adapter, **kwargs))
+                        self.handle.generate.remote(prompts, params, seeds, adapter, **kwargs),
+                    )
                     break
                 except EngineDied:  # sampling is repeatable: once more on the fresh actor
                     if attempt == 2:
                         raise
             if version != self.version:
-                raise EngineFailure(f"engine actor sampled version {version}, the driver "
-                                    f"published {self.version}")
+                raise EngineFailure(
+                    f"engine actor sampled version {version}, the driver published {self.version}"
+                )
             return samples
 
     def shares_trainable(self, adapter: bool) -> bool:
@@ -184,8 +207,9 @@ class RayEngine:
         with self._lock:
             if self.handle is None:
                 self._start()
-            got = self._call("receive_weights",
-                             self.handle.receive_weights.remote(version, target, rank))
+            got = self._call(
+                "receive_weights", self.handle.receive_weights.remote(version, target, rank)
+            )
             if got != version:
                 raise EngineFailure(f"engine actor received version {got}, not {version}")
             self._streamed, self.awaits_stream, self.version = True, False, version
@@ -226,8 +250,9 @@ class RayEngine:
                 ray.get(handle.load_weights.remote(self._weights), timeout=limit)
         except (ray.exceptions.RayError, TimeoutError) as e:
             ray.kill(handle, no_restart=True)
-            raise EngineFailure(f"starting the engine actor failed: {type(e).__name__}: {e}") \
-                from None
+            raise EngineFailure(
+                f"starting the engine actor failed: {type(e).__name__}: {e}"
+            ) from None
         self.handle = handle
         self.started += 1
 
@@ -242,8 +267,14 @@ class RayEngine:
 
     # -- reporting and shutdown -------------------------------------------------------------------
     def summary(self) -> dict:
-        return {"ray_engine": {"pid": self.pid, "engine_actors_started": self.started,
-                               "engine_restarts": self.restarts, "version": self.version}}
+        return {
+            "ray_engine": {
+                "pid": self.pid,
+                "engine_actors_started": self.started,
+                "engine_restarts": self.restarts,
+                "version": self.version,
+            }
+        }
 
     def metrics(self) -> dict[str, float]:
         """Per-step figures for metrics.jsonl (cumulative over the session)."""
@@ -281,19 +312,26 @@ class Streams:
         if self.target is None or members != self._members:
             formats = {(e.stream_format.backend, e.stream_format.dtype) for e in engines}
             if len(formats) > 1:
-                raise ValueError(f"engine actors that receive differently cannot share a "
-                                 f"weight group: {sorted(formats)}")
-            (backend, dtype), = formats
-            transport = "ipc" if getattr(engine_cfg, "weight_transport", "auto") == "ipc" \
-                else "collective"
+                raise ValueError(
+                    f"engine actors that receive differently cannot share a "
+                    f"weight group: {sorted(formats)}"
+                )
+            ((backend, dtype),) = formats
+            transport = (
+                "ipc" if getattr(engine_cfg, "weight_transport", "auto") == "ipc" else "collective"
+            )
             if transport == "ipc":
                 backend = "gloo"  # control messages only (`weight_ipc`)
             if self.rendezvous is None:
                 self.rendezvous = WeightRendezvous(own_address() or "127.0.0.1")
             self.target = self.rendezvous.target(
-                1 + sum(e.stream_format.receivers for e in engines), backend, dtype,
-                engine_cfg.weight_bucket_mb, getattr(engine_cfg, "verify_weights", False),
-                transport)
+                1 + sum(e.stream_format.receivers for e in engines),
+                backend,
+                dtype,
+                engine_cfg.weight_bucket_mb,
+                getattr(engine_cfg, "verify_weights", False),
+                transport,
+            )
             self._members = members
         return self.target
 
@@ -308,17 +346,18 @@ def stream_to(engines: list[RayEngine], update, streams: Streams, pool=None) -> 
         if e.handle is None:
             e._start()
     target = streams.target_for(engines, first.engine_cfg)
-    ranks = [1 + sum(e.stream_format.receivers for e in engines[:i])
-             for i in range(len(engines))]
+    ranks = [1 + sum(e.stream_format.receivers for e in engines[:i]) for i in range(len(engines))]
 
     def receive() -> None:
         if pool is None or len(engines) == 1:
             for e, rank in zip(engines, ranks):
                 e.receive(update.version, target, rank)
             return
-        for f in [pool.submit(e.receive, update.version, target, rank)
-                  for e, rank in zip(engines, ranks)]:
+        for f in [
+            pool.submit(e.receive, update.version, target, rank) for e, rank in zip(engines, ranks)
+        ]:
             f.result()
+
     try:
         publish(update, target, receive)
     except BaseException:
@@ -336,7 +375,12 @@ def to_object_store(update):
 
     if isinstance(update, RemoteUpdate):
         return update
-    ref = ray.put(WeightUpdate(update.version, update.kind, {
-        k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
-        dict(update.adapter_config)))
+    ref = ray.put(
+        WeightUpdate(
+            update.version,
+            update.kind,
+            {k: v.detach().to("cpu", copy=True) for k, v in update.tensors.items()},
+            dict(update.adapter_config),
+        )
+    )
     return RemoteUpdate(update.version, update.kind, ref)

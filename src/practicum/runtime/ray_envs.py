@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 """How long one poll of a worker waits for its call to finish or to ask the model service."""
 
+
 class WorkerDied(EnvFailure):
     """The Ray actor running the environment died (killed, OOM, crashed)."""
 
@@ -158,8 +159,7 @@ class _Worker:
 class RayEnv(Env):
     """An `Env` whose environment lives in a Ray actor from `pool` (module docstring)."""
 
-    def __init__(self, pool: RayEnvPool, models: ModelService | None,
-                 failure_reward: float = 0.0):
+    def __init__(self, pool: RayEnvPool, models: ModelService | None, failure_reward: float = 0.0):
         self.pool, self.models, self.failure_reward = pool, models, failure_reward
         self.worker: _Worker | None = None
         self._killed = False
@@ -221,13 +221,15 @@ class RayEnv(Env):
                     if left <= 0:
                         raise ray.exceptions.GetTimeoutError
                     # the actor answers a poll within min(POLL_SECONDS, left) unless it hangs
-                    kind, payload = ray.get(w.handle.poll.remote(min(POLL_SECONDS, left)),
-                                            timeout=left + POLL_SECONDS)
+                    kind, payload = ray.get(
+                        w.handle.poll.remote(min(POLL_SECONDS, left)), timeout=left + POLL_SECONDS
+                    )
                 except ray.exceptions.GetTimeoutError:
                     self.pool.died(w, f"timed out during {op}")
-                    raise WorkerTimedOut(f"env {op} timed out after "
-                                         f"{self.pool.call_timeout:g} s (pid {w.pid}, killed)"
-                                         ) from None
+                    raise WorkerTimedOut(
+                        f"env {op} timed out after "
+                        f"{self.pool.call_timeout:g} s (pid {w.pid}, killed)"
+                    ) from None
                 if kind == "wait":
                     continue
                 if kind == "model":  # the env asks the model service; serve it, keep waiting
@@ -249,8 +251,7 @@ class RayEnv(Env):
             if self.models is None:
                 raise RuntimeError("this environment was given no model service")
             if spec in ("policy", "base"):
-                return "model_ok", self.models.complete(messages, params,
-                                                        adapter=spec == "policy")
+                return "model_ok", self.models.complete(messages, params, adapter=spec == "policy")
             client = self.models.client(spec)
             if client is None:
                 raise RuntimeError(f"model spec {spec!r} has no model")
@@ -263,9 +264,16 @@ class RayEnvPool:
     """Ray env workers for one session: an idle one per new episode, a new one when none is
     idle, a dead one replaced. Calling the pool is the suite's `EnvFactory`."""
 
-    def __init__(self, task_name: str, task_options: dict | None, ctx: SuiteContext,
-                 address: str | None = None, env_cpus: float = 0.0, num_cpus: int | None = None,
-                 call_timeout: float = 1800.0):
+    def __init__(
+        self,
+        task_name: str,
+        task_options: dict | None,
+        ctx: SuiteContext,
+        address: str | None = None,
+        env_cpus: float = 0.0,
+        num_cpus: int | None = None,
+        call_timeout: float = 1800.0,
+    ):
         import ray
 
         self._own_ray = start_ray(address, num_cpus)
@@ -307,8 +315,9 @@ class RayEnvPool:
 
         handles = [self._remote.remote(*self._args) for _ in range(n)]
         try:
-            pids = ray.get([h.pid.remote() for h in handles],
-                           timeout=max(self.call_timeout, START_SECONDS))
+            pids = ray.get(
+                [h.pid.remote() for h in handles], timeout=max(self.call_timeout, START_SECONDS)
+            )
         except ray.exceptions.RayError as e:
             for h in handles:
                 ray.kill(h)
@@ -349,16 +358,24 @@ class RayEnvPool:
             return [w for w in self.workers if w.op is not None]
 
     def summary(self) -> dict:
-        return {"ray": {"address": self.address or "local", "workers_started": self.started,
-                        "workers_died": self.died_count, "workers_live": len(self.workers),
-                        "model_calls": self.model_calls}}
+        return {
+            "ray": {
+                "address": self.address or "local",
+                "workers_started": self.started,
+                "workers_died": self.died_count,
+                "workers_live": len(self.workers),
+                "model_calls": self.model_calls,
+            }
+        }
 
     def metrics(self) -> dict[str, float]:
         """Per-step figures for metrics.jsonl (cumulative over the session)."""
         with self._lock:
-            return {"ray_workers_started": float(self.started),
-                    "ray_workers_died": float(self.died_count),
-                    "ray_model_calls": float(self.model_calls)}
+            return {
+                "ray_workers_started": float(self.started),
+                "ray_workers_died": float(self.died_count),
+                "ray_model_calls": float(self.model_calls),
+            }
 
     def close(self) -> None:
         """Kill every worker; stop Ray if this pool started it."""
@@ -378,21 +395,29 @@ class RayEnvPool:
 def refuse_stateful(suite: Suite, task_name: str) -> None:
     """A suite that keeps state across episodes cannot run in Ray actors (module doc)."""
     if suite.state is not None:
-        raise ConfigError(f"config error at placement.envs: environment {task_name!r} keeps "
-                          "state across episodes (Suite.state), which would live in the Ray "
-                          "workers instead of the checkpoint; set placement.envs: null (they "
-                          "then run in this process)")
+        raise ConfigError(
+            f"config error at placement.envs: environment {task_name!r} keeps "
+            "state across episodes (Suite.state), which would live in the Ray "
+            "workers instead of the checkpoint; set placement.envs: null (they "
+            "then run in this process)"
+        )
 
 
-def use_ray(suite: Suite, task_name: str, task_options: dict | None, ctx: SuiteContext,
-            address: str | None = None, env_cpus: float = 0.0, warm: int = 0,
-            call_timeout: float = 1800.0) -> RayEnvPool:
+def use_ray(
+    suite: Suite,
+    task_name: str,
+    task_options: dict | None,
+    ctx: SuiteContext,
+    address: str | None = None,
+    env_cpus: float = 0.0,
+    warm: int = 0,
+    call_timeout: float = 1800.0,
+) -> RayEnvPool:
     """Point `suite.make_env` at a new pool of Ray env workers with `warm` workers started
     (and return the pool)."""
     require_ray("placement.envs")
     refuse_stateful(suite, task_name)
-    pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus,
-                      call_timeout=call_timeout)
+    pool = RayEnvPool(task_name, task_options, ctx, address, env_cpus, call_timeout=call_timeout)
     try:
         pool.start_workers(warm)
     except BaseException:

@@ -131,8 +131,17 @@ class RayLearner(RemoteLearner):
     export_refs: `export_weights` returns a `RemoteUpdate` left in the object store (for an
     engine actor); False fetches the `WeightUpdate` into the driver (for a sampler here)."""
 
-    def __init__(self, cfg, policy: PolicyConfig, *, cpus: float = 1.0, gpus: float = 0.0,
-                 timeout: float = 1800.0, address: str | None = None, export_refs: bool = True):
+    def __init__(
+        self,
+        cfg,
+        policy: PolicyConfig,
+        *,
+        cpus: float = 1.0,
+        gpus: float = 0.0,
+        timeout: float = 1800.0,
+        address: str | None = None,
+        export_refs: bool = True,
+    ):
         import ray
 
         from practicum.runtime.ray_cluster import START_SECONDS, start_ray
@@ -141,20 +150,26 @@ class RayLearner(RemoteLearner):
         self.step = 0
         self._own_ray = start_ray(address)
         self._lock = threading.Lock()
-        self.handle = ray.remote(LearnerWorker).options(
-            num_cpus=cpus, num_gpus=gpus, max_restarts=0).remote(cfg, policy)
+        self.handle = (
+            ray.remote(LearnerWorker)
+            .options(num_cpus=cpus, num_gpus=gpus, max_restarts=0)
+            .remote(cfg, policy)
+        )
         try:
             self.pid = ray.get(self.handle.info.remote(), timeout=max(timeout, START_SECONDS))
         except (ray.exceptions.RayError, TimeoutError) as e:
             self.close()
-            raise TrainingError(f"starting the learner actor failed: {type(e).__name__}: {e}") \
-                from None
+            raise TrainingError(
+                f"starting the learner actor failed: {type(e).__name__}: {e}"
+            ) from None
 
     @property
     def trainable(self):
-        raise TrainableInActor("config error at placement.learner: the trainable lives in the "
-                               "learner actor, so this command (it reaches into the model) "
-                               "needs the learner here (placement.learner: null)")
+        raise TrainableInActor(
+            "config error at placement.learner: the trainable lives in the "
+            "learner actor, so this command (it reaches into the model) "
+            "needs the learner here (placement.learner: null)"
+        )
 
     # -- the Learner protocol (the rest: RemoteLearner) -----------------------------------------
     def export_weights(self, version: int) -> RemoteUpdate | WeightUpdate:
@@ -192,8 +207,9 @@ class RayLearner(RemoteLearner):
                 reason = f"learner actor died during {what} ({type(e).__name__})"
             handle, self.handle = self.handle, None
             ray.kill(handle, no_restart=True)
-        raise TrainingError(f"{reason} (pid {self.pid}); resume from the last checkpoint with "
-                            "run.resume=true")
+        raise TrainingError(
+            f"{reason} (pid {self.pid}); resume from the last checkpoint with run.resume=true"
+        )
 
     def close(self) -> None:
         """Kill the actor; stop Ray if this learner started it."""

@@ -53,8 +53,10 @@ def shard_rows(n_rows: int, loads: list[int]) -> list[tuple[int, range]]:
 
 def cut_row_args(n_rows: int, rows: range, seeds, kwargs: dict[str, Any]):
     """The seeds and keyword arguments of `rows`: lists as long as the batch are per row."""
+
     def cut(v):
         return [v[i] for i in rows] if isinstance(v, (list, tuple)) and len(v) == n_rows else v
+
     return (None if seeds is None else cut(list(seeds))), {k: cut(v) for k, v in kwargs.items()}
 
 
@@ -76,13 +78,22 @@ class EngineReplicas:
         from practicum.runtime.ray_engine import Streams
 
         self._streams = Streams()
-        self._pool = ThreadPoolExecutor(max_workers=2 * len(self.replicas),
-                                        thread_name_prefix="replica")
+        self._pool = ThreadPoolExecutor(
+            max_workers=2 * len(self.replicas), thread_name_prefix="replica"
+        )
 
     @classmethod
-    def start(cls, engine_cfg, policy: PolicyConfig, *, n: int, cpus: float = 1.0,
-              gpus: float = 0.0, timeout: float = 1800.0,
-              address: str | None = None) -> EngineReplicas:
+    def start(
+        cls,
+        engine_cfg,
+        policy: PolicyConfig,
+        *,
+        n: int,
+        cpus: float = 1.0,
+        gpus: float = 0.0,
+        timeout: float = 1800.0,
+        address: str | None = None,
+    ) -> EngineReplicas:
         """N `RayEngine` actors started side by side (each loads the model), on a local Ray
         when none is running (stopped again in `close`)."""
         import ray
@@ -93,8 +104,18 @@ class EngineReplicas:
         own_ray = start_ray(address)
         started: list[RayEngine] = []
         with ThreadPoolExecutor(max_workers=n) as pool:
-            starts = [pool.submit(RayEngine, engine_cfg, policy, cpus=cpus, gpus=gpus,
-                                  timeout=timeout, address=address) for _ in range(n)]
+            starts = [
+                pool.submit(
+                    RayEngine,
+                    engine_cfg,
+                    policy,
+                    cpus=cpus,
+                    gpus=gpus,
+                    timeout=timeout,
+                    address=address,
+                )
+                for _ in range(n)
+            ]
             error = None
             for f in starts:
                 try:
@@ -110,9 +131,14 @@ class EngineReplicas:
         return cls(started, own_ray)
 
     # -- the Sampler protocol -------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 seeds: list[int | None] | None = None, adapter: bool = True,
-                 **kwargs: Any) -> list[Sample]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seeds: list[int | None] | None = None,
+        adapter: bool = True,
+        **kwargs: Any,
+    ) -> list[Sample]:
         with self._lock:
             shards = shard_rows(len(prompts), self._loads)
             for replica, rows in shards:
@@ -120,8 +146,17 @@ class EngineReplicas:
         futures = []
         for replica, rows in shards:
             row_seeds, row_kwargs = cut_row_args(len(prompts), rows, seeds, kwargs)
-            futures.append(self._pool.submit(self._shard, replica, [prompts[i] for i in rows],
-                                             params, row_seeds, adapter, row_kwargs))
+            futures.append(
+                self._pool.submit(
+                    self._shard,
+                    replica,
+                    [prompts[i] for i in rows],
+                    params,
+                    row_seeds,
+                    adapter,
+                    row_kwargs,
+                )
+            )
         out: list[Sample] = []
         error: BaseException | None = None
         for f in futures:  # wait for every shard before raising: none runs on unobserved
@@ -142,10 +177,17 @@ class EngineReplicas:
                 if len(self.replicas) == 1:
                     raise
                 with self._lock:
-                    ran = min((i for i in range(len(self.replicas)) if i != replica),
-                              key=lambda i: self._loads[i])
-                log.warning("replica %d failed (%s); its %d rows run on replica %d",
-                            replica, e, len(prompts), ran)
+                    ran = min(
+                        (i for i in range(len(self.replicas)) if i != replica),
+                        key=lambda i: self._loads[i],
+                    )
+                log.warning(
+                    "replica %d failed (%s); its %d rows run on replica %d",
+                    replica,
+                    e,
+                    len(prompts),
+                    ran,
+                )
                 return self.replicas[ran].generate(prompts, params, seeds, adapter, **kwargs)
         finally:
             with self._lock:
@@ -172,10 +214,16 @@ class EngineReplicas:
 
     # -- reporting and shutdown -------------------------------------------------------------------
     def summary(self) -> dict:
-        each = [{**r.summary()["ray_engine"], "rows": n}
-                for r, n in zip(self.replicas, self.served)]
-        return {"ray_engine": {"replicas": each, "version": self.version,
-                               "engine_restarts": sum(r["engine_restarts"] for r in each)}}
+        each = [
+            {**r.summary()["ray_engine"], "rows": n} for r, n in zip(self.replicas, self.served)
+        ]
+        return {
+            "ray_engine": {
+                "replicas": each,
+                "version": self.version,
+                "engine_restarts": sum(r["engine_restarts"] for r in each),
+            }
+        }
 
     def metrics(self) -> dict[str, float]:
         """Per-step figures for metrics.jsonl (cumulative over the session)."""
@@ -195,4 +243,3 @@ class EngineReplicas:
         if self._own_ray:
             self._own_ray = False
             ray.shutdown()
-

@@ -50,34 +50,54 @@ def run_rft(cfg: Config, progress: bool = True) -> dict:
     for e in kept:
         per_task[e.task_id] = per_task.get(e.task_id, 0) + 1
     summary = {
-        "run_dir": str(sub.run_dir), "policy": str(sub.run_dir / "policy"),
-        "sampled": len(episodes), "kept": len(kept),
-        "tasks": len({e.task_id for e in episodes}), "tasks_with_a_kept_episode": len(per_task),
-        "sft_updates": len(losses), "sft_loss_first": losses[0] if losses else None,
+        "run_dir": str(sub.run_dir),
+        "policy": str(sub.run_dir / "policy"),
+        "sampled": len(episodes),
+        "kept": len(kept),
+        "tasks": len({e.task_id for e in episodes}),
+        "tasks_with_a_kept_episode": len(per_task),
+        "sft_updates": len(losses),
+        "sft_loss_first": losses[0] if losses else None,
         "sft_loss_last": losses[-1] if losses else None,
-        "eval_before": before, "eval_after": after, "wall_seconds": time.time() - started,
+        "eval_before": before,
+        "eval_after": after,
+        "wall_seconds": time.time() - started,
         "next": f"practicum train ... model.init={sub.run_dir / 'policy'}",
     }
     (sub.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
-def keep_and_finetune(s: Session, episodes: list[Episode], opts, stage: str, before: dict,
-                      progress: bool) -> tuple[list[Episode], list[float], dict]:
+def keep_and_finetune(
+    s: Session, episodes: list[Episode], opts, stage: str, before: dict, progress: bool
+) -> tuple[list[Episode], list[float], dict]:
     """The end of a warm-start stage (rft, sft): keep the episodes that solved their task and
     ended normally (overlong ones excluded as RL excludes them, algo.mask_overlong), fine-tune
     on them (`opts`: cfg.rft or cfg.sft), save RUN/<stage>/policy, publish it, and evaluate
     held-out again (or reuse `before` when nothing was kept). Returns (kept, losses, after)."""
     cfg = s.cfg
-    kept = [e for e in episodes
-            if rft_keep(solved(e, cfg.rft.min_reward), e.failure is not None,
-                        e.overlong and cfg.algo.mask_overlong)]
-    losses = finetune(s.learner, kept, opts, cfg.run.seed, progress, s.run_dir, s.metrics.log,
-                      label="rft sft" if stage == "rft" else stage)
+    kept = [
+        e
+        for e in episodes
+        if rft_keep(
+            solved(e, cfg.rft.min_reward),
+            e.failure is not None,
+            e.overlong and cfg.algo.mask_overlong,
+        )
+    ]
+    losses = finetune(
+        s.learner,
+        kept,
+        opts,
+        cfg.run.seed,
+        progress,
+        s.run_dir,
+        s.metrics.log,
+        label="rft sft" if stage == "rft" else stage,
+    )
     s.learner.save_policy(s.run_dir / "policy")
     s.publish()
-    after = evaluate(s, f"after {stage}", progress) if kept else \
-        unchanged_eval(s.run_dir, before)
+    after = evaluate(s, f"after {stage}", progress) if kept else unchanged_eval(s.run_dir, before)
     return kept, losses, after
 
 
@@ -122,8 +142,11 @@ def sample(s: Session, progress: bool) -> list[Episode]:
     """k episodes of each task, in chunks of one batch; chunks already stored are reused."""
     r = s.cfg.rft
     tasks = s.suite.train_tasks[: r.tasks or None]
-    items = [(t, f"rft/{i}/{t.task_id}", k) for i, t in enumerate(tasks)
-             for k in range(r.samples_per_task)]
+    items = [
+        (t, f"rft/{i}/{t.task_id}", k)
+        for i, t in enumerate(tasks)
+        for k in range(r.samples_per_task)
+    ]
     chunk = s.cfg.rollout.group_size * s.cfg.rollout.tasks_per_step
     episodes = list(s.store)
     rewards = [e.reward for e in episodes]
@@ -132,10 +155,11 @@ def sample(s: Session, progress: bool) -> list[Episode]:
         rewards.append(e.reward)
         count.advance(info=f"reward {sum(rewards) / len(rewards):.3f}")
 
-    with counting("rft sample", len(items), len(episodes), enabled=progress,
-                  log_dir=s.run_dir) as count:
+    with counting(
+        "rft sample", len(items), len(episodes), enabled=progress, log_dir=s.run_dir
+    ) as count:
         for start in range(len(episodes), len(items), chunk):
-            eps = s.rollout(items[start:start + chunk], r.temperature, finished)
+            eps = s.rollout(items[start : start + chunk], r.temperature, finished)
             s.store.append(eps)
             episodes += eps
     return episodes[: len(items)]

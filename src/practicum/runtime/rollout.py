@@ -57,13 +57,27 @@ def checked(grammar: str | None) -> str | None:
 class EpisodeBuilder:
     """One episode in progress: the ids of its current row, its turns, whether it has ended."""
 
-    def __init__(self, env: Env, task: Task, group_id: str, slot: int, chat: ChatFormat,
-                 limits: RolloutLimits, params: SamplingParams, run_seed: int):
+    def __init__(
+        self,
+        env: Env,
+        task: Task,
+        group_id: str,
+        slot: int,
+        chat: ChatFormat,
+        limits: RolloutLimits,
+        params: SamplingParams,
+        run_seed: int,
+    ):
         self.env, self.chat, self.limits = env, chat, limits
         self.seed = derive_seed(run_seed, group_id, slot)
         self.done = False
-        self.episode = Episode(task_id=task.task_id, group_id=group_id, prompt_ids=[],
-                               episode_id=uuid.uuid4().hex, info={"slot": slot})
+        self.episode = Episode(
+            task_id=task.task_id,
+            group_id=group_id,
+            prompt_ids=[],
+            episode_id=uuid.uuid4().hex,
+            info={"slot": slot},
+        )
         self._row: list[int] = []
         self._context: list[int] | None = None  # the next turn's fresh prompt, when set
         self.grammar: str | None = None
@@ -73,14 +87,18 @@ class EpisodeBuilder:
             start = env.reset(task, derive_seed(self.seed, "env"))
             self.episode.prompt_ids = self._row = chat.render(start.messages)
             stops = tuple(dict.fromkeys([*params.stop_strings, *start.stop_strings]))
-            self.params = replace(params, stop_strings=stops, stop_token_ids=tuple(sorted(
-                {*params.stop_token_ids, *chat.stop_ids()})))
+            self.params = replace(
+                params,
+                stop_strings=stops,
+                stop_token_ids=tuple(sorted({*params.stop_token_ids, *chat.stop_ids()})),
+            )
             self.grammar = checked(start.grammar)
         except Exception as e:  # a broken task costs one episode, never the run
             self._fail(f"reset failed: {type(e).__name__}: {e}", traceback.format_exc(limit=3))
 
-    def run(self, generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]]
-            ) -> Episode:
+    def run(
+        self, generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]]
+    ) -> Episode:
         """Run the episode turn by turn (`run_episode`)."""
         return run_episode(self, generate)
 
@@ -101,10 +119,17 @@ class EpisodeBuilder:
         reason = sample.finish_reason
         if reason == "length" and params.max_new_tokens < self.params.max_new_tokens:
             reason = "budget"
-        self.episode.turns.append(Turn(sampled_ids=list(sample.token_ids),
-                                       logprobs=list(sample.logprobs), policy_version=version,
-                                       context_ids=self._context, action_text=sample.text,
-                                       finish_reason=reason, grammar=params.grammar))
+        self.episode.turns.append(
+            Turn(
+                sampled_ids=list(sample.token_ids),
+                logprobs=list(sample.logprobs),
+                policy_version=version,
+                context_ids=self._context,
+                action_text=sample.text,
+                finish_reason=reason,
+                grammar=params.grammar,
+            )
+        )
         self._context = None
         self._row = self._row + list(sample.token_ids)
 
@@ -164,9 +189,10 @@ class EpisodeBuilder:
         self._finish(self.limits.failure_reward if reward is None else reward)
 
 
-def run_episode(builder: EpisodeBuilder,
-                generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]]
-                ) -> Episode:
+def run_episode(
+    builder: EpisodeBuilder,
+    generate: Callable[[list[int], SamplingParams, int], tuple[Sample, int]],
+) -> Episode:
     """Run one episode turn by turn. `generate(ids, params, seed)` returns a sample and the
     policy version that produced it, so each turn records its own version and new weights are
     picked up between turns. A failed generate call ends the episode like an env failure."""
@@ -189,9 +215,12 @@ def run_episode(builder: EpisodeBuilder,
     return b.episode
 
 
-def rollout_batch(server: GenerationServer, builders: list[EpisodeBuilder],
-                  env_workers: int = 8,
-                  on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+def rollout_batch(
+    server: GenerationServer,
+    builders: list[EpisodeBuilder],
+    env_workers: int = 8,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
     """Run the episodes in lockstep (one batched generate per round) and return them;
     `on_episode(episode)` is called as each one ends (progress)."""
     reported: set[int] = set()

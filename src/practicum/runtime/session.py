@@ -44,8 +44,14 @@ from practicum.store import ConsumptionLedger, EpisodeStore
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("episodes.jsonl", "consumed.jsonl", "metrics.jsonl", "summary.json",
-             "progress.log", "agent_requests.jsonl")
+RUN_FILES = (
+    "episodes.jsonl",
+    "consumed.jsonl",
+    "metrics.jsonl",
+    "summary.json",
+    "progress.log",
+    "agent_requests.jsonl",
+)
 RUN_FOLDERS = ("checkpoints", "eval", "tb")
 
 
@@ -92,29 +98,51 @@ class Session:
     def sampling(self, temperature: float | None = None) -> SamplingParams:
         s = self.cfg.sampling
         t = s.temperature if temperature is None else temperature
-        return SamplingParams(temperature=t, top_p=s.top_p if t > 0 else 1.0,
-                              max_new_tokens=s.max_new_tokens)
+        return SamplingParams(
+            temperature=t, top_p=s.top_p if t > 0 else 1.0, max_new_tokens=s.max_new_tokens
+        )
 
-    def builder(self, task: Task, gid: str, slot: int,
-                temperature: float | None = None) -> EpisodeBuilder | AgentEpisode:
+    def builder(
+        self, task: Task, gid: str, slot: int, temperature: float | None = None
+    ) -> EpisodeBuilder | AgentEpisode:
         """A new episode of `task` as slot `slot` of group `gid`, in a fresh environment (an
         outside agent's, with `rollout.agent`); `.run(generate)` runs it."""
         env = self.suite.make_env(self.models)
         if self.agents is not None:
-            return AgentEpisode(env, task, gid, slot, self.agents, self.cfg.rollout.agent,
-                                derive_seed(self.cfg.run.seed, gid, slot),
-                                self.cfg.rollout.failure_reward,
-                                self.sampling(temperature).temperature)
-        return EpisodeBuilder(env, task, gid, slot, self.chat, self.limits,
-                              self.sampling(temperature), self.cfg.run.seed)
+            return AgentEpisode(
+                env,
+                task,
+                gid,
+                slot,
+                self.agents,
+                self.cfg.rollout.agent,
+                derive_seed(self.cfg.run.seed, gid, slot),
+                self.cfg.rollout.failure_reward,
+                self.sampling(temperature).temperature,
+            )
+        return EpisodeBuilder(
+            env,
+            task,
+            gid,
+            slot,
+            self.chat,
+            self.limits,
+            self.sampling(temperature),
+            self.cfg.run.seed,
+        )
 
-    def rollout(self, items: list[tuple[Task, str, int]], temperature: float | None = None,
-                on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+    def rollout(
+        self,
+        items: list[tuple[Task, str, int]],
+        temperature: float | None = None,
+        on_episode: Callable[[Episode], None] | None = None,
+    ) -> list[Episode]:
         """One episode per (task, group id, slot), all in lockstep (outside agents: side by
         side, `rollout.env_workers` at once, their calls batched by the server);
         `on_episode` is called as each one ends (progress)."""
         builders = [self.builder(t, g, k, temperature) for t, g, k in items]
         if self.agents is not None:
+
             def run(builder) -> Episode:
                 episode = AgentEpisode.run(builder)
                 if on_episode is not None:
@@ -157,47 +185,77 @@ class Session:
         the task alone so evaluations at different steps face the same draws."""
         ev = self.cfg.eval
         tasks = self.eval_tasks
-        eps = self.rollout([(t, f"eval/{t.task_id}", 0) for t in tasks], ev.temperature,
-                           on_episode)
-        result = {"label": label, "policy_version": self.server.version, "tasks": len(eps),
-                  **episode_metrics(eps, self.cfg.curriculum.solved_reward)}
+        eps = self.rollout([(t, f"eval/{t.task_id}", 0) for t in tasks], ev.temperature, on_episode)
+        result = {
+            "label": label,
+            "policy_version": self.server.version,
+            "tasks": len(eps),
+            **episode_metrics(eps, self.cfg.curriculum.solved_reward),
+        }
         out = self.run_dir / "eval"
         out.mkdir(exist_ok=True)
-        (out / f"{label}.json").write_text(json.dumps(
-            {**result, "episodes": [{"task_id": e.task_id, "reward": e.reward,
-                                     "solved": e.solved, "metrics": e.metrics,
-                                     "turns": [t.action_text for t in e.turns],
-                                     "failure": e.failure} for e in eps]}, indent=1))
+        (out / f"{label}.json").write_text(
+            json.dumps(
+                {
+                    **result,
+                    "episodes": [
+                        {
+                            "task_id": e.task_id,
+                            "reward": e.reward,
+                            "solved": e.solved,
+                            "metrics": e.metrics,
+                            "turns": [t.action_text for t in e.turns],
+                            "failure": e.failure,
+                        }
+                        for e in eps
+                    ],
+                },
+                indent=1,
+            )
+        )
         return result
 
     def checkpoint(self, source_state: dict | None = None) -> Path:
         if source_state is not None:
             self.extra = dict(source_state)
-        state = {"cursor": self.cursor.position, "ledger": self.ledger.state(),
-                 "curriculum": self.curriculum.state(), "skipped_batches": self.skipped_batches,
-                 "baselines": self.baselines.state_dict(), "source": self.extra}
+        state = {
+            "cursor": self.cursor.position,
+            "ledger": self.ledger.state(),
+            "curriculum": self.curriculum.state(),
+            "skipped_batches": self.skipped_batches,
+            "baselines": self.baselines.state_dict(),
+            "source": self.extra,
+        }
         if self.suite.state is not None:
             state["suite"] = self.suite.state()
         return self.learner.save(self.run_dir / "checkpoints", state)
 
-    def finish(self, started: float, extra_summary: dict | None = None,
-               final: dict | None = None) -> dict:
+    def finish(
+        self, started: float, extra_summary: dict | None = None, final: dict | None = None
+    ) -> dict:
         """Final evaluation (unless the caller ran it: `final`), checkpoint, plot and
         summary.json (plus `extra_summary` entries)."""
         final = final or self.evaluate(f"step_{self.learner.step:06d}")
-        self.metrics.log(self.learner.step, {f"eval/{k}": v for k, v in final.items()
-                                             if isinstance(v, (int, float))})
+        self.metrics.log(
+            self.learner.step,
+            {f"eval/{k}": v for k, v in final.items() if isinstance(v, (int, float))},
+        )
         self.checkpoint()
         plot = plot_rewards(self.run_dir)
         before_file = self.run_dir / "eval" / "step_000000.json"
         before = json.loads(before_file.read_text()) if before_file.exists() else None
         summary = {
-            "run_dir": str(self.run_dir), "steps": self.learner.step,
-            "episodes": len(self.store), "skipped_batches": self.skipped_batches,
+            "run_dir": str(self.run_dir),
+            "steps": self.learner.step,
+            "episodes": len(self.store),
+            "skipped_batches": self.skipped_batches,
             "wall_seconds": time.time() - started,
             "eval_before": before and {k: v for k, v in before.items() if k != "episodes"},
-            "eval_after": final, "plot": str(plot), "mode": self.cfg.runtime.mode,
-            "placement": self.cfg.placement.kind, **self.placement.summary(),
+            "eval_after": final,
+            "plot": str(plot),
+            "mode": self.cfg.runtime.mode,
+            "placement": self.cfg.placement.kind,
+            **self.placement.summary(),
             **(extra_summary or {}),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -225,8 +283,10 @@ def open_session(cfg: Config) -> Session:
     suite = build_suite(cfg.task.name, cfg.task.options, ctx)
     placement = place(cfg, suite)
     r = cfg.rollout
-    server = GenerationServer(placement.sampler, max_batch=max(
-        64, r.group_size * r.tasks_per_step, cfg.runtime.num_actors)).start()
+    server = GenerationServer(
+        placement.sampler,
+        max_batch=max(64, r.group_size * r.tasks_per_step, cfg.runtime.num_actors),
+    ).start()
     try:
         place_envs(placement, cfg, suite, ctx)
     except BaseException:
@@ -239,8 +299,14 @@ def open_session(cfg: Config) -> Session:
         log_file = run_dir / "agent_requests.jsonl" if r.agent.request_log else None
         try:
             positions = getattr(placement.sampler, "max_positions", None) or r.max_seq_len
-            agents = AgentEndpoint(server, chat, cfg.run.name, min(r.max_seq_len, positions),
-                                   cfg.sampling.temperature, log_file).start()
+            agents = AgentEndpoint(
+                server,
+                chat,
+                cfg.run.name,
+                min(r.max_seq_len, positions),
+                cfg.sampling.temperature,
+                log_file,
+            ).start()
         except BaseException:
             server.stop()
             placement.close()
@@ -249,14 +315,21 @@ def open_session(cfg: Config) -> Session:
     ckpt = latest_checkpoint(run_dir / "checkpoints") if cfg.run.resume else None
     trainer_state = read_trainer_state(ckpt) if ckpt else {}
     state = trainer_state.get("extra", {})
-    s = Session(cfg=cfg, placement=placement, server=server,
-                models=ModelService(server, chat, cfg.model.dtype), chat=chat, suite=suite,
-                store=EpisodeStore(run_dir / "episodes.jsonl"),
-                ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
-                metrics=MetricsLogger(run_dir),
-                cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
-                curriculum=curriculum, baselines=TaskBaselines(cfg.algo.baseline_window),
-                agents=agents)
+    s = Session(
+        cfg=cfg,
+        placement=placement,
+        server=server,
+        models=ModelService(server, chat, cfg.model.dtype),
+        chat=chat,
+        suite=suite,
+        store=EpisodeStore(run_dir / "episodes.jsonl"),
+        ledger=ConsumptionLedger.resume(run_dir / "consumed.jsonl", state.get("ledger")),
+        metrics=MetricsLogger(run_dir),
+        cursor=TaskCursor(suite.train_tasks, cfg.run.seed, curriculum=curriculum),
+        curriculum=curriculum,
+        baselines=TaskBaselines(cfg.algo.baseline_window),
+        agents=agents,
+    )
     if ckpt is not None:
         s.learner.load(ckpt)
         s.cursor.position = state["cursor"]
@@ -270,6 +343,5 @@ def open_session(cfg: Config) -> Session:
             suite.load_state(state["suite"])
         s.extra = state.get("source", {})
         s.publish()
-        log.info("resumed from %s (step %d, %d batches)", ckpt, s.learner.step,
-                 s.ledger.batches)
+        log.info("resumed from %s (step %d, %d batches)", ckpt, s.learner.step, s.ledger.batches)
     return s

@@ -78,27 +78,31 @@ class Transcript(Env):
 def cut_at_stop(text: str, stops: list[str]) -> str:
     """`text` up to and including its first stop string (the policy's sampler stops there)."""
     ends = [text.find(s) + len(s) for s in stops if s in text]
-    return text[:min(ends)] if ends else text
+    return text[: min(ends)] if ends else text
 
 
 def teacher_actor(s: Session, transcript: Transcript) -> Actor:
     client = s.models.client(s.cfg.sft.teacher)
     if client is None:
         raise ConfigError("config error at sft.teacher: 'rules' is not a model")
-    params = SamplingParams(temperature=s.cfg.sft.temperature,
-                            max_new_tokens=s.cfg.sft.max_new_tokens)
+    params = SamplingParams(
+        temperature=s.cfg.sft.temperature, max_new_tokens=s.cfg.sft.max_new_tokens
+    )
 
     def act(messages: list[Message]) -> str:
         return cut_at_stop(client.complete(messages, params).text, transcript.stop_strings)
+
     return act
 
 
-def demo_episode(s: Session, task: Task, gid: str, slot: int,
-                 make_actor: Callable[[Transcript], Actor]) -> Episode:
+def demo_episode(
+    s: Session, task: Task, gid: str, slot: int, make_actor: Callable[[Transcript], Actor]
+) -> Episode:
     """One episode of `task` in a fresh environment, every reply written by the actor."""
     transcript = Transcript(s.suite.make_env(s.models))
-    builder = EpisodeBuilder(transcript, task, gid, slot, s.chat, s.limits, s.sampling(0.0),
-                             s.cfg.run.seed)
+    builder = EpisodeBuilder(
+        transcript, task, gid, slot, s.chat, s.limits, s.sampling(0.0), s.cfg.run.seed
+    )
     end = s.chat.encode(s.chat.reply_suffix)[:1]  # the end-of-turn token the policy must learn
     actor = make_actor(transcript) if not builder.done else None
 
@@ -106,7 +110,7 @@ def demo_episode(s: Session, task: Task, gid: str, slot: int,
         text = actor(transcript.messages)
         tokens = s.chat.encode_text(text) + end
         if len(tokens) > params.max_new_tokens:  # more than the policy could write: cut
-            tokens = tokens[:params.max_new_tokens]
+            tokens = tokens[: params.max_new_tokens]
             text = s.chat.tokenizer.decode(tokens, skip_special_tokens=True)
             return Sample(tokens, [0.0] * len(tokens), text, "length"), 0
         return Sample(tokens, [0.0] * len(tokens), text, "stop"), 0
@@ -122,20 +126,28 @@ def collect(s: Session, progress: bool) -> list[Episode]:
     tasks = s.suite.train_tasks[: cfg.tasks or None]
     if cfg.source == "demo":
         demo = s.suite.demonstrator
-        make = lambda task: (lambda transcript: demo(task.task_id))  # noqa: E731
+        make = lambda task: lambda transcript: demo(task.task_id)  # noqa: E731
     else:
-        make = lambda task: (lambda transcript: teacher_actor(s, transcript))  # noqa: E731
-    items = [(t, f"sft/{i}/{t.task_id}", k) for i, t in enumerate(tasks)
-             for k in range(cfg.samples_per_task)]
+        make = lambda task: lambda transcript: teacher_actor(s, transcript)  # noqa: E731
+    items = [
+        (t, f"sft/{i}/{t.task_id}", k)
+        for i, t in enumerate(tasks)
+        for k in range(cfg.samples_per_task)
+    ]
     done = {(e.group_id, e.info.get("slot")): e for e in s.store}
     todo = [it for it in items if (it[1], it[2]) not in done]
     kept = sum(solved(e, s.cfg.rft.min_reward) for e in done.values())
-    with ThreadPoolExecutor(max(1, s.cfg.rollout.env_workers)) as pool, \
-            counting("sft demonstrations" if cfg.source == "demo" else "sft teacher episodes",
-                     len(items), len(items) - len(todo), enabled=progress,
-                     log_dir=s.run_dir) as count:
-        for episode in pool.map(lambda it: demo_episode(s, it[0], it[1], it[2], make(it[0])),
-                                todo):
+    with (
+        ThreadPoolExecutor(max(1, s.cfg.rollout.env_workers)) as pool,
+        counting(
+            "sft demonstrations" if cfg.source == "demo" else "sft teacher episodes",
+            len(items),
+            len(items) - len(todo),
+            enabled=progress,
+            log_dir=s.run_dir,
+        ) as count,
+    ):
+        for episode in pool.map(lambda it: demo_episode(s, it[0], it[1], it[2], make(it[0])), todo):
             s.store.append([episode])
             done[(episode.group_id, episode.info["slot"])] = episode
             kept += solved(episode, s.cfg.rft.min_reward)
@@ -151,23 +163,31 @@ def run_sft(cfg: Config, progress: bool = True) -> dict:
     s = open_session(sub)
     try:
         if cfg.sft.source == "demo" and s.suite.demonstrator is None:
-            raise ConfigError(f"config error at sft.source: environment {cfg.task.name!r} "
-                              f"has no demonstrator; use sft.source=teacher")
+            raise ConfigError(
+                f"config error at sft.source: environment {cfg.task.name!r} "
+                f"has no demonstrator; use sft.source=teacher"
+            )
         before = stored_eval(sub.run_dir, "before") or evaluate(s, "before sft", progress)
         episodes = collect(s, progress)
         kept, losses, after = keep_and_finetune(s, episodes, cfg.sft, "sft", before, progress)
     finally:
         s.close()
     summary = {
-        "run_dir": str(sub.run_dir), "policy": str(sub.run_dir / "policy"),
-        "source": cfg.sft.source, "teacher": cfg.sft.teacher,
-        "sampled": len(episodes), "kept": len(kept),
+        "run_dir": str(sub.run_dir),
+        "policy": str(sub.run_dir / "policy"),
+        "source": cfg.sft.source,
+        "teacher": cfg.sft.teacher,
+        "sampled": len(episodes),
+        "kept": len(kept),
         "tasks": len({e.task_id for e in episodes}),
         "tasks_with_a_kept_episode": len({e.task_id for e in kept}),
         "train_resolved_rate": len(kept) / len(episodes) if episodes else 0.0,
-        "sft_updates": len(losses), "sft_loss_first": losses[0] if losses else None,
+        "sft_updates": len(losses),
+        "sft_loss_first": losses[0] if losses else None,
         "sft_loss_last": losses[-1] if losses else None,
-        "eval_before": before, "eval_after": after, "wall_seconds": time.time() - started,
+        "eval_before": before,
+        "eval_after": after,
+        "wall_seconds": time.time() - started,
     }
     (sub.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

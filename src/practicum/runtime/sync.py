@@ -45,8 +45,9 @@ class SyncBatches:
         start = s.ledger.watermark
         for pos, e in enumerate(s.store.read(start), start):
             if not s.ledger.is_consumed(pos) and "batch" in e.info:
-                self._stored.setdefault(e.info["batch"], {}).setdefault(e.info["round"], []) \
-                    .append((pos, e))
+                self._stored.setdefault(e.info["batch"], {}).setdefault(e.info["round"], []).append(
+                    (pos, e)
+                )
 
     def start(self) -> None:
         pass
@@ -91,18 +92,17 @@ class SyncBatches:
             keep, drop = informative_split(got) if cfg.algo.dynamic_sampling else (got, [])
             trained += keep
             filtered += drop
-        return Batch(trained, filtered, dropped,
-                     {"rollout_seconds": time.perf_counter() - t0})
+        return Batch(trained, filtered, dropped, {"rollout_seconds": time.perf_counter() - t0})
 
     def _sample(self, number: int, round_: int, n_groups: int) -> Stored:
         s, size = self.s, self.s.cfg.rollout.group_size
         cursor = s.cursor.position
         draws = s.cursor.take(n_groups)
-        items = [(task, group_id(i, task.task_id), slot) for i, task in draws
-                 for slot in range(size)]
+        items = [
+            (task, group_id(i, task.task_id), slot) for i, task in draws for slot in range(size)
+        ]
         eps = s.rollout(items)
         for e in eps:
-            e.info.update(batch=number, round=round_, cursor=cursor,
-                          cursor_after=s.cursor.position)
+            e.info.update(batch=number, round=round_, cursor=cursor, cursor_after=s.cursor.position)
         end = s.store.append(eps)  # persisted before anything trains on it
         return list(zip(range(end - len(eps), end), eps))

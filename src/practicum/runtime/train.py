@@ -13,9 +13,11 @@ def check_nucleus(cfg: Config) -> None:
     mass. Grammar masks are exact instead: the learner replays them (engine/constraint.py)."""
     s = cfg.sampling
     if s.top_p < 1 and s.temperature > 0:
-        raise ConfigError(f"config error at sampling.top_p: RL training needs 1 (got {s.top_p}): "
-                          "the learner cannot replay the sampler's nucleus, so importance "
-                          "ratios would be off by its kept mass")
+        raise ConfigError(
+            f"config error at sampling.top_p: RL training needs 1 (got {s.top_p}): "
+            "the learner cannot replay the sampler's nucleus, so importance "
+            "ratios would be off by its kept mass"
+        )
 
 
 def run_training(cfg: Config, progress: bool = True, keep: list[str] | None = None) -> dict:
@@ -32,8 +34,9 @@ def run_training(cfg: Config, progress: bool = True, keep: list[str] | None = No
         if keep is not None:
             wanted = set(keep)
             s.suite.train_tasks = [t for t in s.suite.train_tasks if t.task_id in wanted]
-            s.cursor = TaskCursor(s.suite.train_tasks, cfg.run.seed, s.cursor.position,
-                                  curriculum=s.curriculum)
+            s.cursor = TaskCursor(
+                s.suite.train_tasks, cfg.run.seed, s.cursor.position, curriculum=s.curriculum
+            )
         if cfg.runtime.mode == "async":
             from practicum.runtime.async_ import AsyncBatches
 

@@ -52,16 +52,16 @@ def agent_python(agent: str, venv: Path | None = None) -> Path:
 def _run_until(cmd: list[str], timeout: float, **kw) -> tuple[int, str, bool]:
     """(returncode, stdout + stderr, timed out). At the time limit the agent's whole process
     group is killed (returncode -9): what it wrote so far is still there to be graded."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kw)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out + err, False
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        return -9, out + err + f"\n[practicum: stopped at the time limit of {timeout:.0f} s]", \
-            True
+        return -9, out + err + f"\n[practicum: stopped at the time limit of {timeout:.0f} s]", True
     except BaseException:  # interrupted: the agent's group must not outlive its caller
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -83,8 +83,9 @@ class AgentRun:
     timed_out: bool = False
 
 
-def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...],
-             endpoint: Path | None = None) -> list[str]:
+def confined(
+    cmd: list[str], workdir: Path, hidden: tuple[Path, ...], endpoint: Path | None = None
+) -> list[str]:
     """`cmd` under bubblewrap: the host read-only, `workdir` the only writable folder, a private
     /tmp (the venv `cmd[0]` lives in stays visible, read-only: a checkout may live under /tmp),
     /dev/shm and /proc, `hidden` covered (folders by an empty tmpfs, files by /dev/null), and
@@ -93,16 +94,40 @@ def confined(cmd: list[str], workdir: Path, hidden: tuple[Path, ...],
     behind the loopback forwarder (`practicum.agent.forward`): `inner_url()` reaches it."""
     from practicum.agent.runner import FORWARDER, PORT
 
-    args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
-            "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-pid",
-            "--unshare-ipc", "--unshare-net", "--die-with-parent"]
+    args = [
+        shutil.which("bwrap") or "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/dev/shm",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-net",
+        "--die-with-parent",
+    ]
     venv = Path(cmd[0]).absolute().parent.parent
     if (venv / "pyvenv.cfg").is_file():  # the agent's own venv stays visible, also under /tmp
         args += ["--ro-bind", str(venv), str(venv)]
     if endpoint is not None:
         args += ["--ro-bind", str(endpoint.parent), str(endpoint.parent)]
-        cmd = [sys.executable, "-I", "-S", "-c", FORWARDER.read_text(), str(endpoint),
-               str(PORT), "--", *cmd]
+        cmd = [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            FORWARDER.read_text(),
+            str(endpoint),
+            str(PORT),
+            "--",
+            *cmd,
+        ]
     args += ["--bind", str(workdir), str(workdir)]
     for path in hidden:
         if path.is_dir():
@@ -119,10 +144,18 @@ def inner_url() -> str:
     return f"http://127.0.0.1:{PORT}/v1"
 
 
-def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: int = 1,
-             data_root: Path | None = None, python: Path | None = None,
-             exec_timeout: int = 120, timeout: float = 1800,
-             sandbox: bool | None = None) -> AgentRun:
+def run_aide(
+    base_url: str,
+    model: str,
+    competition: str,
+    workdir: Path,
+    steps: int = 1,
+    data_root: Path | None = None,
+    python: Path | None = None,
+    exec_timeout: int = 120,
+    timeout: float = 1800,
+    sandbox: bool | None = None,
+) -> AgentRun:
     """One AIDE run on a bundled competition against an OpenAI-compatible endpoint.
 
     AIDE runs the scripts it writes itself, so with `sandbox` (default: when bwrap is
@@ -142,23 +175,39 @@ def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: 
     (workdir / "task.md").write_text(comp.description)
     python = python or agent_python("aide")
     aide = Path(python).parent / "aide"
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "practicum",
-           "PYTHONPATH": ""}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "practicum",
+        "PYTHONPATH": "",
+    }
     direction = "lower is better" if comp.lower_is_better else "higher is better"
-    cmd = [str(aide), f"data_dir={data}", f"desc_file={workdir / 'task.md'}",
-           f"log_dir={workdir / 'logs'}", f"workspace_dir={workdir / 'workspaces'}",
-           f"exp_name={competition}", f"agent.steps={steps}", f"agent.code.model={model}",
-           f"agent.feedback.model={model}", f"report.model={model}",
-           f"exec.timeout={exec_timeout}", "generate_report=False",
-           f"eval={comp.metric} ({direction})"]
+    cmd = [
+        str(aide),
+        f"data_dir={data}",
+        f"desc_file={workdir / 'task.md'}",
+        f"log_dir={workdir / 'logs'}",
+        f"workspace_dir={workdir / 'workspaces'}",
+        f"exp_name={competition}",
+        f"agent.steps={steps}",
+        f"agent.code.model={model}",
+        f"agent.feedback.model={model}",
+        f"report.model={model}",
+        f"exec.timeout={exec_timeout}",
+        "generate_report=False",
+        f"eval={comp.metric} ({direction})",
+    ]
     start = time.perf_counter()
     if sandbox or (sandbox is None and shutil.which("bwrap")):
         root = paths.public.parent.parent.parent  # <data root>/<id>/prepared/public
         url = urllib.parse.urlsplit(base_url)
         with UnixToTcp(url.hostname or "127.0.0.1", url.port or 80) as socket_path:
-            cmd = confined(cmd, workdir.resolve(), (paths.private, root,
-                                                    *source_data.hidden_paths()),
-                           Path(socket_path))
+            cmd = confined(
+                cmd,
+                workdir.resolve(),
+                (paths.private, root, *source_data.hidden_paths()),
+                Path(socket_path),
+            )
             env.update(HOME=str(workdir.resolve()), OPENAI_BASE_URL=inner_url())
             code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env)
     else:
@@ -167,8 +216,16 @@ def run_aide(base_url: str, model: str, competition: str, workdir: Path, steps: 
     subs = sorted((workdir / "workspaces").glob("*/working/submission.csv"))
     submission = subs[-1] if subs else None
     report = grade_submission(comp, submission, data_root).to_dict() if submission else None
-    return AgentRun(code, seconds, workdir, submission, report, _journal(workdir / "logs"),
-                    out[-3000:], timed_out)
+    return AgentRun(
+        code,
+        seconds,
+        workdir,
+        submission,
+        report,
+        _journal(workdir / "logs"),
+        out[-3000:],
+        timed_out,
+    )
 
 
 def _journal(logs: Path) -> list[dict]:
@@ -196,9 +253,17 @@ class MiniRun:
     timed_out: bool = False
 
 
-def run_mini_swe_agent(base_url: str, model: str, workspace, task: str, workdir: Path,
-                       step_limit: int = 10, python: Path | None = None,
-                       timeout: float = 1800, max_tokens: int | None = None) -> MiniRun:
+def run_mini_swe_agent(
+    base_url: str,
+    model: str,
+    workspace,
+    task: str,
+    workdir: Path,
+    step_limit: int = 10,
+    python: Path | None = None,
+    timeout: float = 1800,
+    max_tokens: int | None = None,
+) -> MiniRun:
     """mini-swe-agent (bash-only scaffold, litellm client) on a `practicum.envs.swe.workspace`
     repository, its commands run by its bubblewrap environment (host read-only, the repository
     writable), against an OpenAI-compatible endpoint. `max_tokens` caps each reply (None: the
@@ -208,33 +273,65 @@ def run_mini_swe_agent(base_url: str, model: str, workspace, task: str, workdir:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     traj = workdir / "trajectory.json"
-    env = {**os.environ, "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": "",
-           "MSWEA_GLOBAL_CONFIG_DIR": str(workdir / "mswea-config")}
-    cmd = [str(Path(python).parent / "mini"), "-m", f"openai/{model}", "-c", "mini.yaml",
-           "-c", f"model.model_kwargs.api_base={base_url}",
-           "-c", "model.model_kwargs.api_key=practicum",
-           "-c", "model.model_kwargs._skip_mcp_handler=true",
-           "-c", f"agent.step_limit={step_limit}", "-c", f"environment.cwd={Path(repo).resolve()}",
-           "--environment-class", "bubblewrap", "-t", task, "-y", "--exit-immediately",
-           "-o", str(traj)]
+    env = {
+        **os.environ,
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_COST_TRACKING": "ignore_errors",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PYTHONPATH": "",
+        "MSWEA_GLOBAL_CONFIG_DIR": str(workdir / "mswea-config"),
+    }
+    cmd = [
+        str(Path(python).parent / "mini"),
+        "-m",
+        f"openai/{model}",
+        "-c",
+        "mini.yaml",
+        "-c",
+        f"model.model_kwargs.api_base={base_url}",
+        "-c",
+        "model.model_kwargs.api_key=practicum",
+        "-c",
+        "model.model_kwargs._skip_mcp_handler=true",
+        "-c",
+        f"agent.step_limit={step_limit}",
+        "-c",
+        f"environment.cwd={Path(repo).resolve()}",
+        "--environment-class",
+        "bubblewrap",
+        "-t",
+        task,
+        "-y",
+        "--exit-immediately",
+        "-o",
+        str(traj),
+    ]
     if max_tokens is not None:
-        cmd[cmd.index("--environment-class"):0] = ["-c", f"model.model_kwargs.max_tokens="
-                                                   f"{max_tokens}"]
+        cmd[cmd.index("--environment-class") : 0] = [
+            "-c",
+            f"model.model_kwargs.max_tokens={max_tokens}",
+        ]
     start = time.perf_counter()
-    code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env,
-                                      stdin=subprocess.DEVNULL)
+    code, out, timed_out = _run_until(cmd, timeout, cwd=workdir, env=env, stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     data = json.loads(traj.read_text()) if traj.is_file() else {}
     patch, _ = workspace.diff()  # inside the sandbox, never host git on the agent's repo
     status = (data.get("info") or {}).get("exit_status") or ("TimeLimit" if timed_out else None)
-    return MiniRun(code, seconds, status, patch, len(data.get("messages", [])), traj,
-                   out[-3000:], timed_out)
+    return MiniRun(
+        code, seconds, status, patch, len(data.get("messages", [])), traj, out[-3000:], timed_out
+    )
 
 
-def run_mini_swe_agent_on_task(base_url: str, model: str, instance, workdir: Path,
-                               step_limit: int = 10, python: Path | None = None,
-                               timeout: float = 1800, max_tokens: int | None = None):
+def run_mini_swe_agent_on_task(
+    base_url: str,
+    model: str,
+    instance,
+    workdir: Path,
+    step_limit: int = 10,
+    python: Path | None = None,
+    timeout: float = 1800,
+    max_tokens: int | None = None,
+):
     """(MiniRun, Verdict): mini-swe-agent on a practicum SWE task (`SweInstance`), its patch
     graded by `practicum.envs.swe.grading.grade` (the paper's identical-scaffold comparison:
     run it once per served model, base and trained)."""
@@ -244,8 +341,17 @@ def run_mini_swe_agent_on_task(base_url: str, model: str, instance, workdir: Pat
     workspace = Workspace.create(instance)
     try:
         _own(workspace.repo)  # the sandbox left it to its uid; mini's bubblewrap runs as us
-        run = run_mini_swe_agent(base_url, model, workspace, instance.problem_statement, workdir,
-                                 step_limit, python, timeout, max_tokens)
+        run = run_mini_swe_agent(
+            base_url,
+            model,
+            workspace,
+            instance.problem_statement,
+            workdir,
+            step_limit,
+            python,
+            timeout,
+            max_tokens,
+        )
     finally:
         workspace.close()
     return run, grade(instance, run.patch or "")

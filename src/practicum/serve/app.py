@@ -10,8 +10,9 @@ decode step (the policy with its adapter on, the base in its own batch with it o
 request is not held up by a long one, and a client that goes away frees its rows at the next
 step. A stream sends each token's text as it is sampled (`practicum.serve.stream`), the usage in
 its last chunk; a reply with tools is streamed once its calls are parsed. `max_tokens` is capped
-by the run's max_seq_len, by `serve --max-tokens` and by the context left after the prompt. With an API key, /v1
-answers only requests that carry it as `Authorization: Bearer <key>` (as vLLM's `--api-key`).
+by the run's max_seq_len, by `serve --max-tokens` and by the context left after the prompt.
+With an API key, /v1 answers only requests that carry it as `Authorization: Bearer <key>`
+(as vLLM's `--api-key`).
 
 Log-probs are the engine's behaviour log-probs: log-softmax at the sampling temperature (0 for
 greedy). Tool calls follow `practicum.serve.tools`; a forced `tool_choice` starts the reply with
@@ -37,8 +38,15 @@ from practicum.serve.state import ServeState, authorized
 
 def build_app(served: Served, api_key: str | None = None) -> FastAPI:
     """The API over `served` (module doc); with `api_key`, /v1 needs it as a Bearer token."""
-    app = FastAPI(title="practicum serve", version="1", exception_handlers={
-        APIError: _api_error, ServerStopped: _stopped, RequestValidationError: _invalid})
+    app = FastAPI(
+        title="practicum serve",
+        version="1",
+        exception_handlers={
+            APIError: _api_error,
+            ServerStopped: _stopped,
+            RequestValidationError: _invalid,
+        },
+    )
     app.state.serve = ServeState(served, api_key)
     app.include_router(health.router)
     for routes in (models, chat, completions):
@@ -48,8 +56,10 @@ def build_app(served: Served, api_key: str | None = None) -> FastAPI:
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
     """OpenAI's error body."""
-    return JSONResponse(status_code=status, content={"error": {
-        "message": message, "type": kind, "param": param, "code": None}})
+    return JSONResponse(
+        status_code=status,
+        content={"error": {"message": message, "type": kind, "param": param, "code": None}},
+    )
 
 
 async def _api_error(_req: Request, e: APIError) -> JSONResponse:

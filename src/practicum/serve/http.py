@@ -1,8 +1,8 @@
 """Run the API with uvicorn: in the foreground (`practicum serve`) or on a background thread.
 
-    with ServerThread(build_app(served), port=0) as url:    # "http://127.0.0.1:PORT/v1"
-        OpenAI(base_url=url, api_key="none").chat.completions.create(...)
-    ServerThread(app, uds="/path/endpoint.sock")           # a Unix socket instead (mode 0666)
+with ServerThread(build_app(served), port=0) as url:    # "http://127.0.0.1:PORT/v1"
+    OpenAI(base_url=url, api_key="none").chat.completions.create(...)
+ServerThread(app, uds="/path/endpoint.sock")           # a Unix socket instead (mode 0666)
 """
 
 from __future__ import annotations
@@ -22,17 +22,23 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerThread:
     """uvicorn serving `app` on a daemon thread until the block ends (port 0: a free one)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-                 uds: str | None = None):
+    def __init__(
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        uds: str | None = None,
+    ):
         import uvicorn
 
         self.uds = uds
         self.host, self.port = host, (0 if uds else port or free_port(host))
         where = {"uds": uds} if uds else {"host": host, "port": self.port}
-        self.server = uvicorn.Server(uvicorn.Config(app, **where, log_level=log_level,
-                                                    access_log=False))
-        self.thread = threading.Thread(target=self.server.run, name="practicum-serve",
-                                       daemon=True)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, **where, log_level=log_level, access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, name="practicum-serve", daemon=True)
 
     @property
     def url(self) -> str:

@@ -74,12 +74,18 @@ def resolve_target(target: str | Path, name: str | None = None) -> Target:
         if path.exists() and not (path / "config.json").is_file():
             raise PracticumError(
                 f"serve: {path} is not a run folder (no checkpoints/), a checkpoint (no "
-                f"policy/{POLICY_META}), a saved policy (no {POLICY_META}) or a model folder")
+                f"policy/{POLICY_META}), a saved policy (no {POLICY_META}) or a model folder"
+            )
         return Target(name or path.name or str(target), None, str(target), None)
     meta = json.loads((policy / POLICY_META).read_text())
     step = re.fullmatch(r"step_(\d+)", policy.parent.name)
-    return Target(name or default_name, policy, meta["model"],
-                  int(step.group(1)) if step else None, _run_max_seq_len(policy))
+    return Target(
+        name or default_name,
+        policy,
+        meta["model"],
+        int(step.group(1)) if step else None,
+        _run_max_seq_len(policy),
+    )
 
 
 def _run_max_seq_len(policy: Path) -> int | None:
@@ -110,13 +116,24 @@ def _policy_config(target: Target, dtype: str):
     meta = json.loads((target.policy_dir / POLICY_META).read_text())
     rope = meta.get("rope_scaling")  # the model as it was trained (engine.rope)
     if not meta["lora"]:
-        return PolicyConfig(model=target.model, dtype=dtype, lora=False,
-                            init=str(target.policy_dir), rope_scaling=rope)
+        return PolicyConfig(
+            model=target.model,
+            dtype=dtype,
+            lora=False,
+            init=str(target.policy_dir),
+            rope_scaling=rope,
+        )
     adapter: dict[str, Any] = json.loads((target.policy_dir / "adapter_config.json").read_text())
-    return PolicyConfig(model=target.model, dtype=dtype, lora=True, lora_r=adapter["r"],
-                        lora_alpha=adapter["lora_alpha"],
-                        lora_target_modules=sorted(adapter["target_modules"]),
-                        init=str(target.policy_dir), rope_scaling=rope)
+    return PolicyConfig(
+        model=target.model,
+        dtype=dtype,
+        lora=True,
+        lora_r=adapter["r"],
+        lora_alpha=adapter["lora_alpha"],
+        lora_target_modules=sorted(adapter["target_modules"]),
+        init=str(target.policy_dir),
+        rope_scaling=rope,
+    )
 
 
 @dataclass
@@ -147,21 +164,24 @@ class Served:
     def vocab_size(self) -> int:
         return len(self.chat.tokenizer)
 
-    async def generate(self, ids: list[int], params: SamplingParams, seed: int | None,
-                       adapter: bool, on_token=None) -> Sample:
+    async def generate(
+        self, ids: list[int], params: SamplingParams, seed: int | None, adapter: bool, on_token=None
+    ) -> Sample:
         """One continuation, decoded beside the concurrent requests; `on_token(id, logprob)`
         runs on the server thread per sampled token. Cancelling the awaiting task drops the
         row at the next decode step."""
         sample, _version = await asyncio.wrap_future(
-            self.server.submit(ids, params, seed, adapter, on_token))
+            self.server.submit(ids, params, seed, adapter, on_token)
+        )
         self.count(adapter, len(ids), len(sample.token_ids))
         return sample
 
     def count(self, adapter: bool, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one finished sample to `usage`."""
         name = self.target.name if adapter else f"{self.target.name}-base"
-        count = self.usage.setdefault(name, {"samples": 0, "prompt_tokens": 0,
-                                             "completion_tokens": 0})
+        count = self.usage.setdefault(
+            name, {"samples": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        )
         count["samples"] += 1
         count["prompt_tokens"] += prompt_tokens
         count["completion_tokens"] += completion_tokens
@@ -170,8 +190,13 @@ class Served:
         self.server.stop()
 
 
-def load_served(target: str | Path, name: str | None = None, dtype: str = "auto",
-                max_batch: int = 32, max_tokens: int | None = None) -> Served:
+def load_served(
+    target: str | Path,
+    name: str | None = None,
+    dtype: str = "auto",
+    max_batch: int = 32,
+    max_tokens: int | None = None,
+) -> Served:
     """Load `target`'s weights into a started generation server (module doc)."""
     from practicum.engine.factory import build_sampler, load_trainable
     from practicum.engine.hf import load_frozen_sampler
@@ -181,8 +206,9 @@ def load_served(target: str | Path, name: str | None = None, dtype: str = "auto"
     if t.policy_dir is None:
         sampler = load_frozen_sampler(t.model, dtype)
     else:
-        sampler = build_sampler(HFOptions(), policy := _policy_config(t, dtype),
-                                load_trainable(policy))
+        sampler = build_sampler(
+            HFOptions(), policy := _policy_config(t, dtype), load_trainable(policy)
+        )
     server = ContinuousServer(sampler, max_batch=max_batch).start()
     reply_cap = min((n for n in (t.max_seq_len, max_tokens) if n), default=None)
     return Served(t, server, ChatFormat(sampler.tokenizer), sampler.max_positions, reply_cap)

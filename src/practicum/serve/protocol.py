@@ -29,8 +29,13 @@ DISCONNECT_POLL = 0.2
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
@@ -95,8 +100,12 @@ async def unless_disconnected(request: Request, work):
 def check_roles(messages: list[dict]) -> None:
     for i, m in enumerate(messages):
         if m.get("role") not in ROLES:
-            raise APIError(400, f"messages[{i}].role: unknown role {m.get('role')!r} (expected "
-                           f"one of {', '.join(ROLES)})", f"messages.{i}.role")
+            raise APIError(
+                400,
+                f"messages[{i}].role: unknown role {m.get('role')!r} (expected "
+                f"one of {', '.join(ROLES)})",
+                f"messages.{i}.role",
+            )
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
@@ -133,8 +142,7 @@ def tool_choice_mode(req: ChatRequest) -> tuple[str, str | None]:
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         if name not in tool_specs(req.tools):
-            raise APIError(400, f"tool_choice names {name!r}, which is not in tools",
-                           "tool_choice")
+            raise APIError(400, f"tool_choice names {name!r}, which is not in tools", "tool_choice")
         return "forced", name
     raise APIError(400, f"tool_choice: unknown value {choice!r}", "tool_choice")
 
@@ -151,31 +159,48 @@ def completion_prompts(prompt, chat, vocab_size: int) -> list[list[int]]:
         raise APIError(400, "prompt is empty", "prompt")
     bad = next((t for p in out for t in p if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise APIError(400, f"prompt: token id {bad} is outside the vocabulary (0 to "
-                       f"{vocab_size - 1})", "prompt")
+        raise APIError(
+            400,
+            f"prompt: token id {bad} is outside the vocabulary (0 to {vocab_size - 1})",
+            "prompt",
+        )
     return out
 
 
 def usage_of(prompt_tokens: int, choices: list[Choice]) -> dict:
     completion = sum(c.tokens for c in choices)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+    }
 
 
 def openai_calls(c: Choice) -> list[dict]:
-    return [{"id": T.call_id(), "type": "function",
-             "function": {"name": k["name"], "arguments": json.dumps(k["arguments"])}}
-            for k in c.calls]
+    return [
+        {
+            "id": T.call_id(),
+            "type": "function",
+            "function": {"name": k["name"], "arguments": json.dumps(k["arguments"])},
+        }
+        for k in c.calls
+    ]
 
 
 def chat_choice(c: Choice, logprobs: bool, tok) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": c.text or (None if c.calls else "")}
     if c.calls:
         msg["tool_calls"] = openai_calls(c)
-    return {"index": c.index, "message": msg, "finish_reason": c.finish_reason,
-            "logprobs": {"content": chat_logprobs(list(zip(c.sample.token_ids,
-                                                               c.sample.logprobs)), tok)}
-            if logprobs else None}
+    return {
+        "index": c.index,
+        "message": msg,
+        "finish_reason": c.finish_reason,
+        "logprobs": {
+            "content": chat_logprobs(list(zip(c.sample.token_ids, c.sample.logprobs)), tok)
+        }
+        if logprobs
+        else None,
+    }
 
 
 def text_pieces(text: str, tok) -> list[str]:
@@ -185,16 +210,17 @@ def text_pieces(text: str, tok) -> list[str]:
     for k in range(1, len(ids) + 1):
         cur = tok.decode(ids[:k])
         if len(cur) > len(prev) and cur.startswith(prev) and not cur.endswith("\ufffd"):
-            out.append(cur[len(prev):])
+            out.append(cur[len(prev) :])
             prev = cur
     if prev != text:
-        out.append(text[len(prev):] if text.startswith(prev) else text)
+        out.append(text[len(prev) :] if text.startswith(prev) else text)
     return out
 
 
 def sse(chunks) -> StreamingResponse:
     """Server-sent events of `chunks` (a generator or an async generator of dicts), then
     [DONE]; a request the engine fails mid-stream ends with an error event."""
+
     async def body():
         try:
             if hasattr(chunks, "__aiter__"):
@@ -211,14 +237,20 @@ def sse(chunks) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-def chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[Choice], usage: dict,
-                 tok):
+def chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[Choice], usage: dict, tok):
     """The chunks of a reply with tools, sampled whole (its calls are parsed from the whole
     text); the usage in the last chunk, as in `practicum.serve.stream`."""
+
     def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
-        return {"id": rid, "object": "chat.completion.chunk", "created": now,
-                "model": req.model, "choices": [{"index": index, "delta": delta,
-                                                 "finish_reason": finish, "logprobs": None}]}
+        return {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": now,
+            "model": req.model,
+            "choices": [
+                {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+            ],
+        }
 
     for c in choices:
         yield chunk(c.index, {"role": "assistant", "content": ""})
@@ -233,4 +265,3 @@ def chat_chunks(rid: str, now: int, req: ChatRequest, choices: list[Choice], usa
         yield from [last, {**last, "choices": [], "usage": usage}]
     else:
         yield {**last, "usage": usage}
-

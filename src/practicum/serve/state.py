@@ -30,25 +30,38 @@ class ServeState:
     def adapter_for(self, name: str) -> bool:
         """The adapter flag of model id `name` (404 for an unknown one)."""
         if name not in self.served.names:
-            raise APIError(404, f"model {name!r} does not exist; this server has "
-                           f"{', '.join(self.served.names)}", "model", "not_found_error")
+            raise APIError(
+                404,
+                f"model {name!r} does not exist; this server has {', '.join(self.served.names)}",
+                "model",
+                "not_found_error",
+            )
         return self.served.names[name]
 
     def model_card(self, name: str) -> dict:
         served = self.served
-        return {"id": name, "object": "model", "created": self.created, "owned_by": "practicum",
-                "root": served.target.model,
-                "parent": None if served.names[name] else served.target.name}
+        return {
+            "id": name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "practicum",
+            "root": served.target.model,
+            "parent": None if served.names[name] else served.target.name,
+        }
 
-    def params_for(self, req: BaseRequest, prompt_len: int, default_tokens: int,
-                   stop_ids: Sequence[int] = ()) -> SamplingParams:
+    def params_for(
+        self, req: BaseRequest, prompt_len: int, default_tokens: int, stop_ids: Sequence[int] = ()
+    ) -> SamplingParams:
         """max_tokens (or the default) capped by the context left and `served.max_tokens`
         (the run's max_seq_len, `--max-tokens`)."""
         served = self.served
         room = (served.context - prompt_len) if served.context else None
         if room is not None and room <= 0:
-            raise APIError(400, f"the prompt has {prompt_len} tokens; this model's context is "
-                           f"{served.context}", "messages")
+            raise APIError(
+                400,
+                f"the prompt has {prompt_len} tokens; this model's context is {served.context}",
+                "messages",
+            )
         wanted = getattr(req, "max_completion_tokens", None) or req.max_tokens
         max_new = wanted if wanted is not None else default_tokens
         for cap in (room, served.max_tokens):
@@ -56,13 +69,17 @@ class ServeState:
                 max_new = min(max_new, cap)
         temperature = 1.0 if req.temperature is None else req.temperature
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        return SamplingParams(temperature=temperature,
-                              top_p=(req.top_p or 1.0) if temperature > 0 else 1.0,
-                              max_new_tokens=max_new, stop_strings=tuple(s for s in stops if s),
-                              stop_token_ids=tuple(stop_ids))
+        return SamplingParams(
+            temperature=temperature,
+            top_p=(req.top_p or 1.0) if temperature > 0 else 1.0,
+            max_new_tokens=max_new,
+            stop_strings=tuple(s for s in stops if s),
+            stop_token_ids=tuple(stop_ids),
+        )
 
-    async def generate(self, ids: list[int], params: SamplingParams, seed: int | None,
-                       adapter: bool) -> Sample:
+    async def generate(
+        self, ids: list[int], params: SamplingParams, seed: int | None, adapter: bool
+    ) -> Sample:
         try:
             return await self.served.generate(ids, params, seed, adapter)
         except ValueError as e:  # the engine's checks (e.g. prompt plus tokens too long)
@@ -80,9 +97,14 @@ async def authorized(request: Request) -> None:
         return
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(
-            key.strip().encode(), api_key.encode()):
-        raise APIError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
-                       None, "authentication_error")
+        key.strip().encode(), api_key.encode()
+    ):
+        raise APIError(
+            401,
+            "invalid or missing API key (send Authorization: Bearer <key>)",
+            None,
+            "authentication_error",
+        )
 
 
 def seed_of(req: BaseRequest, i: int) -> int | None:

@@ -17,8 +17,9 @@ from typing import AsyncIterator
 from practicum.engine.base import Sample, SamplingParams
 
 
-async def token_events(served, jobs: list[tuple[list[int], SamplingParams, int | None]],
-                       adapter: bool) -> AsyncIterator[tuple[int, int | None, float | Sample]]:
+async def token_events(
+    served, jobs: list[tuple[list[int], SamplingParams, int | None]], adapter: bool
+) -> AsyncIterator[tuple[int, int | None, float | Sample]]:
     """(job index, token id, log-prob) per sampled token of the concurrent `jobs`, then
     (job index, None, sample) when a job ends; the engine's error for a job it refused. Closing
     the iterator (e.g. the client went away) drops the unfinished rows at the next step."""
@@ -27,8 +28,9 @@ async def token_events(served, jobs: list[tuple[list[int], SamplingParams, int |
     put = lambda item: loop.call_soon_threadsafe(events.put_nowait, item)  # noqa: E731
     futures = []
     for i, (ids, params, seed) in enumerate(jobs):
-        f = served.server.submit(ids, params, seed, adapter,
-                                 on_token=lambda t, lp, i=i: put((i, t, lp)))
+        f = served.server.submit(
+            ids, params, seed, adapter, on_token=lambda t, lp, i=i: put((i, t, lp))
+        )
         f.add_done_callback(lambda f, i=i: put((i, None, f)))
         futures.append(f)
     try:
@@ -63,7 +65,7 @@ class TextDelta:
         if text.endswith("\ufffd"):
             return ""
         cut = trim(text, self.stops)
-        ready = cut if len(cut) < len(text) else text[:len(text) - self.hold]
+        ready = cut if len(cut) < len(text) else text[: len(text) - self.hold]
         return self._release(ready)
 
     def finish(self, text: str) -> str:
@@ -73,7 +75,7 @@ class TextDelta:
     def _release(self, ready: str) -> str:
         if len(ready) <= len(self.sent) or not ready.startswith(self.sent):
             return ""
-        delta, self.sent = ready[len(self.sent):], ready
+        delta, self.sent = ready[len(self.sent) :], ready
         return delta
 
 
@@ -90,8 +92,9 @@ def chat_logprobs(pairs: list[tuple[int, float]], tok) -> list[dict]:
     out = []
     for t, lp in pairs:
         piece = tok.decode([t])
-        out.append({"token": piece, "logprob": lp, "bytes": list(piece.encode()),
-                    "top_logprobs": []})
+        out.append(
+            {"token": piece, "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []}
+        )
     return out
 
 
@@ -103,8 +106,12 @@ def completion_logprobs(ids: list[int], logprobs: list[float], tok, start: int) 
     for p in pieces:
         offsets.append(at)
         at += len(p)
-    return {"tokens": pieces, "token_logprobs": list(logprobs), "top_logprobs": None,
-            "text_offset": offsets}
+    return {
+        "tokens": pieces,
+        "token_logprobs": list(logprobs),
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
 
 
 class _Choices:
@@ -127,8 +134,15 @@ class _Choices:
         return held
 
 
-async def chat_stream(served, head: dict, jobs, adapter: bool, stops: tuple[str, ...],
-                      logprobs: bool, include_usage: bool):
+async def chat_stream(
+    served,
+    head: dict,
+    jobs,
+    adapter: bool,
+    stops: tuple[str, ...],
+    logprobs: bool,
+    include_usage: bool,
+):
     """chat.completion.chunk dicts of `jobs` (one per choice) as their tokens are sampled; `head`
     holds the chunks' id, object, created and model."""
     tok = served.tokenizer
@@ -136,8 +150,10 @@ async def chat_stream(served, head: dict, jobs, adapter: bool, stops: tuple[str,
 
     def chunk(i: int, delta: dict, finish: str | None = None) -> dict:
         lps = {"content": chat_logprobs(state.take(i), tok)} if logprobs else None
-        return {**head, "choices": [{"index": i, "delta": delta, "finish_reason": finish,
-                                     "logprobs": lps}]}
+        return {
+            **head,
+            "choices": [{"index": i, "delta": delta, "finish_reason": finish, "logprobs": lps}],
+        }
 
     for i in range(len(jobs)):
         yield chunk(i, {"role": "assistant", "content": ""})
@@ -155,9 +171,17 @@ async def chat_stream(served, head: dict, jobs, adapter: bool, stops: tuple[str,
         yield c
 
 
-async def completion_stream(served, head: dict, jobs, echoes: list[str], adapter: bool,
-                            stops: tuple[str, ...], logprobs: bool, include_usage: bool,
-                            prompt_tokens: int):
+async def completion_stream(
+    served,
+    head: dict,
+    jobs,
+    echoes: list[str],
+    adapter: bool,
+    stops: tuple[str, ...],
+    logprobs: bool,
+    include_usage: bool,
+    prompt_tokens: int,
+):
     """text_completion chunk dicts of `jobs` (one per choice, each after its echoed prompt) as
     their tokens are sampled."""
     tok = served.tokenizer
@@ -171,8 +195,10 @@ async def completion_stream(served, head: dict, jobs, echoes: list[str], adapter
             held = state.take(i)
             lps = completion_logprobs([t for t, _ in held], [lp for _, lp in held], tok, at[i])
         at[i] += len(text)
-        return {**head, "choices": [{"index": i, "text": text, "finish_reason": finish,
-                                     "logprobs": lps}]}
+        return {
+            **head,
+            "choices": [{"index": i, "text": text, "finish_reason": finish, "logprobs": lps}],
+        }
 
     for i, echo in enumerate(echoes):
         if echo:
@@ -191,12 +217,16 @@ async def completion_stream(served, head: dict, jobs, echoes: list[str], adapter
         yield c
 
 
-def _closing(last: dict, head: dict, prompt_tokens: int, completion_tokens: int,
-             include_usage: bool) -> list[dict]:
+def _closing(
+    last: dict, head: dict, prompt_tokens: int, completion_tokens: int, include_usage: bool
+) -> list[dict]:
     """The stream's last chunks, the usage in the last one: its own chunk with no choices under
     stream_options.include_usage (as the OpenAI API sends it), else on the final choice chunk."""
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-             "total_tokens": prompt_tokens + completion_tokens}
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
     if include_usage:
         return [last, {**head, "choices": [], "usage": usage}]
     return [{**last, "usage": usage}]

@@ -35,7 +35,8 @@ SYSTEM_TOOLS = (
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
     "{tools}\n</tools>\n\nFor each function call, return a json object with function name and "
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
 
 
 def content_text(content: Any) -> str:
@@ -57,8 +58,10 @@ def tool_messages(messages: list[dict], tools: list[dict] | None) -> list[dict[s
         if role == "developer":
             role = "system"
         if role == "assistant" and m.get("tool_calls"):
-            calls = [format_call(c["function"]["name"], _arguments(c["function"])) for c in
-                     m["tool_calls"]]
+            calls = [
+                format_call(c["function"]["name"], _arguments(c["function"]))
+                for c in m["tool_calls"]
+            ]
             text = "\n".join([text, *calls] if text else calls)
         elif role == "tool":
             role, text = "user", f"<tool_response>\n{text}\n</tool_response>"
@@ -205,14 +208,24 @@ def fallback_value(spec: dict) -> Any:
         return spec["enum"][0]
     kind = spec.get("type")
     kind = kind[0] if isinstance(kind, list) else kind
-    return {"string": "", "boolean": False, "number": 0, "integer": 0, "array": [],
-            "object": {}}.get(kind)
+    return {
+        "string": "",
+        "boolean": False,
+        "number": 0,
+        "integer": 0,
+        "array": [],
+        "object": {},
+    }.get(kind)
 
 
-async def fill_arguments(name: str, schema: dict, ids: list[int], params,
-                         encode: Callable[[str], list[int]],
-                         sample: Callable[[list[int], Any], Awaitable[Any]]
-                         ) -> tuple[dict, int]:
+async def fill_arguments(
+    name: str,
+    schema: dict,
+    ids: list[int],
+    params,
+    encode: Callable[[str], list[int]],
+    sample: Callable[[list[int], Any], Awaitable[Any]],
+) -> tuple[dict, int]:
     """A forced call's arguments, one required field at a time, each value written by the model
     (`sample(prompt_ids, params)`, an engine call) after a prefix naming it (`encode`d after the
     prompt `ids`); a value that does not parse becomes the field's fallback. Returns the
@@ -226,14 +239,21 @@ async def fill_arguments(name: str, schema: dict, ids: list[int], params,
         kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
         text += field_prefix(key, kind, first=i == 0)
         budget = max(16, params.max_new_tokens // len(keys)) if kind == "string" else 16
-        p = replace(params, stop_strings=FIELD_STOPS.get(kind, FIELD_STOPS[None]),
-                    max_new_tokens=min(params.max_new_tokens, budget))
+        p = replace(
+            params,
+            stop_strings=FIELD_STOPS.get(kind, FIELD_STOPS[None]),
+            max_new_tokens=min(params.max_new_tokens, budget),
+        )
         s = await sample(ids + encode(text), p)
         tokens += len(s.token_ids)
         ok, value = parse_field(s.text, spec)
         if not ok:
-            log.info("tool %s: the model's value for %r did not parse (%r); using the field's "
-                     "fallback", name, key, s.text[:80])
+            log.info(
+                "tool %s: the model's value for %r did not parse (%r); using the field's fallback",
+                name,
+                key,
+                s.text[:80],
+            )
             value = fallback_value(spec)
         args[key] = value
         dumped = json.dumps(value)
@@ -270,10 +290,13 @@ def guess_name(text: str, tools: ToolSet) -> str:
     return next(iter(tools))
 
 
-async def reply_calls(text: str, tools: ToolSet[FunctionTool], forced: bool,
-                      forced_name: str | None,
-                      fill: Callable[[str, dict], Awaitable[tuple[dict, int]]]
-                      ) -> tuple[str, list[dict[str, Any]], int | None]:
+async def reply_calls(
+    text: str,
+    tools: ToolSet[FunctionTool],
+    forced: bool,
+    forced_name: str | None,
+    fill: Callable[[str, dict], Awaitable[tuple[dict, int]]],
+) -> tuple[str, list[dict[str, Any]], int | None]:
     """(content, calls, tokens sampled to fill a call or None) of a reply's `text` (with its
     forced prefix): calls of functions not in `tools`, or with arguments their schema rejects,
     are dropped. Under a forced tool_choice with no call left, the named function (else the

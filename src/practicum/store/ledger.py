@@ -28,8 +28,9 @@ KINDS = ("trained", "filtered", "dropped")
 
 
 class ConsumptionLedger:
-    def __init__(self, path: Path, watermark: int = 0, beyond: Iterable[int] = (),
-                 batches: int = 0):
+    def __init__(
+        self, path: Path, watermark: int = 0, beyond: Iterable[int] = (), batches: int = 0
+    ):
         """Resume after `batches` recorded batches (0 = fresh start): later rows are cut."""
         self.path = Path(path)
         self.watermark = watermark
@@ -75,15 +76,22 @@ class ConsumptionLedger:
         return self.batches
 
     def state(self) -> dict:
-        return {"watermark": self.watermark, "consumed_beyond": sorted(self.beyond),
-                "batches": self.batches}
+        return {
+            "watermark": self.watermark,
+            "consumed_beyond": sorted(self.beyond),
+            "batches": self.batches,
+        }
 
     @classmethod
     def resume(cls, path: Path, state: dict | None) -> ConsumptionLedger:
         """The ledger as a checkpoint's `state()` left it (a fresh one for None)."""
         state = state or {}
-        return cls(path, state.get("watermark", 0), state.get("consumed_beyond", ()),
-                   state.get("batches", 0))
+        return cls(
+            path,
+            state.get("watermark", 0),
+            state.get("consumed_beyond", ()),
+            state.get("batches", 0),
+        )
 
 
 def _rows(path: Path) -> list[dict]:

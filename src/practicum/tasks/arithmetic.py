@@ -15,8 +15,10 @@ def gym_entries(name: str, size: int, seed: int) -> list[dict]:
     try:
         ds = reasoning_gym.create_dataset(name, size=size, seed=seed)
     except Exception as e:  # reasoning-gym raises a bare ValueError for unknown names
-        raise ConfigError(f"config error at task.options.generators: unknown reasoning-gym "
-                          f"generator {name!r} ({e})") from e
+        raise ConfigError(
+            f"config error at task.options.generators: unknown reasoning-gym "
+            f"generator {name!r} ({e})"
+        ) from e
     return [json.loads(json.dumps(ds[i], default=str)) for i in range(size)]
 
 
@@ -43,6 +45,9 @@ def make_tasks(generators: dict[str, float], size: int, seed: int, split: str) -
 def split_tasks(generators: dict[str, float], train_size: int, eval_size: int, seed: int):
     train = make_tasks(generators, train_size, seed, "train")
     seen = {t.data["question"] for t in train}
-    held_out = [t for t in make_tasks(generators, eval_size * 2, seed, "eval")
-                if t.data["question"] not in seen][:eval_size]
+    held_out = [
+        t
+        for t in make_tasks(generators, eval_size * 2, seed, "eval")
+        if t.data["question"] not in seen
+    ][:eval_size]
     return train, held_out

@@ -14,9 +14,17 @@ RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generato
 
 @pytest.fixture(scope="module")
 def suite():
-    return build_suite("flow", {**RULES, "families": {"multihop": 2, "arithmetic": 1, "gsm": 1},
-                                "train_size": 24, "eval_per_family": 2,
-                                "wall_seconds": 30.0}, SuiteContext(0))
+    return build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 2, "arithmetic": 1, "gsm": 1},
+            "train_size": 24,
+            "eval_per_family": 2,
+            "wall_seconds": 30.0,
+        },
+        SuiteContext(0),
+    )
 
 
 def act_out(suite, task):
@@ -79,11 +87,17 @@ def test_a_family_without_a_script_is_not_solved_so_sft_keeps_nothing_of_it(suit
 
 
 def test_steps_done_reads_the_memory_of_the_planner_prompt():
-    prompt = ("Query: q\nAction Step 1:\n  Tool: lookup\n  Sub-Goal: s\n  Command: c\n"
-              "  Result: The founder of A is B.\nStep 2 (at most 3). Plan the next step.")
-    assert steps_done([{"role": "user", "content": "Query: q\nActions so far: none."},
-                       {"role": "assistant", "content": "x"},
-                       {"role": "user", "content": prompt}]) == (1, "The founder of A is B.")
+    prompt = (
+        "Query: q\nAction Step 1:\n  Tool: lookup\n  Sub-Goal: s\n  Command: c\n"
+        "  Result: The founder of A is B.\nStep 2 (at most 3). Plan the next step."
+    )
+    assert steps_done(
+        [
+            {"role": "user", "content": "Query: q\nActions so far: none."},
+            {"role": "assistant", "content": "x"},
+            {"role": "user", "content": prompt},
+        ]
+    ) == (1, "The founder of A is B.")
     assert steps_done([]) == (0, "")
     assert Demonstrator([])  # knows nothing: every task id is refused
     with pytest.raises(KeyError):

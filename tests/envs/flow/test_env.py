@@ -14,11 +14,18 @@ RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generato
 
 @pytest.fixture(scope="module")
 def suite():
-    return build_suite("flow", {**RULES, "families": {"multihop": 1, "arithmetic": 1, "gsm": 1,
-                                                      "countdown": 1},
-                                "train_size": 40, "eval_per_family": 3,
-                                # room for interpreter start-up on a loaded 2-core CI machine
-                                "wall_seconds": 30.0}, SuiteContext(0))
+    return build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1, "arithmetic": 1, "gsm": 1, "countdown": 1},
+            "train_size": 40,
+            "eval_per_family": 3,
+            # room for interpreter start-up on a loaded 2-core CI machine
+            "wall_seconds": 30.0,
+        },
+        SuiteContext(0),
+    )
 
 
 def first(suite, family, split="train"):
@@ -39,8 +46,9 @@ def test_multihop_solved_hop_by_hop_with_a_new_planner_prompt_each_turn(suite):
         r = env.step(plan(f"Find the {rel} of {chain[i]}.", "lookup"))
         if i < len(rels) - 1:
             assert not r.done and r.context is not None
-            assert f"Result: The {rel} of {chain[i]} is {chain[i + 1]}." in \
-                r.context[-1]["content"]  # memory rendered verbatim into the next prompt
+            assert (
+                f"Result: The {rel} of {chain[i]} is {chain[i + 1]}." in r.context[-1]["content"]
+            )  # memory rendered verbatim into the next prompt
             assert f"Step {i + 2} (at most 3)" in r.context[-1]["content"]
     assert r.done and r.reward == 1.5 and r.solved  # solved + hop_credit 0.5 x all hops
     assert r.metrics["acc/multihop"] == 1.0 and r.metrics["steps"] == len(rels)
@@ -79,8 +87,16 @@ def test_every_planner_turn_is_its_own_token_exact_row(suite):
 
     chat = ChatFormat(load_builtin_tokenizer())
     task = first(suite, "multihop")
-    b = EpisodeBuilder(suite.make_env(None), task, "g", 0, chat, RolloutLimits(10, 4096),
-                       SamplingParams(max_new_tokens=64), 0)
+    b = EpisodeBuilder(
+        suite.make_env(None),
+        task,
+        "g",
+        0,
+        chat,
+        RolloutLimits(10, 4096),
+        SamplingParams(max_new_tokens=64),
+        0,
+    )
     mirror = suite.make_env(None)  # replays the same episode to know each prompt's messages
     expected = [chat.render(mirror.reset(task).messages)]
     chain, rels = task.data["chain"], task.data["relations"]
@@ -142,8 +158,14 @@ def _env_with_generator(suite, reply):
 def test_stuffed_candidates_and_echoed_questions_earn_nothing(suite, family):
     task = first(suite, family)
     gold = task.data["answer"]
-    for reply in (f"{gold} or 0", f"0, {gold}", f"{gold}\n{gold}1", task.data["question"],
-                  f"0 {gold} 1", ""):
+    for reply in (
+        f"{gold} or 0",
+        f"0, {gold}",
+        f"{gold}\n{gold}1",
+        task.data["question"],
+        f"0 {gold} 1",
+        "",
+    ):
         env = _env_with_generator(suite, reply)
         env.reset(task)
         r = env.step(plan("no", "search"))
@@ -194,8 +216,12 @@ def test_code_cannot_read_the_answer_key(suite, family):
 
 
 def test_baseline_modes_share_tasks_tools_and_checks():
-    opts = {**RULES, "families": {"multihop": 1, "arithmetic": 1}, "train_size": 8,
-            "eval_per_family": 1}
+    opts = {
+        **RULES,
+        "families": {"multihop": 1, "arithmetic": 1},
+        "train_size": 8,
+        "eval_per_family": 1,
+    }
     direct = build_suite("flow", {**opts, "mode": "direct"}, SuiteContext(0))
     task = first(direct, "arithmetic")
     env = direct.make_env(None)
@@ -209,8 +235,7 @@ def test_baseline_modes_share_tasks_tools_and_checks():
     chain, rels = task.data["chain"], task.data["relations"]
     for i, rel in enumerate(rels):
         r = env.step(f"Tool: lookup\nCommand: {chain[i]} | {rel}")
-        assert not r.done and r.observation == f"Result: The {rel} of {chain[i]} is " \
-                                              f"{chain[i + 1]}."
+        assert not r.done and r.observation == f"Result: The {rel} of {chain[i]} is {chain[i + 1]}."
     assert env.step("Hmm").malformed
     r = env.step(f"Answer: {task.data['answer']}")
     assert r.done and r.reward == 1.0 and r.metrics["tool_calls"] == len(rels)
@@ -227,15 +252,25 @@ def test_time_limit_counts_the_flows_own_work(suite):
     time.sleep(0.6)  # waiting for the planner's generation does not count
     r = env.step(plan("Find the founder of Nobody.", "lookup"))
     assert not r.done
-    r = env.step(plan("Compute it: ```python\nimport time\ntime.sleep(0.6)\nprint(1)\n```",
-                      "python_coder"))
+    r = env.step(
+        plan("Compute it: ```python\nimport time\ntime.sleep(0.6)\nprint(1)\n```", "python_coder")
+    )
     assert r.done and r.info["flow"]["stopped_by"] == "max_seconds"
 
 
 def test_tool_integrated_ends_itself_after_its_turn_limit():
-    ti = build_suite("flow", {**RULES, "families": {"arithmetic": 1}, "train_size": 4,
-                              "eval_per_family": 1, "mode": "tool_integrated",
-                              "max_steps_train": 2}, SuiteContext(0))
+    ti = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"arithmetic": 1},
+            "train_size": 4,
+            "eval_per_family": 1,
+            "mode": "tool_integrated",
+            "max_steps_train": 2,
+        },
+        SuiteContext(0),
+    )
     env = ti.make_env(None)
     env.reset(ti.train_tasks[0])
     assert not env.step("hmm").done and not env.step("Tool: calculator\nCommand: 1+1").done

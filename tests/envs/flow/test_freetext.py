@@ -9,15 +9,17 @@ from practicum.envs.flow.roles import Roles, RoleSpecs
 from practicum.envs.flow.tools import Search, TitleLookup
 from practicum.envs.flow.user_data import DocCorpus
 
-DOCS = DocCorpus({
-    "Brisk Mill": "The Brisk Mill is a water mill in the town of Dova, built in 1790.",
-    "Dova": "Dova is a market town on the river Pell. It was founded in 1402 by the weaver "
-            "Ansel Hart. Its mayor is Rita Cole.",
-    "Ansel Hart": "Ansel Hart was a weaver born in 1370 in Kessel. He founded Dova.",
-    "Pell": "The Pell is a river of the north. It empties into the Narrow Sea. It is 80 "
-            "kilometres long.",
-    "Kessel": "Kessel is a village in the hills, famous for its wool. Its mayor is Ona Brill.",
-})
+DOCS = DocCorpus(
+    {
+        "Brisk Mill": "The Brisk Mill is a water mill in the town of Dova, built in 1790.",
+        "Dova": "Dova is a market town on the river Pell. It was founded in 1402 by the weaver "
+        "Ansel Hart. Its mayor is Rita Cole.",
+        "Ansel Hart": "Ansel Hart was a weaver born in 1370 in Kessel. He founded Dova.",
+        "Pell": "The Pell is a river of the north. It empties into the Narrow Sea. It is 80 "
+        "kilometres long.",
+        "Kessel": "Kessel is a village in the hills, famous for its wool. Its mayor is Ona Brill.",
+    }
+)
 RULES = RoleSpecs("rules", "rules", "rules", "rules")
 
 
@@ -46,8 +48,9 @@ def test_the_verifier_stops_once_the_last_document_answers_the_asked_relation():
 def test_the_verifier_waits_for_every_hop_the_question_chains():
     # Dova's document names a mayor, but this question asks for the mayor of the founder's
     # birthplace: three documents, and Ansel Hart's does not name a mayor either
-    _, verdicts = read("Who is the mayor of the birthplace of the founder of Dova?", "Dova",
-                       "Ansel Hart", "Kessel")
+    _, verdicts = read(
+        "Who is the mayor of the birthplace of the founder of Dova?", "Dova", "Ansel Hart", "Kessel"
+    )
     assert verdicts == ["CONTINUE", "CONTINUE", "STOP"]
 
 
@@ -72,8 +75,7 @@ def test_the_generator_answers_the_span_asked_for_not_the_document():
     assert r.answer(memory)[0] == "1370"
     memory, _ = read("How long is the river that flows through Dova?", "Dova", "Pell")
     assert r.answer(memory)[0] == "80 kilometres"
-    memory, _ = read("What sea does the river that flows through Dova empty into?", "Dova",
-                     "Pell")
+    memory, _ = read("What sea does the river that flows through Dova empty into?", "Dova", "Pell")
     assert r.answer(memory)[0] == "Narrow Sea"
 
 
@@ -91,9 +93,13 @@ def test_a_stray_search_hit_is_not_part_of_the_chain():
 def test_the_executor_reads_the_named_title_it_has_not_read_yet():
     r = roles()
     memory, _ = read("Who founded the town where the Brisk Mill stands?", "Brisk Mill")
-    plan = Plan(context="none", sub_goal="Find who founded Dova, where the Brisk Mill is.",
-                tool="lookup")
+    plan = Plan(
+        context="none", sub_goal="Find who founded Dova, where the Brisk Mill is.", tool="lookup"
+    )
     assert r.command(memory.query, plan, TitleLookup.meta, memory)[0] == "Dova"
-    plan = Plan(context="The Brisk Mill is a water mill in the town of Dova.",
-                sub_goal="Find the founder.", tool="lookup")  # the sub-goal names no title
+    plan = Plan(
+        context="The Brisk Mill is a water mill in the town of Dova.",
+        sub_goal="Find the founder.",
+        tool="lookup",
+    )  # the sub-goal names no title
     assert r.command(memory.query, plan, TitleLookup.meta, memory)[0] == "Dova"

@@ -12,9 +12,17 @@ RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generato
 
 @pytest.fixture(scope="module")
 def suite():
-    return build_suite("flow", {**RULES, "families": {"multihop": 1}, "train_size": 12,
-                                "eval_per_family": 1, "tools": ["search", "lookup"]},
-                       SuiteContext(0))
+    return build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1},
+            "train_size": 12,
+            "eval_per_family": 1,
+            "tools": ["search", "lookup"],
+        },
+        SuiteContext(0),
+    )
 
 
 def plan(sub_goal, tool="lookup", context="none"):
@@ -68,8 +76,11 @@ def every_entity(suite):
 
     def planner(i, memory, task):
         rels = task.data["relations"]
-        return plan(f"Find the {said(rels[min(i, len(rels) - 1)])} of {titles}.",
-                    context=", ".join(s.value for s in memory.steps) or "none")
+        return plan(
+            f"Find the {said(rels[min(i, len(rels) - 1)])} of {titles}.",
+            context=", ".join(s.value for s in memory.steps) or "none",
+        )
+
     return planner
 
 
@@ -88,8 +99,11 @@ def test_the_executor_resolves_the_entity_produced_most_recently(suite):
 
 @pytest.mark.parametrize("name", ["repeat_hop_1", "copy_query", "every_entity"])
 def test_gaming_planners_earn_no_more_than_honest_hops(suite, name):
-    planner = {"repeat_hop_1": repeat_hop_1, "copy_query": copy_query,
-               "every_entity": every_entity(suite)}[name]
+    planner = {
+        "repeat_hop_1": repeat_hop_1,
+        "copy_query": copy_query,
+        "every_entity": every_entity(suite),
+    }[name]
     total_honest = total = 0.0
     for task in suite.train_tasks:
         fair, _ = run(suite, task, honest)
@@ -111,8 +125,9 @@ def test_a_lookup_that_failed_earns_no_hop_credit(suite):
     for task in suite.train_tasks[:4]:
         r, memory = run(suite, task, names_only)
         assert all(s.error and "name an attribute" in s.result for s in memory.steps[:2])
-        assert r.metrics["hops/multihop"] == 0.0 and r.reward == 0.0, [s.result
-                                                                     for s in memory.steps]
+        assert r.metrics["hops/multihop"] == 0.0 and r.reward == 0.0, [
+            s.result for s in memory.steps
+        ]
 
 
 def test_a_copied_query_looks_up_hop_1_again_and_never_skips_ahead(suite):
@@ -137,9 +152,18 @@ def test_hop_fraction_reads_one_document_at_a_time_and_counts_each_hop_once():
 
 
 def test_hop_credit_is_an_option_and_zero_gives_the_papers_outcome_reward():
-    s = build_suite("flow", {**RULES, "families": {"multihop": 1}, "train_size": 2,
-                             "eval_per_family": 1, "tools": ["lookup"], "hop_credit": 0.0},
-                    SuiteContext(0))
+    s = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1},
+            "train_size": 2,
+            "eval_per_family": 1,
+            "tools": ["lookup"],
+            "hop_credit": 0.0,
+        },
+        SuiteContext(0),
+    )
     task = s.train_tasks[0]
     r, _ = run(s, task, repeat_hop_1)
     assert r.reward == 0.0 and r.metrics["hops/multihop"] > 0

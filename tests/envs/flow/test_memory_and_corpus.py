@@ -14,7 +14,8 @@ def test_memory_renders_every_step_verbatim_in_order():
         "Query: What is 2+3?\nFiles: a.csv (numbers)\n"
         "Action Step 1:\n  Tool: calculator\n  Sub-Goal: add them\n  Command: 2+3\n  Result: 5\n"
         "Action Step 2:\n  Tool: search\n  Sub-Goal: check | it\n  Command: x\n"
-        "  Result: Error: no document matches")
+        "  Result: Error: no document matches"
+    )
 
 
 def test_world_and_questions_are_deterministic_in_the_seed():

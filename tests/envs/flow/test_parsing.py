@@ -14,33 +14,49 @@ TOOLS = ["python_coder", "calculator", "search", "lookup"]
 
 
 def test_plan_with_the_three_fields():
-    p = parse_plan("Justification: hop one.\nContext: none\nSub-Goal: Find the founder of X.\n"
-                   "Tool Name: lookup", TOOLS)
-    assert (p.context, p.sub_goal, p.tool, p.malformed) == ("none", "Find the founder of X.",
-                                                            "lookup", False)
+    p = parse_plan(
+        "Justification: hop one.\nContext: none\nSub-Goal: Find the founder of X.\n"
+        "Tool Name: lookup",
+        TOOLS,
+    )
+    assert (p.context, p.sub_goal, p.tool, p.malformed) == (
+        "none",
+        "Find the founder of X.",
+        "lookup",
+        False,
+    )
 
 
-@pytest.mark.parametrize("text", [
-    "**Context:** none\n**Sub-Goal:** compute 2+3\n**Tool Name:** `Calculator_Tool`",
-    "context: none\nsub goal: compute 2+3\ntool_name: calculator.",
-    "Context: none Sub_Goal: compute 2+3 Tool Name: the calculator tool",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "**Context:** none\n**Sub-Goal:** compute 2+3\n**Tool Name:** `Calculator_Tool`",
+        "context: none\nsub goal: compute 2+3\ntool_name: calculator.",
+        "Context: none Sub_Goal: compute 2+3 Tool Name: the calculator tool",
+    ],
+)
 def test_plan_fields_are_parsed_tolerantly(text):
     p = parse_plan(text, TOOLS)
     assert not p.malformed and p.tool == "calculator" and p.sub_goal.startswith("compute 2+3")
 
 
 def test_the_last_occurrence_of_each_field_wins():
-    p = parse_plan("Context: a\nSub-Goal: old\nTool Name: search\nContext: b\nSub-Goal: new\n"
-                   "Tool Name: lookup", TOOLS)
+    p = parse_plan(
+        "Context: a\nSub-Goal: old\nTool Name: search\nContext: b\nSub-Goal: new\n"
+        "Tool Name: lookup",
+        TOOLS,
+    )
     assert (p.context, p.sub_goal, p.tool) == ("b", "new", "lookup")
 
 
-@pytest.mark.parametrize("text,reason", [
-    ("I will compute it.", "no 'Tool Name:' field"),
-    ("Context: x\nTool Name: lookup", "no 'Sub-Goal:' field"),
-    ("Context: x\nSub-Goal: y\nTool Name: Google_Maps", "unknown tool 'Google_Maps'"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("I will compute it.", "no 'Tool Name:' field"),
+        ("Context: x\nTool Name: lookup", "no 'Sub-Goal:' field"),
+        ("Context: x\nSub-Goal: y\nTool Name: Google_Maps", "unknown tool 'Google_Maps'"),
+    ],
+)
 def test_malformed_plans_are_flagged_with_a_reason(text, reason):
     p = parse_plan(text, TOOLS)
     assert p.malformed and p.reason == reason
@@ -53,11 +69,15 @@ def test_normalise_tool():
 
 
 def test_commands():
-    assert parse_command("Sure.\nCommand: lookup: Velor Works | founder\nmore", "lookup") == \
-        "Velor Works | founder"
+    assert (
+        parse_command("Sure.\nCommand: lookup: Velor Works | founder\nmore", "lookup")
+        == "Velor Works | founder"
+    )
     assert parse_command("Generated Command: `3 * 4`", "calculator") == "3 * 4"
-    assert parse_command("Command: ```python\nx = 2\nprint(x)\n```", "python_coder") == \
-        "```python\nx = 2\nprint(x)\n```"
+    assert (
+        parse_command("Command: ```python\nx = 2\nprint(x)\n```", "python_coder")
+        == "```python\nx = 2\nprint(x)\n```"
+    )
 
 
 def test_verdict_defaults_to_continue():
@@ -73,13 +93,16 @@ def test_answers():
     assert extract_answer("Answer: 3 or 4") == "3 or 4"  # graded as written: not a number
 
 
-@pytest.mark.parametrize("text", [
-    # the memory's own step format: a line-initial Tool: stands for Tool Name:
-    "Tool: lookup\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | founder",
-    # a Command: line before the tool name no longer ends the reply (it is not a stop string)
-    "Context: none\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | "
-    "founder\nTool Name: lookup",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the memory's own step format: a line-initial Tool: stands for Tool Name:
+        "Tool: lookup\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | founder",
+        # a Command: line before the tool name no longer ends the reply (it is not a stop string)
+        "Context: none\nSub-Goal: Find the founder of Velor Works.\nCommand: Velor Works | "
+        "founder\nTool Name: lookup",
+    ],
+)
 def test_plans_in_the_memory_format_parse(text):
     from practicum.envs.flow.prompts import PLANNER_STOPS
 

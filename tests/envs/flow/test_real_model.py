@@ -21,15 +21,34 @@ def test_flow_episode_with_frozen_roles_on_the_base_model(smollm2_dir):
     try:
         chat = ChatFormat(trainable.tokenizer)
         service = ModelService(server, chat)
-        suite = build_suite("flow", {"families": {"arithmetic": 1}, "train_size": 4,
-                                     "eval_per_family": 1, "max_steps_train": 2,
-                                     "analyst": "rules", "executor": "base",
-                                     "verifier": "base", "generator": "base",
-                                     "executor_tokens": 24, "verifier_tokens": 24,
-                                     "generator_tokens": 16}, SuiteContext(0))
+        suite = build_suite(
+            "flow",
+            {
+                "families": {"arithmetic": 1},
+                "train_size": 4,
+                "eval_per_family": 1,
+                "max_steps_train": 2,
+                "analyst": "rules",
+                "executor": "base",
+                "verifier": "base",
+                "generator": "base",
+                "executor_tokens": 24,
+                "verifier_tokens": 24,
+                "generator_tokens": 16,
+            },
+            SuiteContext(0),
+        )
         task = suite.train_tasks[0]
-        b = EpisodeBuilder(suite.make_env(service), task, "g", 0, chat, RolloutLimits(2, 1200),
-                           SamplingParams(temperature=0.0, max_new_tokens=40), 0)
+        b = EpisodeBuilder(
+            suite.make_env(service),
+            task,
+            "g",
+            0,
+            chat,
+            RolloutLimits(2, 1200),
+            SamplingParams(temperature=0.0, max_new_tokens=40),
+            0,
+        )
         ep = run_episode(b, lambda ids, params, seed: server.generate(ids, params, seed=seed))
     finally:
         server.stop()

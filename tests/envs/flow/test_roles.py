@@ -24,15 +24,25 @@ class ScriptedService:
                 system = messages[0]["content"]
                 key = next(k for k in service.replies if k in system)
                 return Completion(service.replies[key], [], "stop")
+
         return Client()
 
 
 def test_model_roles_go_through_the_service_and_are_parsed():
-    svc = ScriptedService({"input of one tool call": "Sure.\nCommand: calculator: 6 * 7",
-                           "check whether": "It is done. Conclusion: STOP",
-                           "final answer": "The result.\nAnswer: 42"})
-    roles = Roles(svc, RoleSpecs(analyst="rules", executor="base", verifier="local:x",
-                                 generator="openai:http://h|m"), [])
+    svc = ScriptedService(
+        {
+            "input of one tool call": "Sure.\nCommand: calculator: 6 * 7",
+            "check whether": "It is done. Conclusion: STOP",
+            "final answer": "The result.\nAnswer: 42",
+        }
+    )
+    roles = Roles(
+        svc,
+        RoleSpecs(
+            analyst="rules", executor="base", verifier="local:x", generator="openai:http://h|m"
+        ),
+        [],
+    )
     plan = Plan("none", "multiply 6 by 7", "calculator")
     cmd, raw = roles.command("What is 6*7?", plan, Calculator.meta)
     assert cmd == "6 * 7" and "Command:" in raw
@@ -47,14 +57,14 @@ def test_model_roles_go_through_the_service_and_are_parsed():
 
 def test_rules_roles():
     roles = Roles(None, RoleSpecs("rules", "rules", "rules", "rules"), ["Velor Works", "Kamir Sa"])
-    assert roles.rules_command(Plan("", "Find the founder of Velor Works.", "lookup")) == \
-        "Velor Works | founder"
-    assert roles.rules_command(Plan("", "Compute -61 + -43 please", "calculator")) == \
-        "-61 + -43"
+    assert (
+        roles.rules_command(Plan("", "Find the founder of Velor Works.", "lookup"))
+        == "Velor Works | founder"
+    )
+    assert roles.rules_command(Plan("", "Compute -61 + -43 please", "calculator")) == "-61 + -43"
     assert roles.rules_command(Plan("", "Compute 2 ^ 3", "python_coder")) == "print(2 ** 3)"
     assert longest_expression("no numbers here") == ""
-    assert asked_relation("What is the birthplace of the founder of Velor Works?") == \
-        "birthplace"
+    assert asked_relation("What is the birthplace of the founder of Velor Works?") == "birthplace"
     assert asked_relation("Calculate 2 + 3.") is None
     mem = Memory("What is the birthplace of the founder of Velor Works?")
     mem.add(Step("lookup", "", "", "The founder of Velor Works is Kamir Sa.", value="Kamir Sa"))
@@ -76,8 +86,10 @@ def test_judge_is_asked_only_when_the_exact_check_fails():
     world = build_world(0)
     roles = Roles(svc, RoleSpecs("rules", "rules", "rules", "rules", judge="base"), world.titles)
     env = FlowEnv(roles, world, ["calculator"], Limits(wall_seconds=20), (1, 1))  # a loaded CPU
-    task = Task("t", {"family": "arithmetic", "split": "train", "question": "Calculate 2 + 3.",
-                      "answer": "5"})
+    task = Task(
+        "t",
+        {"family": "arithmetic", "split": "train", "question": "Calculate 2 + 3.", "answer": "5"},
+    )
     env.reset(task)
     r = env.step("Context: none\nSub-Goal: Compute 2 + 3.\nTool Name: calculator")
     assert r.reward == 1.0 and r.info["flow"]["correct"] and not svc.calls

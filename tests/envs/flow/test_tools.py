@@ -1,6 +1,5 @@
 """The offline tools: sandboxed code, BM25 search, lookup; errors are results, not crashes."""
 
-
 import pytest
 
 from practicum.envs.flow.corpus import build_world
@@ -30,8 +29,10 @@ def test_calculator_and_python_run_in_the_sandbox(tmp_path):
 
 def test_python_cannot_reach_the_network_or_write_outside(tmp_path):
     py = PythonCoder(tmp_path, LIMITS)
-    out = py.run("import socket\ns = socket.socket()\ns.settimeout(1)\n"
-                 "s.connect(('1.1.1.1', 80))\nprint('connected')")
+    out = py.run(
+        "import socket\ns = socket.socket()\ns.settimeout(1)\n"
+        "s.connect(('1.1.1.1', 80))\nprint('connected')"
+    )
     assert out.error
     assert py.run("open('/etc/flow_pwned', 'w').write('x')\nprint(1)").error
 
@@ -57,6 +58,5 @@ def test_lookup_reads_one_attribute(world):
 
 
 def test_relation_nearest_before_the_entity():
-    assert find_relation("the birthplace of the founder of Velor Works", "Velor Works") == \
-        "founder"
+    assert find_relation("the birthplace of the founder of Velor Works", "Velor Works") == "founder"
     assert find_relation("Velor Works founder") == "founder"

@@ -13,17 +13,35 @@ from practicum.config import load_config
 from practicum.learner.rows import token_batch
 from practicum.store import EpisodeStore
 
-SMALL = ["task.name=flow", "task.options.families={arithmetic: 1}",
-         "task.options.tools=[calculator, lookup]",
-         "task.options.train_size=16", "task.options.eval_per_family=1",
-         "task.options.max_steps_train=2", "task.options.max_steps_eval=1", "task.options.analyst=rules",
-         "task.options.executor=rules", "task.options.verifier=rules",
-         "task.options.generator=rules", "algo.advantage=flow_grpo", "algo.kl_coef=0.001",
-         "algo.clip_high=0.3", "algo.dynamic_sampling=false", "algo.mask_overlong=false",
-         "rollout.group_size=2", "rollout.tasks_per_step=2", "rollout.max_turns=2",
-         "rollout.max_seq_len=900", "sampling.max_new_tokens=6", "train.steps=2",
-         "train.micro_batch_size=8", "train.warmup_steps=0", "eval.every=0",
-         "model.dtype=float32", "runtime.num_actors=4"]
+SMALL = [
+    "task.name=flow",
+    "task.options.families={arithmetic: 1}",
+    "task.options.tools=[calculator, lookup]",
+    "task.options.train_size=16",
+    "task.options.eval_per_family=1",
+    "task.options.max_steps_train=2",
+    "task.options.max_steps_eval=1",
+    "task.options.analyst=rules",
+    "task.options.executor=rules",
+    "task.options.verifier=rules",
+    "task.options.generator=rules",
+    "algo.advantage=flow_grpo",
+    "algo.kl_coef=0.001",
+    "algo.clip_high=0.3",
+    "algo.dynamic_sampling=false",
+    "algo.mask_overlong=false",
+    "rollout.group_size=2",
+    "rollout.tasks_per_step=2",
+    "rollout.max_turns=2",
+    "rollout.max_seq_len=900",
+    "sampling.max_new_tokens=6",
+    "train.steps=2",
+    "train.micro_batch_size=8",
+    "train.warmup_steps=0",
+    "eval.every=0",
+    "model.dtype=float32",
+    "runtime.num_actors=4",
+]
 
 
 @pytest.fixture
@@ -31,23 +49,37 @@ def alternating_reward(monkeypatch):
     """The tiny random model never writes a plan, so every answer would be wrong: grade by a
     counter instead (1, 0, 1, ...) so groups hold both outcomes and advantages are non-zero."""
     counters: dict[str, itertools.count] = {}  # per task: a group's members always differ,
-    monkeypatch.setattr(                        # whatever order async episodes finish in
+    monkeypatch.setattr(  # whatever order async episodes finish in
         "practicum.envs.flow.env.check_answer",
-        lambda task, answer: next(counters.setdefault(task.task_id, itertools.count())) % 2 == 0)
+        lambda task, answer: next(counters.setdefault(task.task_id, itertools.count())) % 2 == 0,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, packed", [("sync", False), ("async", False), ("sync", True)],
-                         ids=["sync", "async", "sync-packed"])
-def test_flow_grpo_run_trains_one_row_per_planner_turn(tiny_model_dir, tmp_path,
-                                                      alternating_reward, mode, packed):
+@pytest.mark.parametrize(
+    "mode, packed",
+    [("sync", False), ("async", False), ("sync", True)],
+    ids=["sync", "async", "sync-packed"],
+)
+def test_flow_grpo_run_trains_one_row_per_planner_turn(
+    tiny_model_dir, tmp_path, alternating_reward, mode, packed
+):
     """packed: micro-batches under a token budget, run packed, grammar masks replayed (the
     planner's turns are sampled under its grammar)."""
     from practicum.runtime.train import run_training
 
     budget = ["train.max_tokens_per_micro_batch=1500"] if packed else []
-    cfg = load_config(None, [*SMALL, f"model.model={tiny_model_dir}", f"run.out_dir={tmp_path}",
-                             f"run.name={mode}", f"runtime.mode={mode}", *budget])
+    cfg = load_config(
+        None,
+        [
+            *SMALL,
+            f"model.model={tiny_model_dir}",
+            f"run.out_dir={tmp_path}",
+            f"run.name={mode}",
+            f"runtime.mode={mode}",
+            *budget,
+        ],
+    )
     summary = run_training(cfg, progress=False)
     assert summary["steps"] == 2 and summary["mode"] == mode
     episodes = list(EpisodeStore(cfg.run_dir / "episodes.jsonl"))
@@ -81,16 +113,19 @@ def test_rows_carry_their_own_turns_advantage():
     from practicum.episode import Episode, Turn
 
     def ep(reward, n):
-        turns = [Turn([10 + k, 11 + k], [-1.0, -1.0], 0, context_ids=[1, 2] if k else None)
-                 for k in range(n)]
+        turns = [
+            Turn([10 + k, 11 + k], [-1.0, -1.0], 0, context_ids=[1, 2] if k else None)
+            for k in range(n)
+        ]
         return Episode("t", "g", [1, 2, 3], turns, reward=reward)
 
     eps = [ep(1.0, 2), ep(0.0, 1)]
     algo = AlgoConfig(advantage="flow_grpo")
     adv = turn_advantages(eps, torch.tensor([1.0, 0.0]), algo)
     s = (1 / 3) ** 0.5
-    assert torch.allclose(torch.cat(adv), torch.tensor([(1 / 3) / s, (1 / 3) / s, -(2 / 3) / s]),
-                          atol=1e-4)
+    assert torch.allclose(
+        torch.cat(adv), torch.tensor([(1 / 3) / s, (1 / 3) / s, -(2 / 3) / s]), atol=1e-4
+    )
     rows = training_rows(eps, [True, True])
     assert [len(r.segment.input_ids) for r in rows] == [5, 4, 5]
     tb = token_batch(train_rows(rows, adv, turn_duration_weights(eps, algo)), 0)

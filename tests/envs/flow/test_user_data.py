@@ -18,19 +18,32 @@ from practicum.errors import ConfigError
 from tests.envs.flow.test_demo import act_out
 
 RULES = {"analyst": "rules", "executor": "rules", "verifier": "rules", "generator": "rules"}
-DOCS = {"Arthur's Magazine": "Arthur's Magazine was an American literary periodical first "
-        "published in 1844 in Philadelphia.",
-        "Philadelphia": "Philadelphia is a city in Pennsylvania, founded by William Penn.",
-        "William Penn": "William Penn was an English writer born in London.",
-        "First for Women": "First for Women is a woman's magazine published in the USA."}
+DOCS = {
+    "Arthur's Magazine": "Arthur's Magazine was an American literary periodical first "
+    "published in 1844 in Philadelphia.",
+    "Philadelphia": "Philadelphia is a city in Pennsylvania, founded by William Penn.",
+    "William Penn": "William Penn was an English writer born in London.",
+    "First for Women": "First for Women is a woman's magazine published in the USA.",
+}
 QUESTIONS = [
-    {"question": "Who founded the city where Arthur's Magazine was published?",
-     "answer": "William Penn", "chain": ["Arthur's Magazine", "Philadelphia"], "id": "q1"},
-    {"question": "Where was the founder of Philadelphia born?", "answer": "London",
-     "chain": ["Philadelphia", "William Penn"], "split": "eval"},
+    {
+        "question": "Who founded the city where Arthur's Magazine was published?",
+        "answer": "William Penn",
+        "chain": ["Arthur's Magazine", "Philadelphia"],
+        "id": "q1",
+    },
+    {
+        "question": "Where was the founder of Philadelphia born?",
+        "answer": "London",
+        "chain": ["Philadelphia", "William Penn"],
+        "split": "eval",
+    },
     {"question": "In which country is First for Women published?", "answer": "USA"},
-    {"question": "Which magazine started first, Arthur's Magazine or First for Women?",
-     "answer": "Arthur's Magazine", "chain": ["Arthur's Magazine", "First for Women"]},
+    {
+        "question": "Which magazine started first, Arthur's Magazine or First for Women?",
+        "answer": "Arthur's Magazine",
+        "chain": ["Arthur's Magazine", "First for Women"],
+    },
 ]
 
 
@@ -45,18 +58,25 @@ def files(tmp_path):
     folder.mkdir()
     for title, text in DOCS.items():
         (folder / f"{title}.txt").write_text(text)
-    corpus = write_jsonl(tmp_path / "corpus.jsonl",
-                         [{"title": t, "text": x} for t, x in DOCS.items()])
-    return {"folder": str(folder), "jsonl": corpus,
-            "questions": write_jsonl(tmp_path / "q.jsonl", QUESTIONS), "tmp": tmp_path}
+    corpus = write_jsonl(
+        tmp_path / "corpus.jsonl", [{"title": t, "text": x} for t, x in DOCS.items()]
+    )
+    return {
+        "folder": str(folder),
+        "jsonl": corpus,
+        "questions": write_jsonl(tmp_path / "q.jsonl", QUESTIONS),
+        "tmp": tmp_path,
+    }
 
 
 @pytest.mark.parametrize("kind", ["folder", "jsonl"])
 def test_a_corpus_loads_from_a_folder_or_jsonl(files, kind):
     c = load_corpus(files[kind])
     assert c.texts == DOCS
-    assert "Philadelphia: Philadelphia is a city in Pennsylvania, founded by William Penn." \
-        in c.documents()  # each document led by its title
+    assert (
+        "Philadelphia: Philadelphia is a city in Pennsylvania, founded by William Penn."
+        in c.documents()
+    )  # each document led by its title
 
 
 def test_questions_keep_their_split_and_chain_and_the_rest_split_by_seed(files):
@@ -65,8 +85,10 @@ def test_questions_keep_their_split_and_chain_and_the_rest_split_by_seed(files):
     assert len(train) == 2 and len(held) == 2
     assert any(t.data["answer"] == "London" for t in held)  # split: eval kept
     q1 = next(t for t in train + held if t.task_id.endswith("q1"))
-    assert q1.data["hops"] == [["Arthur's Magazine: Arthur's Magazine was an"],
-                               ["Philadelphia: Philadelphia is a city"]]
+    assert q1.data["hops"] == [
+        ["Arthur's Magazine: Arthur's Magazine was an"],
+        ["Philadelphia: Philadelphia is a city"],
+    ]
     assert all(t.data["family"] == "multihop" for t in train + held)
     assert load_questions(files["questions"], c, 2, 0)[0][0].task_id == train[0].task_id
 
@@ -89,9 +111,18 @@ class Generator(Roles):
 
 
 def test_the_suite_searches_the_users_documents_and_credits_their_chain(files):
-    suite = build_suite("flow", {**RULES, "families": {"multihop": 1}, "eval_per_family": 1,
-                                 "questions": files["questions"], "corpus": files["folder"],
-                                 "tools": ["search", "lookup"]}, SuiteContext(0))
+    suite = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1},
+            "eval_per_family": 1,
+            "questions": files["questions"],
+            "corpus": files["folder"],
+            "tools": ["search", "lookup"],
+        },
+        SuiteContext(0),
+    )
     assert not any("Velor" in t.data["question"] for t in suite.train_tasks)
     task = next(t for t in suite.train_tasks + suite.eval_tasks if t.task_id.endswith("q1"))
     env = suite.make_env(None)
@@ -100,8 +131,9 @@ def test_the_suite_searches_the_users_documents_and_credits_their_chain(files):
     env.reset(task)
     r = env.step("Context: none\nSub-Goal: Arthur's Magazine\nTool Name: lookup")
     assert r.info["flow"]["result"].startswith("Arthur's Magazine: Arthur's Magazine was")
-    r = env.step("Context: published in Philadelphia\nSub-Goal: who founded Philadelphia"
-                 "\nTool Name: search")
+    r = env.step(
+        "Context: published in Philadelphia\nSub-Goal: who founded Philadelphia\nTool Name: search"
+    )
     assert "Philadelphia: " in r.info["flow"]["result"]
     r = r if r.done else env.step("Context: none\nSub-Goal: done\nTool Name: search")
     assert r.done and r.solved and r.metrics["hops/multihop"] == 1.0 and r.reward == 1.5
@@ -117,10 +149,18 @@ def test_the_suite_searches_the_users_documents_and_credits_their_chain(files):
 
 
 def test_mixed_with_generated_families(files):
-    suite = build_suite("flow", {**RULES, "families": {"multihop": 1, "arithmetic": 1},
-                                 "train_size": 10, "eval_per_family": 2,
-                                 "questions": files["questions"], "corpus": files["jsonl"]},
-                        SuiteContext(0))
+    suite = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1, "arithmetic": 1},
+            "train_size": 10,
+            "eval_per_family": 2,
+            "questions": files["questions"],
+            "corpus": files["jsonl"],
+        },
+        SuiteContext(0),
+    )
     fams = [t.data["family"] for t in suite.train_tasks]
     assert fams.count("multihop") == 2 and fams.count("arithmetic") >= 5
     assert [t.data["family"] for t in suite.eval_tasks][:2] == ["multihop", "arithmetic"]
@@ -132,16 +172,19 @@ def bad(files, name, text):
     return str(p)
 
 
-@pytest.mark.parametrize("case, message", [
-    ("not_json", r"questions .*q_bad.jsonl:2: not JSON"),
-    ("no_answer", r"questions .*:1: 'answer' must be a non-empty string"),
-    ("unknown_title", r"chain title 'Nowhere' is not in the corpus"),
-    ("bad_split", r"'split' must be 'train' or 'eval'"),
-    ("missing", r"questions file .* not found"),
-    ("corpus_dup", r"corpus .*:2: title 'A' appears twice"),
-    ("corpus_empty_dir", r"corpus folder .* has no .txt or .md files"),
-    ("only_eval", r"no training questions left"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("not_json", r"questions .*q_bad.jsonl:2: not JSON"),
+        ("no_answer", r"questions .*:1: 'answer' must be a non-empty string"),
+        ("unknown_title", r"chain title 'Nowhere' is not in the corpus"),
+        ("bad_split", r"'split' must be 'train' or 'eval'"),
+        ("missing", r"questions file .* not found"),
+        ("corpus_dup", r"corpus .*:2: title 'A' appears twice"),
+        ("corpus_empty_dir", r"corpus folder .* has no .txt or .md files"),
+        ("only_eval", r"no training questions left"),
+    ],
+)
 def test_bad_files_are_one_line_config_errors(files, case, message):
     q, c = files["questions"], files["jsonl"]
     good = json.dumps(QUESTIONS[0])
@@ -163,8 +206,11 @@ def test_bad_files_are_one_line_config_errors(files, case, message):
     elif case == "only_eval":
         q = bad(files, "q_bad.jsonl", json.dumps({**QUESTIONS[0], "split": "eval"}))
     with pytest.raises(ConfigError, match=message) as e:
-        build_suite("flow", {**RULES, "families": {"multihop": 1}, "questions": q,
-                             "corpus": c}, SuiteContext(0))
+        build_suite(
+            "flow",
+            {**RULES, "families": {"multihop": 1}, "questions": q, "corpus": c},
+            SuiteContext(0),
+        )
     assert "\n" not in str(e.value)
 
 
@@ -174,23 +220,43 @@ def test_questions_and_corpus_go_together(files):
 
 
 def test_the_demonstrations_are_drawn_from_the_users_own_questions(files):
-    suite = build_suite("flow", {**RULES, "families": {"multihop": 1}, "eval_per_family": 1,
-                                 "questions": files["questions"], "corpus": files["folder"],
-                                 "tools": ["search", "lookup"]}, SuiteContext(0))
+    suite = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1},
+            "eval_per_family": 1,
+            "questions": files["questions"],
+            "corpus": files["folder"],
+            "tools": ["search", "lookup"],
+        },
+        SuiteContext(0),
+    )
     task = next(t for t in suite.train_tasks if t.task_id.endswith("q1"))
     act = suite.demonstrator(task.task_id)
     memory = Memory(task.data["question"])
     first = act(planner_messages(memory, "", 1, 3, [], documents=True))
-    assert first == ("Context: none\nSub-Goal: Who founded the city where Arthur's Magazine "
-                     "was published?\nTool Name: search")
+    assert first == (
+        "Context: none\nSub-Goal: Who founded the city where Arthur's Magazine "
+        "was published?\nTool Name: search"
+    )
     # a search that found the chain's first document only: look up the next, quoting the
     # sentence that names it (cut to what the plan grammar's cap holds)
-    memory.add(Step("search", "q", "q", "First for Women: First for Women is a woman's "
-                    "magazine. | Arthur's Magazine: " + DOCS["Arthur's Magazine"]))
+    memory.add(
+        Step(
+            "search",
+            "q",
+            "q",
+            "First for Women: First for Women is a woman's "
+            "magazine. | Arthur's Magazine: " + DOCS["Arthur's Magazine"],
+        )
+    )
     second = act(planner_messages(memory, "", 2, 3, [], documents=True))
-    assert second == ("Context: was an American literary periodical first published in 1844 "
-                      "in Philadelphia\n"
-                      "Sub-Goal: Look up Philadelphia.\nTool Name: lookup")
+    assert second == (
+        "Context: was an American literary periodical first published in 1844 "
+        "in Philadelphia\n"
+        "Sub-Goal: Look up Philadelphia.\nTool Name: lookup"
+    )
     result, replies = act_out(suite, task)  # through the real tools and rules roles
     assert result.solved and result.metrics["hops/multihop"] == 1.0 and replies[0] == first
 
@@ -200,10 +266,19 @@ def test_the_example_search_set_is_solved_by_its_own_demonstrations():
     tools and rules roles, is graded solved (a search may find the answer's document without
     the chain's first)."""
     root = Path(__file__).resolve().parents[3] / "examples" / "flow_search"
-    suite = build_suite("flow", {**RULES, "families": {"multihop": 1}, "eval_per_family": 14,
-                                 "max_steps_train": 4, "tools": ["search", "lookup"],
-                                 "questions": str(root / "questions.jsonl"),
-                                 "corpus": str(root / "docs")}, SuiteContext(0))
+    suite = build_suite(
+        "flow",
+        {
+            **RULES,
+            "families": {"multihop": 1},
+            "eval_per_family": 14,
+            "max_steps_train": 4,
+            "tools": ["search", "lookup"],
+            "questions": str(root / "questions.jsonl"),
+            "corpus": str(root / "docs"),
+        },
+        SuiteContext(0),
+    )
     assert (len(suite.train_tasks), len(suite.eval_tasks)) == (14, 14)
     for task in suite.train_tasks:
         result, replies = act_out(suite, task)

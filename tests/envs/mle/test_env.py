@@ -29,10 +29,16 @@ SERVICE = ModelService()  # no server: enough for the rules
 
 
 def make_suite(data_root: Path, **options):
-    values = {"mode": "script", "instrumenter": "rules", "held_out": ["iris-species"],
-              "train": ["wine-cultivar"], "data_root": str(data_root), "wall_seconds": 20,
-              "score_scale": "raw",
-              **options}
+    values = {
+        "mode": "script",
+        "instrumenter": "rules",
+        "held_out": ["iris-species"],
+        "train": ["wine-cultivar"],
+        "data_root": str(data_root),
+        "wall_seconds": 20,
+        "score_scale": "raw",
+        **options,
+    }
     return mle_suite(MleOptions(**values), SuiteContext(failure_reward=ENV_FAILURE_REWARD))
 
 
@@ -88,9 +94,16 @@ def test_perfect_submission_earns_score_plus_milestones(suite, answers):
     assert (b.failure, b.milestone_credit, b.score_credit) == pytest.approx((0.0, 0.3, 1.0))
     assert result.done and result.solved is True
     assert not result.malformed and result.failure is None
-    assert result.metrics == pytest.approx({"headline/valid": 1.0, "milestones": 3.0,
-                                            "score_credit": 1.0, "attempts": 1.0,
-                                            "malformed": 0.0, "improve_prompt": 0.0})
+    assert result.metrics == pytest.approx(
+        {
+            "headline/valid": 1.0,
+            "milestones": 3.0,
+            "score_credit": 1.0,
+            "attempts": 1.0,
+            "malformed": 0.0,
+            "improve_prompt": 0.0,
+        }
+    )
     assert result.duration > 0 and result.duration == outcome.duration
     assert result.info["valid"] and result.info["reward"]["total"] == pytest.approx(1.3)
     assert "Submission valid" in result.observation and "PRACTICUM" not in result.observation
@@ -99,8 +112,10 @@ def test_perfect_submission_earns_score_plus_milestones(suite, answers):
 def test_workdir_holds_only_the_public_files(suite):
     code = "import os\nprint(sorted(os.listdir('.')))\n"
     _, result = run(suite, block(code))
-    assert "['main.py', 'sample_submission.csv', 'test.csv', 'train.csv']" in result.info[
-        "stdout_tail"]
+    assert (
+        "['main.py', 'sample_submission.csv', 'test.csv', 'train.csv']"
+        in result.info["stdout_tail"]
+    )
 
 
 def test_unparsable_reply_is_malformed_not_a_failure(suite):
@@ -144,8 +159,9 @@ def test_partial_credit_off_gives_the_bare_failure_reward(data_root):
 
 
 def test_wrong_row_count_is_an_invalid_submission(suite):
-    env, result = run(suite, block(
-        "import csv\nopen('submission.csv', 'w').write('id,species\\n0,setosa\\n')\n"))
+    env, result = run(
+        suite, block("import csv\nopen('submission.csv', 'w').write('id,species\\n0,setosa\\n')\n")
+    )
     assert not env.last_outcome.valid and "45" in env.last_outcome.failure_reason
     # predictions_written needs one row per test row: only the import counts
     assert result.reward == pytest.approx(-10.0 + 0.1)
@@ -218,11 +234,20 @@ def test_the_seed_decides_the_prompt_mode(data_root, answers):
 
 
 def test_previous_solution_given_by_the_task_is_shown(suite):
-    previous = {"code": "model = Ridge()", "output": "validation rmse: 3", "score": None,
-                "reward": -9.7, "valid": False}
+    previous = {
+        "code": "model = Ridge()",
+        "output": "validation rmse: 3",
+        "score": None,
+        "reward": -9.7,
+        "valid": False,
+    }
     env = suite.make_env(SERVICE)
-    start = env.reset(Task("iris-species", {"competition": "iris-species", "split": "eval",
-                                            "previous": previous}), seed=0)
+    start = env.reset(
+        Task(
+            "iris-species", {"competition": "iris-species", "split": "eval", "previous": previous}
+        ),
+        seed=0,
+    )
     prompt = start.messages[-1]["content"]
     assert env.prompt_mode == "improve" and "it produced no valid submission" in prompt
     assert "model = Ridge()" in prompt
@@ -268,10 +293,12 @@ def test_llm_instrumenter_rewrite_is_used_when_it_only_adds_prints(data_root, an
     llm_suite = make_suite(data_root, instrumenter="base")
     honest = ScriptedClient(rule_instrument)  # inserts the markers correctly
     tampering = ScriptedClient(  # changes the code itself: must be rejected
-        lambda code, nonce: rule_instrument(code, nonce).replace("truth[r['id']]", "'setosa'"))
+        lambda code, nonce: rule_instrument(code, nonce).replace("truth[r['id']]", "'setosa'")
+    )
     for client, method in ((honest, "llm"), (tampering, "rules")):
-        env, result = run(llm_suite, block(perfect_script(answers)),
-                          service=OneClientService(client))
+        env, result = run(
+            llm_suite, block(perfect_script(answers)), service=OneClientService(client)
+        )
         assert env.last_outcome.instrumenter == method and env.last_outcome.score == 1.0
         assert result.metrics["llm_instrumented"] == (1.0 if method == "llm" else 0.0)
     assert env.last_outcome.instrument_rejected == "rewrite changes more than marker prints"
@@ -337,8 +364,9 @@ def test_threads_grading_at_once_never_see_a_half_loaded_grader():
     assert errors == []
 
 
-def test_base_instrumenter_is_the_live_policy_with_its_adapter_off(data_root, answers,
-                                                                   tiny_model_dir):
+def test_base_instrumenter_is_the_live_policy_with_its_adapter_off(
+    data_root, answers, tiny_model_dir
+):
     """The default instrumenter ("base") goes through the run's generation server with the
     adapter off: no second copy of the weights, batched with the policy's requests. A tiny
     random model writes garbage, so the rules mark the run; the cost is recorded."""
@@ -352,8 +380,9 @@ def test_base_instrumenter_is_the_live_policy_with_its_adapter_off(data_root, an
     calls = []
     generate = server.generate
     server.generate = lambda ids, params, seed=None, adapter=True: (
-        calls.append((len(ids), params.max_new_tokens, adapter)) or generate(ids, params, seed,
-                                                                             adapter))
+        calls.append((len(ids), params.max_new_tokens, adapter))
+        or generate(ids, params, seed, adapter)
+    )
     local_before = dict(service_module._LOCAL)
     try:
         live = ModelService(server, ChatFormat(trainable.tokenizer))

@@ -30,18 +30,30 @@ ATTACKS = ATTACK_PROGRAMS  # the same programs `practicum audit` runs
 @pytest.fixture(scope="module")
 def env_parts(tmp_path_factory):
     data_root = tmp_path_factory.mktemp("redteam-data")
-    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
-                         score_scale="raw",
-                         train=["wine-cultivar"], data_root=str(data_root), wall_seconds=4,
-                         memory_mb=1024, max_processes=32)
+    options = MleOptions(
+        mode="script",
+        instrumenter="rules",
+        held_out=["iris-species"],
+        score_scale="raw",
+        train=["wine-cultivar"],
+        data_root=str(data_root),
+        wall_seconds=4,
+        memory_mb=1024,
+        max_processes=32,
+    )
     suite = mle_suite(options, SuiteContext())
     comp = suite.make_env.competitions["iris-species"]
     other = comp.comp.prepare(tmp_path_factory.mktemp("another-runs-data"))  # another run's
     outside = tmp_path_factory.mktemp("outside") / "pwned.txt"
-    slots = {"answers": str(comp.paths.answers), "private": str(comp.paths.private),
-             "data_root": str(data_root), "outside": str(outside),
-             "public_train": str(comp.paths.public / "train.csv"),
-             "other_answers": str(other.answers), "default_root": str(default_data_root())}
+    slots = {
+        "answers": str(comp.paths.answers),
+        "private": str(comp.paths.private),
+        "data_root": str(data_root),
+        "outside": str(outside),
+        "public_train": str(comp.paths.public / "train.csv"),
+        "other_answers": str(other.answers),
+        "default_root": str(default_data_root()),
+    }
     return suite, comp, slots
 
 
@@ -88,8 +100,9 @@ def test_private_answers_are_invisible(env_parts):
     280,000 files here: 3 s warm, over 4 s with a cold cache), so this attack gets a wall limit
     it cannot hit; it prints WALKED only once the walk is complete."""
     suite, comp, slots = env_parts
-    patient = MleEnv(suite.make_env.options.model_copy(update={"wall_seconds": 300}),
-                     suite.make_env.competitions)
+    patient = MleEnv(
+        suite.make_env.options.model_copy(update={"wall_seconds": 300}), suite.make_env.competitions
+    )
     result, outcome = attack(env_parts, "read the private answers", env=patient)
     out = outcome.stdout
     assert outcome.crash is None, (outcome.crash, outcome.stderr[-500:])
@@ -115,8 +128,12 @@ def test_resource_attacks_are_killed_at_the_limits(env_parts):
 def test_writes_outside_the_workdir_do_not_reach_the_host(env_parts):
     suite, comp, slots = env_parts
     attack(env_parts, "write outside the work folder")
-    for path in ("/etc/practicum_pwned", "/usr/practicum_pwned", "/tmp/practicum_pwned",
-                 slots["outside"]):
+    for path in (
+        "/etc/practicum_pwned",
+        "/usr/practicum_pwned",
+        "/tmp/practicum_pwned",
+        slots["outside"],
+    ):
         assert not os.path.exists(path), path
 
 

@@ -21,13 +21,21 @@ from practicum.envs.mle.suite import MleOptions, mle_suite
 from practicum.envs.registry import SuiteContext
 
 COMPETITIONS = {  # competition -> (estimator, what `predictions` is, validation scorer)
-    "iris-species": ("LogisticRegression(max_iter=2000)", "model.predict({X})",
-                     "accuracy_score(y_val, model.predict(X_val))"),
-    "breast-cancer-diagnosis": ("RandomForestClassifier(n_estimators=50, random_state=0)",
-                                "model.predict_proba({X})[:, 1]",
-                                "roc_auc_score(y_val, model.predict_proba(X_val)[:, 1])"),
-    "diabetes-progression": ("Ridge(alpha=1.0)", "model.predict({X})",
-                             "mean_squared_error(y_val, model.predict(X_val)) ** 0.5"),
+    "iris-species": (
+        "LogisticRegression(max_iter=2000)",
+        "model.predict({X})",
+        "accuracy_score(y_val, model.predict(X_val))",
+    ),
+    "breast-cancer-diagnosis": (
+        "RandomForestClassifier(n_estimators=50, random_state=0)",
+        "model.predict_proba({X})[:, 1]",
+        "roc_auc_score(y_val, model.predict_proba(X_val)[:, 1])",
+    ),
+    "diabetes-progression": (
+        "Ridge(alpha=1.0)",
+        "model.predict({X})",
+        "mean_squared_error(y_val, model.predict(X_val)) ** 0.5",
+    ),
 }
 HONEST = """\
 features = [c for c in train.columns if c not in (TARGET, ID_COL)]
@@ -52,9 +60,14 @@ predictions = {predict}
 @pytest.fixture(scope="module")
 def suite(bundled_root):
     bundled_root("iris-species")  # the session's prepared data root
-    opts = MleOptions(mode="section", instrumenter="rules", held_out=list(COMPETITIONS),
-                      train=["wine-cultivar"], data_root=str(bundled_root.root),
-                      wall_seconds=60)
+    opts = MleOptions(
+        mode="section",
+        instrumenter="rules",
+        held_out=list(COMPETITIONS),
+        train=["wine-cultivar"],
+        data_root=str(bundled_root.root),
+        wall_seconds=60,
+    )
     return mle_suite(opts, SuiteContext(failure_reward=-5.0))
 
 
@@ -99,9 +112,11 @@ def test_malformed_reply_is_not_run_and_a_cut_off_one_runs_its_prefix(suite):
     assert "ending with `predictions = ...`" in result.observation
     env = suite.make_env(ModelService())
     env.reset(Task("iris-species", {"competition": "iris-species", "split": "eval"}), seed=0)
-    cut = ("```python\nX = train[[c for c in train.columns if c not in (TARGET, ID_COL)]]\n"
-           "model = LogisticRegression(max_iter=2000)\nmodel.fit(X, train[TARGET])\n"
-           "predictions = model.predict(X_te")  # the token budget ran out here
+    cut = (
+        "```python\nX = train[[c for c in train.columns if c not in (TARGET, ID_COL)]]\n"
+        "model = LogisticRegression(max_iter=2000)\nmodel.fit(X, train[TARGET])\n"
+        "predictions = model.predict(X_te"
+    )  # the token budget ran out here
     try:
         result = env.step(cut)
     finally:

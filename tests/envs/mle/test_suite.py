@@ -13,10 +13,21 @@ from practicum.envs.mle.suite import DEFAULT_HELD_OUT, MleOptions, mle_suite, sp
 from practicum.envs.registry import SuiteContext, build_suite, env_entry, parse_options
 from practicum.errors import ConfigError
 
-KNOWN = sorted(["breast-cancer-diagnosis", "diabetes-progression", "digits-recognition",
-                "election-vote-1996", "health-insurance-visits", "iris-species",
-                "marital-affairs", "python-docs-chapters", "school-math-pass-rate",
-                "travel-mode-choice", "wine-cultivar"])
+KNOWN = sorted(
+    [
+        "breast-cancer-diagnosis",
+        "diabetes-progression",
+        "digits-recognition",
+        "election-vote-1996",
+        "health-insurance-visits",
+        "iris-species",
+        "marital-affairs",
+        "python-docs-chapters",
+        "school-math-pass-rate",
+        "travel-mode-choice",
+        "wine-cultivar",
+    ]
+)
 
 
 def options(**values) -> MleOptions:
@@ -43,38 +54,55 @@ def test_exclude_and_explicit_train_lists():
     assert split_competitions(KNOWN, opts) == (["wine-cultivar"], ["iris-species"])
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"held_out": ["no-such-competition"]}, "task.options.held_out: unknown competition"),
-    ({"train": ["iris-species"], "held_out": ["iris-species"]}, "also held out"),
-    ({"exclude": KNOWN, "held_out": ["iris-species"]}, "no training competitions"),
-    ({"held_out": []}, "name at least one"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"held_out": ["no-such-competition"]}, "task.options.held_out: unknown competition"),
+        ({"train": ["iris-species"], "held_out": ["iris-species"]}, "also held out"),
+        ({"exclude": KNOWN, "held_out": ["iris-species"]}, "no training competitions"),
+        ({"held_out": []}, "name at least one"),
+    ],
+)
 def test_bad_splits_name_the_option(values, message):
     with pytest.raises(ConfigError, match=message):
         split_competitions(KNOWN, options(**values))
 
 
-@pytest.mark.parametrize("values, where", [
-    ({"wall_secs": 3}, "task.options.wall_secs: unknown mle option"),
-    ({"mode": "notebook"}, "task.options.mode"),
-    ({"improve_prob": 2}, "task.options.improve_prob"),
-])
+@pytest.mark.parametrize(
+    "values, where",
+    [
+        ({"wall_secs": 3}, "task.options.wall_secs: unknown mle option"),
+        ({"mode": "notebook"}, "task.options.mode"),
+        ({"improve_prob": 2}, "task.options.improve_prob"),
+    ],
+)
 def test_bad_options_name_the_key(values, where):
     with pytest.raises(ConfigError, match=where):
         options(**values)
 
 
 def test_suite_tasks_and_factory(tmp_path):
-    values = {"instrumenter": "rules", "held_out": ["iris-species", "wine-cultivar"],
-              "train": ["travel-mode-choice"], "train_repeats": 2, "eval_repeats": 3,
-              "data_root": str(tmp_path)}
+    values = {
+        "instrumenter": "rules",
+        "held_out": ["iris-species", "wine-cultivar"],
+        "train": ["travel-mode-choice"],
+        "train_repeats": 2,
+        "eval_repeats": 3,
+        "data_root": str(tmp_path),
+    }
     suite = build_suite("mle", values, SuiteContext(seed=3, failure_reward=-2.0))
     assert [t.task_id for t in suite.train_tasks] == ["travel-mode-choice"] * 2
-    assert all(t.data == {"competition": "travel-mode-choice", "split": "train"}
-               for t in suite.train_tasks)
+    assert all(
+        t.data == {"competition": "travel-mode-choice", "split": "train"} for t in suite.train_tasks
+    )
     assert [t.task_id for t in suite.eval_tasks] == [
-        "iris-species#0", "iris-species#1", "iris-species#2",
-        "wine-cultivar#0", "wine-cultivar#1", "wine-cultivar#2"]
+        "iris-species#0",
+        "iris-species#1",
+        "iris-species#2",
+        "wine-cultivar#0",
+        "wine-cultivar#1",
+        "wine-cultivar#2",
+    ]
     assert {t.data["split"] for t in suite.eval_tasks} == {"eval"}
     service = ModelService()
     first, second = suite.make_env(service), suite.make_env(service)
@@ -101,8 +129,9 @@ class RecordingService:
 
 
 def test_factory_asks_the_service_for_the_instrumenter(tmp_path):
-    opts = options(held_out=["iris-species"], train=["wine-cultivar"], data_root=str(tmp_path),
-                   mode="script")
+    opts = options(
+        held_out=["iris-species"], train=["wine-cultivar"], data_root=str(tmp_path), mode="script"
+    )
     assert opts.instrumenter == "base"  # the policy's frozen base, by default
     suite = mle_suite(opts, SuiteContext())
     service = RecordingService()
@@ -110,11 +139,16 @@ def test_factory_asks_the_service_for_the_instrumenter(tmp_path):
     assert service.specs == ["base"] and env.instrumenter.client is not None
 
 
-@pytest.mark.parametrize("spec", ["gpt", "policy_base", "local:", "openai:http://x", "policy",
-                                  "local:/no/such/model"])
+@pytest.mark.parametrize(
+    "spec", ["gpt", "policy_base", "local:", "openai:http://x", "policy", "local:/no/such/model"]
+)
 def test_bad_instrumenter_fails_at_suite_build(tmp_path, spec):
-    values = {"instrumenter": spec, "held_out": ["iris-species"], "train": ["wine-cultivar"],
-              "data_root": str(tmp_path)}
+    values = {
+        "instrumenter": spec,
+        "held_out": ["iris-species"],
+        "train": ["wine-cultivar"],
+        "data_root": str(tmp_path),
+    }
     with pytest.raises(ConfigError, match="config error at task.options.instrumenter"):
         build_suite("mle", values, SuiteContext())
 
@@ -133,11 +167,17 @@ def test_template_mode_needs_templates_for_every_competition(tmp_path, mode):
     config = config.replace("id: iris-species", "id: iris-no-template")
     config = config.replace("target_columns: [species]", "target_columns: []")
     (target / "config.yaml").write_text(config)
-    values = {"held_out": ["iris-no-template"], "train": ["wine-cultivar"], "mode": mode,
-              "instrumenter": "rules", "competitions_dirs": [str(folder)],
-              "data_root": str(tmp_path / "data")}
-    with pytest.raises(ConfigError, match="task.options.mode: competition 'iris-no-template' "
-                                          f"has no {mode} script"):
+    values = {
+        "held_out": ["iris-no-template"],
+        "train": ["wine-cultivar"],
+        "mode": mode,
+        "instrumenter": "rules",
+        "competitions_dirs": [str(folder)],
+        "data_root": str(tmp_path / "data"),
+    }
+    with pytest.raises(
+        ConfigError, match=f"task.options.mode: competition 'iris-no-template' has no {mode} script"
+    ):
         build_suite("mle", values, SuiteContext())
 
 

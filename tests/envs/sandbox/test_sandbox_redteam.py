@@ -28,7 +28,12 @@ def host_processes(match) -> list[int]:
             continue
         try:
             status = Path(f"/proc/{entry}/status").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (
+                Path(f"/proc/{entry}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
         except OSError:
             continue
         if match(status, cmdline):
@@ -70,8 +75,11 @@ def test_hidden_private_files_are_unreadable(backend: str, tmp_path: Path, workd
     inside.mkdir()
     (inside / "answers.csv").write_text("id,y\n1,SECRET-INSIDE\n")
     (workdir / "answers_copy.csv").write_text("SECRET-FILE\n")
-    paths = [str(outside / "answers.csv"), str(inside / "answers.csv"),
-             str(workdir / "answers_copy.csv")]
+    paths = [
+        str(outside / "answers.csv"),
+        str(inside / "answers.csv"),
+        str(workdir / "answers_copy.csv"),
+    ]
     code = f"""
 import os
 for path in {paths!r}:
@@ -162,7 +170,12 @@ while True:
 
 
 def test_huge_allocation_fails(backend: str, workdir: Path):
-    r = run_python("x = bytearray(20 * 2**30)", workdir, Limits(wall_seconds=5, memory_mb=1024), backend=backend)
+    r = run_python(
+        "x = bytearray(20 * 2**30)",
+        workdir,
+        Limits(wall_seconds=5, memory_mb=1024),
+        backend=backend,
+    )
     assert not r.ok
     assert "MemoryError" in r.stderr or r.killed_reason == "memory"
 
@@ -189,14 +202,21 @@ print([os.waitpid(p, 0)[1] for p in pids])
 
 
 def test_infinite_loop_is_killed_at_the_wall_limit(backend: str, workdir: Path):
-    r = run_python("print('start', flush=True)\nwhile True: pass", workdir, Limits(wall_seconds=1.5), backend=backend)
+    r = run_python(
+        "print('start', flush=True)\nwhile True: pass",
+        workdir,
+        Limits(wall_seconds=1.5),
+        backend=backend,
+    )
     assert r.timed_out and r.killed_reason == "timeout" and r.returncode is None
     assert r.stdout == "start\n"  # output printed before the kill is kept
     assert 1.5 <= r.duration < 10
 
 
 def test_cpu_limit_kills(backend: str, workdir: Path):
-    r = run_python("while True: pass", workdir, Limits(wall_seconds=20, cpu_seconds=1), backend=backend)
+    r = run_python(
+        "while True: pass", workdir, Limits(wall_seconds=20, cpu_seconds=1), backend=backend
+    )
     assert not r.timed_out
     assert r.killed_reason == "cpu"
 
@@ -244,7 +264,16 @@ def test_process_scan_finds_a_live_marker():
 def test_writes_outside_the_workdir_fail(backend: str, tmp_path: Path, workdir: Path):
     name = f"sandbox-escape-{uuid.uuid4().hex}"
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    targets = ["/work", "/root", "/etc", "/usr", "/", site, str(tmp_path), str(Path(sys.executable).parent)]
+    targets = [
+        "/work",
+        "/root",
+        "/etc",
+        "/usr",
+        "/",
+        site,
+        str(tmp_path),
+        str(Path(sys.executable).parent),
+    ]
     code = f"""
 import os
 for folder in {targets!r}:
@@ -276,8 +305,10 @@ print("TMP", open("/tmp/" + {name!r}).read())
 def test_killing_upwards_only_hurts_the_sandbox(backend: str, workdir: Path, attack: str):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        code = (f"import os, time\ntry:\n    {attack}\nexcept OSError as e:\n"
-                "    print(type(e).__name__)\ntime.sleep(0.2)\nprint('alive')")
+        code = (
+            f"import os, time\ntry:\n    {attack}\nexcept OSError as e:\n"
+            "    print(type(e).__name__)\ntime.sleep(0.2)\nprint('alive')"
+        )
         r = run_python(code, workdir, SHORT, backend=backend)
         assert not r.timed_out
         assert r.ok or r.returncode == -9, r
@@ -289,7 +320,9 @@ def test_killing_upwards_only_hurts_the_sandbox(backend: str, workdir: Path, att
 
 
 def test_host_processes_are_invisible(backend: str, workdir: Path):
-    code = f"import os\nprint({os.getpid()} in [int(p) for p in os.listdir('/proc') if p.isdigit()])"
+    code = (
+        f"import os\nprint({os.getpid()} in [int(p) for p in os.listdir('/proc') if p.isdigit()])"
+    )
     r = run_python(code, workdir, SHORT, backend=backend)
     assert r.stdout == "False\n"
 
@@ -328,7 +361,9 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
 
 
 def test_no_descriptor_of_the_trainer_leaks_in(backend: str, workdir: Path):
-    r = run_python("import os; print(sorted(os.listdir('/proc/self/fd')))", workdir, SHORT, backend=backend)
+    r = run_python(
+        "import os; print(sorted(os.listdir('/proc/self/fd')))", workdir, SHORT, backend=backend
+    )
     assert r.stdout == "['0', '1', '2', '3']\n"  # 3: the listing's own descriptor
 
 
@@ -353,8 +388,9 @@ def test_proc_shows_no_launcher_spec(backend: str, tmp_path: Path, workdir: Path
         "        except OSError as e:\n"
         "            print(pid, name, 'unreadable')\n"
     )
-    result = run_python(code, workdir, Limits(wall_seconds=30), hidden_paths=[secret],
-                        backend=backend)
+    result = run_python(
+        code, workdir, Limits(wall_seconds=30), hidden_paths=[secret], backend=backend
+    )
     assert result.ok, result.stderr
     assert " 1 cmdline " in f" {result.stdout}"  # pid 1 was looked at
     for text in ("pydoc_data", "tmpfs"):

@@ -23,8 +23,10 @@ FAST = Limits(wall_seconds=10, output_bytes=2000)
 
 def test_script_prints_and_writes_in_the_workdir(backend: str, workdir: Path):
     (workdir / "train.csv").write_text("x,y\n1,2\n")
-    code = ("import os\nprint('rows', len(open('train.csv').read().splitlines()))\n"
-            "open('out.txt', 'w').write('done')\n")
+    code = (
+        "import os\nprint('rows', len(open('train.csv').read().splitlines()))\n"
+        "open('out.txt', 'w').write('done')\n"
+    )
     r = run_python(code, workdir, FAST, backend=backend)
     assert r.ok, r
     assert r.stdout == "rows 2\n"
@@ -39,7 +41,9 @@ def test_exit_codes_and_signals(backend: str, workdir: Path):
     assert (r.returncode, r.ok, r.killed_reason, r.timed_out) == (3, False, None, False)
     r = run_python("raise ValueError('boom')", workdir, FAST, backend=backend)
     assert r.returncode == 1 and "ValueError: boom" in r.stderr
-    r = run_python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", workdir, FAST, backend=backend)
+    r = run_python(
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)", workdir, FAST, backend=backend
+    )
     assert (r.returncode, r.killed_reason) == (-15, "signal 15")
 
 
@@ -68,24 +72,32 @@ def test_venv_interpreter_and_its_packages(backend: str, workdir: Path):
     assert r.stdout.splitlines() == [sys.executable, sys.prefix, "6"]
 
 
-def test_environment_is_clean_and_extendable(backend: str, workdir: Path, monkeypatch: pytest.MonkeyPatch):
+def test_environment_is_clean_and_extendable(
+    backend: str, workdir: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv("PRACTICUM_TEST_SECRET", "hunter2")
-    code = ("import os; print(os.environ.get('PRACTICUM_TEST_SECRET'), os.environ['FOO'], "
-            "os.environ['HOME'], os.getcwd())")
+    code = (
+        "import os; print(os.environ.get('PRACTICUM_TEST_SECRET'), os.environ['FOO'], "
+        "os.environ['HOME'], os.getcwd())"
+    )
     r = run_python(code, workdir, FAST, env={"FOO": "bar"}, backend=backend)
     assert r.stdout.split() == ["None", "bar", "/tmp", str(workdir.resolve())]
 
 
 def test_stdin_is_passed(backend: str, workdir: Path):
-    r = run_python("import sys; print(sys.stdin.read()[::-1])", workdir, FAST, stdin="abc", backend=backend)
+    r = run_python(
+        "import sys; print(sys.stdin.read()[::-1])", workdir, FAST, stdin="abc", backend=backend
+    )
     assert r.stdout == "cba\n"
     r = run_python("import sys; print(repr(sys.stdin.read()))", workdir, FAST, backend=backend)
     assert r.stdout == "''\n"
 
 
 def test_output_is_truncated_exactly(backend: str, workdir: Path):
-    code = ("import sys; sys.stdout.write('a' * 10 + 'b' * 1_000_000 + 'c' * 10); "
-            "sys.stderr.write('e' * 50)")
+    code = (
+        "import sys; sys.stdout.write('a' * 10 + 'b' * 1_000_000 + 'c' * 10); "
+        "sys.stderr.write('e' * 50)"
+    )
     r = run_python(code, workdir, Limits(wall_seconds=10, output_bytes=20), backend=backend)
     assert r.ok
     assert r.stdout == "a" * 10 + "\n...[truncated 1000000 bytes]...\n" + "c" * 10
@@ -93,7 +105,9 @@ def test_output_is_truncated_exactly(backend: str, workdir: Path):
 
 
 def test_shell_commands_run(backend: str, workdir: Path):
-    r = run_command(["sh", "-c", "echo hi > f.txt && cat f.txt && id -u"], workdir, FAST, backend=backend)
+    r = run_command(
+        ["sh", "-c", "echo hi > f.txt && cat f.txt && id -u"], workdir, FAST, backend=backend
+    )
     assert r.ok, r.stderr
     lines = r.stdout.split()
     assert lines[0] == "hi"

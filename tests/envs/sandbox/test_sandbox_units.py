@@ -108,7 +108,9 @@ def test_parse_layout_v1_controllers_and_v2_mount():
 def test_parse_layout_pure_v2_with_mount_root_and_escapes():
     mountinfo = "35 24 0:30 /ci /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
     found = parse_layout(mountinfo, "0::/ci/job.scope\n")
-    assert found == [Hierarchy(Path("/sys/fs/my cgroup/job.scope"), 2, frozenset({"memory", "pids"}))]
+    assert found == [
+        Hierarchy(Path("/sys/fs/my cgroup/job.scope"), 2, frozenset({"memory", "pids"}))
+    ]
 
 
 def test_blocked_ancestor_finds_the_outermost_closed_folder(tmp_path: Path):
@@ -121,7 +123,10 @@ def test_blocked_ancestor_finds_the_outermost_closed_folder(tmp_path: Path):
     os.chmod(inner, 0o700)
     uid = 2_500_000
     found = blocked_ancestor(target, uid)
-    assert found is not None and found in (outer, *outer.parents)  # tmp_path's parents may be 0700 too
+    assert found is not None and found in (
+        outer,
+        *outer.parents,
+    )  # tmp_path's parents may be 0700 too
     os.chmod(outer, 0o755)
     os.chmod(inner, 0o755)
     assert blocked_ancestor(target, uid) in (None, *tmp_path.parents, tmp_path)
@@ -202,7 +207,9 @@ def test_no_usable_backend_error_names_every_reason(monkeypatch: pytest.MonkeyPa
     from practicum.envs.sandbox import runner
 
     monkeypatch.setattr(runner, "_problem", lambda name: f"{name} is broken")
-    with pytest.raises(SandboxError, match="bwrap: bwrap is broken; namespaces: namespaces is broken"):
+    with pytest.raises(
+        SandboxError, match="bwrap: bwrap is broken; namespaces: namespaces is broken"
+    ):
         runner._choose("auto")
     with pytest.raises(SandboxError, match="'bwrap' does not work here: bwrap is broken"):
         runner._choose("bwrap")

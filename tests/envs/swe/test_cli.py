@@ -28,9 +28,12 @@ def test_run_rejects_bad_patch_files_in_one_line(tmp_path, capsys):
     latin.write_bytes(inst.patch.replace("+", "+\xe9", 1).encode("latin-1"))
     prose = tmp_path / "notes.txt"
     prose.write_text("I changed calc.add to return a + b.\n")
-    for path, problem in ((tmp_path / "missing.diff", "does not exist"),
-                          (latin, "is not UTF-8 text"), (prose, "is not a patch"),
-                          (tmp_path, "is not a file")):
+    for path, problem in (
+        (tmp_path / "missing.diff", "does not exist"),
+        (latin, "is not UTF-8 text"),
+        (prose, "is not a patch"),
+        (tmp_path, "is not a file"),
+    ):
         capsys.readouterr()
         assert main(["swe", "run", "toy__calc-1", str(path), "--instances", jsonl]) == 2
         captured = capsys.readouterr()

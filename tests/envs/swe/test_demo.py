@@ -67,9 +67,12 @@ def test_a_wrong_patch_demonstrated_the_same_way_earns_nothing(suite):
     """The demonstrator's reward is the environment's verdict: a script written from another
     task's fix (same search/view/edit/submit shape) resolves nothing."""
     insts = suite.demonstrator.instances
-    a, b = next((x, y) for x in insts for y in insts  # two tasks of one file
-                if x != y and parse_hunks(insts[x].patch)[0].path ==
-                parse_hunks(insts[y].patch)[0].path)
+    a, b = next(
+        (x, y)
+        for x in insts
+        for y in insts  # two tasks of one file
+        if x != y and parse_hunks(insts[x].patch)[0].path == parse_hunks(insts[y].patch)[0].path
+    )
     wrong = Demonstrator([replace(insts[a], patch=insts[b].patch)])
     actions = wrong.actions(a)
     assert actions[-1] == "<submit></submit>"
@@ -78,12 +81,25 @@ def test_a_wrong_patch_demonstrated_the_same_way_earns_nothing(suite):
 
 
 def test_the_edit_widens_its_context_until_the_old_block_is_unique():
-    patch = ("--- a/m.py\n+++ b/m.py\n@@ -1,5 +1,5 @@\n def f():\n     x = 1\n-    return x\n"
-             "+    return -x\n \n")
+    patch = (
+        "--- a/m.py\n+++ b/m.py\n@@ -1,5 +1,5 @@\n def f():\n     x = 1\n-    return x\n"
+        "+    return -x\n \n"
+    )
     [h] = parse_hunks(patch)
-    assert h == Hunk("m.py", 1, [(" ", "def f():"), (" ", "    x = 1"), ("-", "    return x"),
-                                 ("+", "    return -x"), (" ", "")])
-    assert minimal_edit(h, "def f():\n    x = 1\n    return x\n") == ("    return x",
-                                                                       "    return -x")
+    assert h == Hunk(
+        "m.py",
+        1,
+        [
+            (" ", "def f():"),
+            (" ", "    x = 1"),
+            ("-", "    return x"),
+            ("+", "    return -x"),
+            (" ", ""),
+        ],
+    )
+    assert minimal_edit(h, "def f():\n    x = 1\n    return x\n") == (
+        "    return x",
+        "    return -x",
+    )
     twice = "def g():\n    return x\ndef f():\n    x = 1\n    return x\n"
     assert minimal_edit(h, twice) == ("    x = 1\n    return x", "    x = 1\n    return -x")

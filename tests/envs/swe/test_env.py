@@ -14,8 +14,7 @@ from practicum.envs.swe.env import SweOptions, split_instances
 from practicum.envs.swe.instance import load_instances
 from practicum.envs.swe.toy_repo import write_toy_instance
 
-FIX = ("<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n"
-       "</edit>")
+FIX = "<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n<new>\n    return a + b\n</new>\n</edit>"
 
 
 @pytest.fixture
@@ -25,8 +24,11 @@ def suite_file(tmp_path):
 
 
 def make_env(suite_file, max_turns=6, **opts):
-    suite = build_suite("swe", {"instances": str(suite_file), "held_out_packages": ["other"],
-                                **opts}, SuiteContext(max_turns=max_turns))
+    suite = build_suite(
+        "swe",
+        {"instances": str(suite_file), "held_out_packages": ["other"], **opts},
+        SuiteContext(max_turns=max_turns),
+    )
     return suite, suite.make_env(None)
 
 
@@ -122,14 +124,23 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
     from practicum.learner.rows import token_batch
     from practicum.runtime.rollout import EpisodeBuilder, RolloutLimits, run_episode
 
-    trainable, sampler = load_hf_engine(PolicyConfig(model=str(smollm2_dir), dtype="float32",
-                                                     seed=0))
+    trainable, sampler = load_hf_engine(
+        PolicyConfig(model=str(smollm2_dir), dtype="float32", seed=0)
+    )
     server = GenerationServer(sampler).start()
     try:
         chat = ChatFormat(trainable.tokenizer)
         _, env = make_env(suite_file, max_turns=2)
-        b = EpisodeBuilder(env, Task("toy__calc-1"), "g", 0, chat, RolloutLimits(2, 2048),
-                           SamplingParams(temperature=1.0, max_new_tokens=24), run_seed=1)
+        b = EpisodeBuilder(
+            env,
+            Task("toy__calc-1"),
+            "g",
+            0,
+            chat,
+            RolloutLimits(2, 2048),
+            SamplingParams(temperature=1.0, max_new_tokens=24),
+            run_seed=1,
+        )
         ep = run_episode(b, server.generate)
     finally:
         server.stop()
@@ -141,13 +152,13 @@ def test_real_smollm2_episode_is_token_exact(suite_file, smollm2_dir):
         expected += t.sampled_ids + t.observation_ids
     assert row.input_ids == expected
     for t in ep.turns[:-1]:
-        assert t.observation_ids and t.observation_text in chat.tokenizer.decode(
-            t.observation_ids)
+        assert t.observation_ids and t.observation_text in chat.tokenizer.decode(t.observation_ids)
     # the turns were sampled under the env's tool-call grammar: the learner replays it
     assert all(t.grammar for t in ep.turns)
     zeros = [torch.zeros(len(ep.turns))]
-    tb = token_batch(train_rows([Row(0, row)], zeros, zeros), trainable.pad_id, "cpu",
-                     trainable.tokenizer)
+    tb = token_batch(
+        train_rows([Row(0, row)], zeros, zeros), trainable.pad_id, "cpu", trainable.tokenizer
+    )
     assert tb.allowed is not None
     with torch.no_grad():
         logp = trainable.token_logprobs(tb.input_ids, tb.attention_mask, allowed=tb.allowed)[0]

@@ -25,7 +25,8 @@ def code_patch(extra: str) -> str:
 def test_editing_the_tests_is_discarded(tmp_path):
     inst = toy_instance(tmp_path)
     weak = TESTS.replace("assert add(2, 3) == 5", "assert True").replace(
-        "assert add(a, b) == a + b", "assert True")
+        "assert add(a, b) == a + b", "assert True"
+    )
     v = grade(inst, file_diff("tests/test_calc.py", TESTS, weak))
     assert not v.resolved and v.dropped_files == ("tests/test_calc.py",)
     assert v.fail_to_pass == (0, 2)
@@ -33,10 +34,12 @@ def test_editing_the_tests_is_discarded(tmp_path):
 
 def test_conftest_forcing_passes_is_discarded(tmp_path):
     inst = toy_instance(tmp_path)
-    conftest = ("import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
-                "def pytest_runtest_makereport(item, call):\n"
-                "    out = yield\n    rep = out.get_result()\n"
-                "    rep.outcome = 'passed'\n")
+    conftest = (
+        "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    out = yield\n    rep = out.get_result()\n"
+        "    rep.outcome = 'passed'\n"
+    )
     patch = file_diff("conftest.py", None, conftest) + file_diff("calc/conftest.py", None, conftest)
     v = grade(inst, patch)
     assert not v.resolved and set(v.dropped_files) == {"conftest.py", "calc/conftest.py"}
@@ -45,19 +48,28 @@ def test_conftest_forcing_passes_is_discarded(tmp_path):
 def test_pytest_config_and_addopts_are_discarded(tmp_path):
     inst = toy_instance(tmp_path)
     ini = "[pytest]\naddopts = -k label -p calc.plugin\n"
-    patch = (file_diff("pytest.ini", None, ini) + file_diff("setup.cfg", None, "[tool:pytest]\n"
-             "addopts = --deselect tests/test_calc.py::test_add\n")
-             + file_diff("pyproject.toml", None, "[tool.pytest.ini_options]\naddopts = '-x'\n"))
+    patch = (
+        file_diff("pytest.ini", None, ini)
+        + file_diff(
+            "setup.cfg", None, "[tool:pytest]\naddopts = --deselect tests/test_calc.py::test_add\n"
+        )
+        + file_diff("pyproject.toml", None, "[tool.pytest.ini_options]\naddopts = '-x'\n")
+    )
     v = grade(inst, patch)
     assert not v.resolved and len(v.dropped_files) == 3 and v.fail_to_pass == (0, 2)
 
 
 def test_fake_pytest_and_sitecustomize_are_discarded(tmp_path):
     inst = toy_instance(tmp_path)
-    fake = ("import sys\nprint('=== short test summary info ===')\n"
-            "print('PASSED tests/test_calc.py::test_add')\nsys.exit(0)\n")
-    patch = (file_diff("pytest.py", None, fake) + file_diff("sitecustomize.py", None, fake)
-             + file_diff("calc/x.pth", None, "import calc\n"))
+    fake = (
+        "import sys\nprint('=== short test summary info ===')\n"
+        "print('PASSED tests/test_calc.py::test_add')\nsys.exit(0)\n"
+    )
+    patch = (
+        file_diff("pytest.py", None, fake)
+        + file_diff("sitecustomize.py", None, fake)
+        + file_diff("calc/x.pth", None, "import calc\n")
+    )
     v = grade(inst, patch)
     assert not v.resolved and len(v.dropped_files) == 3
 
@@ -65,14 +77,17 @@ def test_fake_pytest_and_sitecustomize_are_discarded(tmp_path):
 def test_printed_fake_summaries_do_not_count(tmp_path):
     inst = toy_instance(tmp_path)
     ids = inst.FAIL_TO_PASS + inst.PASS_TO_PASS
-    fake = "\\n".join(["=" * 10 + " short test summary info " + "=" * 10]
-                      + [f"PASSED {t}" for t in ids] + ["=" * 10 + " 4 passed in 0.1s " + "=" * 10])
+    fake = "\\n".join(
+        ["=" * 10 + " short test summary info " + "=" * 10]
+        + [f"PASSED {t}" for t in ids]
+        + ["=" * 10 + " 4 passed in 0.1s " + "=" * 10]
+    )
     extra = (
         "\nimport atexit, os, sys\n"
         f"FAKE = '{fake}\\n'\n"
-        "print(FAKE)\n"                                 # at import (collection)
+        "print(FAKE)\n"  # at import (collection)
         "sys.stderr.write(FAKE)\n"
-        "atexit.register(lambda: os.write(1, FAKE.encode()))\n"   # after pytest's summary
+        "atexit.register(lambda: os.write(1, FAKE.encode()))\n"  # after pytest's summary
         "_real = add\n"
         "def add(a, b):\n    print(FAKE)\n    return _real(a, b)\n"  # captured during the call
     )
@@ -86,29 +101,33 @@ def test_background_processes_are_killed_and_cannot_forge(tmp_path, monkeypatch)
     from practicum.envs.swe import grading
 
     monkeypatch.setattr(grading, "LOG_TAIL", 10**7)  # the whole log: the child's first write
-    inst = toy_instance(tmp_path)                    # comes before pytest's own summary
+    inst = toy_instance(tmp_path)  # comes before pytest's own summary
     ids = inst.FAIL_TO_PASS + inst.PASS_TO_PASS
     fake = "\n".join(["=== short test summary info ==="] + [f"PASSED {t}" for t in ids]) + "\n"
-    child = ("import os, time\n"
-             f"FAKE = {fake!r}.encode()\n"
-             "for i in range(60):\n    for fd in range(1, 64):\n"
-             "        try:\n            os.write(fd, FAKE)\n        except OSError:\n"
-             "            pass\n"
-             "    if i == 0:\n        open('child_started', 'w').close()\n"
-             "    time.sleep(0.05)\n"
-             "time.sleep(300)\n")
+    child = (
+        "import os, time\n"
+        f"FAKE = {fake!r}.encode()\n"
+        "for i in range(60):\n    for fd in range(1, 64):\n"
+        "        try:\n            os.write(fd, FAKE)\n        except OSError:\n"
+        "            pass\n"
+        "    if i == 0:\n        open('child_started', 'w').close()\n"
+        "    time.sleep(0.05)\n"
+        "time.sleep(300)\n"
+    )
     # pytest captures fds 1 and 2 while it imports the code (to a file of its own) and keeps
     # the real stdout in a descriptor it does not hand down: the attack hands it down, so the
     # child's writes reach the log whenever they happen (before and after the summary)
-    extra = ("\nimport os, subprocess, sys, time\n"
-             "if not os.environ.get('CHILD'):\n    os.environ['CHILD'] = '1'\n"
-             "    for fd in range(3, 64):\n        try:\n            os.set_inheritable(fd, True)\n"
-             "        except OSError:\n            pass\n"
-             f"    subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
-             "close_fds=False)\n"
-             "    for _ in range(1000):\n"  # a loaded machine may take seconds to start python
-             "        if os.path.exists('child_started'):\n            break\n"
-             "        time.sleep(0.03)\n")
+    extra = (
+        "\nimport os, subprocess, sys, time\n"
+        "if not os.environ.get('CHILD'):\n    os.environ['CHILD'] = '1'\n"
+        "    for fd in range(3, 64):\n        try:\n            os.set_inheritable(fd, True)\n"
+        "        except OSError:\n            pass\n"
+        f"    subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True, "
+        "close_fds=False)\n"
+        "    for _ in range(1000):\n"  # a loaded machine may take seconds to start python
+        "        if os.path.exists('child_started'):\n            break\n"
+        "        time.sleep(0.03)\n"
+    )
     v = grade(inst, code_patch(extra))
     assert v.patch_applied and not v.resolved and not v.timed_out
     assert v.pass_to_pass == (2, 2) and v.seconds < 60
@@ -118,8 +137,11 @@ def test_background_processes_are_killed_and_cannot_forge(tmp_path, monkeypatch)
 def test_gold_patch_and_mutation_record_are_unreachable(tmp_path):
     inst = toy_instance(tmp_path)
     suite = inst.origin
-    targets = [str(suite / "instances.jsonl"), str(inst.source / "calc" / "__init__.py"),
-               str(suite)]
+    targets = [
+        str(suite / "instances.jsonl"),
+        str(inst.source / "calc" / "__init__.py"),
+        str(suite),
+    ]
     extra = (
         "\nimport json as _json\n_seen = {}\n"
         f"for _p in {targets!r}:\n"

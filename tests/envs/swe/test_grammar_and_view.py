@@ -14,42 +14,56 @@ from practicum.envs.swe.tools import parse_action
 from practicum.envs.swe.toy_repo import write_toy_instance
 from tests.envs.grammar_match import compile_error, matches
 
-G = tool_grammar(GrammarCaps(path_chars=80, search_chars=60, command_chars=200,
-                             edit_tokens=80, path_tokens=24, search_tokens=24,
-                             command_tokens=64))
+G = tool_grammar(
+    GrammarCaps(
+        path_chars=80,
+        search_chars=60,
+        command_chars=200,
+        edit_tokens=80,
+        path_tokens=24,
+        search_tokens=24,
+        command_tokens=64,
+    )
+)
 
 
 def test_the_grammar_compiles():
     assert compile_error(G) == ""
 
 
-@pytest.mark.parametrize("call", [
-    "<search>def camelize</search>",
-    "<view>toolz/itertoolz.py 10-40</view>",
-    "<view>test_inflection.py::test_pluralize_plural[cow-kine]</view>",
-    "<bash>python -m pytest -q tests/test_ops.py</bash>",
-    "<edit>calc/ops.py\n<old>\n    return a < b\n</old>\n<new>\n    return a <= b\n</new>\n"
-    "</edit>",
-    "<edit>calc/ops.py\n<old>\n    if a:\n\n        x = 1\n</old>\n<new>\n\n</new>\n</edit>",
-    "<submit></submit>",
-    *[m["content"] for m in EXAMPLE_MESSAGES if m["role"] == "assistant"],
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "<search>def camelize</search>",
+        "<view>toolz/itertoolz.py 10-40</view>",
+        "<view>test_inflection.py::test_pluralize_plural[cow-kine]</view>",
+        "<bash>python -m pytest -q tests/test_ops.py</bash>",
+        "<edit>calc/ops.py\n<old>\n    return a < b\n</old>\n<new>\n    return a <= b\n</new>\n"
+        "</edit>",
+        "<edit>calc/ops.py\n<old>\n    if a:\n\n        x = 1\n</old>\n<new>\n\n</new>\n</edit>",
+        "<submit></submit>",
+        *[m["content"] for m in EXAMPLE_MESSAGES if m["role"] == "assistant"],
+    ],
+)
 def test_honest_calls_match_and_parse(call):
     assert matches(G, call)
     parse_action(call)  # raises on a call the environment could not use
 
 
-@pytest.mark.parametrize("call", [
-    "Sure! Let me look. <search>add</search>",                    # prose first
-    "<search>" + "x" * 61 + "</search>",                          # search over the cap
-    "<search>" + "a." * 25 + "</search>",                         # 50 chars, over 24 tokens
-    "<view>" + "pkg/" * 25 + "mod.py</view>",                     # path over the cap
-    "<view>calc/ops.py is the file to view</view>",               # a sentence, not a path
-    "<search>two\nlines</search>",
-    "<edit>calc/ops.py\n<old>\n" + "x = 1\n" * 80 + "</old>\n<new>\ny\n</new>\n</edit>",
-    "```python\nreturn a + b\n```",
-    "<submit></submit> and more",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "Sure! Let me look. <search>add</search>",  # prose first
+        "<search>" + "x" * 61 + "</search>",  # search over the cap
+        "<search>" + "a." * 25 + "</search>",  # 50 chars, over 24 tokens
+        "<view>" + "pkg/" * 25 + "mod.py</view>",  # path over the cap
+        "<view>calc/ops.py is the file to view</view>",  # a sentence, not a path
+        "<search>two\nlines</search>",
+        "<edit>calc/ops.py\n<old>\n" + "x = 1\n" * 80 + "</old>\n<new>\ny\n</new>\n</edit>",
+        "```python\nreturn a + b\n```",
+        "<submit></submit> and more",
+    ],
+)
 def test_bad_calls_do_not_match(call):
     assert not matches(G, call)
 
@@ -57,8 +71,11 @@ def test_bad_calls_do_not_match(call):
 @pytest.fixture
 def env(tmp_path):
     write_toy_instance(tmp_path, repos={"toy__other-1": "toy/other"})
-    suite = build_suite("swe", {"instances": str(tmp_path / "toy.jsonl"),
-                                "held_out_packages": ["other"]}, SuiteContext(max_turns=8))
+    suite = build_suite(
+        "swe",
+        {"instances": str(tmp_path / "toy.jsonl"), "held_out_packages": ["other"]},
+        SuiteContext(max_turns=8),
+    )
     env = suite.make_env(None)
     yield env
     env.close()
@@ -98,8 +115,9 @@ class TestOps:
 """
 
 
-@pytest.mark.parametrize("node", ["TestOps::test_p", "TestOps::test_p[a-b]",
-                                  "TestOps::test_p[c::d]"])
+@pytest.mark.parametrize(
+    "node", ["TestOps::test_p", "TestOps::test_p[a-b]", "TestOps::test_p[c::d]"]
+)
 def test_view_resolves_a_test_method_inside_its_class(env, node):
     """`file::Class::test[params]`: the method of that class (not a function of the same name
     elsewhere, not the class name, not the parameters)."""

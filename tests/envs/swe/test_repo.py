@@ -14,9 +14,11 @@ def test_materialize_folder_and_archive_give_the_base_state(tmp_path):
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(inst.source, arcname=".")
     from dataclasses import replace
+
     materialize(replace(inst, source=archive), tmp_path / "b")
-    assert (tmp_path / "b" / "calc" / "__init__.py").read_text() == \
-        (tmp_path / "a" / "calc" / "__init__.py").read_text()
+    assert (tmp_path / "b" / "calc" / "__init__.py").read_text() == (
+        tmp_path / "a" / "calc" / "__init__.py"
+    ).read_text()
     assert not (tmp_path / "b" / ".git").exists()
 
 
@@ -27,6 +29,7 @@ def test_materialize_refuses_non_empty_and_bad_bug_patch(tmp_path):
     with pytest.raises(RepoError, match="not empty"):
         materialize(inst, tmp_path / "full")
     from dataclasses import replace
+
     bad = replace(inst, bug_patch=inst.bug_patch.replace("a + b", "a * b"))
     with pytest.raises(RepoError, match="bug_patch does not apply"):
         materialize(bad, tmp_path / "c")

@@ -25,12 +25,24 @@ P2P = ["tests/test_calc.py::test_label"]
 
 
 def swebench_resolved(log: str, tmp_path) -> bool:
-    inst = {"instance_id": "toy__calc-1", "repo": "toy/calc", "base_commit": "x", "patch": "",
-            "test_patch": "", "problem_statement": "", "hints_text": "", "created_at": "",
-            "version": "0", "environment_setup_commit": "x",
-            "FAIL_TO_PASS": json.dumps(F2P), "PASS_TO_PASS": json.dumps(P2P),
-            "image": "local", "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail",
-            "eval_script": "#!/bin/bash\necho\n"}
+    inst = {
+        "instance_id": "toy__calc-1",
+        "repo": "toy/calc",
+        "base_commit": "x",
+        "patch": "",
+        "test_patch": "",
+        "problem_statement": "",
+        "hints_text": "",
+        "created_at": "",
+        "version": "0",
+        "environment_setup_commit": "x",
+        "FAIL_TO_PASS": json.dumps(F2P),
+        "PASS_TO_PASS": json.dumps(P2P),
+        "image": "local",
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+        "eval_script": "#!/bin/bash\necho\n",
+    }
     spec = utils.make_test_spec(inst)
     path = tmp_path / "eval.log"
     path.write_text(f"{constants.START_TEST_OUTPUT}\n{log}\n{constants.END_TEST_OUTPUT}\n")
@@ -63,9 +75,11 @@ def test_same_verdict_as_swebench(name, tmp_path):
 
 
 def test_printed_fake_passed_lines_fool_swebench_not_us(tmp_path):
-    log = ("PASSED tests/test_calc.py::test_add\n"  # printed by the code under test
-           "=== short test summary info ===\nFAILED tests/test_calc.py::test_add - boom\n"
-           "PASSED tests/test_calc.py::test_label\n=== 1 failed, 1 passed in 0.1s ===\n")
+    log = (
+        "PASSED tests/test_calc.py::test_add\n"  # printed by the code under test
+        "=== short test summary info ===\nFAILED tests/test_calc.py::test_add - boom\n"
+        "PASSED tests/test_calc.py::test_label\n=== 1 failed, 1 passed in 0.1s ===\n"
+    )
     from practicum.envs.swe.testing import TestRun, statuses_for
 
     run = TestRun(statuses_for(log, F2P + P2P), log, 1, False, 0.1)

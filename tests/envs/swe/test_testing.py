@@ -31,25 +31,47 @@ PASSED t.py::after_the_summary
 def test_only_the_last_summary_section_counts():
     lines = summary_lines(LOG)
     assert lines[0] == ("PASSED", "t.py::test_a") and len(lines) == 8
-    s = statuses_for(LOG, ["t.py::fake_in_captured_output", "t.py::after_the_summary",
-                           "t.py::fake_printed_by_code"])
+    s = statuses_for(
+        LOG,
+        ["t.py::fake_in_captured_output", "t.py::after_the_summary", "t.py::fake_printed_by_code"],
+    )
     assert set(s.values()) == {MISSING}
 
 
 def test_ids_with_spaces_dashes_duplicates_and_missing():
-    s = statuses_for(LOG, ["t.py::test_a", "t.py::test_p[a b-c]", "t.py::test_p[x - y]",
-                           "t.py::test_e", "t.py::test_dup", "t.py::test_xf", "t.py::nope"])
-    assert s == {"t.py::test_a": "PASSED", "t.py::test_p[a b-c]": "PASSED",
-                 "t.py::test_p[x - y]": "FAILED", "t.py::test_e": "ERROR",
-                 "t.py::test_dup": DUPLICATE, "t.py::test_xf": "XFAIL", "t.py::nope": MISSING}
+    s = statuses_for(
+        LOG,
+        [
+            "t.py::test_a",
+            "t.py::test_p[a b-c]",
+            "t.py::test_p[x - y]",
+            "t.py::test_e",
+            "t.py::test_dup",
+            "t.py::test_xf",
+            "t.py::nope",
+        ],
+    )
+    assert s == {
+        "t.py::test_a": "PASSED",
+        "t.py::test_p[a b-c]": "PASSED",
+        "t.py::test_p[x - y]": "FAILED",
+        "t.py::test_e": "ERROR",
+        "t.py::test_dup": DUPLICATE,
+        "t.py::test_xf": "XFAIL",
+        "t.py::nope": MISSING,
+    }
     r = reported_statuses(LOG)
     assert r["t.py::test_p[x - y]"] == "FAILED" and "t.py::test_dup" not in r
 
 
 def test_run_tests_in_the_sandbox(tmp_path):
     make_suite(tmp_path)
-    ids = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_param[one one]",
-           "tests/test_calc.py::test_add_param[two - zero]", "tests/test_calc.py::test_gone"]
+    ids = [
+        "tests/test_calc.py::test_add",
+        "tests/test_calc.py::test_add_param[one one]",
+        "tests/test_calc.py::test_add_param[two - zero]",
+        "tests/test_calc.py::test_gone",
+    ]
     run = run_tests(tmp_path / "src", ids)
     assert run.returncode == 0 and not run.timed_out
     assert [run.statuses[i] for i in ids] == ["PASSED", "PASSED", "PASSED", MISSING]

@@ -14,24 +14,30 @@ def test_stop_strings_never_match_their_own_opening():
             assert stop not in opening + "ls -la"
 
 
-@pytest.mark.parametrize("reply,tool,body", [
-    ("<bash>ls</bash>", "bash", "ls"),
-    ("I will look first.\n<view>a.py 3-9</view>", "view", "a.py 3-9"),
-    ("<search>def f</search><bash>rm x</bash>", "search", "def f"),
-    ("<submit></submit>", "submit", ""),
-    ("done <submit/>", "submit", ""),
-])
+@pytest.mark.parametrize(
+    "reply,tool,body",
+    [
+        ("<bash>ls</bash>", "bash", "ls"),
+        ("I will look first.\n<view>a.py 3-9</view>", "view", "a.py 3-9"),
+        ("<search>def f</search><bash>rm x</bash>", "search", "def f"),
+        ("<submit></submit>", "submit", ""),
+        ("done <submit/>", "submit", ""),
+    ],
+)
 def test_first_complete_tag_is_the_action(reply, tool, body):
     a = parse_action(reply)
     assert (a.tool, a.body) == (tool, body)
 
 
-@pytest.mark.parametrize("reply,needle", [
-    ("I think the bug is in add.", "No tool call"),
-    ("<bash>pytest -q", "not closed with </bash>"),
-    ("<bash>  </bash>", "empty"),
-    ("```bash\nls\n```", "No tool call"),
-])
+@pytest.mark.parametrize(
+    "reply,needle",
+    [
+        ("I think the bug is in add.", "No tool call"),
+        ("<bash>pytest -q", "not closed with </bash>"),
+        ("<bash>  </bash>", "empty"),
+        ("```bash\nls\n```", "No tool call"),
+    ],
+)
 def test_malformed_replies_get_a_corrective_message(reply, needle):
     with pytest.raises(ParseError, match=needle):
         parse_action(reply)

@@ -30,17 +30,22 @@ def sh(ws, cmd):
 
 def test_one_commit_of_the_base_state_and_a_clean_tree(ws):
     assert sh(ws, "git rev-list --all | wc -l").strip() == "1"
-    assert sh(ws, "git status --porcelain; cat .git/secret 2>&1 | grep -c 'old history'") \
-        .strip() == "0"
+    assert (
+        sh(ws, "git status --porcelain; cat .git/secret 2>&1 | grep -c 'old history'").strip()
+        == "0"
+    )
     assert "return a - b" in sh(ws, "cat calc/ops.py")
     assert ws.diff() == ("", "")
 
 
 def test_diff_covers_edits_new_and_deleted_files_even_after_an_agent_commit(ws):
-    sh(ws, "sed -i 's/a - b/a + b/' calc/ops.py && echo 'X = 1' > calc/new.py && "
-           "rm calc/__init__.py && mkdir -p calc/__pycache__ && echo junk > calc/__pycache__/"
-           "ops.cpython-311.pyc && git add -A && git commit -qm mine && git commit -q --amend "
-           "-m again")
+    sh(
+        ws,
+        "sed -i 's/a - b/a + b/' calc/ops.py && echo 'X = 1' > calc/new.py && "
+        "rm calc/__init__.py && mkdir -p calc/__pycache__ && echo junk > calc/__pycache__/"
+        "ops.cpython-311.pyc && git add -A && git commit -qm mine && git commit -q --amend "
+        "-m again",
+    )
     patch, note = ws.diff()
     assert note == ""
     assert "+    return a + b" in patch and "b/calc/new.py" in patch

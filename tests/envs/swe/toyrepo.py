@@ -9,7 +9,7 @@ from pathlib import Path
 from practicum.envs.swe.diffs import file_diff
 from practicum.envs.swe.instance import load_instances
 
-CALC = '''def add(a, b):
+CALC = """def add(a, b):
     return a + b
 
 
@@ -17,8 +17,8 @@ def label(x):
     if x < 0:
         return "neg"
     return "pos"
-'''
-TESTS = '''import pytest
+"""
+TESTS = """import pytest
 from calc import add, label
 
 
@@ -34,7 +34,7 @@ def test_add_param(a, b):
 def test_label():
     assert label(-1) == "neg"
     assert label(1) == "pos"
-'''
+"""
 F2P = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_param[one one]"]
 P2P = ["tests/test_calc.py::test_label", "tests/test_calc.py::test_add_param[two - zero]"]
 
@@ -49,11 +49,14 @@ def make_suite(root: Path) -> Path:
     (src / "tests" / "test_calc.py").write_text(TESTS)
     buggy = CALC.replace("a + b", "a - b")
     record = {
-        "instance_id": "toy__calc-1", "repo": "toy/calc",
-        "problem_statement": "add(2, 3) returns -1", "source": "src",
+        "instance_id": "toy__calc-1",
+        "repo": "toy/calc",
+        "problem_statement": "add(2, 3) returns -1",
+        "source": "src",
         "bug_patch": file_diff("calc/__init__.py", CALC, buggy),
         "patch": file_diff("calc/__init__.py", buggy, CALC),
-        "FAIL_TO_PASS": json.dumps(F2P), "PASS_TO_PASS": P2P,
+        "FAIL_TO_PASS": json.dumps(F2P),
+        "PASS_TO_PASS": P2P,
         "meta": {"mutation": "secret"},
     }
     path = root / "instances.jsonl"

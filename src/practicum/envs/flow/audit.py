@@ -70,11 +70,12 @@ def flow_audit(opts) -> AuditSpec:
         code = None
         if opts.mode == "tool_integrated" and "python_coder" in opts.tools:
             code = _coder_call
-        return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}",
-                         names=titles)
+        return AuditSpec(floor=0.0, code=code, answer=lambda text: f"Answer: {text}", names=titles)
     code = _planned_coder_call if "python_coder" in opts.tools else None
-    attacks = [Attack("list every entity", list_every_entity, ceiling="honest"),
-               Attack("repeat the first hop", repeat_first_hop, ceiling="honest")]
+    attacks = [
+        Attack("list every entity", list_every_entity, ceiling="honest"),
+        Attack("repeat the first hop", repeat_first_hop, ceiling="honest"),
+    ]
     if "python_coder" in opts.tools:
         attacks.insert(0, Attack("answer-key probe", answer_key_probe))
     honest_ref = honest if {"lookup", "calculator"} <= set(opts.tools) else None

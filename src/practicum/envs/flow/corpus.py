@@ -12,8 +12,32 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-SYLLABLES = ("ka", "lo", "mir", "ven", "tor", "sa", "quel", "dra", "vik", "or", "ne", "zul", "pa",
-             "ren", "thi", "gar", "mo", "lys", "bel", "cor", "fen", "ista", "ur", "dal")
+SYLLABLES = (
+    "ka",
+    "lo",
+    "mir",
+    "ven",
+    "tor",
+    "sa",
+    "quel",
+    "dra",
+    "vik",
+    "or",
+    "ne",
+    "zul",
+    "pa",
+    "ren",
+    "thi",
+    "gar",
+    "mo",
+    "lys",
+    "bel",
+    "cor",
+    "fen",
+    "ista",
+    "ur",
+    "dal",
+)
 COMPANY_SUFFIXES = ("Works", "Industries", "Labs", "Foundry", "Systems", "Traders")
 REGION_SUFFIXES = ("Vale", "Coast", "Highlands", "Basin")
 
@@ -26,14 +50,23 @@ RELATIONS: dict[str, dict[str, str]] = {
 """kind -> relation -> kind of its value."""
 
 SENTENCES = {
-    "founder": "Its founder is {v}.", "headquarters": "Its headquarters are in {v}.",
-    "founded": "It was founded in {v}.", "birthplace": "{s} was born in {v}.",
-    "employer": "{s} works for {v}.", "born": "{s} was born in the year {v}.",
-    "region": "{s} lies in the region {v}.", "mayor": "The mayor of {s} is {v}.",
-    "population": "{s} has a population of {v}.", "capital": "The capital of {s} is {v}.",
+    "founder": "Its founder is {v}.",
+    "headquarters": "Its headquarters are in {v}.",
+    "founded": "It was founded in {v}.",
+    "birthplace": "{s} was born in {v}.",
+    "employer": "{s} works for {v}.",
+    "born": "{s} was born in the year {v}.",
+    "region": "{s} lies in the region {v}.",
+    "mayor": "The mayor of {s} is {v}.",
+    "population": "{s} has a population of {v}.",
+    "capital": "The capital of {s} is {v}.",
 }
-KIND_INTRO = {"company": "{s} is a company.", "person": "{s} is a person.",
-              "city": "{s} is a city.", "region": "{s} is a region."}
+KIND_INTRO = {
+    "company": "{s} is a company.",
+    "person": "{s} is a person.",
+    "city": "{s} is a city.",
+    "region": "{s} is a region.",
+}
 
 
 @dataclass
@@ -66,8 +99,10 @@ class World:
 
 def _name(rng: random.Random, used: set[str], words: int, suffixes: tuple[str, ...] = ()) -> str:
     while True:
-        parts = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
-                 for _ in range(words)]
+        parts = [
+            "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+            for _ in range(words)
+        ]
         if suffixes:
             parts.append(rng.choice(suffixes))
         name = " ".join(parts)
@@ -76,18 +111,19 @@ def _name(rng: random.Random, used: set[str], words: int, suffixes: tuple[str, .
             return name
 
 
-def build_world(seed: int, companies: int = 40, people: int = 60, cities: int = 30,
-                regions: int = 8) -> World:
+def build_world(
+    seed: int, companies: int = 40, people: int = 60, cities: int = 30, regions: int = 8
+) -> World:
     """A deterministic world: every relation of every entity is filled."""
     rng = random.Random(seed)
     used: set[str] = set()
     ents: dict[str, list[Entity]] = {
-        "company": [Entity(_name(rng, used, 1, COMPANY_SUFFIXES), "company")
-                    for _ in range(companies)],
+        "company": [
+            Entity(_name(rng, used, 1, COMPANY_SUFFIXES), "company") for _ in range(companies)
+        ],
         "person": [Entity(_name(rng, used, 2), "person") for _ in range(people)],
         "city": [Entity(_name(rng, used, 1), "city") for _ in range(cities)],
-        "region": [Entity(_name(rng, used, 1, REGION_SUFFIXES), "region")
-                   for _ in range(regions)],
+        "region": [Entity(_name(rng, used, 1, REGION_SUFFIXES), "region") for _ in range(regions)],
     }
     for kind, rels in RELATIONS.items():
         for e in ents[kind]:
@@ -120,8 +156,9 @@ def question_text(start: str, relations: tuple[str, ...]) -> str:
     return f"What is {inner}?"
 
 
-def make_questions(world: World, n: int, seed: int, hops: tuple[int, ...] = (2, 3)
-                   ) -> list[Question]:
+def make_questions(
+    world: World, n: int, seed: int, hops: tuple[int, ...] = (2, 3)
+) -> list[Question]:
     """`n` distinct multi-hop questions whose chains exist in `world` (deterministic in seed).
     A chain ends at any relation; intermediate values are entities, never years/numbers."""
     rng = random.Random(seed)
@@ -142,7 +179,6 @@ def make_questions(world: World, n: int, seed: int, hops: tuple[int, ...] = (2, 
             chain.append(e.facts[rel])
         if len(rels) != k or len(set(chain)) != len(chain):
             continue
-        q = Question(question_text(start, tuple(rels)), chain[-1], start, tuple(rels),
-                     tuple(chain))
+        q = Question(question_text(start, tuple(rels)), chain[-1], start, tuple(rels), tuple(chain))
         out.setdefault(q.question, q)
     return list(out.values())

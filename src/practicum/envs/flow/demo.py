@@ -103,12 +103,14 @@ def bridge_sentence(results: list[str], title: str, tokens: int, chars: int) -> 
             for sentence in sentences(text or piece):
                 if low not in sentence.lower():
                     continue
-                clauses = [sentence, *(c for c in re.split(r", |; | and ", sentence)
-                                       if low in c.lower())]
+                clauses = [
+                    sentence,
+                    *(c for c in re.split(r", |; | and ", sentence) if low in c.lower()),
+                ]
                 fitting = [c for c in clauses if fits(c, tokens, chars)]
                 if fitting:
                     return fitting[0]
-                words = clauses[-1][:clauses[-1].lower().find(low) + len(title)].split()
+                words = clauses[-1][: clauses[-1].lower().find(low) + len(title)].split()
                 while len(words) > 1 and not fits(" ".join(words), tokens, chars):
                     words.pop(0)
                 return " ".join(words)
@@ -120,8 +122,9 @@ def document_plan(task: Task, results: list[str], tokens: int, chars: int) -> st
     chain = task.data["chain"]
     if not results:
         return plan(clip(task.data["question"], tokens, chars), "search")
-    read = {t for r in results for piece in r.split(" | ") for t in chain
-            if piece.startswith(f"{t}: ")}
+    read = {
+        t for r in results for piece in r.split(" | ") for t in chain if piece.startswith(f"{t}: ")
+    }
     title = next((t for t in chain if t not in read), chain[-1])
     return plan(f"Look up {title}.", "lookup", bridge_sentence(results, title, tokens, chars))
 
@@ -145,10 +148,12 @@ class Demonstrator:
             if family == "multihop" and task.data.get("relations"):
                 return hop_plan(task, step, previous)
             if family == "multihop" and task.data.get("chain"):  # the user's own questions
-                return document_plan(task, results_so_far(messages), self.field_tokens,
-                                     self.field_chars)
+                return document_plan(
+                    task, results_so_far(messages), self.field_tokens, self.field_chars
+                )
             expr = longest_expression(task.data["question"]) if family == "arithmetic" else ""
             if expr and rough_tokens(expr) <= EXPRESSION_TOKENS:
                 return plan(f"Compute {expr}.", "calculator")
             return plan("Search for the answer to the query.", "search")
+
         return act

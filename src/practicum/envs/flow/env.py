@@ -48,14 +48,26 @@ from practicum.tools import ToolResult, ToolSet
 
 
 class FlowEnv(Env):
-    def __init__(self, roles: Roles, world: World, tool_names: list[str], limits: Limits,
-                 max_steps: tuple[int, int] = (3, 10), max_seconds: tuple[float, float] =
-                 (120.0, 300.0), search: Search | None = None, hop_credit: float = 0.0,
-                 grammar_chars: int | None = 100, grammar_tokens: int = 24):
+    def __init__(
+        self,
+        roles: Roles,
+        world: World,
+        tool_names: list[str],
+        limits: Limits,
+        max_steps: tuple[int, int] = (3, 10),
+        max_seconds: tuple[float, float] = (120.0, 300.0),
+        search: Search | None = None,
+        hop_credit: float = 0.0,
+        grammar_chars: int | None = 100,
+        grammar_tokens: int = 24,
+    ):
         self.roles, self.world, self.tool_names, self.limits = roles, world, tool_names, limits
         self.hop_credit = hop_credit
-        self.grammar = None if grammar_chars is None else planner_grammar(
-            tool_names, grammar_chars, grammar_tokens)
+        self.grammar = (
+            None
+            if grammar_chars is None
+            else planner_grammar(tool_names, grammar_chars, grammar_tokens)
+        )
         self.max_steps_by_split, self.max_seconds_by_split = max_steps, max_seconds
         self.search = search
         self._scratch: ScratchDir | None = None
@@ -70,8 +82,9 @@ class FlowEnv(Env):
     def reset(self, task: Task, seed: int = 0) -> Start:
         if self._scratch is None:
             self._scratch = scratch = ScratchDir(self, "practicum-flow-")
-            self.tools = build_tools(self.tool_names, self.world, scratch.path, self.limits,
-                                     self.search)
+            self.tools = build_tools(
+                self.tool_names, self.world, scratch.path, self.limits, self.search
+            )
         self.task = task
         evaluating = task.data.get("split") == "eval"
         self.max_steps = self.max_steps_by_split[evaluating]
@@ -89,9 +102,14 @@ class FlowEnv(Env):
         return [t.meta for t in self.tools.values()]
 
     def planner_messages(self):
-        return prompts.planner_messages(self.memory, self.analysis, len(self.memory.steps) + 1,
-                                        self.max_steps, self.metas,
-                                        documents=not self.roles.relational)
+        return prompts.planner_messages(
+            self.memory,
+            self.analysis,
+            len(self.memory.steps) + 1,
+            self.max_steps,
+            self.metas,
+            documents=not self.roles.relational,
+        )
 
     def step(self, action: str) -> StepResult:
         assert self.task is not None, "reset() before step()"
@@ -109,9 +127,15 @@ class FlowEnv(Env):
             info["flow"]["query"], info["flow"]["analysis"] = self.memory.query, self.analysis
         if plan.malformed:
             self.malformed += 1
-            out, command, raw = ToolResult(
-                f"Error: malformed plan ({plan.reason}); end with Context:, Sub-Goal:, "
-                "Tool Name:", True), "", ""
+            out, command, raw = (
+                ToolResult(
+                    f"Error: malformed plan ({plan.reason}); end with Context:, Sub-Goal:, "
+                    "Tool Name:",
+                    True,
+                ),
+                "",
+                "",
+            )
         else:
             tool = self.tools[plan.tool]
             command, raw = self.roles.command(self.memory.query, plan, tool.meta, self.memory)
@@ -120,10 +144,23 @@ class FlowEnv(Env):
             except Exception as e:  # a tool bug is an error result, never a crash
                 out = ToolResult(f"Error: {type(e).__name__}: {e}"[:200], True)
         self.tool_errors += out.error and not plan.malformed
-        self.memory.add(Step(plan.tool or plan.raw_tool or "(none)", plan.sub_goal, command,
-                             out.text, out.error, out.value))
-        info["flow"].update(executor=raw, command=command, result=out.text, error=out.error,
-                            tool_seconds=out.seconds)
+        self.memory.add(
+            Step(
+                plan.tool or plan.raw_tool or "(none)",
+                plan.sub_goal,
+                command,
+                out.text,
+                out.error,
+                out.value,
+            )
+        )
+        info["flow"].update(
+            executor=raw,
+            command=command,
+            result=out.text,
+            error=out.error,
+            tool_seconds=out.seconds,
+        )
         if len(self.memory.steps) >= self.max_steps:
             return self._finish(info, plan.malformed, "max_steps")
         if self.elapsed + time.monotonic() - start_step >= self.max_seconds:
@@ -132,8 +169,13 @@ class FlowEnv(Env):
         info["flow"].update(verifier=raw_v, verdict=verdict)
         if verdict == "STOP":
             return self._finish(info, plan.malformed, "verifier")
-        return StepResult(context=self.planner_messages(), malformed=plan.malformed,
-                          metrics=self._metrics(), info=info, grammar=self.grammar)
+        return StepResult(
+            context=self.planner_messages(),
+            malformed=plan.malformed,
+            metrics=self._metrics(),
+            info=info,
+            grammar=self.grammar,
+        )
 
     def _finish(self, info: dict, malformed: bool, reason: str) -> StepResult:
         assert self.task is not None, "reset() before step()"
@@ -145,23 +187,37 @@ class FlowEnv(Env):
         solved = correct or judged
         hops = self.task.data.get("hops") or []
         found = hop_fraction(hops, [s.result for s in self.memory.steps if not s.error])
-        info["flow"].update(generator=raw, answer=answer, gold=self.task.data["answer"],
-                            correct=correct, judged=judged, stopped_by=reason,
-                            memory=self.memory.render(), hops=found)
-        metrics = self._metrics() | {f"acc/{self.task.data['family']}": float(solved),
-                                     "verifier_stop": float(reason == "verifier")}
+        info["flow"].update(
+            generator=raw,
+            answer=answer,
+            gold=self.task.data["answer"],
+            correct=correct,
+            judged=judged,
+            stopped_by=reason,
+            memory=self.memory.render(),
+            hops=found,
+        )
+        metrics = self._metrics() | {
+            f"acc/{self.task.data['family']}": float(solved),
+            "verifier_stop": float(reason == "verifier"),
+        }
         if hops:
             metrics[f"hops/{self.task.data['family']}"] = found
         reward = float(solved) + (self.hop_credit * found if hops else 0.0)
-        return StepResult(reward=reward, done=True, solved=solved, malformed=malformed,
-                          metrics=metrics, info=info)
+        return StepResult(
+            reward=reward, done=True, solved=solved, malformed=malformed, metrics=metrics, info=info
+        )
 
     def _metrics(self) -> dict[str, float]:
         steps = len(self.memory.steps)
         calls = steps - self.malformed
-        return {"steps": float(steps), "malformed_plans": float(self.malformed),
-                "tool_calls": float(calls), "tool_errors": float(self.tool_errors),
-                "tool_error_rate": self.tool_errors / calls if calls else 0.0}
+        return {
+            "steps": float(steps),
+            "malformed_plans": float(self.malformed),
+            "tool_calls": float(calls),
+            "tool_errors": float(self.tool_errors),
+            "tool_error_rate": self.tool_errors / calls if calls else 0.0,
+        }
 
     def close(self) -> None:
         if self._scratch is not None:

@@ -37,17 +37,21 @@ from practicum.envs.flow.tools import mentioned_titles
 STOPWORDS = frozenset(
     "a an the of in on at to into from for by with and or is was are were be been does did do "
     "has had have which what who whom whose where when how that this it its he she his her "
-    "they their there as out about than then".split())
+    "they their there as out about than then".split()
+)
 AUXILIARIES = frozenset("is was are were does did do has had".split())
 PARTICLES = frozenset("into from to in at on of with for".split())
 """Trailing words of a verb (\"empty into\") skipped when looking for it."""
 NUMBER_NOUNS = frozenset("population length height depth area age number size".split())
 LEADING_FUNCTION_WORDS = frozenset(
     "The A An It Its He She His Her They Their This That These Those There Today In On At Each "
-    "Every Since After Before When While".split())
+    "Every Since After Before When While".split()
+)
 _WH = re.compile(
     r"^\s*(?:(?:in|from|out of|to|at|on|for|by|of|through|into|under)\s+)?"
-    r"(?:(which|what)\s+([a-z]+)\b|(who|whom|when|where|how\s+[a-z]+|what|which)\b)", re.I)
+    r"(?:(which|what)\s+([a-z]+)\b|(who|whom|when|where|how\s+[a-z]+|what|which)\b)",
+    re.I,
+)
 _CAP_RUN = re.compile(r"[A-Z][\w'-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'-]*)*")
 _YEAR = re.compile(r"(?<!\d)(1\d{3}|20\d{2})(?!\d)")
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:\s+([a-z]+))?")
@@ -86,9 +90,9 @@ def read_question(question: str, titles: list[str]) -> Reading | None:
         return None
     wh = (m.group(1) or m.group(3)).lower()
     noun = m.group(2).lower() if m.group(2) else None
-    rest = q[m.end():]
+    rest = q[m.end() :]
     if noun in AUXILIARIES:  # "What is the ...": a bare wh-word
-        noun, rest = None, q[m.start(2):]
+        noun, rest = None, q[m.start(2) :]
     toks = rest.split()
     low = [t.lower() for t in toks]
     kind = "name"
@@ -113,11 +117,11 @@ def read_question(question: str, titles: list[str]) -> Reading | None:
                 asked.append(tail[-1])
     elif low and low[0].isalpha() and low[0] not in STOPWORDS:
         asked.append(low[0])  # "Who founded ...", "Which river flows through ..."
-    descriptions = len(re.findall(r"\bthe\s+[a-z]", rest)) + len(re.findall(r"\w's\s+[a-z]",
-                                                                             rest))
+    descriptions = len(re.findall(r"\bthe\s+[a-z]", rest)) + len(re.findall(r"\w's\s+[a-z]", rest))
     hops = 1 + max(0, descriptions - (head is not None))
-    return Reading(kind, tuple(dict.fromkeys(asked)), noun, hops,
-                    tuple(mentioned_titles(question, titles)))
+    return Reading(
+        kind, tuple(dict.fromkeys(asked)), noun, hops, tuple(mentioned_titles(question, titles))
+    )
 
 
 def documents(result: str, titles: list[str]) -> list[tuple[str, str]]:
@@ -144,8 +148,11 @@ def _candidates(sentence: str, kind: str, titles: list[str]) -> list[tuple[str, 
     if kind in ("measure", "count"):
         for m in _NUMBER.finditer(sentence):
             unit = m.group(1)
-            span = m.group(0) if kind == "measure" and unit and unit not in STOPWORDS else (
-                m.group(0).split()[0])
+            span = (
+                m.group(0)
+                if kind == "measure" and unit and unit not in STOPWORDS
+                else (m.group(0).split()[0])
+            )
             out.append((span, m.start(), m.start() + len(span)))
         return out
     taken: list[tuple[int, int]] = []
@@ -159,7 +166,7 @@ def _candidates(sentence: str, kind: str, titles: list[str]) -> list[tuple[str, 
         span, start = m.group(0), m.start()
         first = span.split()[0]
         if first in LEADING_FUNCTION_WORDS:
-            span = span[len(first):].lstrip()
+            span = span[len(first) :].lstrip()
             start = m.end() - len(span)
             if span.lower().startswith("the "):
                 span, start = span[4:], start + 4
@@ -183,8 +190,9 @@ class Candidate:
         return self.support, -self.distance
 
 
-def best_candidate(q: Reading, docs: list[tuple[str, str]], excluded: set[str],
-                   titles: list[str]) -> Candidate | None:
+def best_candidate(
+    q: Reading, docs: list[tuple[str, str]], excluded: set[str], titles: list[str]
+) -> Candidate | None:
     """The answer span the documents give (module doc), None when they hold none of the kind."""
     skip = {e.lower() for e in excluded} | {t.lower() for t in q.named}
     best: Candidate | None = None
@@ -197,10 +205,10 @@ def best_candidate(q: Reading, docs: list[tuple[str, str]], excluded: set[str],
             for span, start, end in _candidates(sentence, q.kind, titles):
                 if span.lower() in skip or span.lower() == title.lower():
                     continue
-                typed = bool(q.type_noun and re.search(rf"\b{q.type_noun}",
-                                                       low[max(0, start - 20):end]))
-                dist = min((start - h if h <= start else h - end + 40 for h in hits),
-                           default=1000)
+                typed = bool(
+                    q.type_noun and re.search(rf"\b{q.type_noun}", low[max(0, start - 20) : end])
+                )
+                dist = min((start - h if h <= start else h - end + 40 for h in hits), default=1000)
                 cand = Candidate(span, named + typed, dist)
                 if best is None or cand.key > best.key:
                     best = cand
@@ -246,8 +254,9 @@ def chain_distances(steps, question: str, titles: list[str]) -> dict[str, int]:
     return dist
 
 
-def _answer_in(q: Reading, docs: list[tuple[str, str]], dist: dict[str, int],
-               titles: list[str]) -> Candidate | None:
+def _answer_in(
+    q: Reading, docs: list[tuple[str, str]], dist: dict[str, int], titles: list[str]
+) -> Candidate | None:
     """The best span of the documents on the chain, none upstream of its own document."""
     best = None
     for title, text in docs:

@@ -25,8 +25,10 @@ def planner_grammar(tools: list[str], field_chars: int = 100, field_tokens: int 
     if not tools:
         raise ValueError("the planner grammar needs at least one tool")
     names = " | ".join(lark_literal(t) for t in tools)
-    return (f'start: "Context: " context "\\nSub-Goal: " sub_goal "\\nTool Name: " TOOL\n'
-            f"context[max_tokens={field_tokens}]: FIELD\n"
-            f"sub_goal[max_tokens={field_tokens}]: FIELD\n"
-            f"FIELD: /[^\\n]{{1,{field_chars}}}/\n"
-            f"TOOL: {names}\n")
+    return (
+        f'start: "Context: " context "\\nSub-Goal: " sub_goal "\\nTool Name: " TOOL\n'
+        f"context[max_tokens={field_tokens}]: FIELD\n"
+        f"sub_goal[max_tokens={field_tokens}]: FIELD\n"
+        f"FIELD: /[^\\n]{{1,{field_chars}}}/\n"
+        f"TOOL: {names}\n"
+    )

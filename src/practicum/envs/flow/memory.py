@@ -35,11 +35,17 @@ class Memory:
         """The memory as the prompts show it (verbatim, in order)."""
         lines = [f"Query: {self.query}"]
         if self.files:
-            lines.append("Files: " + "; ".join(f"{f['file_name']} ({f['description']})"
-                                              for f in self.files))
+            lines.append(
+                "Files: " + "; ".join(f"{f['file_name']} ({f['description']})" for f in self.files)
+            )
         if not self.steps:
             lines.append("Actions so far: none.")
         for i, s in enumerate(self.steps, 1):
-            lines += [f"Action Step {i}:", f"  Tool: {s.tool}", f"  Sub-Goal: {s.sub_goal}",
-                      f"  Command: {s.command}", f"  Result: {s.result}"]
+            lines += [
+                f"Action Step {i}:",
+                f"  Tool: {s.tool}",
+                f"  Sub-Goal: {s.sub_goal}",
+                f"  Command: {s.command}",
+                f"  Result: {s.result}",
+            ]
         return "\n".join(lines)

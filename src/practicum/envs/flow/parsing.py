@@ -52,7 +52,7 @@ def _field(text: str, start: re.Pattern, ends: list[re.Pattern]) -> tuple[str, i
     m = matches[-1] if matches else None
     if m is None:
         return None
-    rest = text[m.end():]
+    rest = text[m.end() :]
     cut = len(rest)
     for e in ends:
         n = e.search(rest)
@@ -88,7 +88,7 @@ def parse_command(text: str, tool: str) -> str:
     a leading 'TOOL:' prefix; code keeps its lines, other tools take the first line."""
     matches = list(_COMMAND.finditer(text))
     m = matches[-1] if matches else None
-    body = text[m.end():] if m else text
+    body = text[m.end() :] if m else text
     body = body.strip()
     body = re.sub(rf"^`*{re.escape(tool)}`*\s*:\s*", "", body, flags=re.I)
     if tool == "python_coder":

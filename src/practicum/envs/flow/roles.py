@@ -83,8 +83,14 @@ def query_hops(query: str) -> int:
 class Roles:
     """Calls for every frozen role; `last_calls` records each role's raw output (for show)."""
 
-    def __init__(self, service: ModelService | None, specs: RoleSpecs, titles: list[str],
-                 tokens: RoleTokens | None = None, relational: bool = True):
+    def __init__(
+        self,
+        service: ModelService | None,
+        specs: RoleSpecs,
+        titles: list[str],
+        tokens: RoleTokens | None = None,
+        relational: bool = True,
+    ):
         self.specs, self.titles, self.tokens = specs, titles, tokens or RoleTokens()
         self.relational = relational
         """False for a user's document corpus: a lookup names a title, no attribute."""
@@ -103,24 +109,28 @@ class Roles:
 
     def _call(self, role: str, messages, max_tokens: int) -> str:
         client = self._client(role)
-        return client.complete(messages, SamplingParams(temperature=0.0,
-                                                        max_new_tokens=max_tokens)).text
+        return client.complete(
+            messages, SamplingParams(temperature=0.0, max_new_tokens=max_tokens)
+        ).text
 
     # -- roles ------------------------------------------------------------------------------------
     def analyse(self, query: str, tools: list[ToolMeta]) -> str:
         if self._client("analyst") is None:
             return ""
-        return self._call("analyst", prompts.analyst_messages(query, tools),
-                          self.tokens.analyst).strip()
+        return self._call(
+            "analyst", prompts.analyst_messages(query, tools), self.tokens.analyst
+        ).strip()
 
-    def command(self, query: str, plan: Plan, tool: ToolMeta,
-                memory: Memory | None = None) -> tuple[str, str]:
+    def command(
+        self, query: str, plan: Plan, tool: ToolMeta, memory: Memory | None = None
+    ) -> tuple[str, str]:
         """(tool input, the executor's raw reply)."""
         if self._client("executor") is None:
             cmd = self.rules_command(plan, memory)
             return cmd, f"Command: {cmd}"
-        raw = self._call("executor", prompts.executor_messages(query, plan, tool),
-                         self.tokens.executor)
+        raw = self._call(
+            "executor", prompts.executor_messages(query, plan, tool), self.tokens.executor
+        )
         return parse_command(raw, tool.name), raw
 
     def verdict(self, memory: Memory, analysis: str) -> tuple[str, str]:
@@ -128,8 +138,9 @@ class Roles:
         if self._client("verifier") is None:
             v = self.rules_verdict(memory)
             return v, f"Conclusion: {v}"
-        raw = self._call("verifier", prompts.verifier_messages(memory, analysis),
-                         self.tokens.verifier)
+        raw = self._call(
+            "verifier", prompts.verifier_messages(memory, analysis), self.tokens.verifier
+        )
         return parse_verdict(raw), raw
 
     def answer(self, memory: Memory) -> tuple[str, str]:
@@ -178,11 +189,13 @@ class Roles:
     def rules_command(self, plan: Plan, memory: Memory | None = None) -> str:
         text = plan.sub_goal
         if plan.tool == "lookup" and not self.relational:  # a user's corpus: titles only
-            return (self.resolve_document(text, memory)
-                    or self.resolve_document(plan.context, memory) or text)
+            return (
+                self.resolve_document(text, memory)
+                or self.resolve_document(plan.context, memory)
+                or text
+            )
         if plan.tool == "lookup":
-            entity = (self.resolve_entity(text, memory)
-                      or self.resolve_entity(plan.context, memory))
+            entity = self.resolve_entity(text, memory) or self.resolve_entity(plan.context, memory)
             relation = find_relation(text, entity)
             return f"{entity} | {relation}" if entity and relation else text
         if plan.tool in ("calculator", "python_coder"):
@@ -204,8 +217,11 @@ class Roles:
         return done[-1].value if done else ""
 
     def rules_verdict(self, memory: Memory) -> str:
-        if not self.relational and memory.steps and freetext.documents(
-                memory.steps[-1].result, self.titles):
+        if (
+            not self.relational
+            and memory.steps
+            and freetext.documents(memory.steps[-1].result, self.titles)
+        ):
             stop = freetext.answers_question(memory.steps, memory.query, self.titles)
             return "STOP" if stop else "CONTINUE"
         if not memory.steps or memory.steps[-1].error or not memory.steps[-1].value:
@@ -215,7 +231,8 @@ class Roles:
         if asked is None:
             return "STOP" if re.fullmatch(r"-?[\d.,/]+", last.value) else "CONTINUE"
         m = _LOOKUP_RESULT.match(last.result)
-        looked_up = {s.result for s in memory.steps
-                     if not s.error and _LOOKUP_RESULT.match(s.result)}
+        looked_up = {
+            s.result for s in memory.steps if not s.error and _LOOKUP_RESULT.match(s.result)
+        }
         done = m and m.group(1) == asked and len(looked_up) >= query_hops(memory.query)
         return "STOP" if done else "CONTINUE"

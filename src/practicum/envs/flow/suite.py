@@ -27,65 +27,113 @@ class FlowOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["flow", "direct", "tool_integrated"] = Field(
-        "flow", description="flow = planner/executor/verifier/generator with memory; the "
+        "flow",
+        description="flow = planner/executor/verifier/generator with memory; the "
         "ablation's baselines: direct (the policy answers alone) or tool_integrated (the "
-        "policy calls the tools itself in one sequence).")
+        "policy calls the tools itself in one sequence).",
+    )
     families: dict[str, float] = Field(
         {"multihop": 0.4, "arithmetic": 0.3, "gsm": 0.2, "countdown": 0.1},
-        description=f"Task families ({', '.join(FAMILIES)}) and their training weights.")
+        description=f"Task families ({', '.join(FAMILIES)}) and their training weights.",
+    )
     train_size: int = Field(400, gt=0, description="Generated training tasks.")
-    eval_per_family: int = Field(16, gt=0, description="Held-out tasks per family (disjoint "
-                                 "questions, a different seed).")
-    tools: list[ToolName] = Field(list(TOOL_NAMES), min_length=1,
-                                  description="Tools shown to the planner and executor.")
-    max_steps_train: int = Field(3, ge=1, description="Planner turns per training episode "
-                                 "(the paper's TOOL_STEPS=3).")
-    max_steps_eval: int = Field(10, ge=1, description="Planner turns per held-out episode "
-                                "(the paper's max_steps=10); rollout.max_turns must allow it.")
-    max_seconds_train: float = Field(120.0, gt=0, description="Time limit of a training "
-                                     "episode's flow (checked after each step).")
+    eval_per_family: int = Field(
+        16, gt=0, description="Held-out tasks per family (disjoint questions, a different seed)."
+    )
+    tools: list[ToolName] = Field(
+        list(TOOL_NAMES), min_length=1, description="Tools shown to the planner and executor."
+    )
+    max_steps_train: int = Field(
+        3, ge=1, description="Planner turns per training episode (the paper's TOOL_STEPS=3)."
+    )
+    max_steps_eval: int = Field(
+        10,
+        ge=1,
+        description="Planner turns per held-out episode "
+        "(the paper's max_steps=10); rollout.max_turns must allow it.",
+    )
+    max_seconds_train: float = Field(
+        120.0,
+        gt=0,
+        description="Time limit of a training episode's flow (checked after each step).",
+    )
     max_seconds_eval: float = Field(300.0, gt=0, description="Time limit of a held-out episode.")
-    analyst: str = Field("base", description="Backend of the query analysis: policy, base, "
-                         "local:<model>, openai:<url>|<model> or rules (= no analysis).")
-    executor: str = Field("base", description="Backend of the executor (writes tool commands); "
-                          "rules = entity/relation/expression taken from the sub-goal.")
-    verifier: str = Field("base", description="Backend of the verifier (STOP/CONTINUE); rules = "
-                          "stop once the query's asked relation or a number was found (on your "
-                          "own documents: once the last one on the chain names the asked "
-                          "relation, `flow.freetext`).")
-    generator: str = Field("base", description="Backend of the generator (final answer); "
-                           "rules = the value of the last successful step (on your own "
-                           "documents: the span of the asked kind, `flow.freetext`).")
-    judge: str | None = Field(None, description="Optional judge backend: an answer the exact "
-                              "check rejects still counts when the judge says equivalent.")
+    analyst: str = Field(
+        "base",
+        description="Backend of the query analysis: policy, base, "
+        "local:<model>, openai:<url>|<model> or rules (= no analysis).",
+    )
+    executor: str = Field(
+        "base",
+        description="Backend of the executor (writes tool commands); "
+        "rules = entity/relation/expression taken from the sub-goal.",
+    )
+    verifier: str = Field(
+        "base",
+        description="Backend of the verifier (STOP/CONTINUE); rules = "
+        "stop once the query's asked relation or a number was found (on your "
+        "own documents: once the last one on the chain names the asked "
+        "relation, `flow.freetext`).",
+    )
+    generator: str = Field(
+        "base",
+        description="Backend of the generator (final answer); "
+        "rules = the value of the last successful step (on your own "
+        "documents: the span of the asked kind, `flow.freetext`).",
+    )
+    judge: str | None = Field(
+        None,
+        description="Optional judge backend: an answer the exact "
+        "check rejects still counts when the judge says equivalent.",
+    )
     executor_tokens: int = Field(48, gt=0, description="Token budget of an executor reply.")
     verifier_tokens: int = Field(48, gt=0, description="Token budget of a verifier reply.")
     generator_tokens: int = Field(32, gt=0, description="Token budget of a generator reply.")
     analyst_tokens: int = Field(64, gt=0, description="Token budget of the query analysis.")
-    world_seed: int | None = Field(None, description="Seed of the generated corpus (None = the "
-                                   "run seed).")
+    world_seed: int | None = Field(
+        None, description="Seed of the generated corpus (None = the run seed)."
+    )
     wall_seconds: float = Field(5.0, gt=0, description="Time limit of one sandboxed run.")
-    hop_credit: float = Field(0.5, ge=0, lt=1, description="Reward per episode for the "
-                              "fraction of a multihop task's chain hops that some successful "
-                              "tool result shows (added to the 0/1 exact-match reward; below "
-                              "1 so any solved episode outranks any unsolved one); 0 = the "
-                              "paper's outcome reward only.")
-    planner_grammar_chars: int | None = Field(100, ge=8, description="Each planner turn must "
-                                              "match the plan grammar (Context / Sub-Goal of "
-                                              "at most this many characters / Tool Name from "
-                                              "the tools), for samplers that honour "
-                                              "`grammar`; null = free text.")
-    planner_grammar_tokens: int = Field(24, ge=4, description="The plan grammar's cap on "
-                                        "Context and on Sub-Goal, in tokens (two fields and "
-                                        "the fixed text fit a 64-token turn).")
-    questions: str | None = Field(None, description="JSONL of your own search questions "
-                                  "({question, answer, chain?: [document titles in hop "
-                                  "order], id?, split?: train|eval}); they replace the "
-                                  "generated multihop questions. Needs `corpus`.")
-    corpus: str | None = Field(None, description="Your own documents for search and lookup: "
-                               "a folder of .txt/.md files (title = file name) or a JSONL of "
-                               "{title, text}; replaces the generated world. Needs "
-                               "`questions`.")
+    hop_credit: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Reward per episode for the "
+        "fraction of a multihop task's chain hops that some successful "
+        "tool result shows (added to the 0/1 exact-match reward; below "
+        "1 so any solved episode outranks any unsolved one); 0 = the "
+        "paper's outcome reward only.",
+    )
+    planner_grammar_chars: int | None = Field(
+        100,
+        ge=8,
+        description="Each planner turn must "
+        "match the plan grammar (Context / Sub-Goal of "
+        "at most this many characters / Tool Name from "
+        "the tools), for samplers that honour "
+        "`grammar`; null = free text.",
+    )
+    planner_grammar_tokens: int = Field(
+        24,
+        ge=4,
+        description="The plan grammar's cap on "
+        "Context and on Sub-Goal, in tokens (two fields and "
+        "the fixed text fit a 64-token turn).",
+    )
+    questions: str | None = Field(
+        None,
+        description="JSONL of your own search questions "
+        "({question, answer, chain?: [document titles in hop "
+        "order], id?, split?: train|eval}); they replace the "
+        "generated multihop questions. Needs `corpus`.",
+    )
+    corpus: str | None = Field(
+        None,
+        description="Your own documents for search and lookup: "
+        "a folder of .txt/.md files (title = file name) or a JSONL of "
+        "{title, text}; replaces the generated world. Needs "
+        "`questions`.",
+    )
 
     @field_validator("families")
     @classmethod
@@ -100,11 +148,13 @@ class FlowOptions(BaseModel):
     @model_validator(mode="after")
     def _user_data_together(self) -> "FlowOptions":
         if (self.questions is None) != (self.corpus is None):
-            raise ValueError("questions and corpus go together (a question needs the "
-                             "documents that answer it)")
+            raise ValueError(
+                "questions and corpus go together (a question needs the documents that answer it)"
+            )
         if self.questions is not None and self.families.get("multihop", 0) <= 0:
-            raise ValueError("questions replace the multihop family: give multihop a "
-                             "positive weight")
+            raise ValueError(
+                "questions replace the multihop family: give multihop a positive weight"
+            )
         return self
 
     @field_validator("analyst", "executor", "verifier", "generator", "judge")
@@ -126,13 +176,18 @@ def flow_suite(opts: FlowOptions, ctx: SuiteContext) -> Suite:
         train, held_out = user_split(opts, world, ctx.seed)
     else:
         world = build_world(ctx.seed if opts.world_seed is None else opts.world_seed)
-        train, held_out = split_tasks(opts.families, opts.train_size, opts.eval_per_family,
-                                      ctx.seed, world)
+        train, held_out = split_tasks(
+            opts.families, opts.train_size, opts.eval_per_family, ctx.seed, world
+        )
     search = Search(world) if "search" in opts.tools else None  # one index, shared
-    demonstrator = Demonstrator(train, opts.planner_grammar_tokens,  # training tasks only
-                                opts.planner_grammar_chars or 100)
-    return Suite(partial(make_flow_env, opts, world, search), train, held_out,
-                 demonstrator=demonstrator)
+    demonstrator = Demonstrator(
+        train,
+        opts.planner_grammar_tokens,  # training tasks only
+        opts.planner_grammar_chars or 100,
+    )
+    return Suite(
+        partial(make_flow_env, opts, world, search), train, held_out, demonstrator=demonstrator
+    )
 
 
 def user_split(opts: FlowOptions, corpus, seed: int):
@@ -140,7 +195,7 @@ def user_split(opts: FlowOptions, corpus, seed: int):
     of them when fewer), the other families generated as usual."""
     mine, held = load_questions(opts.questions, corpus, opts.eval_per_family, seed)
     total = sum(opts.families.values())
-    mine = mine[:max(1, round(opts.train_size * opts.families["multihop"] / total))]
+    mine = mine[: max(1, round(opts.train_size * opts.families["multihop"] / total))]
     others = {f: w for f, w in opts.families.items() if f != "multihop" and w > 0}
     if not others:
         return mine, held
@@ -158,18 +213,28 @@ def make_flow_env(opts: FlowOptions, world, search, service=None):
     from practicum.envs.flow.baselines import DirectEnv, ToolIntegratedEnv
 
     specs = RoleSpecs(opts.analyst, opts.executor, opts.verifier, opts.generator, opts.judge)
-    tokens = RoleTokens(opts.analyst_tokens, opts.executor_tokens, opts.verifier_tokens,
-                        opts.generator_tokens)
-    limits = Limits(wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8,
-                    output_bytes=2000)
+    tokens = RoleTokens(
+        opts.analyst_tokens, opts.executor_tokens, opts.verifier_tokens, opts.generator_tokens
+    )
+    limits = Limits(
+        wall_seconds=opts.wall_seconds, memory_mb=512, max_processes=8, output_bytes=2000
+    )
     if opts.mode == "direct":
         return DirectEnv()
     if opts.mode == "tool_integrated":
-        return ToolIntegratedEnv(world, list(opts.tools), limits,
-                                 (opts.max_steps_train, opts.max_steps_eval), search)
-    roles = Roles(service, specs, world.titles, tokens,
-                  relational=not isinstance(world, DocCorpus))
-    return FlowEnv(roles, world, list(opts.tools), limits,
-                   (opts.max_steps_train, opts.max_steps_eval),
-                   (opts.max_seconds_train, opts.max_seconds_eval), search,
-                   opts.hop_credit, opts.planner_grammar_chars, opts.planner_grammar_tokens)
+        return ToolIntegratedEnv(
+            world, list(opts.tools), limits, (opts.max_steps_train, opts.max_steps_eval), search
+        )
+    roles = Roles(service, specs, world.titles, tokens, relational=not isinstance(world, DocCorpus))
+    return FlowEnv(
+        roles,
+        world,
+        list(opts.tools),
+        limits,
+        (opts.max_steps_train, opts.max_steps_eval),
+        (opts.max_seconds_train, opts.max_seconds_eval),
+        search,
+        opts.hop_credit,
+        opts.planner_grammar_chars,
+        opts.planner_grammar_tokens,
+    )

@@ -36,29 +36,47 @@ def family_tasks(family: str, n: int, seed: int, split: str, world: World) -> li
     split_seed = seed if split == "train" else seed + 1_000_003
     if family == "multihop":
         qs = make_questions(world, n, split_seed * 7 + 1)
-        return [Task(f"{split}/multihop/{i}", {"family": "multihop", "split": split,
-                                                "question": q.question, "answer": q.answer,
-                                                "chain": list(q.chain),
-                                                "relations": list(q.relations),
-                                                "hops": chain_hops(q.chain)})
-                for i, q in enumerate(qs)]
+        return [
+            Task(
+                f"{split}/multihop/{i}",
+                {
+                    "family": "multihop",
+                    "split": split,
+                    "question": q.question,
+                    "answer": q.answer,
+                    "chain": list(q.chain),
+                    "relations": list(q.relations),
+                    "hops": chain_hops(q.chain),
+                },
+            )
+            for i, q in enumerate(qs)
+        ]
     entries = gym_entries(GYM_NAMES[family], n, split_seed * 101 + FAMILIES.index(family))
-    return [Task(f"{split}/{family}/{i}", {"family": family, "split": split,
-                                            "question": e["question"], "answer": str(e["answer"]),
-                                            "entry": e})
-            for i, e in enumerate(entries)]
+    return [
+        Task(
+            f"{split}/{family}/{i}",
+            {
+                "family": family,
+                "split": split,
+                "question": e["question"],
+                "answer": str(e["answer"]),
+                "entry": e,
+            },
+        )
+        for i, e in enumerate(entries)
+    ]
 
 
-def split_tasks(families: dict[str, float], train_size: int, eval_per_family: int, seed: int,
-                world: World) -> tuple[list[Task], list[Task]]:
+def split_tasks(
+    families: dict[str, float], train_size: int, eval_per_family: int, seed: int, world: World
+) -> tuple[list[Task], list[Task]]:
     """Weighted training tasks (shuffled) and `eval_per_family` held-out tasks per family;
     a held-out question also in training is dropped."""
     total = sum(families.values())
     train: list[Task] = []
     for fam, w in sorted(families.items()):
         if w > 0:
-            train += family_tasks(fam, max(1, round(train_size * w / total)), seed, "train",
-                                  world)
+            train += family_tasks(fam, max(1, round(train_size * w / total)), seed, "train", world)
     random.Random(seed).shuffle(train)
     seen = {t.data["question"] for t in train}
     per_family = []
@@ -88,8 +106,9 @@ def _number_equal(answer: str, gold: str) -> bool:
             return True
     except ValueError:
         pass
-    return bool(verify(parse(g, parsing_timeout=None), parse(a, parsing_timeout=None),
-                       timeout_seconds=None))
+    return bool(
+        verify(parse(g, parsing_timeout=None), parse(a, parsing_timeout=None), timeout_seconds=None)
+    )
 
 
 def eval_fraction(s: str) -> float:
@@ -130,6 +149,7 @@ def hop_fraction(hops: list[list[str]], results: list[str]) -> float:
     if not hops:
         return 0.0
     pieces = [f" {normalise_text(p)} " for r in results for p in r.split(" | ")]
-    shown = sum(any(all(f" {normalise_text(e)} " in p for e in hop) for p in pieces)
-                for hop in hops)
+    shown = sum(
+        any(all(f" {normalise_text(e)} " in p for e in hop) for p in pieces) for hop in hops
+    )
     return shown / len(hops)

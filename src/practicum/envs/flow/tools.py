@@ -42,8 +42,10 @@ class ToolMeta:
     example: str
 
     def card(self) -> str:
-        return (f"- {self.name}: {self.description} Input: {self.input_schema}. "
-                f"Limits: {self.limitations} E.g. {self.example}")
+        return (
+            f"- {self.name}: {self.description} Input: {self.input_schema}. "
+            f"Limits: {self.limitations} E.g. {self.example}"
+        )
 
 
 class FlowTool(Tool):
@@ -69,8 +71,12 @@ def _sandbox_output(program: str, workdir: Path, limits: Limits) -> ToolResult:
 class Calculator(FlowTool):
     name = "calculator"
     meta = ToolMeta(
-        "calculator", "evaluates one arithmetic expression.", "an expression",
-        "numbers and + - * / ( ) only.", "calculator: (12 + 30) * 2")
+        "calculator",
+        "evaluates one arithmetic expression.",
+        "an expression",
+        "numbers and + - * / ( ) only.",
+        "calculator: (12 + 30) * 2",
+    )
 
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
@@ -90,8 +96,12 @@ class Calculator(FlowTool):
 class PythonCoder(FlowTool):
     name = "python_coder"
     meta = ToolMeta(
-        "python_coder", "runs a short Python program and returns what it prints.",
-        "Python code that prints its result", "sandboxed, a few seconds, no network.", "python_coder: print(sum(range(10)))")
+        "python_coder",
+        "runs a short Python program and returns what it prints.",
+        "Python code that prints its result",
+        "sandboxed, a few seconds, no network.",
+        "python_coder: print(sum(range(10)))",
+    )
 
     def __init__(self, workdir: Path, limits: Limits):
         self.workdir, self.limits = workdir, limits
@@ -113,45 +123,58 @@ class PythonCoder(FlowTool):
 class Search(FlowTool):
     name = "search"
     meta = ToolMeta(
-        "search", "BM25 keyword search over the encyclopedia (companies, people, cities, "
-        "regions).", "keywords", "returns the top 2 documents.", "search: founder of Velor Works")
+        "search",
+        "BM25 keyword search over the encyclopedia (companies, people, cities, regions).",
+        "keywords",
+        "returns the top 2 documents.",
+        "search: founder of Velor Works",
+    )
 
     def __init__(self, world: World | DocCorpus, k: int = 2):
         self.world, self.k = world, k
         self.docs = world.documents()
         if isinstance(world, DocCorpus):
-            self.meta = ToolMeta("search", "BM25 keyword search over the documents.",
-                                 "keywords", "returns the top 2 documents, each led by its "
-                                 "title.", "search: who directed the film")
+            self.meta = ToolMeta(
+                "search",
+                "BM25 keyword search over the documents.",
+                "keywords",
+                "returns the top 2 documents, each led by its title.",
+                "search: who directed the film",
+            )
         self.retriever = bm25s.BM25()
-        self.retriever.index(bm25s.tokenize(self.docs, stopwords="en", show_progress=False),
-                             show_progress=False)
+        self.retriever.index(
+            bm25s.tokenize(self.docs, stopwords="en", show_progress=False), show_progress=False
+        )
 
     def top(self, query: str, k: int) -> list[int]:
         tokens = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
         if not tokens or not tokens[0]:
             return []
-        docs, scores = self.retriever.retrieve(tokens, k=min(k, len(self.docs)),
-                                               show_progress=False)
+        docs, scores = self.retriever.retrieve(
+            tokens, k=min(k, len(self.docs)), show_progress=False
+        )
         return [int(d) for d, s in zip(docs[0], scores[0]) if s > 0]
 
     def execute(self, command: str) -> ToolResult:
         start = time.perf_counter()
         hits = self.top(command, self.k)
         if not hits:
-            return ToolResult("Error: no document matches", True,
-                              seconds=time.perf_counter() - start)
+            return ToolResult(
+                "Error: no document matches", True, seconds=time.perf_counter() - start
+            )
         text = " | ".join(self.docs[i] for i in hits)
         return ToolResult(text[:MAX_RESULT_CHARS], False, "", time.perf_counter() - start)
 
 
 ALL_RELATIONS = sorted({r for rels in RELATIONS.values() for r in rels})
 RELATION_WORDS = {r: (r,) for r in ALL_RELATIONS} | {
-    "founder": ("founder", "founded by", "who founded"), "birthplace": ("birthplace",
-    "born in which", "where was", "city of birth"), "headquarters": ("headquarters",
-    "headquartered", "based"), "employer": ("employer", "works for", "work for"),
-    "founded": ("founded in", "year founded", "founding year"), "born": ("born", "year of birth",
-    "birth year")}
+    "founder": ("founder", "founded by", "who founded"),
+    "birthplace": ("birthplace", "born in which", "where was", "city of birth"),
+    "headquarters": ("headquarters", "headquartered", "based"),
+    "employer": ("employer", "works for", "work for"),
+    "founded": ("founded in", "year founded", "founding year"),
+    "born": ("born", "year of birth", "birth year"),
+}
 """Words naming each relation (the lookup tool accepts any of them)."""
 
 
@@ -168,8 +191,9 @@ def mentioned_titles(text: str, titles: list[str]) -> list[str]:
     low = text.lower()
     spans: dict[str, list[tuple[int, int]]] = {}
     for t in titles:
-        found = [(m.start(), m.end()) for m in
-                 re.finditer(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)]
+        found = [
+            (m.start(), m.end()) for m in re.finditer(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)
+        ]
         if found:
             spans[t] = found
     longer = sorted(spans, key=len, reverse=True)
@@ -205,10 +229,12 @@ def find_relation(text: str, entity: str | None = None) -> str | None:
 class Lookup(FlowTool):
     name = "lookup"
     meta = ToolMeta(
-        "lookup", "gives one attribute of one entity of the encyclopedia.",
+        "lookup",
+        "gives one attribute of one entity of the encyclopedia.",
         "'ENTITY | ATTRIBUTE', ATTRIBUTE one of " + ", ".join(ALL_RELATIONS),
         "exact entity name; one attribute per call.",
-        "lookup: Velor Works | founder")
+        "lookup: Velor Works | founder",
+    )
 
     def __init__(self, world: World):
         self.world = world
@@ -219,29 +245,41 @@ class Lookup(FlowTool):
         head, _, tail = command.partition("|")
         entity = find_entity(head, self.titles) or find_entity(command, self.titles)
         if entity is None:
-            return ToolResult("Error: no entity of that name", True,
-                              seconds=time.perf_counter() - start)
+            return ToolResult(
+                "Error: no entity of that name", True, seconds=time.perf_counter() - start
+            )
         relation = find_relation(tail or command, entity if not tail else None)
         if relation is None:
             doc = self.world.entities[entity].document()
-            return ToolResult(f"Error: name an attribute. {doc}"[:MAX_RESULT_CHARS], True,
-                              seconds=time.perf_counter() - start)
+            return ToolResult(
+                f"Error: name an attribute. {doc}"[:MAX_RESULT_CHARS],
+                True,
+                seconds=time.perf_counter() - start,
+            )
         value = self.world.fact(entity, relation)
         if value is None:
             kind = self.world.entities[entity].kind
-            return ToolResult(f"Error: a {kind} has no {relation} (it has "
-                              f"{', '.join(RELATIONS[kind])})", True,
-                              seconds=time.perf_counter() - start)
-        return ToolResult(f"The {relation} of {entity} is {value}.", False, value,
-                          time.perf_counter() - start)
+            return ToolResult(
+                f"Error: a {kind} has no {relation} (it has {', '.join(RELATIONS[kind])})",
+                True,
+                seconds=time.perf_counter() - start,
+            )
+        return ToolResult(
+            f"The {relation} of {entity} is {value}.", False, value, time.perf_counter() - start
+        )
 
 
 class TitleLookup(FlowTool):
     """`lookup` over a user's document corpus: the document of one named title."""
 
     name = "lookup"
-    meta = ToolMeta("lookup", "gives the document of one title.", "'TITLE'",
-                    "exact title; one document per call.", "lookup: Velor Works")
+    meta = ToolMeta(
+        "lookup",
+        "gives the document of one title.",
+        "'TITLE'",
+        "exact title; one document per call.",
+        "lookup: Velor Works",
+    )
 
     def __init__(self, corpus: DocCorpus):
         self.corpus = corpus
@@ -249,22 +287,33 @@ class TitleLookup(FlowTool):
     def execute(self, command: str) -> ToolResult:
         start = time.perf_counter()
         title = find_entity(command.partition("|")[0], self.corpus.titles) or find_entity(
-            command, self.corpus.titles)
+            command, self.corpus.titles
+        )
         if title is None:
-            return ToolResult("Error: no document of that title", True,
-                              seconds=time.perf_counter() - start)
+            return ToolResult(
+                "Error: no document of that title", True, seconds=time.perf_counter() - start
+            )
         text = f"{title}: {self.corpus.texts[title]}"[:MAX_RESULT_CHARS]
         return ToolResult(text, False, "", time.perf_counter() - start)
 
 
-def build_tools(names: list[str], world: World | DocCorpus, workdir: Path, limits: Limits,
-                search: Search | None = None) -> ToolSet[FlowTool]:
+def build_tools(
+    names: list[str],
+    world: World | DocCorpus,
+    workdir: Path,
+    limits: Limits,
+    search: Search | None = None,
+) -> ToolSet[FlowTool]:
     """The named tools (an unknown name is a config error caught by the options model)."""
-    lookup = (lambda: TitleLookup(world)) if isinstance(world, DocCorpus) else (
-        lambda: Lookup(world))
-    make = {"python_coder": lambda: PythonCoder(workdir, limits),
-            "calculator": lambda: Calculator(workdir, limits),
-            "search": lambda: search or Search(world), "lookup": lookup}
+    lookup = (
+        (lambda: TitleLookup(world)) if isinstance(world, DocCorpus) else (lambda: Lookup(world))
+    )
+    make = {
+        "python_coder": lambda: PythonCoder(workdir, limits),
+        "calculator": lambda: Calculator(workdir, limits),
+        "search": lambda: search or Search(world),
+        "lookup": lookup,
+    }
     return ToolSet(make[n]() for n in names)
 
 

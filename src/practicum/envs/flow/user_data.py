@@ -83,8 +83,9 @@ def load_corpus(path: str) -> DocCorpus:
             try:
                 body = f.read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as e:
-                raise ConfigError(f"corpus file {str(f)!r}: cannot read "
-                                  f"({type(e).__name__})") from None
+                raise ConfigError(
+                    f"corpus file {str(f)!r}: cannot read ({type(e).__name__})"
+                ) from None
             if body:
                 texts[f.stem] = " ".join(body.split())
         if not texts:
@@ -102,8 +103,9 @@ def load_corpus(path: str) -> DocCorpus:
     return DocCorpus(texts)
 
 
-def load_questions(path: str, corpus: DocCorpus, eval_size: int, seed: int
-                   ) -> tuple[list[Task], list[Task]]:
+def load_questions(
+    path: str, corpus: DocCorpus, eval_size: int, seed: int
+) -> tuple[list[Task], list[Task]]:
     """(training tasks, held-out tasks): rows with a `split` keep it; the rest are shuffled by
     `seed` and `eval_size` of them are held out (fewer when rows with split=eval exist)."""
     p = Path(path).expanduser()
@@ -124,17 +126,23 @@ def load_questions(path: str, corpus: DocCorpus, eval_size: int, seed: int
         split = row.get("split")
         if split not in (None, "train", "eval"):
             raise ConfigError(f"{where}: 'split' must be 'train' or 'eval', not {split!r}")
-        data = {"family": "multihop", "question": question, "answer": answer,
-                "chain": chain, "hops": [[corpus.opening(c)] for c in chain],
-                "source": str(p)}
+        data = {
+            "family": "multihop",
+            "question": question,
+            "answer": answer,
+            "chain": chain,
+            "hops": [[corpus.opening(c)] for c in chain],
+            "source": str(p),
+        }
         task = Task(str(row.get("id", f"user/{i}")), data)
         (fixed[split] if split else free).append(task)
     random.Random(seed).shuffle(free)
     n_eval = max(0, eval_size - len(fixed["eval"]))
     held, train = fixed["eval"] + free[:n_eval], fixed["train"] + free[n_eval:]
     if not train:
-        raise ConfigError(f"questions {str(p)!r}: no training questions left after holding "
-                          f"out {len(held)}")
+        raise ConfigError(
+            f"questions {str(p)!r}: no training questions left after holding out {len(held)}"
+        )
     for split, tasks in (("train", train), ("eval", held)):
         for t in tasks:
             t.data["split"] = split

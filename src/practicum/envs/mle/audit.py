@@ -161,12 +161,15 @@ def slots(p: Probe) -> dict[str, str]:
     data = p.suite.make_env.competitions[p.task.data["competition"]]
     from practicum.envs.mle.competitions.prepared_data import default_data_root
 
-    return {"answers": str(data.paths.answers), "private": str(data.paths.private),
-            "data_root": str(data.paths.public.parent.parent.parent),
-            "other_answers": str(data.paths.answers),
-            "default_root": str(default_data_root()),
-            "outside": os.path.join(tempfile.gettempdir(), ESCAPE_NAME),
-            "public_train": str(data.paths.public / "train.csv")}
+    return {
+        "answers": str(data.paths.answers),
+        "private": str(data.paths.private),
+        "data_root": str(data.paths.public.parent.parent.parent),
+        "other_answers": str(data.paths.answers),
+        "default_root": str(default_data_root()),
+        "outside": os.path.join(tempfile.gettempdir(), ESCAPE_NAME),
+        "public_train": str(data.paths.public / "train.csv"),
+    }
 
 
 def _outside_written() -> list[str]:
@@ -204,24 +207,30 @@ def mle_audit(opts) -> AuditSpec:
         if opts.mode == "script":
             from practicum.envs.mle.actions.template import fill_template
 
-            return f"Plan: the template's model.\n```python\n" \
-                   f"{fill_template(template, example)}```"
+            return f"Plan: the template's model.\n```python\n{fill_template(template, example)}```"
         return f"```python\n{example}\n```"
 
     def program(name: str, text: str, ceiling: str = "floor") -> Attack:
         escaped = _outside_written if "{outside" in text else None
-        return Attack(name, lambda p: code(text.format(**slots(p))), ceiling=ceiling,
-                      escaped=escaped)
+        return Attack(
+            name, lambda p: code(text.format(**slots(p))), ceiling=ceiling, escaped=escaped
+        )
 
     attacks = [program(name, text) for name, text in ATTACK_PROGRAMS.items()]
-    attacks += [program("names-only script", NAMES_ONLY, "honest"),
-                program("non-finite predictions", NON_FINITE),
-                program("look the answers up in the public source", SOURCE_LOOKUP)]
+    attacks += [
+        program("names-only script", NAMES_ONLY, "honest"),
+        program("non-finite predictions", NON_FINITE),
+        program("look the answers up in the public source", SOURCE_LOOKUP),
+    ]
     # Template and section prompts show a complete region body (the example): echoing the
     # prompt is copying it, an attempt judged against the honest reference (found by the audit);
     # so is the candidate spray, whose lines include the example lines the prompt shows (a lone
     # `model = ...` line is salvaged from a malformed reply, by design: `salvage`).
     attempts = ("prompt echo", *SPRAY_ATTACKS) if opts.mode != "script" else ()
-    return AuditSpec(floor=opts.failure_reward + credit, attempts=attempts,
-                     honest=honest if opts.mode in ("template", "script") else None,
-                     attacks=attacks, code=code)
+    return AuditSpec(
+        floor=opts.failure_reward + credit,
+        attempts=attempts,
+        honest=honest if opts.mode in ("template", "script") else None,
+        attacks=attacks,
+        code=code,
+    )

@@ -116,17 +116,23 @@ class _Progress:
         self.milestones = max(self.milestones, len(outcome.milestones))
         if outcome.valid:
             credit = outcome.reward.score_credit
-            self.score_credit = credit if self.score_credit is None else max(self.score_credit,
-                                                                             credit)
+            self.score_credit = (
+                credit if self.score_credit is None else max(self.score_credit, credit)
+            )
 
 
 class MleEnv(Env):
     """One ML-engineering episode at a time (module docstring). Thread-compatible: one env per
     episode; the shared pieces (competition cache, buffer, instrumenter) are thread-safe."""
 
-    def __init__(self, options: MleOptions, competitions: dict[str, CompetitionData] | Any,
-                 buffer: SolutionBuffer | None = None, instrumenter: LLMInstrumenter | None = None,
-                 env_failure_reward: float = 0.0):
+    def __init__(
+        self,
+        options: MleOptions,
+        competitions: dict[str, CompetitionData] | Any,
+        buffer: SolutionBuffer | None = None,
+        instrumenter: LLMInstrumenter | None = None,
+        env_failure_reward: float = 0.0,
+    ):
         self.options = options
         self.competitions = competitions
         """competition id -> CompetitionData (a dict, or a lazy mapping with __getitem__)."""
@@ -135,13 +141,19 @@ class MleEnv(Env):
         """The LLM that inserts milestone prints; None: the rules only."""
         self.env_failure_reward = env_failure_reward
         """Reward of an episode the sandbox failed (`SuiteContext.failure_reward`)."""
-        self.limits = Limits(wall_seconds=options.wall_seconds, memory_mb=options.memory_mb,
-                             max_processes=options.max_processes)
+        self.limits = Limits(
+            wall_seconds=options.wall_seconds,
+            memory_mb=options.memory_mb,
+            max_processes=options.max_processes,
+        )
         self.reward_config = RewardConfig(
-            failure_reward=options.failure_reward, milestone_credit=options.milestone_credit,
+            failure_reward=options.failure_reward,
+            milestone_credit=options.milestone_credit,
             partial_credit=options.partial_credit,
-            lower_is_better_transform=options.lower_is_better_transform, beta=options.beta,
-            score_scale=options.score_scale)
+            lower_is_better_transform=options.lower_is_better_transform,
+            beta=options.beta,
+            score_scale=options.score_scale,
+        )
         self.rng = random.Random(0)
         self.prompt_mode = "scratch"
         self.last_outcome: RunOutcome | None = None
@@ -165,30 +177,42 @@ class MleEnv(Env):
         self._progress, self.last_outcome = _Progress(), None
         mode = self.options.mode
         if mode != "script" and self._region() is None:
-            raise CompetitionError(f"competition '{cid}' has no {mode} script (set "
-                                   f"target_columns in its config.yaml, or use mode: script)")
+            raise CompetitionError(
+                f"competition '{cid}' has no {mode} script (set "
+                f"target_columns in its config.yaml, or use mode: script)"
+            )
         prompt = self._scratch_prompt()
         previous = self._previous(task, cid)
         self.prompt_mode = "improve" if previous is not None else "scratch"
         if previous is not None:
-            reply_format = {"template": prompts.LINE_REPLY,
-                            "section": prompts.SECTION_REPLY}.get(mode)
-            prompt = improvement_prompt(prompt, previous.code, previous.output, previous.score,
-                                        mode="script" if mode == "script" else "template",
-                                        lower_is_better=self._data.comp.lower_is_better,
-                                        max_output_chars=self.options.output_chars,
-                                        reply_format=reply_format)
+            reply_format = {"template": prompts.LINE_REPLY, "section": prompts.SECTION_REPLY}.get(
+                mode
+            )
+            prompt = improvement_prompt(
+                prompt,
+                previous.code,
+                previous.output,
+                previous.score,
+                mode="script" if mode == "script" else "template",
+                lower_is_better=self._data.comp.lower_is_better,
+                max_output_chars=self.options.output_chars,
+                reply_format=reply_format,
+            )
         if mode == "template":
-            system, examples = prompts.LINE_SYSTEM_PROMPT, [dict(m) for m in
-                                                            prompts.LINE_EXAMPLE_MESSAGES]
+            system, examples = (
+                prompts.LINE_SYSTEM_PROMPT,
+                [dict(m) for m in prompts.LINE_EXAMPLE_MESSAGES],
+            )
         elif mode == "section":
             system, examples = prompts.SECTION_SYSTEM_PROMPT, prompts.section_examples()
         else:
             system, examples = prompts.SYSTEM_PROMPT, []
         # the one-line reply ends at its line break, not at the token budget
         stops = ["\n"] if mode == "template" and self.options.line_stop else []
-        return Start([{"role": "system", "content": system}, *examples,
-                      {"role": "user", "content": prompt}], stop_strings=stops)
+        return Start(
+            [{"role": "system", "content": system}, *examples, {"role": "user", "content": prompt}],
+            stop_strings=stops,
+        )
 
     def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
         """An outside agent (`rollout.agent`, e.g. AIDE) gets the competition's description
@@ -208,9 +232,11 @@ class MleEnv(Env):
         comp = self._data.comp
         files = ", ".join(sorted(p.name for p in data.iterdir()))
         direction = "lower" if comp.lower_is_better else "higher"
-        prompt = (f"{comp.description.strip()}\n\nThe data files are in the folder data/ "
-                  f"({files}). Evaluation: {comp.metric} ({direction} is better). Write your "
-                  f"predictions for the test set to submission.csv in the current folder.")
+        prompt = (
+            f"{comp.description.strip()}\n\nThe data files are in the folder data/ "
+            f"({files}). Evaluation: {comp.metric} ({direction} is better). Write your "
+            f"predictions for the test set to submission.csv in the current folder."
+        )
         return AgentTask(prompt, workdir, list(self._data.hidden))
 
     def agent_grade(self, outcome: AgentOutcome) -> StepResult:
@@ -219,37 +245,58 @@ class MleEnv(Env):
         with no milestones measured (`mle_reward`: the failure reward, or the oriented score)."""
         comp, data = self._data.comp, self._data
         folder = _submission_folder(outcome.workdir)
-        valid, score, reason, rows = grade_workdir(folder, comp, data.answers,
-                                                   MAX_SUBMISSION_BYTES)
-        reward = mle_reward([], valid, score, comp.lower_is_better, self.reward_config,
-                            data.anchors)
+        valid, score, reason, rows = grade_workdir(folder, comp, data.answers, MAX_SUBMISSION_BYTES)
+        reward = mle_reward(
+            [], valid, score, comp.lower_is_better, self.reward_config, data.anchors
+        )
         self._progress.attempts, self._progress.valid = 1, valid
         if valid:
             self._progress.score_credit = reward.score_credit
-        return StepResult(reward=reward.total, done=True, solved=valid, metrics=self.metrics(),
-                          info={"valid": valid, "score": score, "reason": reason, "rows": rows,
-                                "submission": str(folder.relative_to(outcome.workdir))})
+        return StepResult(
+            reward=reward.total,
+            done=True,
+            solved=valid,
+            metrics=self.metrics(),
+            info={
+                "valid": valid,
+                "score": score,
+                "reason": reason,
+                "rows": rows,
+                "submission": str(folder.relative_to(outcome.workdir)),
+            },
+        )
 
     def _region(self) -> Template | None:
         """The fixed script whose region the reply fills (None in script mode)."""
-        return {"template": self._data.template,
-                "section": self._data.section}.get(self.options.mode)
+        return {"template": self._data.template, "section": self._data.section}.get(
+            self.options.mode
+        )
 
     def _scratch_prompt(self) -> str:
         data, comp = self._data, self._data.comp
         summary = prompts.task_summary(comp.description, MAX_SUMMARY_CHARS)
         if self.options.mode == "template":
-            return prompts.line_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
-                                       data.template, data.kind)
+            return prompts.line_prompt(
+                comp.name, summary, comp.metric, comp.lower_is_better, data.template, data.kind
+            )
         if self.options.mode == "section":
             section = comp.practicum
-            return prompts.section_prompt(comp.name, summary, comp.metric, comp.lower_is_better,
-                                          data.section, data.columns, data.sizes.train,
-                                          data.sizes.test, section.target_columns[0],
-                                          section.id_column)
+            return prompts.section_prompt(
+                comp.name,
+                summary,
+                comp.metric,
+                comp.lower_is_better,
+                data.section,
+                data.columns,
+                data.sizes.train,
+                data.sizes.test,
+                section.target_columns[0],
+                section.id_column,
+            )
         files = sorted(p.name for p in data.paths.public.iterdir() if p.is_file())
-        return prompts.scratch_prompt(comp.description, files, mode="script",
-                                      max_description_chars=MAX_DESCRIPTION_CHARS)
+        return prompts.scratch_prompt(
+            comp.description, files, mode="script", max_description_chars=MAX_DESCRIPTION_CHARS
+        )
 
     def _previous(self, task: Task, cid: str) -> Solution | None:
         given = task.data.get("previous")
@@ -276,14 +323,24 @@ class MleEnv(Env):
         except ActionParseError as err:
             return self._malformed(str(err), action, last)
         outcome = self.last_outcome = self._run(code)
-        solution = Solution(code=written, output=solution_output(outcome.stdout,
-                                                                 self.options.output_chars),
-                            score=outcome.score, reward=outcome.reward.total, plan=plan,
-                            valid=outcome.valid)
+        solution = Solution(
+            code=written,
+            output=solution_output(outcome.stdout, self.options.output_chars),
+            score=outcome.score,
+            reward=outcome.reward.total,
+            plan=plan,
+            valid=outcome.valid,
+        )
         info = self._info(outcome, solution)
         if outcome.infra_error is not None:  # the sandbox failed, not the policy
-            return StepResult(done=True, reward=self.env_failure_reward, metrics=self.metrics(),
-                              solved=progress.valid, failure=outcome.failure_reason, info=info)
+            return StepResult(
+                done=True,
+                reward=self.env_failure_reward,
+                metrics=self.metrics(),
+                solved=progress.valid,
+                failure=outcome.failure_reason,
+                info=info,
+            )
         self._remember(solution)
         progress.record(outcome)
         reward = self._reward(outcome.reward.total, last)
@@ -293,24 +350,44 @@ class MleEnv(Env):
         # a run killed at the time limit reports no duration: its weight in duration-aware
         # batching stays at the floor instead of the largest (the failure is not a slow model)
         duration = 0.0 if outcome.timed_out else outcome.duration
-        return StepResult(observation, reward, last, duration, metrics=self.metrics(),
-                          solved=progress.valid if last else None, info=info)
+        return StepResult(
+            observation,
+            reward,
+            last,
+            duration,
+            metrics=self.metrics(),
+            solved=progress.valid if last else None,
+            info=info,
+        )
 
     def _malformed(self, reason: str, action: str, last: bool) -> StepResult:
         """An unparsable reply: not run, the failure reward; the episode ends on the last try."""
         self._progress.malformed += 1
-        outcome = self.last_outcome = not_run(self._data.comp, self.reward_config,
-                                              "unparsable reply", parse_error=reason)
-        solution = Solution(code=action.strip()[:500], output="", score=None,
-                            reward=outcome.reward.total, valid=False)
-        fmt = {"template": "one line `model = ...`",
-               "section": "only the code of the section (ending with `predictions = ...`) in "
-               "one ```python block"}.get(self.options.mode, "a short plan and one ```python block")
+        outcome = self.last_outcome = not_run(
+            self._data.comp, self.reward_config, "unparsable reply", parse_error=reason
+        )
+        solution = Solution(
+            code=action.strip()[:500],
+            output="",
+            score=None,
+            reward=outcome.reward.total,
+            valid=False,
+        )
+        fmt = {
+            "template": "one line `model = ...`",
+            "section": "only the code of the section (ending with `predictions = ...`) in "
+            "one ```python block",
+        }.get(self.options.mode, "a short plan and one ```python block")
         observation = f"Your reply could not be run: {reason}. Reply with {fmt}."
-        return StepResult(observation, self._reward(outcome.reward.total, last), last,
-                          malformed=True, metrics=self.metrics(),
-                          solved=self._progress.valid if last else None,
-                          info=self._info(outcome, solution))
+        return StepResult(
+            observation,
+            self._reward(outcome.reward.total, last),
+            last,
+            malformed=True,
+            metrics=self.metrics(),
+            solved=self._progress.valid if last else None,
+            info=self._info(outcome, solution),
+        )
 
     def _run(self, code: str) -> RunOutcome:
         data = self._data
@@ -320,24 +397,58 @@ class MleEnv(Env):
         self._workdirs.append(workdir)
         try:
             if inst.method == "none":  # unparsable or nothing to mark: run as written
-                run = run_python(code, workdir, self.limits, hidden_paths=data.hidden,
-                                 backend=self.options.backend, cancel=self._cancel)
+                run = run_python(
+                    code,
+                    workdir,
+                    self.limits,
+                    hidden_paths=data.hidden,
+                    backend=self.options.backend,
+                    cancel=self._cancel,
+                )
             else:
                 marked, lines = evidence.attach(inst.code, nonce)
-                run = run_instrumented(code, marked, lines, workdir, self.limits,
-                                       hidden_paths=data.hidden, backend=self.options.backend,
-                                       cancel=self._cancel)
+                run = run_instrumented(
+                    code,
+                    marked,
+                    lines,
+                    workdir,
+                    self.limits,
+                    hidden_paths=data.hidden,
+                    backend=self.options.backend,
+                    cancel=self._cancel,
+                )
         except SandboxError as err:
             log.warning("sandbox failed on %s: %s", data.comp.id, err)
-            return not_run(data.comp, self.reward_config, f"sandbox error: {err}",
-                           infra_error=str(err), instrumenter=inst.method,
-                           instrument_rejected=inst.rejected_reason)
+            return not_run(
+                data.comp,
+                self.reward_config,
+                f"sandbox error: {err}",
+                infra_error=str(err),
+                instrumenter=inst.method,
+                instrument_rejected=inst.rejected_reason,
+            )
         if run.killed_reason == "cancelled":  # runtime shutdown: nothing to grade
-            return not_run(data.comp, self.reward_config, "cancelled by kill()",
-                           infra_error="cancelled", instrumenter=inst.method,
-                           instrument_rejected=inst.rejected_reason)
-        return judge_run(run, code, inst, nonce, workdir, data.comp, data.answers,
-                         self.reward_config, MAX_SUBMISSION_BYTES, data.sizes, data.anchors)
+            return not_run(
+                data.comp,
+                self.reward_config,
+                "cancelled by kill()",
+                infra_error="cancelled",
+                instrumenter=inst.method,
+                instrument_rejected=inst.rejected_reason,
+            )
+        return judge_run(
+            run,
+            code,
+            inst,
+            nonce,
+            workdir,
+            data.comp,
+            data.answers,
+            self.reward_config,
+            MAX_SUBMISSION_BYTES,
+            data.sizes,
+            data.anchors,
+        )
 
     def _reward(self, reward: float, last: bool) -> float:
         """This attempt's reward; on the last, the best of the episode's attempts."""
@@ -351,18 +462,26 @@ class MleEnv(Env):
         attempts, malformed replies, improve_prompt (1/0) and, with an LLM instrumenter, the share
         of runs it marked and the seconds its calls took."""
         p = self._progress
-        metrics = {f"{HEADLINE}valid": float(p.valid), "milestones": float(p.milestones),
-                   "score_credit": 0.0 if p.score_credit is None else p.score_credit,
-                   "attempts": float(p.attempts), "malformed": float(p.malformed),
-                   "improve_prompt": float(self.prompt_mode == "improve")}
+        metrics = {
+            f"{HEADLINE}valid": float(p.valid),
+            "milestones": float(p.milestones),
+            "score_credit": 0.0 if p.score_credit is None else p.score_credit,
+            "attempts": float(p.attempts),
+            "malformed": float(p.malformed),
+            "improve_prompt": float(self.prompt_mode == "improve"),
+        }
         if self.instrumenter is not None:
             metrics["llm_instrumented"] = p.llm_runs / max(1, p.runs)
             metrics["instrument_seconds"] = p.instrument_seconds
         return metrics
 
     def _info(self, outcome: RunOutcome, solution: Solution) -> dict[str, Any]:
-        return {**outcome.info(), "attempt": self._progress.attempts,
-                "prompt_mode": self.prompt_mode, "solution": asdict(solution)}
+        return {
+            **outcome.info(),
+            "attempt": self._progress.attempts,
+            "prompt_mode": self.prompt_mode,
+            "solution": asdict(solution),
+        }
 
     def _remember(self, solution: Solution) -> None:
         task = self._task
@@ -414,7 +533,14 @@ class MleEnvFactory:
     def __call__(self, service: ModelService) -> MleEnv:
         client = service.client(self.options.instrumenter)  # None for "rules"
         opts = self.options
-        llm = LLMInstrumenter(client, opts.instrumenter_max_new_tokens,
-                              opts.instrumenter_max_chars, opts.instrumenter_protocol
-                              ) if client is not None else None
+        llm = (
+            LLMInstrumenter(
+                client,
+                opts.instrumenter_max_new_tokens,
+                opts.instrumenter_max_chars,
+                opts.instrumenter_protocol,
+            )
+            if client is not None
+            else None
+        )
         return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)

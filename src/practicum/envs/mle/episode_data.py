@@ -27,9 +27,14 @@ from practicum.envs.mle.credit.evidence import Sizes
 
 log = logging.getLogger(__name__)
 
-_KINDS = {"binary": "classification", "multiclass": "classification",
-          "classification": "classification", "regression": "regression",
-          "text-classification": "classification", "text_classification": "classification"}
+_KINDS = {
+    "binary": "classification",
+    "multiclass": "classification",
+    "classification": "classification",
+    "regression": "regression",
+    "text-classification": "classification",
+    "text_classification": "classification",
+}
 
 
 @dataclass
@@ -83,8 +88,12 @@ def load_competition_data(comp: Competition, data_root: Path | None) -> Competit
     template = section = None
     extra = comp.practicum
     if extra.target_columns:
-        args = (extra.task or "classification", extra.target_columns[0], extra.id_column,
-                comp.metric)
+        args = (
+            extra.task or "classification",
+            extra.target_columns[0],
+            extra.id_column,
+            comp.metric,
+        )
         try:
             template, section = default_template(*args), section_template(*args)
         except ValueError as err:
@@ -94,24 +103,35 @@ def load_competition_data(comp: Competition, data_root: Path | None) -> Competit
     sizes = Sizes(_rows(paths.public / "train.csv"), _rows(paths.public / "test.csv"))
     train = paths.public / "train.csv"
     columns = tuple(pd.read_csv(train, nrows=0).columns) if train.is_file() else ()
-    return CompetitionData(comp, paths, answers, template, hidden, sizes,
-                           score_anchors(comp, paths, answers), section, columns)
+    return CompetitionData(
+        comp,
+        paths,
+        answers,
+        template,
+        hidden,
+        sizes,
+        score_anchors(comp, paths, answers),
+        section,
+        columns,
+    )
 
 
 def _rows(path: Path) -> int:
     return len(pd.read_csv(path)) if path.is_file() else 0
 
 
-def score_anchors(comp: Competition, paths: PreparedPaths, answers: pd.DataFrame
-                  ) -> tuple[float, float] | None:
+def score_anchors(
+    comp: Competition, paths: PreparedPaths, answers: pd.DataFrame
+) -> tuple[float, float] | None:
     """(sample submission's score, best leaderboard score), or None (see CompetitionData)."""
     if not comp.leaderboard or paths.sample_submission is None:
         return None
     try:
         no_ml = comp.grade(paths.sample_submission, answers)
     except InvalidSubmissionError as err:
-        log.warning("competition %s: its sample submission is not gradable (%s): raw scores",
-                    comp.id, err)
+        log.warning(
+            "competition %s: its sample submission is not gradable (%s): raw scores", comp.id, err
+        )
         return None
     return (no_ml, float(comp.leaderboard[0]))
 
@@ -128,8 +148,9 @@ class CompetitionCache:
         with self._lock:
             if cid not in self._loaded:
                 if cid not in self.folders:
-                    raise CompetitionError(f"unknown competition '{cid}' (known: "
-                                           f"{', '.join(sorted(self.folders))})")
+                    raise CompetitionError(
+                        f"unknown competition '{cid}' (known: {', '.join(sorted(self.folders))})"
+                    )
                 comp = load_folder(self.folders[cid])
                 self._loaded[cid] = load_competition_data(comp, self.data_root)
             return self._loaded[cid]

@@ -23,17 +23,25 @@ from practicum.envs.mle.options import DEFAULT_HELD_OUT, MleOptions, check_instr
 from practicum.envs.registry import Suite, SuiteContext
 from practicum.errors import ConfigError
 
-__all__ = ["DEFAULT_HELD_OUT", "MleOptions", "check_instrumenter", "mle_suite",
-           "split_competitions"]
+__all__ = [
+    "DEFAULT_HELD_OUT",
+    "MleOptions",
+    "check_instrumenter",
+    "mle_suite",
+    "split_competitions",
+]
 
 
 def split_competitions(known: list[str], opts: MleOptions) -> tuple[list[str], list[str]]:
     """(train ids, held-out ids); every named id must exist and the two sets must not meet."""
+
     def check(ids: list[str], key: str) -> None:
         unknown = [c for c in ids if c not in known]
         if unknown:
-            raise ConfigError(f"config error at task.options.{key}: unknown competition(s) "
-                              f"{unknown} (known: {', '.join(known)})")
+            raise ConfigError(
+                f"config error at task.options.{key}: unknown competition(s) "
+                f"{unknown} (known: {', '.join(known)})"
+            )
 
     check(opts.held_out, "held_out")
     check(opts.exclude, "exclude")
@@ -48,8 +56,7 @@ def split_competitions(known: list[str], opts: MleOptions) -> tuple[list[str], l
     if not train:
         raise ConfigError("config error at task.options: no training competitions left")
     if not held:
-        raise ConfigError("config error at task.options.held_out: name at least one "
-                          "competition")
+        raise ConfigError("config error at task.options.held_out: name at least one competition")
     return train, held
 
 
@@ -66,16 +73,27 @@ def mle_suite(options: MleOptions, ctx: SuiteContext) -> Suite:
     cache = CompetitionCache(folders, Path(options.data_root) if options.data_root else None)
     for cid in train_ids + held_ids:  # prepare now: a broken competition fails the start
         data = cache[cid]
-        if options.mode != "script" and (data.template if options.mode == "template"
-                                         else data.section) is None:
-            raise ConfigError(f"config error at task.options.mode: competition '{cid}' has no "
-                              f"{options.mode} script (set target_columns in its config.yaml, "
-                              f"or use mode: script)")
+        if (
+            options.mode != "script"
+            and (data.template if options.mode == "template" else data.section) is None
+        ):
+            raise ConfigError(
+                f"config error at task.options.mode: competition '{cid}' has no "
+                f"{options.mode} script (set target_columns in its config.yaml, "
+                f"or use mode: script)"
+            )
     buffer = SolutionBuffer(k=options.buffer_size)
     factory = MleEnvFactory(options, cache, buffer, ctx.failure_reward)
-    train = [Task(cid, {"competition": cid, "split": "train"})
-             for _ in range(options.train_repeats) for cid in train_ids]
-    held_out = [Task(f"{cid}#{k}" if options.eval_repeats > 1 else cid,
-                     {"competition": cid, "split": "eval"})
-                for cid in held_ids for k in range(options.eval_repeats)]
+    train = [
+        Task(cid, {"competition": cid, "split": "train"})
+        for _ in range(options.train_repeats)
+        for cid in train_ids
+    ]
+    held_out = [
+        Task(
+            f"{cid}#{k}" if options.eval_repeats > 1 else cid, {"competition": cid, "split": "eval"}
+        )
+        for cid in held_ids
+        for k in range(options.eval_repeats)
+    ]
     return Suite(factory, train, held_out, state=buffer.state, load_state=buffer.load_state)

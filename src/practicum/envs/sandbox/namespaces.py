@@ -99,8 +99,15 @@ def command(plan: Plan) -> list[str]:
     # The spec travels in the environment, not argv: the sandbox's pid 1 (the launcher) has a
     # world-readable /proc/1/cmdline, while its environ is closed to the code's other uid.
     encoded = marshal.dumps(spec(plan)).hex()
-    return [shutil.which("env") or "/usr/bin/env", f"{SPEC_ENV}={encoded}", sys.executable,
-            "-I", "-S", str(LAUNCHER), str(plan.status_fd)]
+    return [
+        shutil.which("env") or "/usr/bin/env",
+        f"{SPEC_ENV}={encoded}",
+        sys.executable,
+        "-I",
+        "-S",
+        str(LAUNCHER),
+        str(plan.status_fd),
+    ]
 
 
 def discard(command: list[str]) -> None:

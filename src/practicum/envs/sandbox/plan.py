@@ -54,8 +54,11 @@ def python_roots() -> list[Path]:
         for p in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
     }
     roots.add(Path(os.path.realpath(sys.executable)).parent.parent)
-    roots |= {Path(os.path.realpath(p)) for p in sys.path
-              if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)}
+    roots |= {
+        Path(os.path.realpath(p))
+        for p in sys.path
+        if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)
+    }
     # Drop folders nested in another root: one mount covers them.
     return sorted(r for r in roots if not any(o != r and o in r.parents for o in roots))
 

@@ -84,8 +84,17 @@ def run_command(
     `cancel` (from another thread) kills the tree early: killed_reason 'cancelled'.
     `read_only` host paths (files, folders, sockets) are visible read-only at their own paths.
     """
-    return _run(_choose(backend), list(argv), Path(workdir), limits, hidden_paths, env, stdin,
-                cancel, read_only)
+    return _run(
+        _choose(backend),
+        list(argv),
+        Path(workdir),
+        limits,
+        hidden_paths,
+        env,
+        stdin,
+        cancel,
+        read_only,
+    )
 
 
 def run_python(
@@ -107,8 +116,9 @@ def run_python(
     name = _choose(backend)
     workdir, _ = _check_paths(Path(workdir), hidden_paths)
     write_script(workdir, script_name, code)
-    return _run(name, [sys.executable, script_name], workdir, limits, hidden_paths, env, stdin,
-                cancel)
+    return _run(
+        name, [sys.executable, script_name], workdir, limits, hidden_paths, env, stdin, cancel
+    )
 
 
 def _check_paths(workdir: Path, hidden_paths: Sequence[Path]) -> tuple[Path, tuple[Path, ...]]:
@@ -151,13 +161,22 @@ def _run(
     cgroup = RunCgroup(limits.memory_mb * MIB, limits.max_processes + HELPER_PROCESSES)
     status_r, status_w = os.pipe()
     try:
-        plan = Plan(argv, workdir, uid, limits, hidden, cgroup.procs_files, status_w,
-                    tuple(Path(os.path.realpath(p)) for p in read_only))
+        plan = Plan(
+            argv,
+            workdir,
+            uid,
+            limits,
+            hidden,
+            cgroup.procs_files,
+            status_w,
+            tuple(Path(os.path.realpath(p)) for p in read_only),
+        )
         with stdin_file(stdin) as stdin_fd:
             command = backend.command(plan)
             try:
-                run = supervise(command, sandbox_env(env), stdin_fd, status_w, limits, cgroup,
-                                cancel)
+                run = supervise(
+                    command, sandbox_env(env), stdin_fd, status_w, limits, cgroup, cancel
+                )
             finally:
                 backend.discard(command)
         status = backend.read_status(read_available(status_r))
@@ -169,9 +188,15 @@ def _run(
     if status.error:
         raise SandboxError(f"{name} sandbox: {status.error}")
     if run.cancelled and not status.finished:
-        return RunResult(returncode=None, stdout=run.stdout, stderr=run.stderr,
-                         duration=run.duration, timed_out=False, killed_reason="cancelled",
-                         backend=name)
+        return RunResult(
+            returncode=None,
+            stdout=run.stdout,
+            stderr=run.stderr,
+            duration=run.duration,
+            timed_out=False,
+            killed_reason="cancelled",
+            backend=name,
+        )
     if not status.finished and not run.timed_out and oom_kills == 0:
         why = run.stderr.strip()[-2000:]
         raise SandboxError(f"{name} sandbox ended without running the code: {why}")

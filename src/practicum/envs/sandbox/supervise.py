@@ -131,8 +131,9 @@ def supervise(
         proc.stdout.close()
         proc.stderr.close()
     cpu = usage.ru_utime + usage.ru_stime
-    return Supervised(out.text(), err.text(), proc.returncode, timed_out, end - start, cpu,
-                      cancelled)
+    return Supervised(
+        out.text(), err.text(), proc.returncode, timed_out, end - start, cpu, cancelled
+    )
 
 
 def _has_exited(pid: int) -> bool:

@@ -45,9 +45,15 @@ def _find(instances: list[SweInstance], task: str) -> SweInstance:
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
-                    transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+        transient=False,
+    )
 
 
 def package_of(inst: SweInstance) -> str:
@@ -60,13 +66,19 @@ def cmd_list(args) -> int:
     for col in ("task", "package", "tier", "F2P", "P2P"):
         table.add_column(col)
     for inst in instances:
-        table.add_row(inst.instance_id, package_of(inst), str(inst.tier),
-                      str(len(inst.FAIL_TO_PASS)), str(len(inst.PASS_TO_PASS)))
+        table.add_row(
+            inst.instance_id,
+            package_of(inst),
+            str(inst.tier),
+            str(len(inst.FAIL_TO_PASS)),
+            str(len(inst.PASS_TO_PASS)),
+        )
     table_console().print(table)
     counts = Counter((package_of(i), i.tier) for i in instances)
     for pkg in sorted({p for p, _ in counts}):
-        tiers = ", ".join(f"tier {t}: {counts[(pkg, t)]}" for t in sorted(
-            t for p, t in counts if p == pkg))
+        tiers = ", ".join(
+            f"tier {t}: {counts[(pkg, t)]}" for t in sorted(t for p, t in counts if p == pkg)
+        )
         print(f"{pkg:12s} {sum(v for (p, _), v in counts.items() if p == pkg):3d}  ({tiers})")
     return 0
 
@@ -92,11 +104,13 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=1))
     else:
-        print(f"{inst.instance_id}: {'RESOLVED' if verdict.resolved else 'UNRESOLVED'} "
-              f"({verdict.reason}); patch applied: {verdict.patch_applied}; "
-              f"FAIL_TO_PASS {verdict.fail_to_pass[0]}/{verdict.fail_to_pass[1]}, "
-              f"PASS_TO_PASS {verdict.pass_to_pass[0]}/{verdict.pass_to_pass[1]}; "
-              f"{verdict.seconds:.1f} s")
+        print(
+            f"{inst.instance_id}: {'RESOLVED' if verdict.resolved else 'UNRESOLVED'} "
+            f"({verdict.reason}); patch applied: {verdict.patch_applied}; "
+            f"FAIL_TO_PASS {verdict.fail_to_pass[0]}/{verdict.fail_to_pass[1]}, "
+            f"PASS_TO_PASS {verdict.pass_to_pass[0]}/{verdict.pass_to_pass[1]}; "
+            f"{verdict.seconds:.1f} s"
+        )
         if verdict.dropped_files:
             print(f"dropped edits to: {', '.join(verdict.dropped_files)}")
         if not verdict.resolved:
@@ -112,8 +126,10 @@ def read_patch(path: Path) -> str:
 
     text = read_text_file(path, "patch file")
     if text.strip() and not split_diff(text):
-        raise PracticumError(f"patch file {path} is not a patch: it has no 'diff --git' or "
-                             "'--- a/FILE' / '+++ b/FILE' header")
+        raise PracticumError(
+            f"patch file {path} is not a patch: it has no 'diff --git' or "
+            "'--- a/FILE' / '+++ b/FILE' header"
+        )
     return text
 
 
@@ -148,23 +164,40 @@ def cmd_check(args) -> int:
             gold = grade(inst, inst.patch)
             empty = grade(inst, "")
             ok = gold.resolved and not empty.resolved
-            rows.append({"task": inst.instance_id, "package": package_of(inst),
-                         "tier": inst.tier, "f2p": len(inst.FAIL_TO_PASS),
-                         "p2p": len(inst.PASS_TO_PASS), "gold_resolved": gold.resolved,
-                         "gold_reason": gold.reason, "empty_resolved": empty.resolved,
-                         "gold_seconds": gold.seconds, "empty_seconds": empty.seconds})
+            rows.append(
+                {
+                    "task": inst.instance_id,
+                    "package": package_of(inst),
+                    "tier": inst.tier,
+                    "f2p": len(inst.FAIL_TO_PASS),
+                    "p2p": len(inst.PASS_TO_PASS),
+                    "gold_resolved": gold.resolved,
+                    "gold_reason": gold.reason,
+                    "empty_resolved": empty.resolved,
+                    "gold_seconds": gold.seconds,
+                    "empty_seconds": empty.seconds,
+                }
+            )
             if not ok:
-                failures.append(f"{inst.instance_id}: gold {gold.reason}; empty "
-                                f"{'RESOLVED' if empty.resolved else empty.reason}")
+                failures.append(
+                    f"{inst.instance_id}: gold {gold.reason}; empty "
+                    f"{'RESOLVED' if empty.resolved else empty.reason}"
+                )
             progress.update(bar, advance=1, info=f"{len(failures)} failed")
     seconds = time.monotonic() - start
-    summary = {"tasks": len(chosen), "gold_resolved": sum(r["gold_resolved"] for r in rows),
-               "empty_resolved": sum(r["empty_resolved"] for r in rows), "failures": failures,
-               "seconds": round(seconds, 1)}
+    summary = {
+        "tasks": len(chosen),
+        "gold_resolved": sum(r["gold_resolved"] for r in rows),
+        "empty_resolved": sum(r["empty_resolved"] for r in rows),
+        "failures": failures,
+        "seconds": round(seconds, 1),
+    }
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "tasks": rows}, indent=1))
-    print(f"{summary['tasks']} tasks: gold resolves {summary['gold_resolved']}, empty patch "
-          f"resolves {summary['empty_resolved']}; {seconds:.0f} s")
+    print(
+        f"{summary['tasks']} tasks: gold resolves {summary['gold_resolved']}, empty patch "
+        f"resolves {summary['empty_resolved']}; {seconds:.0f} s"
+    )
     for f in failures:
         print(f"FAIL {f}")
     return 1 if failures else 0
@@ -176,8 +209,12 @@ def cmd_synthesize(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    options = Options(max_tried=args.max_tried, max_kept=args.max_kept, seed=args.seed,
-                      per_function=args.per_function)
+    options = Options(
+        max_tried=args.max_tried,
+        max_kept=args.max_kept,
+        seed=args.seed,
+        per_function=args.per_function,
+    )
     complete = None
     if args.issue_model:
         from practicum.engine.service import ModelService
@@ -199,8 +236,9 @@ def cmd_synthesize(args) -> int:
                     kept[what] += 1
                     progress.update(bar, advance=1, info=f"kept {kept['kept']}")
 
-                recs, y = synthesize_package(pkg, out, work, options, on_step=step,
-                                             complete=complete)
+                recs, y = synthesize_package(
+                    pkg, out, work, options, on_step=step, complete=complete
+                )
                 progress.update(bar, total=y.tried, completed=y.tried)
                 records.extend(recs)
                 yields.append(y)
@@ -211,9 +249,15 @@ def cmd_synthesize(args) -> int:
     for col in ("package", "baseline passed", "candidates", "tried", "kept", "rejected", "s"):
         table.add_column(col)
     for y in yields:
-        table.add_row(y.package, str(y.baseline_passed), str(y.candidates), str(y.tried),
-                      str(y.kept), ", ".join(f"{k} {v}" for k, v in sorted(y.rejected.items())),
-                      f"{y.seconds:.0f}")
+        table.add_row(
+            y.package,
+            str(y.baseline_passed),
+            str(y.candidates),
+            str(y.tried),
+            str(y.kept),
+            ", ".join(f"{k} {v}" for k, v in sorted(y.rejected.items())),
+            f"{y.seconds:.0f}",
+        )
     Console().print(table)
     return 0 if records else 1
 
@@ -221,8 +265,12 @@ def cmd_synthesize(args) -> int:
 def add_swe_commands(sub: argparse._SubParsersAction) -> None:
     """Add list, show, run, check and synthesize to the `swe` subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--instances", type=Path, metavar="FILE",
-                        help="SWE-bench-format JSONL (default: the bundled suite)")
+    common.add_argument(
+        "--instances",
+        type=Path,
+        metavar="FILE",
+        help="SWE-bench-format JSONL (default: the bundled suite)",
+    )
 
     p = sub.add_parser("list", parents=[common], help="list the tasks")
     p.set_defaults(func=cmd_list)
@@ -238,27 +286,42 @@ def add_swe_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("check", parents=[common],
-                       help="gold-patch check: every gold patch resolves, the empty one none")
+    p = sub.add_parser(
+        "check",
+        parents=[common],
+        help="gold-patch check: every gold patch resolves, the empty one none",
+    )
     p.add_argument("--tasks", type=int, metavar="N", help="check N tasks spread over packages")
-    p.add_argument("--package", action="append", metavar="NAME",
-                   help="only this package's tasks (repeatable)")
+    p.add_argument(
+        "--package", action="append", metavar="NAME", help="only this package's tasks (repeatable)"
+    )
     p.add_argument("--json", metavar="FILE", help="write the per-task results here")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("synthesize", help="make tasks by mutating packages (SWE-smith style)")
-    p.add_argument("packages", nargs="+", metavar="PACKAGE",
-                   help="a bundled source name (inflection, toolz, semver, parse, boltons) or "
-                        "the path of an sdist or folder")
-    p.add_argument("--out", required=True, metavar="DIR", help="writes instances.jsonl, "
-                   "yield.json and sources/ here")
+    p.add_argument(
+        "packages",
+        nargs="+",
+        metavar="PACKAGE",
+        help="a bundled source name (inflection, toolz, semver, parse, boltons) or "
+        "the path of an sdist or folder",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="writes instances.jsonl, yield.json and sources/ here",
+    )
     p.add_argument("--max-tried", type=int, default=40, help="mutants tested per package")
     p.add_argument("--max-kept", type=int, default=16, help="tasks kept per package")
-    p.add_argument("--per-function", type=int, default=2,
-                   help="kept tasks per function, at most")
+    p.add_argument("--per-function", type=int, default=2, help="kept tasks per function, at most")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--issue-model", metavar="SPEC", help="model service spec (e.g. "
-                   "local:<model>) that writes the issue texts; default: templates")
+    p.add_argument(
+        "--issue-model",
+        metavar="SPEC",
+        help="model service spec (e.g. "
+        "local:<model>) that writes the issue texts; default: templates",
+    )
     p.set_defaults(func=cmd_synthesize)
 
 
@@ -267,5 +330,6 @@ def add_arguments(parser: argparse.ArgumentParser, host: CommandHost) -> None:
     add_swe_commands(parser.add_subparsers(dest="swe_command", required=True))
 
 
-register_command("swe", "SWE tasks: list, show, run (grade a patch), check, synthesize",
-                 add_arguments)
+register_command(
+    "swe", "SWE tasks: list, show, run (grade a patch), check, synthesize", add_arguments
+)

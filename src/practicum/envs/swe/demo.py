@@ -68,9 +68,11 @@ def minimal_edit(hunk: Hunk, text: str) -> tuple[str, str]:
     lo, hi = changed[0], changed[-1]
 
     def blocks(a: int, b: int) -> tuple[str, str]:
-        part = hunk.lines[a:b + 1]
-        return ("\n".join(x for t, x in part if t != "+"),
-                "\n".join(x for t, x in part if t != "-"))
+        part = hunk.lines[a : b + 1]
+        return (
+            "\n".join(x for t, x in part if t != "+"),
+            "\n".join(x for t, x in part if t != "-"),
+        )
 
     old, new = blocks(lo, hi)
     up = True  # widen above and below in turn, above first
@@ -111,13 +113,15 @@ def demonstration(instance: SweInstance, read: Callable[[str], str]) -> list[str
             break
     actions = []
     if name:
-        actions.append(f"<search>def {name}</search>" if lines[def_line - 1].lstrip()
-                       .startswith(("def", "async")) else f"<search>class {name}</search>")
+        actions.append(
+            f"<search>def {name}</search>"
+            if lines[def_line - 1].lstrip().startswith(("def", "async"))
+            else f"<search>class {name}</search>"
+        )
     else:
         actions.append(f"<search>{first.lines[offset][1].strip()[:60]}</search>")
     start = def_line if def_line and at - def_line < VIEW_LINES - 8 else max(1, at - 5)
-    actions.append(f"<view>{first.path} {start}-{min(len(lines), max(end + 2, start + 4))}"
-                   f"</view>")
+    actions.append(f"<view>{first.path} {start}-{min(len(lines), max(end + 2, start + 4))}</view>")
     for h in hunks:
         old, new = minimal_edit(h, texts[h.path])
         texts[h.path] = apply_edit(texts[h.path], old, new)
@@ -153,4 +157,5 @@ class Demonstrator:
             i = turn[0]
             turn[0] += 1
             return script[min(i, len(script) - 1)]
+
         return act

@@ -19,10 +19,28 @@ from pathlib import PurePosixPath
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 TEST_GLOBS = ("test_*.py", "*_test.py", "conftest.py", "tests.py")
-CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml",
-                          "sitecustomize.py", "usercustomize.py", ".coveragerc", "noxfile.py"})
-SHADOWED = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "py", "iniconfig",
-                                                  "packaging", "conftest"}
+CONFIG_FILES = frozenset(
+    {
+        "pytest.ini",
+        ".pytest.ini",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "sitecustomize.py",
+        "usercustomize.py",
+        ".coveragerc",
+        "noxfile.py",
+    }
+)
+SHADOWED = frozenset(sys.stdlib_module_names) | {
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "py",
+    "iniconfig",
+    "packaging",
+    "conftest",
+}
 """Top-level module names a repository may not add (they would replace what pytest imports)."""
 
 _HEADER = re.compile(r"^diff --git (?:\"?a/)(.+?)\"? (?:\"?b/)(.+?)\"?$")
@@ -57,8 +75,11 @@ def split_diff(diff: str) -> list[FileDiff]:
     lines = diff.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.startswith("diff --git ")]
     if not starts:  # plain unified diff: a block starts at each "--- " followed by "+++ "
-        starts = [i for i in range(len(lines) - 1)
-                  if lines[i].startswith("--- ") and lines[i + 1].startswith("+++ ")]
+        starts = [
+            i
+            for i in range(len(lines) - 1)
+            if lines[i].startswith("--- ") and lines[i + 1].startswith("+++ ")
+        ]
     blocks = []
     for k, start in enumerate(starts):
         end = starts[k + 1] if k + 1 < len(starts) else len(lines)
@@ -71,9 +92,9 @@ def split_diff(diff: str) -> list[FileDiff]:
                 new = _strip(line[4:])
                 break
             elif line.startswith("rename from "):
-                old = line[len("rename from "):].strip()
+                old = line[len("rename from ") :].strip()
             elif line.startswith("rename to "):
-                new = line[len("rename to "):].strip()
+                new = line[len("rename to ") :].strip()
         if old is None and new is None:
             m = _HEADER.match(body[0].rstrip("\n"))
             if m:  # mode-only change or binary patch
@@ -127,9 +148,15 @@ def file_diff(path: str, old: str | None, new: str | None) -> str:
     file does not exist on that side)."""
     old_lines = (old or "").splitlines(keepends=True)
     new_lines = (new or "").splitlines(keepends=True)
-    body = list(difflib.unified_diff(old_lines, new_lines,
-                                     "/dev/null" if old is None else f"a/{path}",
-                                     "/dev/null" if new is None else f"b/{path}", n=3))
+    body = list(
+        difflib.unified_diff(
+            old_lines,
+            new_lines,
+            "/dev/null" if old is None else f"a/{path}",
+            "/dev/null" if new is None else f"b/{path}",
+            n=3,
+        )
+    )
     if not body:
         return ""
     out = [f"diff --git a/{path} b/{path}\n"]

@@ -43,48 +43,79 @@ class SweOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instances: str | None = Field(
-        None, description="SWE-bench-format JSONL of task instances (None = the bundled suite, "
-        "practicum.tasks.swe).")
+        None,
+        description="SWE-bench-format JSONL of task instances (None = the bundled suite, "
+        "practicum.tasks.swe).",
+    )
     held_out_packages: list[str] = Field(
-        ["parse"], description="Packages (instance `repo`, or its last path part) whose tasks "
-        "are held out for evaluation and never trained on.")
+        ["parse"],
+        description="Packages (instance `repo`, or its last path part) whose tasks "
+        "are held out for evaluation and never trained on.",
+    )
     tiers: list[int] | None = Field(
-        [1], description="Difficulty tiers to use (1 = the issue names the function and shows "
-        "the failing assertion); None = all.")
-    train_size: int | None = Field(None, ge=1, description="Training tasks kept (None = all), "
-                                   "taken round-robin over packages.")
-    eval_size: int | None = Field(None, ge=1, description="Held-out tasks kept (None = all), "
-                                  "taken round-robin over packages.")
+        [1],
+        description="Difficulty tiers to use (1 = the issue names the function and shows "
+        "the failing assertion); None = all.",
+    )
+    train_size: int | None = Field(
+        None, ge=1, description="Training tasks kept (None = all), taken round-robin over packages."
+    )
+    eval_size: int | None = Field(
+        None, ge=1, description="Held-out tasks kept (None = all), taken round-robin over packages."
+    )
     max_turns: int | None = Field(
-        None, ge=1, description="Turn at which the diff is graded even without <submit> "
-        "(None = the run's rollout.max_turns).")
+        None,
+        ge=1,
+        description="Turn at which the diff is graded even without <submit> "
+        "(None = the run's rollout.max_turns).",
+    )
     few_shot: bool = Field(True, description="Show one worked episode as chat turns first.")
     issue_chars: int = Field(1500, gt=0, description="The issue text is cut to this length.")
-    obs_chars: int = Field(1200, gt=100, description="Each observation is cut to this many "
-                           "characters (head and tail kept).")
+    obs_chars: int = Field(
+        1200,
+        gt=100,
+        description="Each observation is cut to this many characters (head and tail kept).",
+    )
     episode_obs_chars: int = Field(
-        4000, gt=100, description="Characters of observations per episode; once spent, later "
+        4000,
+        gt=100,
+        description="Characters of observations per episode; once spent, later "
         "observations shrink to what is left (at least 200) so episodes stay within "
-        "rollout.max_seq_len.")
+        "rollout.max_seq_len.",
+    )
     view_lines: int = Field(40, ge=1, description="Lines <view> shows without a range.")
     command_seconds: float = Field(20.0, gt=0, description="Wall-clock limit of one tool call.")
     memory_mb: int = Field(1024, gt=0, description="Memory limit of one tool call.")
     backend: str = Field("auto", description="Sandbox backend: auto, bwrap or namespaces.")
     hidden_paths: list[str] = Field(
-        [], description="More host paths made unreadable to the agent (the instance file's "
-        "folder and every source archive always are).")
-    tool_grammar: bool = Field(True, description="Every turn carries the tool-call grammar "
-                               "(`swe.grammar`) for samplers that honour `grammar`: one call, "
-                               "its free-text parts length-capped.")
-    grammar_path_chars: int = Field(80, ge=8, description="Grammar cap on a path (or each "
-                                    "part of a pytest node id), in characters.")
-    grammar_search_chars: int = Field(60, ge=4, description="Grammar cap on a search string, "
-                                      "in characters.")
-    grammar_command_chars: int = Field(200, ge=8, description="Grammar cap on a shell "
-                                       "command, in characters.")
-    grammar_edit_tokens: int = Field(80, ge=4, description="Grammar cap on each of an "
-                                     "edit's <old> and <new> blocks, in tokens (with the path's "
-                                     "24 and the tags, an edit stays under 200 tokens).")
+        [],
+        description="More host paths made unreadable to the agent (the instance file's "
+        "folder and every source archive always are).",
+    )
+    tool_grammar: bool = Field(
+        True,
+        description="Every turn carries the tool-call grammar "
+        "(`swe.grammar`) for samplers that honour `grammar`: one call, "
+        "its free-text parts length-capped.",
+    )
+    grammar_path_chars: int = Field(
+        80,
+        ge=8,
+        description="Grammar cap on a path (or each part of a pytest node id), in characters.",
+    )
+    grammar_search_chars: int = Field(
+        60, ge=4, description="Grammar cap on a search string, in characters."
+    )
+    grammar_command_chars: int = Field(
+        200, ge=8, description="Grammar cap on a shell command, in characters."
+    )
+    grammar_edit_tokens: int = Field(
+        80,
+        ge=4,
+        description="Grammar cap on each of an "
+        "edit's <old> and <new> blocks, in tokens (with the path's "
+        "24 and the tags, an edit stays under 200 tokens).",
+    )
 
 
 class SweEnv(Env):
@@ -92,9 +123,15 @@ class SweEnv(Env):
 
     stop_strings = STOP_STRINGS
 
-    def __init__(self, instances: dict[str, SweInstance], opts: SweOptions | None = None,
-                 max_turns: int = 8, hidden: tuple[Path, ...] = (),
-                 materialize: Callable | None = None, grade: Callable | None = None):
+    def __init__(
+        self,
+        instances: dict[str, SweInstance],
+        opts: SweOptions | None = None,
+        max_turns: int = 8,
+        hidden: tuple[Path, ...] = (),
+        materialize: Callable | None = None,
+        grade: Callable | None = None,
+    ):
         self.instances, self.opts = instances, opts or SweOptions()
         self.max_turns = self.opts.max_turns or max_turns
         self.hidden = hidden
@@ -107,22 +144,36 @@ class SweEnv(Env):
         self._turns = self._errors = self._malformed = 0
         self._obs_left = self.opts.episode_obs_chars
         o = self.opts
-        self.grammar = tool_grammar(GrammarCaps(
-            o.grammar_path_chars, o.grammar_search_chars, o.grammar_command_chars,
-            o.grammar_edit_tokens)) if o.tool_grammar else None
+        self.grammar = (
+            tool_grammar(
+                GrammarCaps(
+                    o.grammar_path_chars,
+                    o.grammar_search_chars,
+                    o.grammar_command_chars,
+                    o.grammar_edit_tokens,
+                )
+            )
+            if o.tool_grammar
+            else None
+        )
 
     def reset(self, task: Task, seed: int = 0) -> Start:
         self.close()
         self._instance = self.instances[task.task_id]
         self._done, self._turns, self._errors, self._malformed = False, 0, 0, 0
         self._obs_left = self.opts.episode_obs_chars
-        self._ws = Workspace.create(self._instance, self.hidden, self.opts.backend,
-                                    materialize=self._materialize)
+        self._ws = Workspace.create(
+            self._instance, self.hidden, self.opts.backend, materialize=self._materialize
+        )
         self._ws.cancel = self._cancel
-        self._tools = swe_tools(self._ws, self.opts.command_seconds, self.opts.view_lines,
-                                memory_mb=self.opts.memory_mb)
-        return Start(first_messages(self._instance, self.opts.few_shot, self.opts.issue_chars),
-                     list(self.stop_strings), self.grammar)
+        self._tools = swe_tools(
+            self._ws, self.opts.command_seconds, self.opts.view_lines, memory_mb=self.opts.memory_mb
+        )
+        return Start(
+            first_messages(self._instance, self.opts.few_shot, self.opts.issue_chars),
+            list(self.stop_strings),
+            self.grammar,
+        )
 
     def step(self, action: str) -> StepResult:
         assert self._ws is not None and not self._done, "reset() before step(), once per turn"
@@ -134,8 +185,13 @@ class SweEnv(Env):
             self._malformed += 1
             if last:
                 return self._finish(0.0, submitted=False, malformed=True)
-            return StepResult(str(err), malformed=True, metrics=self._metrics(),
-                              info={"tool": None}, grammar=self.grammar)
+            return StepResult(
+                str(err),
+                malformed=True,
+                metrics=self._metrics(),
+                info={"tool": None},
+                grammar=self.grammar,
+            )
         if act.tool == "submit":
             return self._finish(0.0, submitted=True)
         t0 = time.perf_counter()
@@ -143,10 +199,13 @@ class SweEnv(Env):
         self._errors += int(result.error)
         if last:
             return self._finish(time.perf_counter() - t0, submitted=False)
-        return StepResult(self._observe(result.text), duration=time.perf_counter() - t0,
-                          metrics=self._metrics(), info={"tool": act.tool,
-                                                         "error": result.error},
-                          grammar=self.grammar)
+        return StepResult(
+            self._observe(result.text),
+            duration=time.perf_counter() - t0,
+            metrics=self._metrics(),
+            info={"tool": act.tool, "error": result.error},
+            grammar=self.grammar,
+        )
 
     def agent_task(self, task: Task, seed: int = 0) -> AgentTask:
         """An outside agent (`rollout.agent`, e.g. mini-swe-agent) works the issue in a fresh
@@ -154,8 +213,9 @@ class SweEnv(Env):
         self.close()
         self._instance = self.instances[task.task_id]
         self._done, self._turns, self._errors, self._malformed = False, 0, 0, 0
-        self._ws = Workspace.create(self._instance, self.hidden, self.opts.backend,
-                                    materialize=self._materialize)
+        self._ws = Workspace.create(
+            self._instance, self.hidden, self.opts.backend, materialize=self._materialize
+        )
         self._ws.cancel = self._cancel
         return AgentTask(self._instance.problem_statement, self._ws.repo, list(self._ws.hidden))
 
@@ -187,19 +247,35 @@ class SweEnv(Env):
         elif patch is not None:
             reason = "empty patch: nothing changed"
         metrics = self._metrics()
-        metrics.update({"resolved": float(resolved), "submitted": float(submitted),
-                        "patch_applied": applied,
-                        "patch_lines": float(patch.count("\n")) if patch else 0.0,
-                        "grade_seconds": time.perf_counter() - t0})
-        return StepResult(reward=1.0 if resolved else 0.0, done=True, solved=resolved,
-                          malformed=malformed, duration=seconds + time.perf_counter() - t0,
-                          metrics=metrics,
-                          info={"tool": "submit" if submitted else None, "grade": reason,
-                                "patch": (patch or "")[:4000]})
+        metrics.update(
+            {
+                "resolved": float(resolved),
+                "submitted": float(submitted),
+                "patch_applied": applied,
+                "patch_lines": float(patch.count("\n")) if patch else 0.0,
+                "grade_seconds": time.perf_counter() - t0,
+            }
+        )
+        return StepResult(
+            reward=1.0 if resolved else 0.0,
+            done=True,
+            solved=resolved,
+            malformed=malformed,
+            duration=seconds + time.perf_counter() - t0,
+            metrics=metrics,
+            info={
+                "tool": "submit" if submitted else None,
+                "grade": reason,
+                "patch": (patch or "")[:4000],
+            },
+        )
 
     def _metrics(self) -> dict[str, float]:
-        return {"turns": float(self._turns), "tool_errors": float(self._errors),
-                "malformed_turns": float(self._malformed)}
+        return {
+            "turns": float(self._turns),
+            "tool_errors": float(self._errors),
+            "malformed_turns": float(self._malformed),
+        }
 
     def kill(self) -> None:
         """Cancel the sandboxed command in progress and any later one (runtime shutdown)."""
@@ -211,8 +287,9 @@ class SweEnv(Env):
             self._ws = None
 
 
-def split_instances(instances: list[SweInstance], opts: SweOptions
-                    ) -> tuple[list[SweInstance], list[SweInstance]]:
+def split_instances(
+    instances: list[SweInstance], opts: SweOptions
+) -> tuple[list[SweInstance], list[SweInstance]]:
     """(train, held-out) by package: a held-out package's tasks are never trained on.
     Tier filter first; sizes are taken round-robin over packages so every one is represented."""
     held = set(opts.held_out_packages)
@@ -255,24 +332,38 @@ def swe_suite(opts: SweOptions, ctx: SuiteContext) -> Suite:
     instances = load_instances(path)
     train, held_out = split_instances(instances, opts)
     if not train or not held_out:
-        raise ConfigError(f"config error at task.options.held_out_packages: the split leaves "
-                          f"{len(train)} training and {len(held_out)} held-out tasks (packages: "
-                          f"{sorted({package(i) for i in instances})})")
-    hidden = tuple(dict.fromkeys([path.resolve().parent, *(Path(p) for p in opts.hidden_paths),
-                                  *(i.source.resolve() for i in instances)]))
+        raise ConfigError(
+            f"config error at task.options.held_out_packages: the split leaves "
+            f"{len(train)} training and {len(held_out)} held-out tasks (packages: "
+            f"{sorted({package(i) for i in instances})})"
+        )
+    hidden = tuple(
+        dict.fromkeys(
+            [
+                path.resolve().parent,
+                *(Path(p) for p in opts.hidden_paths),
+                *(i.source.resolve() for i in instances),
+            ]
+        )
+    )
     by_id = {i.instance_id: i for i in train + held_out}
     max_turns = getattr(ctx, "max_turns", None) or 8
     make = partial(_make_env, by_id, opts, max_turns, hidden)
-    return Suite(make, [_task(i) for i in train], [_task(i) for i in held_out],
-                 demonstrator=Demonstrator(train))  # gold patches of training tasks only
+    return Suite(
+        make,
+        [_task(i) for i in train],
+        [_task(i) for i in held_out],
+        demonstrator=Demonstrator(train),
+    )  # gold patches of training tasks only
 
 
 def _task(i: SweInstance) -> Task:
     return Task(i.instance_id, {"repo": i.repo, "package": package(i), "tier": i.tier})
 
 
-def _make_env(by_id: dict, opts: SweOptions, max_turns: int, hidden: tuple,
-              models: Any = None) -> SweEnv:
+def _make_env(
+    by_id: dict, opts: SweOptions, max_turns: int, hidden: tuple, models: Any = None
+) -> SweEnv:
     return SweEnv(by_id, opts, max_turns, hidden)
 
 

@@ -69,8 +69,9 @@ class Verdict:
         return asdict(self)
 
 
-def grade(instance: SweInstance, patch: str, *, limits: Limits | None = None,
-          keep_dir: Path | None = None) -> Verdict:
+def grade(
+    instance: SweInstance, patch: str, *, limits: Limits | None = None, keep_dir: Path | None = None
+) -> Verdict:
     """Grade `patch` (a unified diff against the base state) on `instance`.
 
     `keep_dir`, when given, receives the graded tree (for debugging); otherwise it is removed.
@@ -81,9 +82,18 @@ def grade(instance: SweInstance, patch: str, *, limits: Limits | None = None,
     zero = ((0, len(f2p)), (0, len(p2p)))
 
     def verdict(resolved, applied, counts, reason, log="", timed_out=False) -> Verdict:
-        return Verdict(instance.instance_id, resolved, applied, counts[0], counts[1], reason,
-                       tuple(dropped), log[-LOG_TAIL:], round(time.monotonic() - start, 3),
-                       timed_out)
+        return Verdict(
+            instance.instance_id,
+            resolved,
+            applied,
+            counts[0],
+            counts[1],
+            reason,
+            tuple(dropped),
+            log[-LOG_TAIL:],
+            round(time.monotonic() - start, 3),
+            timed_out,
+        )
 
     scratch = scratch_dir("practicum-swe-grade-")
     repo = scratch / "repo"
@@ -97,17 +107,30 @@ def grade(instance: SweInstance, patch: str, *, limits: Limits | None = None,
         if not applied.ok:
             return verdict(False, False, zero, "patch does not apply", applied.output)
         before = protected_snapshot(repo, instance.test_files)
-        run = run_tests(repo, [*f2p, *p2p], test_args=instance.test_args,
-                        limits=limits or TEST_LIMITS, hidden_paths=hidden)
+        run = run_tests(
+            repo,
+            [*f2p, *p2p],
+            test_args=instance.test_args,
+            limits=limits or TEST_LIMITS,
+            hidden_paths=hidden,
+        )
         resolved, counts = judge(run, f2p, p2p)
-        changed = sorted(set(before.items()) ^ set(
-            protected_snapshot(repo, instance.test_files).items()))
+        changed = sorted(
+            set(before.items()) ^ set(protected_snapshot(repo, instance.test_files).items())
+        )
         if changed:
             paths = ", ".join(dict.fromkeys(p for p, _ in changed))
-            return verdict(False, True, counts, f"test files changed during the run: {paths}",
-                           run.log, run.timed_out)
-        return verdict(resolved, True, counts, _reason(run, counts, resolved), run.log,
-                       run.timed_out)
+            return verdict(
+                False,
+                True,
+                counts,
+                f"test files changed during the run: {paths}",
+                run.log,
+                run.timed_out,
+            )
+        return verdict(
+            resolved, True, counts, _reason(run, counts, resolved), run.log, run.timed_out
+        )
     finally:
         if keep_dir is not None:
             shutil.copytree(repo, keep_dir, symlinks=True, dirs_exist_ok=True)
@@ -141,8 +164,12 @@ def judge(run: TestRun, f2p, p2p) -> tuple[bool, tuple[tuple[int, int], tuple[in
     """SWE-bench's FULL rule on one test run: (resolved, ((F2P passed, listed), (P2P passed,
     listed))); resolved needs every listed id passed, no timeout, and at least one listed id."""
     counts = ((run.count_passed(f2p), len(f2p)), (run.count_passed(p2p), len(p2p)))
-    resolved = (not run.timed_out and counts[0][0] == len(f2p) and counts[1][0] == len(p2p)
-                and len(f2p) + len(p2p) > 0)
+    resolved = (
+        not run.timed_out
+        and counts[0][0] == len(f2p)
+        and counts[1][0] == len(p2p)
+        and len(f2p) + len(p2p) > 0
+    )
     return resolved, counts
 
 

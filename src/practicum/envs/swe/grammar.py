@@ -36,15 +36,18 @@ def tool_grammar(caps: GrammarCaps = GrammarCaps()) -> str:
     (path, old block, new block) or <submit></submit>: each tool's own rule (`tools.py`), then
     the capped parts they share."""
     p, s, c, e = caps.path_chars, caps.search_chars, caps.command_chars, caps.edit_tokens
-    return call_grammar(TOOL_CLASSES, *[
-        f"path[max_tokens={caps.path_tokens}]: PATH",
-        f"search_text[max_tokens={caps.search_tokens}]: SEARCH",
-        f"command[max_tokens={caps.command_tokens}]: COMMAND",
-        # a block ends at its closing tag, which the stop string consumes into the reply
-        f'old[stop="\\n</old>", max_tokens={e}]: /(.|\\n)+/',
-        f'new[stop="\\n</new>", max_tokens={e}]: /(.|\\n)*/',
-        f"PATH: /[A-Za-z0-9_.\\/\\-]{{1,{p}}}(::[A-Za-z0-9_.\\[\\]\\-]{{1,{p}}})?/",
-        "RANGE: / [0-9]{1,5}(-[0-9]{1,5})?/",
-        f"SEARCH: /[^\\n<]{{1,{s}}}/",
-        f"COMMAND: /[^\\n<]{{1,{c}}}/",
-    ])
+    return call_grammar(
+        TOOL_CLASSES,
+        *[
+            f"path[max_tokens={caps.path_tokens}]: PATH",
+            f"search_text[max_tokens={caps.search_tokens}]: SEARCH",
+            f"command[max_tokens={caps.command_tokens}]: COMMAND",
+            # a block ends at its closing tag, which the stop string consumes into the reply
+            f'old[stop="\\n</old>", max_tokens={e}]: /(.|\\n)+/',
+            f'new[stop="\\n</new>", max_tokens={e}]: /(.|\\n)*/',
+            f"PATH: /[A-Za-z0-9_.\\/\\-]{{1,{p}}}(::[A-Za-z0-9_.\\[\\]\\-]{{1,{p}}})?/",
+            "RANGE: / [0-9]{1,5}(-[0-9]{1,5})?/",
+            f"SEARCH: /[^\\n<]{{1,{s}}}/",
+            f"COMMAND: /[^\\n<]{{1,{c}}}/",
+        ],
+    )

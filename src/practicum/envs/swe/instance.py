@@ -52,8 +52,15 @@ class SweInstance:
     """Folder of the JSONL file this instance came from (hidden from sandboxes)."""
 
 
-_REQUIRED = ("instance_id", "repo", "problem_statement", "patch", "FAIL_TO_PASS",
-             "PASS_TO_PASS", "source")
+_REQUIRED = (
+    "instance_id",
+    "repo",
+    "problem_statement",
+    "patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "source",
+)
 
 
 def _test_ids(value: Any, where: str) -> tuple[str, ...]:
@@ -77,15 +84,21 @@ def parse_instance(record: dict[str, Any], base_dir: Path, where: str = "instanc
     if not source.exists():
         raise InstanceError(f"{where}.source: {source} does not exist")
     return SweInstance(
-        instance_id=str(record["instance_id"]), repo=str(record["repo"]),
-        problem_statement=str(record["problem_statement"]), patch=str(record["patch"]),
+        instance_id=str(record["instance_id"]),
+        repo=str(record["repo"]),
+        problem_statement=str(record["problem_statement"]),
+        patch=str(record["patch"]),
         FAIL_TO_PASS=_test_ids(record["FAIL_TO_PASS"], f"{where}.FAIL_TO_PASS"),
         PASS_TO_PASS=_test_ids(record["PASS_TO_PASS"], f"{where}.PASS_TO_PASS"),
-        source=source, bug_patch=str(record.get("bug_patch", "")),
+        source=source,
+        bug_patch=str(record.get("bug_patch", "")),
         test_patch=str(record.get("test_patch", "")),
-        test_files=tuple(record.get("test_files", ())), test_args=tuple(record.get("test_args", ())),
-        tier=int(record.get("tier", 1)), meta=dict(record.get("meta", {})),
-        origin=base_dir)
+        test_files=tuple(record.get("test_files", ())),
+        test_args=tuple(record.get("test_args", ())),
+        tier=int(record.get("tier", 1)),
+        meta=dict(record.get("meta", {})),
+        origin=base_dir,
+    )
 
 
 def load_instances(path: Path) -> list[SweInstance]:

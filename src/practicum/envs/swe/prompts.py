@@ -26,10 +26,15 @@ EXAMPLE_MESSAGES: list[Message] = [  # one worked episode, as real chat turns
     {"role": "user", "content": "calc/ops.py:4:def add(a, b):"},
     {"role": "assistant", "content": "<view>calc/ops.py 4-6</view>"},
     {"role": "user", "content": "    4 def add(a, b):\n    5     return a - b"},
-    {"role": "assistant", "content": "<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n"
-                                     "<new>\n    return a + b\n</new>\n</edit>"},
-    {"role": "user", "content": "Edited calc/ops.py at line 5:\n    4 def add(a, b):\n"
-                                "    5     return a + b"},
+    {
+        "role": "assistant",
+        "content": "<edit>calc/ops.py\n<old>\n    return a - b\n</old>\n"
+        "<new>\n    return a + b\n</new>\n</edit>",
+    },
+    {
+        "role": "user",
+        "content": "Edited calc/ops.py at line 5:\n    4 def add(a, b):\n    5     return a + b",
+    },
     {"role": "assistant", "content": "<submit></submit>"},
 ]
 
@@ -41,6 +46,7 @@ def first_messages(instance: SweInstance, few_shot: bool, issue_chars: int) -> l
         issue = issue[:issue_chars] + "\n[... issue cut ...]"
     messages: list[Message] = [{"role": "system", "content": SYSTEM_PROMPT}]
     messages += EXAMPLE_MESSAGES if few_shot else []
-    messages.append({"role": "user", "content": f"Issue: {issue}\nThe repository is the "
-                     f"current folder."})
+    messages.append(
+        {"role": "user", "content": f"Issue: {issue}\nThe repository is the current folder."}
+    )
     return messages

@@ -50,9 +50,15 @@ def secret_paths(instance: SweInstance, workdir: Path | None = None) -> list[Pat
     if instance.origin is not None:
         paths.append(Path(instance.origin))
     work = Path(os.path.realpath(workdir)) if workdir is not None else None
-    return [p for p in paths if p.exists() and not (
-        work is not None and (Path(os.path.realpath(p)) == work
-                              or Path(os.path.realpath(p)) in work.parents))]
+    return [
+        p
+        for p in paths
+        if p.exists()
+        and not (
+            work is not None
+            and (Path(os.path.realpath(p)) == work or Path(os.path.realpath(p)) in work.parents)
+        )
+    ]
 
 
 def extract_source(source: Path, dest: Path) -> None:
@@ -60,8 +66,13 @@ def extract_source(source: Path, dest: Path) -> None:
     source = Path(source)
     dest.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+        shutil.copytree(
+            source,
+            dest,
+            symlinks=True,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"),
+        )
     elif source.name.endswith((".tar.gz", ".tgz", ".tar")):
         with tarfile.open(source) as tar:
             if hasattr(tarfile, "data_filter"):
@@ -83,8 +94,9 @@ def extract_source(source: Path, dest: Path) -> None:
         raise RepoError(f"source {source}: expected a folder or a .tar.gz/.tgz/.tar/.zip archive")
 
 
-def apply_patch(repo: Path, diff: str, *, hidden_paths: Sequence[Path] = (),
-                reverse: bool = False) -> Applied:
+def apply_patch(
+    repo: Path, diff: str, *, hidden_paths: Sequence[Path] = (), reverse: bool = False
+) -> Applied:
     """Apply a unified diff to the folder `repo` with `git apply`, sandboxed (all or nothing)."""
     if not diff.strip():
         return Applied(True, "")
@@ -93,8 +105,14 @@ def apply_patch(repo: Path, diff: str, *, hidden_paths: Sequence[Path] = (),
     argv = ["git", "apply", "--whitespace=nowarn"]
     if reverse:
         argv.append("--reverse")
-    result = run_command([*argv, "-"], repo, APPLY_LIMITS, stdin=diff, hidden_paths=hidden_paths,
-                         env={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"})
+    result = run_command(
+        [*argv, "-"],
+        repo,
+        APPLY_LIMITS,
+        stdin=diff,
+        hidden_paths=hidden_paths,
+        env={"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"},
+    )
     return Applied(result.ok, (result.stdout + result.stderr).strip())
 
 
@@ -108,11 +126,11 @@ def materialize(instance: SweInstance, dest: Path) -> None:
         raise RepoError(f"{instance.instance_id}: source {instance.source} does not exist")
     extract_source(instance.source, dest)
     if instance.bug_patch:
-        applied = apply_patch(dest, instance.bug_patch,
-                              hidden_paths=secret_paths(instance, dest))
+        applied = apply_patch(dest, instance.bug_patch, hidden_paths=secret_paths(instance, dest))
         if not applied.ok:
-            raise RepoError(f"{instance.instance_id}: bug_patch does not apply: "
-                            f"{applied.output[-1000:]}")
+            raise RepoError(
+                f"{instance.instance_id}: bug_patch does not apply: {applied.output[-1000:]}"
+            )
 
 
 def copy_tree(src: Path, dest: Path) -> None:
@@ -123,9 +141,9 @@ def copy_tree(src: Path, dest: Path) -> None:
 class PristineCache:
     """Base trees materialized once per instance and copied for each episode or grading.
 
-        cache = PristineCache()
-        cache.copy_to(instance, workdir)   # fresh base state, bug patch already applied
-        cache.close()
+    cache = PristineCache()
+    cache.copy_to(instance, workdir)   # fresh base state, bug patch already applied
+    cache.close()
     """
 
     def __init__(self, root: Path | None = None):

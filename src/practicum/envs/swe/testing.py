@@ -35,8 +35,9 @@ PASSING = ("PASSED", "XFAIL")
 MISSING = "MISSING"
 DUPLICATE = "DUPLICATE"
 
-TEST_LIMITS = Limits(wall_seconds=120, memory_mb=2048, max_processes=64,
-                     output_bytes=16 * 2**20, file_size_mb=64)
+TEST_LIMITS = Limits(
+    wall_seconds=120, memory_mb=2048, max_processes=64, output_bytes=16 * 2**20, file_size_mb=64
+)
 """Default limits of one test run: large output (every test id is in the log)."""
 
 RUNNER = """\
@@ -76,8 +77,15 @@ of the code under test runs after it). pytest's own summary is only for people: 
 test can rewrite it (a source file that patches the terminal reporter forged one, found by
 `practicum audit`), while the recorded statuses come after a marker it does not know."""
 
-PYTEST_ARGS = ("-rA", "-p", "no:cacheprovider", "--tb=short", "--color=no",
-               "-o", "console_output_style=classic")
+PYTEST_ARGS = (
+    "-rA",
+    "-p",
+    "no:cacheprovider",
+    "--tb=short",
+    "--color=no",
+    "-o",
+    "console_output_style=classic",
+)
 
 _SUMMARY = re.compile(r"^=+ short test summary info =+\s*$")
 
@@ -109,7 +117,7 @@ def after_marker(log: str, marker: str) -> str:
     """The runner's recorded statuses: the log after the last line starting with `marker` (''
     when the marker is absent: pytest never returned, so nothing in the log can be trusted)."""
     cut = log.rfind("\n" + marker + " pytest exit ")
-    return log[cut + 1:] if cut >= 0 else ""
+    return log[cut + 1 :] if cut >= 0 else ""
 
 
 def summary_lines(log: str) -> list[tuple[str, str]]:
@@ -148,8 +156,7 @@ def statuses_for(log: str, ids: Iterable[str]) -> dict[str, str]:
             if head in hits:
                 hits[head].append(status)
                 break
-    return {t: (MISSING if not h else h[0] if len(h) == 1 else DUPLICATE)
-            for t, h in hits.items()}
+    return {t: (MISSING if not h else h[0] if len(h) == 1 else DUPLICATE) for t, h in hits.items()}
 
 
 def _dash_positions(rest: str) -> list[int]:
@@ -205,12 +212,22 @@ def run_tests(
     targets = test_files_of(tests) if select == "files" else list(dict.fromkeys(tests))
     argv = ["python", "-I", "-B", "-c", RUNNER, *PYTEST_ARGS, *test_args, *targets]
     marker = "practicum-end-" + secrets.token_hex(16)
-    result = run_command(argv, Path(repo), limits or TEST_LIMITS, hidden_paths=hidden_paths,
-                         stdin=marker + "\n",
-                         env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
-                              "COLUMNS": "240"})
+    result = run_command(
+        argv,
+        Path(repo),
+        limits or TEST_LIMITS,
+        hidden_paths=hidden_paths,
+        stdin=marker + "\n",
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0", "COLUMNS": "240"},
+    )
     trusted = after_marker(result.stdout, marker)
     log = result.stdout + ("\n" + result.stderr if result.stderr else "")
-    return TestRun(statuses=statuses_for(trusted, ids), log=log, returncode=result.returncode,
-                   timed_out=result.timed_out, seconds=result.duration,
-                   killed_reason=result.killed_reason, reported=reported_statuses(trusted))
+    return TestRun(
+        statuses=statuses_for(trusted, ids),
+        log=log,
+        returncode=result.returncode,
+        timed_out=result.timed_out,
+        seconds=result.duration,
+        killed_reason=result.killed_reason,
+        reported=reported_statuses(trusted),
+    )

@@ -34,13 +34,18 @@ from practicum.envs.sandbox import Limits, RunResult
 from practicum.envs.swe.workspace import Workspace
 from practicum.tools import Call, CallError, TagSyntax, Tool, ToolResult, ToolSet
 
-_EDIT = re.compile(r"\A\s*(?P<path>[^\n<]+?)\s*\n\s*<old>\n?(?P<old>.*?)\n?</old>\s*"
-                   r"<new>\n?(?P<new>.*?)\n?</new>\s*\Z", re.S)
+_EDIT = re.compile(
+    r"\A\s*(?P<path>[^\n<]+?)\s*\n\s*<old>\n?(?P<old>.*?)\n?</old>\s*"
+    r"<new>\n?(?P<new>.*?)\n?</new>\s*\Z",
+    re.S,
+)
 _VIEW = re.compile(r"\A\s*(?P<path>\S+)(?:\s+(?P<start>\d+)\s*(?:[-:,]\s*(?P<end>\d+))?)?\s*\Z")
 
-FORMAT_HELP = ("Use exactly one tool per reply: <bash>command</bash>, <view>path 1-40</view>, "
-               "<search>text</search>, <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
-               "lines\n</new>\n</edit>, or <submit></submit> when the fix is done.")
+FORMAT_HELP = (
+    "Use exactly one tool per reply: <bash>command</bash>, <view>path 1-40</view>, "
+    "<search>text</search>, <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
+    "lines\n</new>\n</edit>, or <submit></submit> when the fix is done."
+)
 
 ParseError = CallError
 """The reply holds no usable tool call; the message is the corrective observation."""
@@ -105,7 +110,8 @@ if start > len(lines):
 for i in range(start, end + 1):
     print(f"{i:5d} {lines[i - 1]}")
 if end < len(lines):
-    print(f"({len(lines) - end} more lines; view {p} {end + 1}-{min(len(lines), end + a['window'])})")
+    last = min(len(lines), end + a["window"])
+    print(f"({len(lines) - end} more lines; view {p} {end + 1}-{last})")
 """
 
 _EDIT_SCRIPT = r"""
@@ -122,7 +128,8 @@ if n == 0:
     first = old.strip().splitlines()[0].strip() if old.strip() else ""
     if first and first in text:
         line = text[:text.index(first)].count("\n") + 1
-        hint = f" Its first line appears at line {line}: copy the old lines exactly, indentation included."
+        hint = (f" Its first line appears at line {line}: copy the old lines exactly, "
+                "indentation included.")
     print(f"The <old> snippet was not found in {p}; nothing changed.{hint}"); sys.exit(3)
 if n > 1:
     at, lines, i = 0, [], text.find(old)
@@ -156,8 +163,9 @@ class Shell:
         """One of the scripts above, `arg` on stdin; exit 3 is the script's own error."""
         res = self.run(["python", "-I", "-c", script], stdin=json.dumps(arg))
         if res.returncode in (0, 3):
-            return ToolResult(res.stdout.rstrip("\n"), error=res.returncode != 0,
-                              seconds=res.duration)
+            return ToolResult(
+                res.stdout.rstrip("\n"), error=res.returncode != 0, seconds=res.duration
+            )
         return ToolResult(_format(res), error=True, seconds=res.duration)
 
 
@@ -217,8 +225,7 @@ class Search(Tool):
         out = "\n".join(line.removeprefix("./") for line in lines[: self.max_hits])
         if len(lines) > self.max_hits:
             out += f"\n({len(lines) - self.max_hits} more matches)"
-        return ToolResult(out if res.ok else _format(res), error=not res.ok,
-                          seconds=res.duration)
+        return ToolResult(out if res.ok else _format(res), error=not res.ok, seconds=res.duration)
 
 
 class Edit(Tool):
@@ -231,8 +238,10 @@ class Edit(Tool):
     def parse(self, body: str) -> dict:
         m = _EDIT.match(body)
         if m is None:
-            raise CallError("Usage: <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
-                            "lines\n</new>\n</edit>")
+            raise CallError(
+                "Usage: <edit>path\n<old>\nexact old lines\n</old>\n<new>\nnew "
+                "lines\n</new>\n</edit>"
+            )
         if not m["old"]:
             raise CallError("<old> is empty: give the exact lines to replace.")
         return {"path": m["path"], "old": m["old"], "new": m["new"]}
@@ -249,8 +258,12 @@ class Submit(Tool):
 
 
 TOOL_CLASSES: tuple[type[Tool], ...] = (Bash, View, Search, Edit, Submit)
-SYNTAX = TagSyntax([t.name for t in TOOL_CLASSES], FORMAT_HELP, bare=["submit"],
-                   need_body=["bash", "search", "view"])
+SYNTAX = TagSyntax(
+    [t.name for t in TOOL_CLASSES],
+    FORMAT_HELP,
+    bare=["submit"],
+    need_body=["bash", "search", "view"],
+)
 STOP_STRINGS = SYNTAX.stop_strings
 
 
@@ -259,13 +272,29 @@ def parse_action(reply: str) -> Call:
     return SYNTAX.parse(reply)
 
 
-def swe_tools(ws: Workspace, command_seconds: float = 20.0, view_lines: int = 40,
-              max_search_hits: int = 30, memory_mb: int = 1024) -> ToolSet:
+def swe_tools(
+    ws: Workspace,
+    command_seconds: float = 20.0,
+    view_lines: int = 40,
+    max_search_hits: int = 30,
+    memory_mb: int = 1024,
+) -> ToolSet:
     """The episode's tools over `ws`; every call is one sandboxed command."""
-    shell = Shell(ws, Limits(wall_seconds=command_seconds, memory_mb=memory_mb,
-                             max_processes=64, output_bytes=16_000))
-    return ToolSet([Bash(shell), View(shell, view_lines), Search(shell, max_search_hits),
-                    Edit(shell), Submit()])
+    shell = Shell(
+        ws,
+        Limits(
+            wall_seconds=command_seconds, memory_mb=memory_mb, max_processes=64, output_bytes=16_000
+        ),
+    )
+    return ToolSet(
+        [
+            Bash(shell),
+            View(shell, view_lines),
+            Search(shell, max_search_hits),
+            Edit(shell),
+            Submit(),
+        ]
+    )
 
 
 def _format(res: RunResult) -> str:

@@ -20,7 +20,7 @@ FILES = {
     "calc/__init__.py": "from calc.ops import add, scale\n",
     "calc/ops.py": (
         "def add(a, b):\n"
-        "    \"\"\"Sum of a and b.\"\"\"\n"
+        '    """Sum of a and b."""\n'
         "    return a - b\n"
         "\n"
         "\n"
@@ -58,19 +58,27 @@ GOLD_PATCH = """diff --git a/calc/ops.py b/calc/ops.py
  def scale(xs, k):
 """
 
-ISSUE = ("add(2, 3) returns -1 instead of 5. The function `add` in calc/ops.py is wrong; "
-         "tests/test_ops.py::test_add fails with: assert -1 == 5")
+ISSUE = (
+    "add(2, 3) returns -1 instead of 5. The function `add` in calc/ops.py is wrong; "
+    "tests/test_ops.py::test_add fails with: assert -1 == 5"
+)
 
 
 def toy_record(instance_id: str = "toy__calc-1", source: str = "src") -> dict:
     """The JSONL record (SWE-bench fields as JSON strings, like the upstream files)."""
     return {
-        "instance_id": instance_id, "repo": "toy/calc", "problem_statement": ISSUE,
-        "patch": GOLD_PATCH, "base_commit": "",
+        "instance_id": instance_id,
+        "repo": "toy/calc",
+        "problem_statement": ISSUE,
+        "patch": GOLD_PATCH,
+        "base_commit": "",
         "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_add"]),
-        "PASS_TO_PASS": json.dumps(["tests/test_ops.py::test_add_zero",
-                                    "tests/test_ops.py::test_scale"]),
-        "source": source, "test_files": ["tests/test_ops.py"], "tier": 1,
+        "PASS_TO_PASS": json.dumps(
+            ["tests/test_ops.py::test_add_zero", "tests/test_ops.py::test_scale"]
+        ),
+        "source": source,
+        "test_files": ["tests/test_ops.py"],
+        "tier": 1,
         "meta": {"mutation": "op_change", "function": "add", "secret": "GOLD-PATCH-MARKER"},
     }
 

@@ -28,25 +28,40 @@ from practicum.envs.sandbox import Limits, RunResult, run_command
 from practicum.envs.swe.instance import SweInstance
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "practicum", "GIT_AUTHOR_EMAIL": "swe@practicum.invalid",
-    "GIT_COMMITTER_NAME": "practicum", "GIT_COMMITTER_EMAIL": "swe@practicum.invalid",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_NAME": "practicum",
+    "GIT_AUTHOR_EMAIL": "swe@practicum.invalid",
+    "GIT_COMMITTER_NAME": "practicum",
+    "GIT_COMMITTER_EMAIL": "swe@practicum.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
 }
 """Fixed identity and dates: the base commit's id depends on the tree alone."""
 
-TOOL_ENV = {**GIT_ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
-            "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+TOOL_ENV = {
+    **GIT_ENV,
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "TERM": "dumb",
+}
 """Environment of every command the agent runs (added to the sandbox's minimal one)."""
 
-_INIT = ("rm -rf .git && git init -q -b main . && git add -A && "
-         "git commit -q --no-verify -m 'base state' && git rev-parse HEAD")
+_INIT = (
+    "rm -rf .git && git init -q -b main . && git add -A && "
+    "git commit -q --no-verify -m 'base state' && git rev-parse HEAD"
+)
 # The diff ignores anything the agent's repo config could redirect: no external diff or
 # textconv drivers, no hooks or fsmonitor; build and cache litter is left out.
-_SAFE_GIT = ("git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= "
-             "-c core.attributesFile=/dev/null")
-_EXCLUDES = "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc' " \
-            "':(exclude,glob).pytest_cache/**'"
+_SAFE_GIT = (
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= "
+    "-c core.attributesFile=/dev/null"
+)
+_EXCLUDES = (
+    "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc' ':(exclude,glob).pytest_cache/**'"
+)
 DIFF_MAX_BYTES = 1_000_000
 """A larger diff is not graded (truncated output would not apply)."""
 
@@ -68,8 +83,14 @@ class Workspace:
     _remove: weakref.finalize | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def create(cls, instance: SweInstance, hidden: Sequence[Path] = (), backend: str = "auto",
-               materialize=None, limits: Limits | None = None) -> "Workspace":
+    def create(
+        cls,
+        instance: SweInstance,
+        hidden: Sequence[Path] = (),
+        backend: str = "auto",
+        materialize=None,
+        limits: Limits | None = None,
+    ) -> "Workspace":
         """Materialize the base state into a fresh temp folder and make its one commit
         inside the sandbox. `materialize(instance, dest)` defaults to swe's repo module."""
         from practicum.envs.swe.repo import secret_paths
@@ -84,17 +105,23 @@ class Workspace:
             _remove_git_dirs(repo)  # trusted files: nothing the agent wrote yet
             # A folder holding the workspace itself cannot be hidden (it is outside the
             # sandbox's view anyway when it is a private-/tmp ancestor such as /tmp).
-            hide = tuple(dict.fromkeys(
-                Path(h) for h in (*hidden, *secret_paths(instance))
-                if not Path(os.path.realpath(root)).is_relative_to(os.path.realpath(h))))
+            hide = tuple(
+                dict.fromkeys(
+                    Path(h)
+                    for h in (*hidden, *secret_paths(instance))
+                    if not Path(os.path.realpath(root)).is_relative_to(os.path.realpath(h))
+                )
+            )
             ws = cls(root, repo, "", hide, backend)
             # Removed with the workspace object even if nobody calls close (a forgotten env).
             ws._remove = weakref.finalize(ws, _rmtree_nofollow, root)
             res = ws.run(["bash", "-c", _INIT], limits or Limits(wall_seconds=60))
             sha = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
             if not res.ok or len(sha) != 40:
-                raise WorkspaceError(f"{instance.instance_id}: git init in the sandbox failed "
-                                     f"({res.returncode}): {res.stderr.strip()[-300:]}")
+                raise WorkspaceError(
+                    f"{instance.instance_id}: git init in the sandbox failed "
+                    f"({res.returncode}): {res.stderr.strip()[-300:]}"
+                )
             ws.base_commit = sha
             return ws
         except BaseException:
@@ -103,17 +130,27 @@ class Workspace:
 
     def run(self, argv: Sequence[str], limits: Limits, stdin: str | None = None) -> RunResult:
         """Run argv sandboxed in the repository (no network, hidden paths unreadable)."""
-        return run_command(argv, self.repo, limits, hidden_paths=self.hidden, env=TOOL_ENV,
-                           stdin=stdin, backend=self.backend, cancel=self.cancel)
+        return run_command(
+            argv,
+            self.repo,
+            limits,
+            hidden_paths=self.hidden,
+            env=TOOL_ENV,
+            stdin=stdin,
+            backend=self.backend,
+            cancel=self.cancel,
+        )
 
     def diff(self, limits: Limits | None = None) -> tuple[str | None, str]:
         """(patch, note): every change since the base commit as `git apply`-able text,
         computed inside the sandbox; (None, why) when it could not be (too large, timeout,
         the agent broke the repository)."""
         limits = limits or Limits(wall_seconds=30, output_bytes=DIFF_MAX_BYTES + 1)
-        cmd = (f"{_SAFE_GIT} add -A -- . {_EXCLUDES} >/dev/null && "
-               f"{_SAFE_GIT} diff --cached --no-ext-diff --no-textconv --no-color --binary "
-               f"{self.base_commit} -- . {_EXCLUDES}")
+        cmd = (
+            f"{_SAFE_GIT} add -A -- . {_EXCLUDES} >/dev/null && "
+            f"{_SAFE_GIT} diff --cached --no-ext-diff --no-textconv --no-color --binary "
+            f"{self.base_commit} -- . {_EXCLUDES}"
+        )
         res = self.run(["bash", "-c", cmd], limits)
         if not res.ok:
             why = res.killed_reason or f"exit {res.returncode}"

@@ -62,42 +62,80 @@ async def chat(state: ServeState, req: ChatRequest):
         params = replace(params, stop_strings=(*params.stop_strings, T.CALL_CLOSE))
     rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if req.stream and not tools:
-        head = {"id": rid, "object": "chat.completion.chunk", "created": now,
-                "model": req.model}
+        head = {"id": rid, "object": "chat.completion.chunk", "created": now, "model": req.model}
         jobs = [(prompt, params, seed_of(req, i)) for i in range(req.n)]
-        return sse(chat_stream(served, head, jobs, adapter, tuple(stop_list(req.stop)),
-                                req.logprobs, include_usage(req)))
-    samples = await asyncio.gather(*(state.generate(prompt, params, seed_of(req, i), adapter)
-                                     for i in range(req.n)))
+        return sse(
+            chat_stream(
+                served,
+                head,
+                jobs,
+                adapter,
+                tuple(stop_list(req.stop)),
+                req.logprobs,
+                include_usage(req),
+            )
+        )
+    samples = await asyncio.gather(
+        *(state.generate(prompt, params, seed_of(req, i), adapter) for i in range(req.n))
+    )
     functions = T.function_tools(tool_specs(tools)) if tools else None
     choices = []
     for i, s in enumerate(samples):
         c = Choice(i, trim(s.text, req.stop), s.finish_reason, len(s.token_ids), s)
         if functions is not None:
-            await _read_calls(state, c, prefix, functions, choice_mode == "forced",
-                              forced_name, ids, params, seed_of(req, i), adapter)
+            await _read_calls(
+                state,
+                c,
+                prefix,
+                functions,
+                choice_mode == "forced",
+                forced_name,
+                ids,
+                params,
+                seed_of(req, i),
+                adapter,
+            )
         choices.append(c)
     usage = usage_of(len(prompt), choices)
     if req.stream:
         return sse(chat_chunks(rid, now, req, choices, usage, state.tok))
-    return {"id": rid, "object": "chat.completion", "created": now, "model": req.model,
-            "system_fingerprint": f"practicum-v{served.server.version}",
-            "choices": [chat_choice(c, req.logprobs, state.tok) for c in choices],
-            "usage": usage}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": now,
+        "model": req.model,
+        "system_fingerprint": f"practicum-v{served.server.version}",
+        "choices": [chat_choice(c, req.logprobs, state.tok) for c in choices],
+        "usage": usage,
+    }
 
 
-async def _read_calls(state: ServeState, c: Choice, prefix: str,
-                      tools: ToolSet[T.FunctionTool], forced: bool, forced_name: str | None,
-                      ids: list[int], params: SamplingParams, seed: int | None,
-                      adapter: bool) -> None:
+async def _read_calls(
+    state: ServeState,
+    c: Choice,
+    prefix: str,
+    tools: ToolSet[T.FunctionTool],
+    forced: bool,
+    forced_name: str | None,
+    ids: list[int],
+    params: SamplingParams,
+    seed: int | None,
+    adapter: bool,
+) -> None:
     """The choice's tool calls (`T.reply_calls`); a forced call's filled arguments are
     written by the model after the prompt `ids`, their tokens counted in the choice's."""
-    async def fill(name: str, schema: dict) -> tuple[dict, int]:
-        return await T.fill_arguments(name, schema, ids, params, state.served.chat.encode,
-                                      lambda p_ids, p: state.generate(p_ids, p, seed, adapter))
 
-    content, calls, filled = await T.reply_calls(prefix + c.text, tools, forced, forced_name,
-                                                 fill)
+    async def fill(name: str, schema: dict) -> tuple[dict, int]:
+        return await T.fill_arguments(
+            name,
+            schema,
+            ids,
+            params,
+            state.served.chat.encode,
+            lambda p_ids, p: state.generate(p_ids, p, seed, adapter),
+        )
+
+    content, calls, filled = await T.reply_calls(prefix + c.text, tools, forced, forced_name, fill)
     if filled is not None:
         c.tokens += filled
     if calls:

@@ -34,25 +34,58 @@ async def complete(state: ServeState, req: CompletionRequest):
     served, tok = state.served, state.tok
     adapter = state.adapter_for(req.model)
     prompts = completion_prompts(req.prompt, served.chat, served.vocab_size)
-    jobs = [(ids, state.params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS), seed_of(req, i))
-            for ids in prompts for i in range(req.n)]
-    echoes = [tok.decode(ids, skip_special_tokens=False) if req.echo else ""
-              for ids, _, _ in jobs]
+    jobs = [
+        (ids, state.params_for(req, len(ids), DEFAULT_COMPLETION_TOKENS), seed_of(req, i))
+        for ids in prompts
+        for i in range(req.n)
+    ]
+    echoes = [tok.decode(ids, skip_special_tokens=False) if req.echo else "" for ids, _, _ in jobs]
     rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
     prompt_tokens = sum(len(p) for p in prompts)
     if req.stream:
         head = {"id": rid, "object": "text_completion", "created": now, "model": req.model}
-        return sse(completion_stream(served, head, jobs, echoes, adapter,
-                                      tuple(stop_list(req.stop)), req.logprobs is not None,
-                                      include_usage(req), prompt_tokens))
+        return sse(
+            completion_stream(
+                served,
+                head,
+                jobs,
+                echoes,
+                adapter,
+                tuple(stop_list(req.stop)),
+                req.logprobs is not None,
+                include_usage(req),
+                prompt_tokens,
+            )
+        )
     samples = await asyncio.gather(*(state.generate(*job, adapter) for job in jobs))
-    choices = [Choice(k, echoes[k] + trim(s.text, req.stop), s.finish_reason,
-                       len(s.token_ids), s, offset=len(echoes[k]))
-               for k, s in enumerate(samples)]
-    body = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason,
-             "logprobs": completion_logprobs(c.sample.token_ids, c.sample.logprobs, tok,
-                                             c.offset) if req.logprobs is not None
-             else None} for c in choices]
-    return {"id": rid, "object": "text_completion", "created": now, "model": req.model,
-            "system_fingerprint": f"practicum-v{served.server.version}",
-            "choices": body, "usage": usage_of(prompt_tokens, choices)}
+    choices = [
+        Choice(
+            k,
+            echoes[k] + trim(s.text, req.stop),
+            s.finish_reason,
+            len(s.token_ids),
+            s,
+            offset=len(echoes[k]),
+        )
+        for k, s in enumerate(samples)
+    ]
+    body = [
+        {
+            "index": c.index,
+            "text": c.text,
+            "finish_reason": c.finish_reason,
+            "logprobs": completion_logprobs(c.sample.token_ids, c.sample.logprobs, tok, c.offset)
+            if req.logprobs is not None
+            else None,
+        }
+        for c in choices
+    ]
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": now,
+        "model": req.model,
+        "system_fingerprint": f"practicum-v{served.server.version}",
+        "choices": body,
+        "usage": usage_of(prompt_tokens, choices),
+    }

@@ -39,7 +39,9 @@ def write_split(
     shuffled = frame.sample(frac=1.0, random_state=seed).reset_index(drop=True)
     shuffled.insert(0, "id", np.arange(len(shuffled)))
     train, test = train_test_split(
-        shuffled, test_size=test_size, random_state=seed,
+        shuffled,
+        test_size=test_size,
+        random_state=seed,
         stratify=shuffled[stratify] if stratify else None,
     )
     train, test = train.sort_values("id"), test.sort_values("id")
@@ -54,5 +56,5 @@ def write_split(
 
 
 def snake_case(name: str) -> str:
-    """"mean radius" -> "mean_radius"; "TVnews" -> "tvnews"; "od280/od315" -> "od280_od315"."""
+    """ "mean radius" -> "mean_radius"; "TVnews" -> "tvnews"; "od280/od315" -> "od280_od315"."""
     return "_".join(name.lower().replace("-", " ").replace("/", " ").split())

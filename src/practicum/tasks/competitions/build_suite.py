@@ -55,17 +55,17 @@ HERE = Path(__file__).parent
 CHAPTERS = {
     "lexical-analysis": "identifiers id-classes integers floating imaginary numbers strings",
     "data-model": "objects types specialnames customization attribute-access callable-types "
-                  "numeric-types sequence-types context-managers async",
+    "numeric-types sequence-types context-managers async",
     "expressions": "atom-identifiers atom-literals attribute-references await binary bitwise "
-                   "booleans calls comparisons conversions dict exprlists in lambda lists "
-                   "operator-summary power shifting slicings subscriptions unary",
+    "booleans calls comparisons conversions dict exprlists in lambda lists "
+    "operator-summary power shifting slicings subscriptions unary",
     "simple-statements": "assert assignment augassign break continue del global import "
-                         "nonlocal pass raise return yield",
+    "nonlocal pass raise return yield",
     "compound-statements": "compound if else while for try with function class",
     "builtin-types": "bltin-code-objects bltin-ellipsis-object bltin-null-object "
-                     "bltin-type-objects string-methods truth typesfunctions typesmapping "
-                     "typesmethods typesmodules typesseq typesseq-mutable specialattrs "
-                     "formatstrings",
+    "bltin-type-objects string-methods truth typesfunctions typesmapping "
+    "typesmethods typesmodules typesseq typesseq-mutable specialattrs "
+    "formatstrings",
 }
 """pydoc topic -> chapter of the Language Reference (builtin-types: the Library's stdtypes).
 The small "execution model" chapter and the pdb topic are left out."""
@@ -158,8 +158,12 @@ def text_zoo() -> dict[str, Callable[[], object]]:
     return {
         "constant-prior": lambda: DummyClassifier(strategy="prior"),
         "stratified-guess": lambda: DummyClassifier(strategy="stratified", random_state=0),
-        "tfidf-logistic-c1": lambda: make_pipeline(TfidfVectorizer(), LogisticRegression(max_iter=5000)),
-        "tfidf-logistic-c10": lambda: make_pipeline(TfidfVectorizer(), LogisticRegression(C=10, max_iter=5000)),
+        "tfidf-logistic-c1": lambda: make_pipeline(
+            TfidfVectorizer(), LogisticRegression(max_iter=5000)
+        ),
+        "tfidf-logistic-c10": lambda: make_pipeline(
+            TfidfVectorizer(), LogisticRegression(C=10, max_iter=5000)
+        ),
         "tfidf-bigram-svm": lambda: make_pipeline(TfidfVectorizer(ngram_range=(1, 2)), LinearSVC()),
         "tfidf-svm": lambda: make_pipeline(TfidfVectorizer(), LinearSVC()),
         "tfidf-ridge": lambda: make_pipeline(TfidfVectorizer(), RidgeClassifier()),
@@ -168,13 +172,17 @@ def text_zoo() -> dict[str, Callable[[], object]]:
         "tfidf-naive-bayes": lambda: make_pipeline(TfidfVectorizer(), MultinomialNB()),
         "char-tfidf-logistic": lambda: make_pipeline(
             TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), max_features=20000),
-            LogisticRegression(C=10, max_iter=5000)),
+            LogisticRegression(C=10, max_iter=5000),
+        ),
         "counts-tree-depth5": lambda: make_pipeline(
-            CountVectorizer(), DecisionTreeClassifier(max_depth=5, random_state=0)),
+            CountVectorizer(), DecisionTreeClassifier(max_depth=5, random_state=0)
+        ),
     }
 
 
-def baseline_submission(comp: Competition, model, train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
+def baseline_submission(
+    comp: Competition, model, train: pd.DataFrame, test: pd.DataFrame
+) -> pd.DataFrame:
     """Fit `model` on train and write a submission in the competition's format."""
     section = comp.practicum
     target = section.target_columns[0]
@@ -207,7 +215,10 @@ def build_leaderboard(comp: Competition) -> pd.DataFrame:
     """Score every baseline of the matching zoo; return the table best first."""
     with tempfile.TemporaryDirectory() as scratch:
         paths = comp.prepare(Path(scratch))
-        train, test = pd.read_csv(paths.public / "train.csv"), pd.read_csv(paths.public / "test.csv")
+        train, test = (
+            pd.read_csv(paths.public / "train.csv"),
+            pd.read_csv(paths.public / "test.csv"),
+        )
         answers = pd.read_csv(paths.answers)
         if comp.practicum.task == "text-classification":
             zoo = text_zoo()
@@ -245,8 +256,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.what in ("leaderboards", "all"):
             table = build_leaderboard(comp)
             table.to_csv(comp.root / "leaderboard.csv", index=False)
-            print(f"{comp.id}: {len(table)} teams, best {table['score'].iloc[0]:g} "
-                  f"({table['team'].iloc[0]}), worst {table['score'].iloc[-1]:g}")
+            print(
+                f"{comp.id}: {len(table)} teams, best {table['score'].iloc[0]:g} "
+                f"({table['team'].iloc[0]}), worst {table['score'].iloc[-1]:g}"
+            )
 
 
 if __name__ == "__main__":

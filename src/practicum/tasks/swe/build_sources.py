@@ -20,19 +20,41 @@ from pathlib import Path
 from practicum.tasks.swe import HERE
 
 PACKAGES = {
-    "inflection": {"version": "0.5.1", "module": "inflection", "license": "MIT",
-                   "keep": {"inflection/": "inflection/", "test_inflection.py": "test_inflection.py",
-                            "LICENSE": "LICENSE"}},
-    "toolz": {"version": "1.2.0", "module": "toolz", "license": "BSD-3-Clause",
-              "keep": {"toolz/": "toolz/", "tlz/": "tlz/", "LICENSE.txt": "LICENSE.txt"}},
-    "semver": {"version": "3.1.1", "module": "semver", "license": "BSD-3-Clause",
-               "keep": {"src/semver/": "semver/", "tests/": "tests/",
-                        "LICENSE.txt": "LICENSE.txt"},
-               "files": {"pytest.ini": "[pytest]\npythonpath = tests\n"}},
-    "parse": {"version": "1.22.4", "module": "parse", "license": "MIT",
-              "keep": {"parse/": "parse/", "tests/": "tests/", "LICENSE": "LICENSE"}},
-    "boltons": {"version": "26.2.0", "module": "boltons", "license": "BSD-3-Clause",
-                "keep": {"boltons/": "boltons/", "tests/": "tests/", "LICENSE": "LICENSE"}},
+    "inflection": {
+        "version": "0.5.1",
+        "module": "inflection",
+        "license": "MIT",
+        "keep": {
+            "inflection/": "inflection/",
+            "test_inflection.py": "test_inflection.py",
+            "LICENSE": "LICENSE",
+        },
+    },
+    "toolz": {
+        "version": "1.2.0",
+        "module": "toolz",
+        "license": "BSD-3-Clause",
+        "keep": {"toolz/": "toolz/", "tlz/": "tlz/", "LICENSE.txt": "LICENSE.txt"},
+    },
+    "semver": {
+        "version": "3.1.1",
+        "module": "semver",
+        "license": "BSD-3-Clause",
+        "keep": {"src/semver/": "semver/", "tests/": "tests/", "LICENSE.txt": "LICENSE.txt"},
+        "files": {"pytest.ini": "[pytest]\npythonpath = tests\n"},
+    },
+    "parse": {
+        "version": "1.22.4",
+        "module": "parse",
+        "license": "MIT",
+        "keep": {"parse/": "parse/", "tests/": "tests/", "LICENSE": "LICENSE"},
+    },
+    "boltons": {
+        "version": "26.2.0",
+        "module": "boltons",
+        "license": "BSD-3-Clause",
+        "keep": {"boltons/": "boltons/", "tests/": "tests/", "LICENSE": "LICENSE"},
+    },
 }
 SKIP = ("__pycache__", ".pyc", ".coveragerc", ".egg-info")
 
@@ -52,12 +74,16 @@ def build(sdists: Path, out: Path = HERE) -> dict[str, dict]:
                 for frm, to in spec["keep"].items():
                     if rel == frm or (frm.endswith("/") and rel.startswith(frm)):
                         data = src.extractfile(member).read()
-                        _add(dst, to + rel[len(frm):] if frm.endswith("/") else to, data)
+                        _add(dst, to + rel[len(frm) :] if frm.endswith("/") else to, data)
             for path, text in spec.get("files", {}).items():
                 _add(dst, path, text.encode())
-        records[name] = {"version": spec["version"], "module": spec["module"],
-                         "license": spec["license"], "archive": archive,
-                         "test_args": spec.get("test_args", [])}
+        records[name] = {
+            "version": spec["version"],
+            "module": spec["module"],
+            "license": spec["license"],
+            "archive": archive,
+            "test_args": spec.get("test_args", []),
+        }
     (out / "packages.json").write_text(json.dumps(records, indent=1) + "\n")
     return records
 

@@ -44,8 +44,7 @@ def folder(tmp_path):
     train["species"] = np.where(train.a > 0.3, "c", np.where(train.a > -0.3, "b", "a"))
     train["sick"] = (train.b > 0).astype(int)
     train["price"] = 3 * train.a + train.b
-    test = pd.DataFrame({"id": range(100, 112), "a": rng.normal(size=12),
-                         "b": rng.normal(size=12)})
+    test = pd.DataFrame({"id": range(100, 112), "a": rng.normal(size=12), "b": rng.normal(size=12)})
     train.to_csv(tmp_path / "train.csv", index=False)
     test.to_csv(tmp_path / "test.csv", index=False)
     return tmp_path
@@ -69,7 +68,7 @@ def test_every_task_type_gives_a_parsing_script_whose_example_is_its_region():
     for template in (LABELS, BINARY_AUC, MULTI_LOGLOSS, REGRESSION, TEXT):
         assert template.max_lines == MAX_LINES
         lines = template.script.splitlines()
-        region = lines[lines.index(START_MARKER) + 1: lines.index(END_MARKER)]
+        region = lines[lines.index(START_MARKER) + 1 : lines.index(END_MARKER)]
         assert "\n".join(region) == template.example
         assert parse_section(template.example, template)[0] == template.script
         assert "predictions" in template.instruction
@@ -89,24 +88,31 @@ def test_the_section_replaces_the_region_and_the_fixed_parts_stay(folder):
     assert set(frame.species) <= {"a", "b", "c"}
 
 
-@pytest.mark.parametrize("reply, message", [
-    ("", "empty"),
-    ("I would use a random forest on the features.", "no ```python code block"),
-    (f"{FENCE}python\n{START_MARKER}\npredictions = 1\n{END_MARKER}\n{FENCE}", "marker"),
-    (f"{FENCE}python\n" + "x = 1\n" * MAX_LINES + f"predictions = x\n{FENCE}",
-     f"{MAX_LINES + 1} lines; at most {MAX_LINES}"),
-    (f"{FENCE}python\npredictions = model.predict(X_test\n{FENCE}", "does not parse"),
-    (f"{FENCE}python\nmodel = Ridge(alpha=\n", "cut off .* no complete statement"),
-    ("Sure. predictions = model.predict(X_test) should work", "does not parse"),
-])
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ("", "empty"),
+        ("I would use a random forest on the features.", "no ```python code block"),
+        (f"{FENCE}python\n{START_MARKER}\npredictions = 1\n{END_MARKER}\n{FENCE}", "marker"),
+        (
+            f"{FENCE}python\n" + "x = 1\n" * MAX_LINES + f"predictions = x\n{FENCE}",
+            f"{MAX_LINES + 1} lines; at most {MAX_LINES}",
+        ),
+        (f"{FENCE}python\npredictions = model.predict(X_test\n{FENCE}", "does not parse"),
+        (f"{FENCE}python\nmodel = Ridge(alpha=\n", "cut off .* no complete statement"),
+        ("Sure. predictions = model.predict(X_test) should work", "does not parse"),
+    ],
+)
 def test_malformed_sections_say_what_to_fix(reply, message):
     with pytest.raises(ActionParseError, match=message):
         parse_section(reply, LABELS)
 
 
 def test_a_cut_off_block_keeps_its_longest_parsing_prefix():
-    cut = (f"Plan.\n{FENCE}python\nX = train[['a', 'b']]\nmodel = Ridge()\n"
-           f"model.fit(X, train[TARGET])\npredictions = model.predict(X_te")
+    cut = (
+        f"Plan.\n{FENCE}python\nX = train[['a', 'b']]\nmodel = Ridge()\n"
+        f"model.fit(X, train[TARGET])\npredictions = model.predict(X_te"
+    )
     script, written = parse_section(cut, LABELS)
     assert written == "X = train[['a', 'b']]\nmodel = Ridge()\nmodel.fit(X, train[TARGET])"
     assert f"{START_MARKER}\n{written}\n{END_MARKER}" in script
@@ -123,15 +129,18 @@ def test_a_cut_off_block_keeps_its_longest_parsing_prefix():
 
 def test_a_section_that_never_predicts_runs_and_stops_at_the_tail(folder):
     reply = SECTION.replace("predictions = {predict}\n", "")
-    assert run_in(folder, LABELS, reply) == ("the section never assigned `predictions` (it must "
-                                             "end with predictions = ..., one prediction per "
-                                             "test row)")
+    assert run_in(folder, LABELS, reply) == (
+        "the section never assigned `predictions` (it must "
+        "end with predictions = ..., one prediction per "
+        "test row)"
+    )
 
 
 def test_predictions_of_the_wrong_length_stop_with_a_clear_message(folder):
     reply = SECTION.format(predict="model.predict(X)")  # the training rows
-    assert run_in(folder, LABELS, reply) == ("`predictions` must have one row per test row "
-                                             "(12 rows), got shape (30,)")
+    assert run_in(folder, LABELS, reply) == (
+        "`predictions` must have one row per test row (12 rows), got shape (30,)"
+    )
     assert not (folder / "submission.csv").exists()
 
 
@@ -147,8 +156,9 @@ def test_multiclass_probabilities_need_one_column_per_sorted_class(folder):
     assert list(frame.columns) == ["id", "a", "b", "c"]
     assert np.allclose(frame[["a", "b", "c"]].sum(axis=1), 1.0)
     labels = run_in(folder, MULTI_LOGLOSS, SECTION.format(predict="model.predict(X_test)"))
-    assert labels == ("`predictions` must have one column per class ['a', 'b', 'c'], got shape "
-                      "(12,)")
+    assert labels == (
+        "`predictions` must have one column per class ['a', 'b', 'c'], got shape (12,)"
+    )
 
 
 def test_regression_accepts_a_column_vector_and_rejects_a_matrix(folder):
@@ -161,8 +171,9 @@ def test_regression_accepts_a_column_vector_and_rejects_a_matrix(folder):
 
 def test_section_prompt_shows_columns_sizes_and_the_target():
     columns = ["id", *(f"f{i}" for i in range(30)), "species"]
-    text = prompts.section_prompt("Iris", "Predict the species.", "accuracy", False, LABELS,
-                                  columns, 105, 45, "species", "id")
+    text = prompts.section_prompt(
+        "Iris", "Predict the species.", "accuracy", False, LABELS, columns, 105, 45, "species", "id"
+    )
     assert "105 rows; columns: id, f0, f1" in text and "... (8 more)" in text
     assert "45 rows; the same columns without species" in text
     assert "TARGET = 'species'; ID_COL = 'id'" in text and "CLASSES" in text

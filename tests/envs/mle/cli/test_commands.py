@@ -35,11 +35,26 @@ def test_prepare_then_grade(cli, tmp_path, capsys):
     answers = pd.read_csv(data / "mle" / "iris-species" / "prepared" / "private" / "answers.csv")
     submission = tmp_path / "submission.csv"
     answers.to_csv(submission, index=False)
-    assert cli(["mle", "grade", "iris-species", str(submission), "--data", str(data), "--json"]) == 0
+    assert (
+        cli(["mle", "grade", "iris-species", str(submission), "--data", str(data), "--json"]) == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] and report["score"] == 1.0 and report["medal"] == "gold"
-    assert cli(["mle", "grade", "iris-species", str(submission), "--data", str(data),
-                "--raw", str(tmp_path)]) == 0
+    assert (
+        cli(
+            [
+                "mle",
+                "grade",
+                "iris-species",
+                str(submission),
+                "--data",
+                str(data),
+                "--raw",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert "gold" in capsys.readouterr().out
 
 
@@ -64,8 +79,19 @@ def test_missing_competitions_folder_is_a_user_error(cli, tmp_path):
 def test_add_mle_commands_accepts_the_mle_parser_itself(tmp_path):
     parser = argparse.ArgumentParser(prog="mle")
     add_mle_commands(parser)
-    args = parser.parse_args(["prepare", "iris-species", "--raw", str(tmp_path), "--force",
-                              "--competitions", "a", "--competitions", "b"])
+    args = parser.parse_args(
+        [
+            "prepare",
+            "iris-species",
+            "--raw",
+            str(tmp_path),
+            "--force",
+            "--competitions",
+            "a",
+            "--competitions",
+            "b",
+        ]
+    )
     assert args.force and args.raw == tmp_path and [str(p) for p in args.competitions] == ["a", "b"]
 
 
@@ -93,8 +119,10 @@ def test_grade_names_the_line_of_the_file_not_the_sorted_row(cli, tmp_path, caps
     frame.iloc[1, frame.columns.get_loc("malignant")] = 1.5  # the file's line 3
     bad = tmp_path / "bad.csv"
     frame.to_csv(bad, index=False)
-    assert cli(["mle", "grade", "breast-cancer-diagnosis", str(bad), "--data", str(data),
-                "--json"]) == 1
+    assert (
+        cli(["mle", "grade", "breast-cancer-diagnosis", str(bad), "--data", str(data), "--json"])
+        == 1
+    )
     reason = json.loads(capsys.readouterr().out)["reason"]
     assert reason.endswith("found 1.5 in line 3 of the submission file")
 
@@ -110,6 +138,8 @@ def test_grade_of_a_huge_prediction_is_invalid_without_a_numpy_warning(cli, tmp_
     frame.to_csv(bad, index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an overflow warning would fail the test here
-        assert cli(["mle", "grade", "diabetes-progression", str(bad), "--data", str(data),
-                    "--json"]) == 1
+        assert (
+            cli(["mle", "grade", "diabetes-progression", str(bad), "--data", str(data), "--json"])
+            == 1
+        )
     assert "not a finite score" in json.loads(capsys.readouterr().out)["reason"]

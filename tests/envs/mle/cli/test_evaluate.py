@@ -54,8 +54,13 @@ def scripted_runner(suite, prompts: list[str]):
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
-    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
-                         train=["wine-cultivar"], data_root=str(tmp_path_factory.mktemp("data")))
+    options = MleOptions(
+        mode="script",
+        instrumenter="rules",
+        held_out=["iris-species"],
+        train=["wine-cultivar"],
+        data_root=str(tmp_path_factory.mktemp("data")),
+    )
     return mle_suite(options, SuiteContext())
 
 
@@ -73,8 +78,13 @@ def test_scratch_then_improve_keeps_the_better_attempt(suite):
 
 def test_previous_solution_falls_back_to_the_reply():
     episode = Episode(-10.0, [Turn("  model = Ridge(  ", {})])
-    assert previous_solution(episode) == {"code": "model = Ridge(", "output": "", "score": None,
-                                          "reward": -10.0, "valid": False}
+    assert previous_solution(episode) == {
+        "code": "model = Ridge(",
+        "output": "",
+        "score": None,
+        "reward": -10.0,
+        "valid": False,
+    }
     assert previous_solution(Episode(-10.0))["code"] == ""
 
 
@@ -90,8 +100,10 @@ class FakeSession:
 
     def rollout(self, items, temperature=None):
         self.calls.append(([gid for _, gid, _ in items], temperature))
-        return [Episode(1.0 if "previous" in t.data and k else 0.0, [Turn("x", {"valid": True})])
-                for k, (t, _, _) in enumerate(items)]
+        return [
+            Episode(1.0 if "previous" in t.data and k else 0.0, [Turn("x", {"valid": True})])
+            for k, (t, _, _) in enumerate(items)
+        ]
 
     def close(self):
         self.closed = True
@@ -109,8 +121,10 @@ def session(monkeypatch, tmp_path):
 def test_the_cli_runs_scratch_then_improve_in_a_session_and_writes_the_result(session, capsys):
     assert main(["mle", "evaluate", "task.name=mle", "eval.temperature=0.5"]) == 0
     assert session.closed
-    assert session.calls == [(["eval-scratch/iris-species", "eval-scratch/wine"], 0.5),
-                             (["eval-improve/iris-species", "eval-improve/wine"], 0.5)]
+    assert session.calls == [
+        (["eval-scratch/iris-species", "eval-scratch/wine"], 0.5),
+        (["eval-improve/iris-species", "eval-improve/wine"], 0.5),
+    ]
     result = json.loads((session.run_dir / "eval" / "improve_step_000007.json").read_text())
     assert result["policy_version"] == 3
     assert [r["kept"] for r in result["tasks"]] == ["scratch", "improve"]

@@ -25,8 +25,9 @@ COPY_SAMPLE = "import shutil\nshutil.copyfile('sample_submission.csv', 'submissi
 
 
 def test_valid_solution_prints_score_and_breakdown_as_json(cli, tmp_path, data, capsys):
-    code = cli(["mle", "run", "iris-species", write(tmp_path, COPY_SAMPLE), "--data", str(data),
-                "--json"])
+    code = cli(
+        ["mle", "run", "iris-species", write(tmp_path, COPY_SAMPLE), "--data", str(data), "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["valid"] and out["instrumenter"] == "rules"
     # the sample guesses one species everywhere: 15 of 45 test rows are right
@@ -40,33 +41,75 @@ def test_valid_solution_prints_score_and_breakdown_as_json(cli, tmp_path, data, 
 
 
 def test_failing_solution_exits_1_and_shows_the_failure(cli, tmp_path, data, capsys):
-    code = cli(["mle", "run", "iris-species", write(tmp_path, "import os\nprint('hi')\n"),
-                "--data", str(data)])
+    code = cli(
+        [
+            "mle",
+            "run",
+            "iris-species",
+            write(tmp_path, "import os\nprint('hi')\n"),
+            "--data",
+            str(data),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "no submission.csv was written" in out and "-10" in out and "0/7" in out
 
 
 def test_no_partial_credit_flag(cli, tmp_path, data, capsys):
-    cli(["mle", "run", "iris-species", write(tmp_path, "import os\n"), "--data", str(data),
-         "--json", "--no-partial-credit"])
+    cli(
+        [
+            "mle",
+            "run",
+            "iris-species",
+            write(tmp_path, "import os\n"),
+            "--data",
+            str(data),
+            "--json",
+            "--no-partial-credit",
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["reward"]["total"] == -10.0
 
 
 def test_section_mode_runs_a_section(cli, tmp_path, data, capsys):
-    section = ("features = [c for c in train.columns if c not in (TARGET, ID_COL)]\n"
-               "model = Ridge().fit(train[features], train[TARGET])\n"
-               "predictions = model.predict(train[features])\n")  # the training rows
-    code = cli(["mle", "run", "diabetes-progression", write(tmp_path, section),
-                "--mode", "section", "--data", str(data), "--json"])
+    section = (
+        "features = [c for c in train.columns if c not in (TARGET, ID_COL)]\n"
+        "model = Ridge().fit(train[features], train[TARGET])\n"
+        "predictions = model.predict(train[features])\n"
+    )  # the training rows
+    code = cli(
+        [
+            "mle",
+            "run",
+            "diabetes-progression",
+            write(tmp_path, section),
+            "--mode",
+            "section",
+            "--data",
+            str(data),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and not out["valid"] and "model_trained" in out["milestones"]
     assert "must have one row per test row" in out["observation"]
 
 
 def test_template_mode_runs_a_region(cli, tmp_path, data, capsys):
-    code = cli(["mle", "run", "diabetes-progression", write(tmp_path, "model = Ridge()\n"),
-                "--mode", "template", "--data", str(data), "--json"])
+    code = cli(
+        [
+            "mle",
+            "run",
+            "diabetes-progression",
+            write(tmp_path, "model = Ridge()\n"),
+            "--mode",
+            "template",
+            "--data",
+            str(data),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and len(out["milestones"]) == 7 and 40 < out["score"] < 80
     # RMSE normalised: 0 at the sample submission (~88), 1 at the best baseline (~58)
@@ -76,15 +119,37 @@ def test_template_mode_runs_a_region(cli, tmp_path, data, capsys):
 
 
 def test_the_table_shows_the_medal_and_raw_is_accepted(cli, tmp_path, data, capsys):
-    code = cli(["mle", "run", "iris-species", write(tmp_path, "model = LogisticRegression()\n"),
-                "--mode", "template", "--data", str(data), "--raw", str(tmp_path)])
+    code = cli(
+        [
+            "mle",
+            "run",
+            "iris-species",
+            write(tmp_path, "model = LogisticRegression()\n"),
+            "--mode",
+            "template",
+            "--data",
+            str(data),
+            "--raw",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "medal" in out
 
 
 def test_unparsable_region_shows_why(cli, tmp_path, data, capsys):
-    code = cli(["mle", "run", "iris-species", write(tmp_path, "clf = Ridge(\n"),
-                "--mode", "template", "--data", str(data)])
+    code = cli(
+        [
+            "mle",
+            "run",
+            "iris-species",
+            write(tmp_path, "clf = Ridge(\n"),
+            "--mode",
+            "template",
+            "--data",
+            str(data),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "unparsable reply" in out and "SyntaxError" in out
 
@@ -102,14 +167,34 @@ def test_missing_solution_file_is_a_user_error(cli, tmp_path, data):
 @pytest.mark.parametrize("spec", ["base", "policy"])
 def test_live_policy_instrumenters_point_to_a_local_model(cli, tmp_path, data, spec):
     with pytest.raises(PracticumError, match="local:smollm2-135m-instruct"):
-        cli(["mle", "run", "iris-species", write(tmp_path, COPY_SAMPLE), "--data", str(data),
-             "--instrumenter", spec])
+        cli(
+            [
+                "mle",
+                "run",
+                "iris-species",
+                write(tmp_path, COPY_SAMPLE),
+                "--data",
+                str(data),
+                "--instrumenter",
+                spec,
+            ]
+        )
 
 
 def test_bad_instrumenter_spec_names_the_flag(cli, tmp_path, data):
     with pytest.raises(ConfigError, match="--instrumenter: expected"):
-        cli(["mle", "run", "iris-species", write(tmp_path, COPY_SAMPLE), "--data", str(data),
-             "--instrumenter", "gpt"])
+        cli(
+            [
+                "mle",
+                "run",
+                "iris-species",
+                write(tmp_path, COPY_SAMPLE),
+                "--data",
+                str(data),
+                "--instrumenter",
+                "gpt",
+            ]
+        )
 
 
 def test_non_utf8_solution_file_is_a_user_error(cli, tmp_path, data):

@@ -30,8 +30,14 @@ from practicum.tasks.competitions.build_suite import (
 BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").is_file())
 
 
-EXACT = {"iris-species": 1.0, "breast-cancer-diagnosis": 1.0, "diabetes-progression": 0.0,
-         "digits-recognition": 1.0, "wine-cultivar": 0.0, "python-docs-chapters": 1.0}
+EXACT = {
+    "iris-species": 1.0,
+    "breast-cancer-diagnosis": 1.0,
+    "diabetes-progression": 0.0,
+    "digits-recognition": 1.0,
+    "wine-cultivar": 0.0,
+    "python-docs-chapters": 1.0,
+}
 """Competitions whose un-encoded answers the lookup returns exactly (perfect score)."""
 
 
@@ -41,8 +47,9 @@ def source_rows(comp) -> tuple[pd.DataFrame, pd.DataFrame]:
         public, private = Path(scratch, "public"), Path(scratch, "private")
         public.mkdir()
         private.mkdir()
-        mlebench_compat.load_callable(comp.root, comp.config["preparer"])(Path(scratch), public,
-                                                                          private)
+        mlebench_compat.load_callable(comp.root, comp.config["preparer"])(
+            Path(scratch), public, private
+        )
         train, test = pd.read_csv(public / "train.csv"), pd.read_csv(public / "test.csv")
         answers = pd.read_csv(private / "answers.csv")
     return pd.concat([train, test.merge(answers, on="id")], ignore_index=True), test
@@ -51,14 +58,20 @@ def source_rows(comp) -> tuple[pd.DataFrame, pd.DataFrame]:
 def lookup_model(comp):
     if comp.practicum.task == "text-classification":
         return text_zoo()["tfidf-knn-5"]().set_params(kneighborsclassifier__n_neighbors=1)
-    return KNeighborsRegressor(1) if comp.practicum.task == "regression" else KNeighborsClassifier(1)
+    return (
+        KNeighborsRegressor(1) if comp.practicum.task == "regression" else KNeighborsClassifier(1)
+    )
 
 
 def honest_model(comp):
     task = comp.practicum.task
     if task == "text-classification":
         return text_zoo()["tfidf-logistic-c1"]()
-    return regressor_zoo()["ridge-a10"]() if task == "regression" else classifier_zoo()["logistic-c1"]()
+    return (
+        regressor_zoo()["ridge-a10"]()
+        if task == "regression"
+        else classifier_zoo()["logistic-c1"]()
+    )
 
 
 def best_constant(comp, train: pd.DataFrame, answers: pd.DataFrame) -> float | None:
@@ -83,15 +96,18 @@ def test_lookup_in_the_public_source_scores_no_better_than_an_honest_model(cid, 
     answers = pd.read_csv(paths.answers)
     train, test = pd.read_csv(paths.public / "train.csv"), pd.read_csv(paths.public / "test.csv")
     raw_answers = source.set_index("id").loc[raw_test["id"]].reset_index()
-    before = comp.grade(baseline_submission(comp, lookup_model(comp), source, raw_test),
-                        raw_answers[answers.columns])
+    before = comp.grade(
+        baseline_submission(comp, lookup_model(comp), source, raw_test),
+        raw_answers[answers.columns],
+    )
     honest = comp.grade(baseline_submission(comp, honest_model(comp), train, test), answers)
     after = comp.grade(baseline_submission(comp, lookup_model(comp), source, test), answers)
     if cid in EXACT:  # the attack is real: on the un-encoded split it is perfect
         assert before == pytest.approx(EXACT[cid], abs=1e-9)
     constant = best_constant(comp, train, answers)
-    floor = max(oriented(comp, honest), oriented(comp, constant) if constant is not None
-                else -float("inf"))
+    floor = max(
+        oriented(comp, honest), oriented(comp, constant) if constant is not None else -float("inf")
+    )
     assert oriented(comp, after) <= floor + 0.01 * abs(floor), (before, honest, constant, after)
 
 
@@ -113,12 +129,14 @@ def test_the_source_data_files_are_unreadable_in_the_sandbox(tmp_path):
         "attempt('key',\n"
         "        lambda: open(os.path.expanduser('~root/.cache/practicum/mle-secret')).read(1))\n"
     )
-    result = run_python(code, tmp_path, Limits(wall_seconds=60),
-                        hidden_paths=source_data.hidden_paths())
+    result = run_python(
+        code, tmp_path, Limits(wall_seconds=60), hidden_paths=source_data.hidden_paths()
+    )
     assert result.ok, result.stderr
     lines = result.stdout.split("\n")
     assert [ln for ln in lines if ln.endswith("blocked")] == [
-        f"{n} blocked" for n in ("iris", "diabetes", "randhie", "pydoc", "scipy-iris", "key")]
+        f"{n} blocked" for n in ("iris", "diabetes", "randhie", "pydoc", "scipy-iris", "key")
+    ]
 
 
 def test_the_encoding_is_secret_and_recorded_by_fingerprint(tmp_path, monkeypatch):

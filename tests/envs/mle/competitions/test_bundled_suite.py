@@ -22,17 +22,17 @@ BUNDLED = sorted(p.name for p in bundled_dir().iterdir() if (p / "config.yaml").
 
 # What a small linear model should reach (loose: a sanity range, not a benchmark).
 PLAUSIBLE = {
-    "iris-species": 0.85,            # accuracy >=
-    "wine-cultivar": 0.3,            # log loss <=
-    "breast-cancer-diagnosis": 0.95, # AUC >=
-    "digits-recognition": 0.9,       # accuracy >=
-    "diabetes-progression": 65.0,    # RMSE <=
-    "marital-affairs": 0.6,          # log loss <=
+    "iris-species": 0.85,  # accuracy >=
+    "wine-cultivar": 0.3,  # log loss <=
+    "breast-cancer-diagnosis": 0.95,  # AUC >=
+    "digits-recognition": 0.9,  # accuracy >=
+    "diabetes-progression": 65.0,  # RMSE <=
+    "marital-affairs": 0.6,  # log loss <=
     "health-insurance-visits": 0.9,  # RMSLE <=
-    "school-math-pass-rate": 0.08,   # MAE <=
-    "election-vote-1996": 0.85,      # accuracy >=
-    "travel-mode-choice": 0.6,       # accuracy >=
-    "python-docs-chapters": 0.5,     # macro F1 >=
+    "school-math-pass-rate": 0.08,  # MAE <=
+    "election-vote-1996": 0.85,  # accuracy >=
+    "travel-mode-choice": 0.6,  # accuracy >=
+    "python-docs-chapters": 0.5,  # macro F1 >=
 }
 
 
@@ -55,7 +55,14 @@ def test_suite_covers_the_required_kinds_of_task():
 @pytest.mark.parametrize("cid", BUNDLED)
 def test_bundled_folder_is_complete(cid):
     comp = load_competition(cid)
-    for name in ("config.yaml", "description.md", "prepare.py", "grade.py", "leaderboard.csv", "checksums.yaml"):
+    for name in (
+        "config.yaml",
+        "description.md",
+        "prepare.py",
+        "grade.py",
+        "leaderboard.csv",
+        "checksums.yaml",
+    ):
         assert (comp.root / name).is_file(), name
     assert comp.leaderboard and len(comp.leaderboard) >= 10
     assert comp.practicum.direction == ("lower" if comp.lower_is_better else "higher")
@@ -70,7 +77,9 @@ def test_preparation_is_deterministic(cid, data_root, tmp_path):
     comp = load_competition(cid)
     first = comp.prepare(data_root)  # verifies checksums.yaml on the way
     second = comp.prepare(tmp_path)
-    assert tree_checksums(first.public, first.private) == tree_checksums(second.public, second.private)
+    assert tree_checksums(first.public, first.private) == tree_checksums(
+        second.public, second.private
+    )
     # checksums.yaml is of prepare.py's own output; the secret re-encoding comes after it
     assert comp.practicum.secret_transform
     assert tree_checksums(first.public, first.private) != comp.expected_checksums()
@@ -90,7 +99,9 @@ def solve(comp: Competition, public: Path, out: Path) -> Path:
     if comp.practicum.task == "text-classification":
         model = make_pipeline(TfidfVectorizer(), LinearSVC())
     else:
-        linear = Ridge() if comp.practicum.task == "regression" else LogisticRegression(max_iter=2000)
+        linear = (
+            Ridge() if comp.practicum.task == "regression" else LogisticRegression(max_iter=2000)
+        )
         model = make_pipeline(StandardScaler(), linear)
     baseline_submission(comp, model, train, test).to_csv(out, index=False)
     return out
@@ -100,7 +111,9 @@ def solve(comp: Competition, public: Path, out: Path) -> Path:
 def test_simple_solution_scores_plausibly(cid, data_root, tmp_path):
     comp = load_competition(cid)
     paths = comp.prepare(data_root)
-    report = grade_submission(comp, solve(comp, paths.public, tmp_path / "submission.csv"), data_root)
+    report = grade_submission(
+        comp, solve(comp, paths.public, tmp_path / "submission.csv"), data_root
+    )
     assert report.valid, report.reason
     sample = grade_submission(comp, paths.sample_submission, data_root)
     assert sample.valid, sample.reason

@@ -81,7 +81,11 @@ def test_load_reads_config_description_and_direction(toy):
 def test_prepare_writes_mlebench_layout_and_is_idempotent(toy, tmp_path):
     paths = toy.prepare(tmp_path / "data")
     assert paths.public == tmp_path / "data" / "toy-double" / "prepared" / "public"
-    assert sorted(p.name for p in paths.public.iterdir()) == ["sample_submission.csv", "test.csv", "train.csv"]
+    assert sorted(p.name for p in paths.public.iterdir()) == [
+        "sample_submission.csv",
+        "test.csv",
+        "train.csv",
+    ]
     assert paths.answers == paths.private / "answers.csv" and paths.answers.is_file()
     assert (paths.public.parent / MARKER).is_file()
     (paths.public / "train.csv").write_text("edited")
@@ -135,21 +139,29 @@ def test_grade_submission_report(toy, tmp_path):
 
 
 def test_grader_exception_counts_as_invalid(toy, tmp_path):
-    (toy.root / "grade.py").write_text("def grade(submission, answers):\n    raise KeyError('boom')\n")
+    (toy.root / "grade.py").write_text(
+        "def grade(submission, answers):\n    raise KeyError('boom')\n"
+    )
     with pytest.raises(InvalidSubmissionError, match="grader could not score .*KeyError"):
-        toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers)
+        toy.grade(
+            pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers
+        )
 
 
 def test_grader_returning_nan_is_invalid(toy, tmp_path):
     (toy.root / "grade.py").write_text("def grade(submission, answers):\n    return float('nan')\n")
     with pytest.raises(InvalidSubmissionError, match="returned NaN"):
-        toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers)
+        toy.grade(
+            pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers
+        )
 
 
 def test_grader_returning_inf_is_invalid_with_a_reason(toy, tmp_path):
     (toy.root / "grade.py").write_text("def grade(submission, answers):\n    return float('inf')\n")
     with pytest.raises(InvalidSubmissionError, match="returned inf .*not a finite score"):
-        toy.grade(pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers)
+        toy.grade(
+            pd.DataFrame({"id": [3, 4], "y": [6.0, 8.0]}), toy.prepare(tmp_path / "data").answers
+        )
 
 
 def test_infinite_predictions_are_invalid_before_any_grader_runs(toy, tmp_path):
@@ -184,7 +196,9 @@ def test_a_single_competition_folder_can_be_an_extra_dir(tmp_path):
 
 
 def test_unknown_id_lists_known_ones(tmp_path):
-    with pytest.raises(CompetitionError, match=r"unknown competition 'nope' \(known: .*iris-species"):
+    with pytest.raises(
+        CompetitionError, match=r"unknown competition 'nope' \(known: .*iris-species"
+    ):
         load_competition("nope")
     with pytest.raises(CompetitionError, match="competitions folder .* does not exist"):
         list_competitions([tmp_path / "missing"])
@@ -192,9 +206,13 @@ def test_unknown_id_lists_known_ones(tmp_path):
 
 def test_prepare_needs_raw_dir_when_no_package_source(tmp_path):
     folder = write_toy(tmp_path, "toy-raw")
-    (folder / "config.yaml").write_text(TOY_CONFIG.format(cid="toy-raw").replace("raw_source: inline", "needs_raw: true"))
+    (folder / "config.yaml").write_text(
+        TOY_CONFIG.format(cid="toy-raw").replace("raw_source: inline", "needs_raw: true")
+    )
     comp = load_competition(folder)
-    with pytest.raises(CompetitionError, match=r"prepared from raw files, but .*raw does not exist.*--raw DIR"):
+    with pytest.raises(
+        CompetitionError, match=r"prepared from raw files, but .*raw does not exist.*--raw DIR"
+    ):
         comp.prepare(tmp_path / "data")
     (tmp_path / "r").mkdir()
     assert comp.prepare(tmp_path / "data", raw=tmp_path / "r").answers.is_file()
@@ -202,9 +220,14 @@ def test_prepare_needs_raw_dir_when_no_package_source(tmp_path):
 
 def test_failing_prepare_names_the_competition(tmp_path):
     folder = write_toy(tmp_path, "toy-fail")
-    (folder / "prepare.py").write_text(textwrap.dedent("""
+    (folder / "prepare.py").write_text(
+        textwrap.dedent("""
         def prepare(raw, public, private):
             raise RuntimeError("disk on fire")
-    """))
-    with pytest.raises(CompetitionError, match="prepare.py of competition 'toy-fail' failed: RuntimeError: disk on fire"):
+    """)
+    )
+    with pytest.raises(
+        CompetitionError,
+        match="prepare.py of competition 'toy-fail' failed: RuntimeError: disk on fire",
+    ):
         load_competition(folder).prepare(tmp_path / "data")

@@ -36,7 +36,9 @@ def test_accuracy_counts_exact_matches():
 
 def test_macro_f1_averages_classes_equally():
     # class a: TP=1 FP=0 FN=1 -> 2/3; class b: TP=1 FP=1 FN=0 -> 2/3; c: TP=1 -> 1
-    assert macro_f1(["a", "a", "b", "c"], ["a", "b", "b", "c"]) == pytest.approx((2 / 3 + 2 / 3 + 1) / 3)
+    assert macro_f1(["a", "a", "b", "c"], ["a", "b", "b", "c"]) == pytest.approx(
+        (2 / 3 + 2 / 3 + 1) / 3
+    )
 
 
 def test_rmse_and_mae():
@@ -54,12 +56,15 @@ def test_log_loss_renormalises_rows_and_clips():
     y = np.array([[1, 0], [0, 1]])
     # row 1: 0.5/(0.5+0.5) -> -log 0.5; row 2: 3/(1+3) = 0.75 -> -log 0.75
     assert log_loss(y, np.array([[0.5, 0.5], [1.0, 3.0]])) == pytest.approx(
-        (math.log(2) - math.log(0.75)) / 2)
+        (math.log(2) - math.log(0.75)) / 2
+    )
     assert log_loss(np.array([[1, 0]]), np.array([[0.0, 1.0]])) == pytest.approx(-math.log(1e-15))
 
 
 def test_binary_log_loss():
-    assert binary_log_loss([1, 0], [0.8, 0.4]) == pytest.approx(-(math.log(0.8) + math.log(0.6)) / 2)
+    assert binary_log_loss([1, 0], [0.8, 0.4]) == pytest.approx(
+        -(math.log(0.8) + math.log(0.6)) / 2
+    )
 
 
 def test_roc_auc_counts_ties_as_half():
@@ -120,7 +125,9 @@ def _reason(submission, columns=("y",)):
 
 
 def test_align_sorts_both_by_id():
-    sub, ans = align_submission(pd.DataFrame({"id": [12, 10, 11], "y": ["x", "y", "z"]}), ANSWERS, "id", ["y"])
+    sub, ans = align_submission(
+        pd.DataFrame({"id": [12, 10, 11], "y": ["x", "y", "z"]}), ANSWERS, "id", ["y"]
+    )
     assert list(sub["id"]) == ["10", "11", "12"] and list(sub["y"]) == ["y", "z", "x"]
     assert list(ans["y"]) == ["a", "b", "a"]
 
@@ -131,7 +138,9 @@ def test_missing_column_is_named():
 
 
 def test_wrong_row_count():
-    assert "has 2 rows but the test set has 3" in _reason(pd.DataFrame({"id": [10, 11], "y": ["a", "b"]}))
+    assert "has 2 rows but the test set has 3" in _reason(
+        pd.DataFrame({"id": [10, 11], "y": ["a", "b"]})
+    )
 
 
 def test_repeated_ids():
@@ -144,7 +153,9 @@ def test_wrong_ids_are_listed():
 
 
 def test_missing_values():
-    assert "'y' has 1 missing value(s)" in _reason(pd.DataFrame({"id": [10, 11, 12], "y": ["a", None, "b"]}))
+    assert "'y' has 1 missing value(s)" in _reason(
+        pd.DataFrame({"id": [10, 11, 12], "y": ["a", None, "b"]})
+    )
 
 
 def test_not_a_table():
@@ -161,8 +172,10 @@ def test_numeric_values_rejects_text_and_infinity():
 
 
 def test_probabilities_outside_unit_interval():
-    with pytest.raises(InvalidSubmissionError,
-                       match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2 of"):
+    with pytest.raises(
+        InvalidSubmissionError,
+        match=r"'q' must hold probabilities in \[0, 1\]; found 1.5 in row 2 of",
+    ):
         check_probabilities(np.array([[0.1, 0.2], [0.3, 1.5]]), ["p", "q"])
     with pytest.raises(InvalidSubmissionError, match="row 1 .* all probabilities 0"):
         check_probabilities(np.array([[0.0, 0.0]]), ["p", "q"])

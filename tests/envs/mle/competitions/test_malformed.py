@@ -53,7 +53,9 @@ def test_missing_prepare_py(folder):
 
 def test_missing_config(folder):
     (folder / "config.yaml").unlink()
-    assert error(folder) == f"competition 'wine-quality' is missing config.yaml (looked in {folder}/)"
+    assert (
+        error(folder) == f"competition 'wine-quality' is missing config.yaml (looked in {folder}/)"
+    )
 
 
 def test_missing_description(folder):
@@ -73,8 +75,14 @@ def test_yaml_that_is_not_a_mapping(folder):
     assert "config.yaml must be a mapping of keys, got list" in error(folder)
 
 
-@pytest.mark.parametrize("key, line", [("id", "id: wine-quality\n"), ("name", "name: Wine Quality\n"),
-                                       ("grader.name", "  name: rmse\n")])
+@pytest.mark.parametrize(
+    "key, line",
+    [
+        ("id", "id: wine-quality\n"),
+        ("name", "name: Wine Quality\n"),
+        ("grader.name", "  name: rmse\n"),
+    ],
+)
 def test_missing_required_key(folder, key, line):
     (folder / "config.yaml").write_text(CONFIG.replace(line, ""))
     assert f"config.yaml is missing key '{key}'" in error(folder)
@@ -86,7 +94,9 @@ def test_id_must_match_folder(folder):
 
 
 def test_bad_grade_fn_reference(folder):
-    (folder / "config.yaml").write_text(CONFIG.replace("grade_fn: grade:grade", "grade_fn: grade.grade"))
+    (folder / "config.yaml").write_text(
+        CONFIG.replace("grade_fn: grade:grade", "grade_fn: grade.grade")
+    )
     assert "config.yaml key 'grader.grade_fn': expected 'module:function'" in error(folder)
 
 
@@ -111,7 +121,9 @@ def test_leaderboard_without_score_column(folder):
 
 
 def test_leaderboard_lfs_pointer(folder):
-    (folder / "leaderboard.csv").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\n")
+    (folder / "leaderboard.csv").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:ab\n"
+    )
     assert "is a Git LFS pointer" in error(folder)
 
 
@@ -134,7 +146,9 @@ def test_list_competitions_raises_on_a_broken_user_folder(folder):
 
 
 def test_grade_py_that_does_not_import_is_a_competition_error(folder, tmp_path):
-    (folder / "grade.py").write_text("import not_a_real_module_xyz\n\ndef grade(s, a):\n    return 0.0\n")
+    (folder / "grade.py").write_text(
+        "import not_a_real_module_xyz\n\ndef grade(s, a):\n    return 0.0\n"
+    )
     comp = load_folder(folder)
     with pytest.raises(CompetitionError, match="cannot load grader.grade_fn .*ModuleNotFoundError"):
         comp.grade(pd.DataFrame({"id": [1]}), pd.DataFrame({"id": [1]}))

@@ -91,7 +91,9 @@ scoreNullable,teamId,hasTeamName,submissionDate,score,hasScore
 
 # A log-loss competition whose grade.py imports a sibling module relatively, as
 # leaf-classification's does (`from .classes import CLASSES`).
-LEAF_CONFIG = SPACESHIP_CONFIG.replace("toy-spaceship", "toy-leaf").replace("accuracy", "multi-class-log-loss")
+LEAF_CONFIG = SPACESHIP_CONFIG.replace("toy-spaceship", "toy-leaf").replace(
+    "accuracy", "multi-class-log-loss"
+)
 LEAF_CLASSES = 'CLASSES = ["acer", "quercus"]\n'
 LEAF_GRADE = """\
 import numpy as np
@@ -147,19 +149,26 @@ def without_mlebench(monkeypatch):
 
 @pytest.fixture
 def spaceship(tmp_path) -> Path:
-    folder = write(tmp_path / "competitions" / "toy-spaceship", {
-        "config.yaml": SPACESHIP_CONFIG, "description.md": "# Spaceship\n",
-        "prepare.py": SPACESHIP_PREPARE, "grade.py": SPACESHIP_GRADE,
-        "leaderboard.csv": SPACESHIP_LEADERBOARD,
-    })
+    folder = write(
+        tmp_path / "competitions" / "toy-spaceship",
+        {
+            "config.yaml": SPACESHIP_CONFIG,
+            "description.md": "# Spaceship\n",
+            "prepare.py": SPACESHIP_PREPARE,
+            "grade.py": SPACESHIP_GRADE,
+            "leaderboard.csv": SPACESHIP_LEADERBOARD,
+        },
+    )
     rng = np.random.default_rng(0)
     raw = tmp_path / "data" / "toy-spaceship" / "raw"
     raw.mkdir(parents=True)
-    pd.DataFrame({
-        "PassengerId": [f"{i:04d}_01" for i in range(40)],
-        "Age": rng.integers(1, 80, 40),
-        "Transported": rng.integers(0, 2, 40).astype(bool),
-    }).to_csv(raw / "train.csv", index=False)
+    pd.DataFrame(
+        {
+            "PassengerId": [f"{i:04d}_01" for i in range(40)],
+            "Age": rng.integers(1, 80, 40),
+            "Transported": rng.integers(0, 2, 40).astype(bool),
+        }
+    ).to_csv(raw / "train.csv", index=False)
     return folder
 
 
@@ -204,15 +213,23 @@ def test_missing_raw_dir_is_explained(without_mlebench, spaceship, tmp_path):
 
 @pytest.mark.filterwarnings("ignore:.*y_pred.*:FutureWarning")  # MLE-bench passes y_pred=
 def test_relative_import_and_log_loss_helpers(without_mlebench, tmp_path):
-    folder = write(tmp_path / "toy-leaf", {
-        "config.yaml": LEAF_CONFIG, "description.md": "# Leaf\n", "classes.py": LEAF_CLASSES,
-        "grade.py": LEAF_GRADE, "prepare.py": LEAF_PREPARE,
-    })
+    folder = write(
+        tmp_path / "toy-leaf",
+        {
+            "config.yaml": LEAF_CONFIG,
+            "description.md": "# Leaf\n",
+            "classes.py": LEAF_CLASSES,
+            "grade.py": LEAF_GRADE,
+            "prepare.py": LEAF_PREPARE,
+        },
+    )
     (tmp_path / "data" / "toy-leaf" / "raw").mkdir(parents=True)
     comp = load_competition(folder)
     assert comp.lower_is_better is True  # known metric name, no leaderboard
     answers = comp.prepare(tmp_path / "data").answers
-    submission = pd.DataFrame({"id": [4, 3, 2, 1], "acer": [0.5, 0.5, 0.5, 0.5], "quercus": [0.5] * 4})
+    submission = pd.DataFrame(
+        {"id": [4, 3, 2, 1], "acer": [0.5, 0.5, 0.5, 0.5], "quercus": [0.5] * 4}
+    )
     assert comp.grade(submission, answers) == pytest.approx(np.log(2))
     with pytest.raises(InvalidSubmissionError, match="a column for each class"):
         comp.grade(submission.drop(columns="quercus"), answers)
@@ -225,12 +242,16 @@ def test_real_mlebench_error_class_is_translated(monkeypatch, tmp_path):
     fake.InvalidSubmissionError = theirs
     monkeypatch.setitem(sys.modules, "mlebench.grade_helpers", fake)
     assert theirs in mlebench_compat.invalid_submission_errors()
-    folder = write(tmp_path / "toy-real", {
-        "config.yaml": SPACESHIP_CONFIG.replace("toy-spaceship", "toy-real"),
-        "description.md": "#\n", "prepare.py": "def prepare(raw, public, private):\n    pass\n",
-        "grade.py": "from mlebench.grade_helpers import InvalidSubmissionError\n\n"
-                    "def grade(submission, answers):\n    raise InvalidSubmissionError('theirs')\n",
-    })
+    folder = write(
+        tmp_path / "toy-real",
+        {
+            "config.yaml": SPACESHIP_CONFIG.replace("toy-spaceship", "toy-real"),
+            "description.md": "#\n",
+            "prepare.py": "def prepare(raw, public, private):\n    pass\n",
+            "grade.py": "from mlebench.grade_helpers import InvalidSubmissionError\n\n"
+            "def grade(submission, answers):\n    raise InvalidSubmissionError('theirs')\n",
+        },
+    )
     monkeypatch.setitem(sys.modules, "mlebench", types.ModuleType("mlebench"))
     with pytest.raises(InvalidSubmissionError, match="theirs"):
         load_competition(folder).grade(pd.DataFrame({"a": [1]}), pd.DataFrame({"a": [1]}))
@@ -243,7 +264,9 @@ def test_shim_modules_and_helpers(without_mlebench):
 
     assert Theirs is InvalidSubmissionError
     answers = pd.DataFrame({"id": [1, 2], "y": [0, 1]})
-    inputs = prepare_for_auroc_metric(pd.DataFrame({"id": [2, 1], "y": [0.9, 0.2]}), answers, id_col="id", target_col="y")
+    inputs = prepare_for_auroc_metric(
+        pd.DataFrame({"id": [2, 1], "y": [0.9, 0.2]}), answers, id_col="id", target_col="y"
+    )
     assert inputs["y_true"].tolist() == [0, 1] and inputs["y_score"].tolist() == [0.2, 0.9]
     with pytest.raises(InvalidSubmissionError, match=r"probabilities in \[0, 1\]"):
         prepare_for_auroc_metric(pd.DataFrame({"id": [1, 2], "y": [1.5, 0.2]}), answers, "id", "y")

@@ -412,9 +412,11 @@ def test_llm_request_is_greedy_chat_with_a_bounded_reply():
     client = FakeClient(lambda prompt: "no code")
     llm = LLMInstrumenter(client, max_new_tokens=2048)
     instrument(AIDE_STYLE, NONCE, llm)
-    (messages, params), = client.calls
-    assert messages == [{"role": "system", "content": LLMInstrumenter.SYSTEM},
-                        {"role": "user", "content": llm.prompt(AIDE_STYLE, NONCE)}]
+    ((messages, params),) = client.calls
+    assert messages == [
+        {"role": "system", "content": LLMInstrumenter.SYSTEM},
+        {"role": "user", "content": llm.prompt(AIDE_STYLE, NONCE)},
+    ]
     # the rewrite is the script plus seven prints: len/2 + 400 tokens, capped
     assert params.temperature == 0.0
     assert params.max_new_tokens == len(AIDE_STYLE) // 2 + 400 < 2048
@@ -459,8 +461,9 @@ def test_llm_cost_is_recorded_and_long_scripts_skip_the_model():
         return f"{FENCE}python\n{rule_instrument(script, nonce)}{FENCE}"
 
     client = FakeClient(reply)
-    client.complete = (lambda inner: lambda m, p=None: Completion(inner(m, p).text, [7] * 42,
-                                                                  "stop"))(client.complete)
+    client.complete = (
+        lambda inner: lambda m, p=None: Completion(inner(m, p).text, [7] * 42, "stop")
+    )(client.complete)
     used = instrument(AIDE_STYLE, NONCE, LLMInstrumenter(client))
     assert used.method == "llm" and used.llm_tokens == 42 and used.llm_seconds > 0
     capped = LLMInstrumenter(client, max_script_chars=len(AIDE_STYLE) - 1)
@@ -473,9 +476,11 @@ def test_llm_cost_is_recorded_and_long_scripts_skip_the_model():
 
 
 def test_a_score_printed_directly_is_marked_without_a_value():
-    code = ("from sklearn.metrics import accuracy_score\n"
-            "print('validation accuracy', accuracy_score(y_val, model.predict(X_val)))\n"
-            "print('done')\n")
+    code = (
+        "from sklearn.metrics import accuracy_score\n"
+        "print('validation accuracy', accuracy_score(y_val, model.predict(X_val)))\n"
+        "print('done')\n"
+    )
     marked = rule_instrument(code, NONCE)
     assert marked.splitlines()[3] == marker_line(NONCE, "validation_scored")  # after the print
     assert marked.count("validation_scored") == 1  # print('done') scores nothing

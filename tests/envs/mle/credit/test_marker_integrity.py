@@ -67,9 +67,15 @@ sub.to_csv("submission.csv", index=False)
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
-                         train=["wine-cultivar"], wall_seconds=30, score_scale="raw",
-                         data_root=str(tmp_path_factory.mktemp("mle-markers")))
+    options = MleOptions(
+        mode="script",
+        instrumenter="rules",
+        held_out=["iris-species"],
+        train=["wine-cultivar"],
+        wall_seconds=30,
+        score_scale="raw",
+        data_root=str(tmp_path_factory.mktemp("mle-markers")),
+    )
     suite = mle_suite(options, SuiteContext())
     env = suite.make_env(ModelService())
     yield env
@@ -86,8 +92,12 @@ def test_names_without_the_work_earn_only_what_they_prove(env):
     result, outcome = run(env, NAMES_ONLY)
     assert outcome.valid  # a constant, but of the right shape
     assert outcome.milestones == ["libraries_imported", "data_loaded", "predictions_written"]
-    assert set(outcome.unproven) == {"features_prepared", "model_built", "model_trained",
-                                     "validation_scored"}
+    assert set(outcome.unproven) == {
+        "features_prepared",
+        "model_built",
+        "model_trained",
+        "validation_scored",
+    }
     assert result.reward == pytest.approx(outcome.score + 0.3)
 
 
@@ -114,13 +124,22 @@ def test_tracebacks_quote_the_policys_own_line_numbers(env):
 
 
 def test_a_run_killed_at_the_time_limit_is_a_failure_whatever_it_wrote(tmp_path):
-    options = MleOptions(mode="script", instrumenter="rules", held_out=["iris-species"],
-                         train=["wine-cultivar"], wall_seconds=3, data_root=str(tmp_path))
+    options = MleOptions(
+        mode="script",
+        instrumenter="rules",
+        held_out=["iris-species"],
+        train=["wine-cultivar"],
+        wall_seconds=3,
+        data_root=str(tmp_path),
+    )
     env = mle_suite(options, SuiteContext()).make_env(ModelService())
     try:
-        result, outcome = run(env, "import shutil, time\n"
-                                   "shutil.copy('sample_submission.csv', 'submission.csv')\n"
-                                   "time.sleep(60)\n")
+        result, outcome = run(
+            env,
+            "import shutil, time\n"
+            "shutil.copy('sample_submission.csv', 'submission.csv')\n"
+            "time.sleep(60)\n",
+        )
     finally:
         env.close()
     assert outcome.timed_out and not outcome.valid and outcome.score is None

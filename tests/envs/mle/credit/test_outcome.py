@@ -13,8 +13,15 @@ def outcome(**fields) -> RunOutcome:
     valid = fields.pop("valid", False)
     score = fields.pop("score", None)
     milestones = fields.pop("milestones", [])
-    return RunOutcome(valid, score, milestones, mle_reward(milestones, valid, score, False),
-                      "accuracy", False, **fields)
+    return RunOutcome(
+        valid,
+        score,
+        milestones,
+        mle_reward(milestones, valid, score, False),
+        "accuracy",
+        False,
+        **fields,
+    )
 
 
 def test_self_inspection_heuristic():
@@ -33,14 +40,17 @@ def test_reading_its_own_file_or_argv_is_not_self_inspection():
 
 
 def test_solution_output_drops_bare_marker_lines():
-    out = ("[[PRACTICUM:ab12:data_loaded]]\nscore 0.9\n"
-           "[[PRACTICUM:ab12:validation_scored]] value=0.9\n")
+    out = (
+        "[[PRACTICUM:ab12:data_loaded]]\nscore 0.9\n"
+        "[[PRACTICUM:ab12:validation_scored]] value=0.9\n"
+    )
     assert solution_output(out, 200) == "score 0.9\n[milestone: validation_scored value=0.9]"
 
 
 def test_info_is_json_with_output_tails():
-    o = outcome(valid=True, score=0.9, milestones=["data_loaded"], stdout="x" * 50,
-                stderr="warning")
+    o = outcome(
+        valid=True, score=0.9, milestones=["data_loaded"], stdout="x" * 50, stderr="warning"
+    )
     info = o.info(tail_chars=10)
     assert info["stdout_tail"] == "x" * 10 and info["stderr_tail"] == "warning"
     assert "stdout" not in info and "stderr" not in info
@@ -49,8 +59,13 @@ def test_info_is_json_with_output_tails():
 
 
 def test_summary_of_a_valid_run_hides_the_nonce():
-    o = outcome(valid=True, score=0.93333, milestones=["data_loaded"], duration=1.25,
-                stdout="[[PRACTICUM:00ff:data_loaded]]\nval acc 0.9\n")
+    o = outcome(
+        valid=True,
+        score=0.93333,
+        milestones=["data_loaded"],
+        duration=1.25,
+        stdout="[[PRACTICUM:00ff:data_loaded]]\nval acc 0.9\n",
+    )
     text = o.summary(200)
     assert text.startswith("Run took 1.2 s.") and "Milestones reached (1/7): data_loaded." in text
     assert "test accuracy = 0.93333 (higher is better)" in text
@@ -58,8 +73,11 @@ def test_summary_of_a_valid_run_hides_the_nonce():
 
 
 def test_summary_of_a_crash_shows_the_reason_and_errors():
-    o = outcome(failure_reason="exit code 1; no submission.csv was written", crash="exit code 1",
-                stderr="Traceback ...\nValueError: bad")
+    o = outcome(
+        failure_reason="exit code 1; no submission.csv was written",
+        crash="exit code 1",
+        stderr="Traceback ...\nValueError: bad",
+    )
     text = o.summary(200)
     assert "ended abnormally: exit code 1." in text and "(0/7): none." in text
     assert "No valid submission: exit code 1; no submission.csv" in text

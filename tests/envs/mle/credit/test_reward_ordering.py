@@ -36,8 +36,13 @@ PAIRS = {  # competition -> (honest simple model, better model), from the baseli
     "wine-cultivar": ("logistic-c0.01", "logistic-c1"),
 }
 CFG = RewardConfig(score_scale="leaderboard")  # MleOptions' default
-NO_ML_MILESTONES = ["libraries_imported", "data_loaded", "features_prepared",
-                    "validation_scored", "predictions_written"]
+NO_ML_MILESTONES = [
+    "libraries_imported",
+    "data_loaded",
+    "features_prepared",
+    "validation_scored",
+    "predictions_written",
+]
 
 
 def zoo(comp):
@@ -64,12 +69,17 @@ def test_honest_work_out_earns_no_ml_and_better_models_earn_more(cid, bundled_ro
 
     no_ml = comp.grade(paths.sample_submission, answers)
     simple_name, better_name = PAIRS[cid]
-    scores = {name: comp.grade(baseline_submission(comp, zoo(comp)[name](), train, test), answers)
-              for name in (simple_name, better_name)}
+    scores = {
+        name: comp.grade(baseline_submission(comp, zoo(comp)[name](), train, test), answers)
+        for name in (simple_name, better_name)
+    }
     all_7 = list(MILESTONES)
-    rewards = {"invalid": reward(None, all_7, valid=False), "no-ML": reward(no_ml, NO_ML_MILESTONES),
-               "simple": reward(scores[simple_name], all_7),
-               "better": reward(scores[better_name], all_7)}
+    rewards = {
+        "invalid": reward(None, all_7, valid=False),
+        "no-ML": reward(no_ml, NO_ML_MILESTONES),
+        "simple": reward(scores[simple_name], all_7),
+        "better": reward(scores[better_name], all_7),
+    }
     print(cid, {k: round(v, 3) for k, v in rewards.items()}, no_ml, scores)
     assert rewards["invalid"] < rewards["no-ML"] < rewards["simple"] < rewards["better"], rewards
     assert reward(no_ml, []) == pytest.approx(0.0, abs=1e-9)  # the no-ML level is 0

@@ -17,14 +17,21 @@ E   boom
 =========================== short test summary info ============================
 FAILED tests/test_m.py::test_grades[95-A] - AssertionError: assert 'B' == 'A'
 """
-FACTS = Facts("minipkg", "minipkg/__init__.py", "grade_of", ("tests/test_m.py::test_grades[95-A]",),
-              {"tests/test_m.py::test_grades[95-A]": "AssertionError: assert 'B' == 'A'"},
-              "E   AssertionError: assert 'B' == 'A'")
+FACTS = Facts(
+    "minipkg",
+    "minipkg/__init__.py",
+    "grade_of",
+    ("tests/test_m.py::test_grades[95-A]",),
+    {"tests/test_m.py::test_grades[95-A]": "AssertionError: assert 'B' == 'A'"},
+    "E   AssertionError: assert 'B' == 'A'",
+)
 
 
 def test_failure_block_and_messages():
-    assert failure_block(LOG, "tests/test_m.py::test_grades[95-A]") == \
-        "E   AssertionError: assert 'B' == 'A'"
+    assert (
+        failure_block(LOG, "tests/test_m.py::test_grades[95-A]")
+        == "E   AssertionError: assert 'B' == 'A'"
+    )
     assert failure_block(LOG, "tests/test_m.py::test_missing") == ""
     assert summary_messages(LOG, FACTS.failing) == FACTS.messages
 
@@ -43,4 +50,5 @@ def test_model_issue_and_fallback():
 
     def broken(msgs):
         raise RuntimeError("no model")
+
     assert model_issue(FACTS, 2, broken) == template_issue(FACTS, 2)

@@ -40,18 +40,26 @@ def test_candidates_skip_simple_functions():
     assert kinds == set(MUTATORS)
 
 
-@pytest.mark.parametrize("kind,site,old,new", [
-    ("op_flip", 0, "if x < lo:", "if x >= lo:"),
-    ("op_flip", 1, "if x > hi and", "if x <= hi and"),  # sites in post-order
-    ("op_flip", 2, "hi is not None", "hi is None"),
-    ("op_flip", 3, "and hi is", "or hi is"),
-    ("op_swap", 0, "if x < lo:", "if lo < x:"),
-    ("change_const", 0, "total = x + 1", "total = x + 0"),
-    ("change_const", 1, "range(2)", "range(1)"),
-    ("remove_assign", 0, "    total = x + 1\n", ""),
-    ("remove_loop", 0, "    for _ in range(2):\n        total -= 1\n", ""),
-    ("invert_if", 0, "        y = 0\n    else:\n        y = 1", "        y = 1\n    else:\n        y = 0"),
-])
+@pytest.mark.parametrize(
+    "kind,site,old,new",
+    [
+        ("op_flip", 0, "if x < lo:", "if x >= lo:"),
+        ("op_flip", 1, "if x > hi and", "if x <= hi and"),  # sites in post-order
+        ("op_flip", 2, "hi is not None", "hi is None"),
+        ("op_flip", 3, "and hi is", "or hi is"),
+        ("op_swap", 0, "if x < lo:", "if lo < x:"),
+        ("change_const", 0, "total = x + 1", "total = x + 0"),
+        ("change_const", 1, "range(2)", "range(1)"),
+        ("remove_assign", 0, "    total = x + 1\n", ""),
+        ("remove_loop", 0, "    for _ in range(2):\n        total -= 1\n", ""),
+        (
+            "invert_if",
+            0,
+            "        y = 0\n    else:\n        y = 1",
+            "        y = 1\n    else:\n        y = 0",
+        ),
+    ],
+)
 def test_one_site_rewritten(kind, site, old, new):
     out = mutate(SRC, fn(), kind, site)
     assert out == SRC.replace(old, new, 1)

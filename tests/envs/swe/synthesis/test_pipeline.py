@@ -4,7 +4,7 @@ from practicum.cli import main
 from practicum.envs.swe.grading import grade
 from practicum.envs.swe.instance import load_instances
 
-CODE = '''def grade_of(score):
+CODE = """def grade_of(score):
     if score < 0 or score > 100:
         raise ValueError(score)
     if score >= 90:
@@ -12,8 +12,8 @@ CODE = '''def grade_of(score):
     if score >= 75:
         return "B"
     return "C"
-'''
-TESTS = '''import pytest
+"""
+TESTS = """import pytest
 from minipkg import grade_of
 
 
@@ -29,7 +29,7 @@ def test_range():
 
 def test_type():
     assert isinstance(grade_of(50), str)
-'''
+"""
 
 
 def test_synthesize_cli_makes_gradable_tasks(tmp_path, capsys):
@@ -38,8 +38,9 @@ def test_synthesize_cli_makes_gradable_tasks(tmp_path, capsys):
     (pkg / "minipkg" / "__init__.py").write_text(CODE)
     (pkg / "test_minipkg.py").write_text(TESTS)
     out = tmp_path / "out"
-    code = main(["swe", "synthesize", str(pkg), "--out", str(out), "--max-tried", "4",
-                 "--max-kept", "2"])
+    code = main(
+        ["swe", "synthesize", str(pkg), "--out", str(out), "--max-tried", "4", "--max-kept", "2"]
+    )
     assert code == 0
     (y,) = json.loads((out / "yield.json").read_text())
     assert y["package"] == "minipkg" and y["baseline_passed"] == 7 and 1 <= y["kept"] <= 2

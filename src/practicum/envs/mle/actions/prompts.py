@@ -120,12 +120,18 @@ LINE_SYSTEM_PROMPT = "You write one line of Python that picks a scikit-learn mod
 LINE_REPLY = "Reply with only one line of Python that starts with `model = `."
 
 LINE_EXAMPLE_MESSAGES = (
-    {"role": "user", "content": "Competition: Penguins. Predict the species of a penguin from "
-     "its measurements.\nMetric: accuracy (higher is better).\nChoose an estimator. "
-     + LINE_REPLY},
+    {
+        "role": "user",
+        "content": "Competition: Penguins. Predict the species of a penguin from "
+        "its measurements.\nMetric: accuracy (higher is better).\nChoose an estimator. "
+        + LINE_REPLY,
+    },
     {"role": "assistant", "content": "model = RandomForestClassifier(n_estimators=200)"},
-    {"role": "user", "content": "Competition: House prices. Predict the sale price of a "
-     "house.\nMetric: rmse (lower is better).\nChoose an estimator. " + LINE_REPLY},
+    {
+        "role": "user",
+        "content": "Competition: House prices. Predict the sale price of a "
+        "house.\nMetric: rmse (lower is better).\nChoose an estimator. " + LINE_REPLY,
+    },
     {"role": "assistant", "content": "model = Ridge(alpha=1.0)"},
 )
 """Few-shot chat turns placed before `line_prompt` (competitions outside the suite). Measured
@@ -139,7 +145,7 @@ def task_summary(competition_description: str, max_chars: int = 200) -> str:
     text = competition_description.strip()
     start = text.find("## Task")
     if start >= 0:
-        text = text[start + len("## Task"):]
+        text = text[start + len("## Task") :]
     paragraphs = [p for p in text.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
     first = " ".join((paragraphs[0] if paragraphs else "").split())
     return _cut(first, max_chars)
@@ -161,8 +167,11 @@ def line_prompt(
     temperature 1.0 then fill the region (with `template.salvage_region`), and fewer run
     correctly (classifier/regressor mix-ups), so RL has reward variance to work with.
     """
-    names = [n for n in template.available if n not in ("make_pipeline", "StandardScaler",
-                                                         "MaxAbsScaler")]
+    names = [
+        n
+        for n in template.available
+        if n not in ("make_pipeline", "StandardScaler", "MaxAbsScaler")
+    ]
     examples = "\n".join(line_examples(kind))
     direction = "lower" if lower_is_better else "higher"
     return (
@@ -174,11 +183,15 @@ def line_prompt(
 
 # -------------------------------------------------------------- section-mode prompt
 
-SECTION_SYSTEM_PROMPT = ("You write the modelling section of a Python script: features, a "
-                         "scikit-learn model, a validation score and test predictions.")
+SECTION_SYSTEM_PROMPT = (
+    "You write the modelling section of a Python script: features, a "
+    "scikit-learn model, a validation score and test predictions."
+)
 """System prompt of `section_prompt`."""
-SECTION_REPLY = ("Reply with only the code of the section in one ```python block (no imports, "
-                 "no reading or writing files).")
+SECTION_REPLY = (
+    "Reply with only the code of the section in one ```python block (no imports, "
+    "no reading or writing files)."
+)
 MAX_COLUMNS_SHOWN = 24
 
 
@@ -188,26 +201,48 @@ def _columns(columns: Sequence[str]) -> str:
     return ", ".join(shown) + (f", ... ({more} more)" if more > 0 else "")
 
 
-def section_prompt(name: str, summary: str, metric: str, lower_is_better: bool,
-                   template: Template, train_columns: Sequence[str], train_rows: int,
-                   test_rows: int, target: str, id_col: str, estimators: Sequence[str] = ()
-                   ) -> str:
+def section_prompt(
+    name: str,
+    summary: str,
+    metric: str,
+    lower_is_better: bool,
+    template: Template,
+    train_columns: Sequence[str],
+    train_rows: int,
+    test_rows: int,
+    target: str,
+    id_col: str,
+    estimators: Sequence[str] = (),
+) -> str:
     """Section-mode prompt (`actions.section`): what the fixed script has already done, the
     column names (a wrong one is the commonest failure), what `predictions` must hold, and
     the reply format. Use it after `section_examples()` as few-shot turns."""
     direction = "lower" if lower_is_better else "higher"
-    estimators = list(estimators) or [n for n in template.available
-                                      if n[0].isupper() and n.endswith(("Classifier", "Regressor",
-                                                                        "Regression", "SVC",
-                                                                        "SVR", "NB", "Ridge",
-                                                                        "Lasso", "ElasticNet"))]
+    estimators = list(estimators) or [
+        n
+        for n in template.available
+        if n[0].isupper()
+        and n.endswith(
+            (
+                "Classifier",
+                "Regressor",
+                "Regression",
+                "SVC",
+                "SVR",
+                "NB",
+                "Ridge",
+                "Lasso",
+                "ElasticNet",
+            )
+        )
+    ]
     classes = "CLASSES (sorted class labels), " if "CLASSES" in template.script else ""
     return (
         f"Competition: {name}. {summary}\nMetric: {metric} ({direction} is better).\n"
         f"The script has already run:\n"
-        f"    train = pd.read_csv(\"train.csv\")  # {train_rows} rows; columns: "
+        f'    train = pd.read_csv("train.csv")  # {train_rows} rows; columns: '
         f"{_columns(train_columns)}\n"
-        f"    test = pd.read_csv(\"test.csv\")    # {test_rows} rows; the same columns "
+        f'    test = pd.read_csv("test.csv")    # {test_rows} rows; the same columns '
         f"without {target}\n"
         f"    TARGET = {target!r}; ID_COL = {id_col!r}\n"
         f"Available: np, pd, {classes}train_test_split, the metrics of sklearn.metrics and "
@@ -224,18 +259,28 @@ def section_examples() -> list[dict[str, str]]:
     from practicum.envs.mle.actions.section import section_template
 
     template = section_template("regression", "price", "id", "rmse")
-    prompt = section_prompt("House prices", "Predict the sale price of a house.", "rmse", True,
-                            template, ["id", "sqft", "rooms", "age", "price"], 800, 200,
-                            "price", "id", ["Ridge", "RandomForestRegressor"])
+    prompt = section_prompt(
+        "House prices",
+        "Predict the sale price of a house.",
+        "rmse",
+        True,
+        template,
+        ["id", "sqft", "rooms", "age", "price"],
+        800,
+        200,
+        "price",
+        "id",
+        ["Ridge", "RandomForestRegressor"],
+    )
     reply = (
         "```python\n"
-        "X = train[[\"sqft\", \"rooms\", \"age\"]].fillna(0)\n"
-        "X_test = test[[\"sqft\", \"rooms\", \"age\"]].fillna(0)\n"
+        'X = train[["sqft", "rooms", "age"]].fillna(0)\n'
+        'X_test = test[["sqft", "rooms", "age"]].fillna(0)\n'
         "X_tr, X_val, y_tr, y_val = train_test_split(X, train[TARGET], test_size=0.2, "
         "random_state=0)\n"
         "model = Ridge(alpha=1.0)\n"
         "model.fit(X_tr, y_tr)\n"
-        "print(\"validation rmse:\", mean_squared_error(y_val, model.predict(X_val)) ** 0.5)\n"
+        'print("validation rmse:", mean_squared_error(y_val, model.predict(X_val)) ** 0.5)\n'
         "model.fit(X, train[TARGET])\n"
         "predictions = model.predict(X_test)\n"
         "```"

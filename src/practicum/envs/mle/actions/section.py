@@ -48,21 +48,29 @@ print("validation {label}:", {score})
 model.fit(X, train[TARGET])
 predictions = {predict}
 """
-_TABULAR_EXAMPLE = """\
+_TABULAR_EXAMPLE = (
+    """\
 features = [c for c in train.columns if c not in (TARGET, ID_COL)]
 X = train[features].fillna(0)
 X_test = test[features].fillna(0)
-""" + _FIT_AND_PREDICT
-_TEXT_EXAMPLE = """\
+"""
+    + _FIT_AND_PREDICT
+)
+_TEXT_EXAMPLE = (
+    """\
 text = [c for c in train.columns if c not in (TARGET, ID_COL)][0]
 vectorizer = TfidfVectorizer(max_features=20000, ngram_range=(1, 2))
 X = vectorizer.fit_transform(train[text].fillna(""))
 X_test = vectorizer.transform(test[text].fillna(""))
-""" + _FIT_AND_PREDICT
-_ESTIMATOR = {("classification", False): "RandomForestClassifier(n_estimators=200, random_state=0)",
-              ("regression", False): "RandomForestRegressor(n_estimators=200, random_state=0)",
-              ("classification", True): "LogisticRegression(C=4.0, max_iter=1000)",
-              ("regression", True): "Ridge(alpha=1.0)"}
+"""
+    + _FIT_AND_PREDICT
+)
+_ESTIMATOR = {
+    ("classification", False): "RandomForestClassifier(n_estimators=200, random_state=0)",
+    ("regression", False): "RandomForestRegressor(n_estimators=200, random_state=0)",
+    ("classification", True): "LogisticRegression(C=4.0, max_iter=1000)",
+    ("regression", True): "Ridge(alpha=1.0)",
+}
 _EXTRA_IMPORTS = {
     "sklearn.model_selection": "train_test_split cross_val_score KFold StratifiedKFold",
     "sklearn.feature_extraction.text": "TfidfVectorizer CountVectorizer",
@@ -106,8 +114,9 @@ else:
 """
 
 
-def section_template(task_type: str, target: str, id_col: str, metric: str,
-                     data_dir: str = ".") -> Template:
+def section_template(
+    task_type: str, target: str, id_col: str, metric: str, data_dir: str = "."
+) -> Template:
     """The fixed script of section mode for a competition (module docstring).
 
     task_type as for `sklearn_template.default_template`. Metrics scored on probabilities
@@ -119,31 +128,44 @@ def section_template(task_type: str, target: str, id_col: str, metric: str,
         raise ValueError(f"unknown task_type {task_type!r}; expected one of {sorted(TASK_TYPES)}")
     kind, text = TASK_TYPES[key]
     modules = {**ESTIMATORS[kind], **HELPERS, **_EXTRA_IMPORTS}
-    imports = {mod: [n for n in names.split() if not (text and n in DENSE_ONLY)]
-               for mod, names in modules.items()}
+    imports = {
+        mod: [n for n in names.split() if not (text and n in DENSE_ONLY)]
+        for mod, names in modules.items()
+    }
     available = ("np", "pd", *(n for names in imports.values() for n in names))
-    import_lines = "\n".join(f"from {mod} import {', '.join(names)}"
-                             for mod, names in imports.items() if names)
+    import_lines = "\n".join(
+        f"from {mod} import {', '.join(names)}" for mod, names in imports.items() if names
+    )
     score, proba, label = validation_expr(metric, kind)
     classify = kind == "classification"
     if proba and key == "binary":
-        what = (f"the probability that {target} is CLASSES[1] (the second of the two sorted "
-                f"classes) for each test row, e.g. model.predict_proba(X_test)[:, 1]")
+        what = (
+            f"the probability that {target} is CLASSES[1] (the second of the two sorted "
+            f"classes) for each test row, e.g. model.predict_proba(X_test)[:, 1]"
+        )
         predict = "model.predict_proba(X_test)[:, 1]"
         if label == "auc":
             score = "roc_auc_score(y_val, model.predict_proba(X_val)[:, 1])"
     elif proba:
-        what = ("class probabilities, one column per class of CLASSES (sorted), e.g. "
-                "model.predict_proba(X_test)")
+        what = (
+            "class probabilities, one column per class of CLASSES (sorted), e.g. "
+            "model.predict_proba(X_test)"
+        )
         predict = "model.predict_proba(X_test)"
     else:
         noun = "class label" if classify else "number"
         what = f"one predicted {noun} per test row, e.g. model.predict(X_test)"
         predict = "model.predict(X_test)"
-    write = _WRITE_PROBA.format() if proba else _WRITE_VALUES.format(
-        what="class label" if classify else "number")
-    example = (_TEXT_EXAMPLE if text else _TABULAR_EXAMPLE).format(
-        estimator=_ESTIMATOR[kind, text], label=label, score=score, predict=predict).rstrip()
+    write = (
+        _WRITE_PROBA.format()
+        if proba
+        else _WRITE_VALUES.format(what="class label" if classify else "number")
+    )
+    example = (
+        (_TEXT_EXAMPLE if text else _TABULAR_EXAMPLE)
+        .format(estimator=_ESTIMATOR[kind, text], label=label, score=score, predict=predict)
+        .rstrip()
+    )
     classes = "CLASSES = sorted(train[TARGET].unique())\n" if classify else ""
     script = f'''\
 """Fixed script: load the data, run the modelling section, check it, write submission.csv."""
@@ -165,10 +187,18 @@ test = pd.read_csv(DATA_DIR + "/test.csv")
 {_CHECK_ROWS.format()}{write}submission.to_csv("submission.csv", index=False)
 print("wrote submission.csv with", len(submission), "rows")
 '''
-    instruction = (f"build features from `train` and `test`, fit a model on the training rows, "
-                   f"print a validation {label}, and assign `predictions`: {what}")
-    return Template(script=script, instruction=instruction, required_names=(),
-                    available=available, example=example, max_lines=MAX_LINES)
+    instruction = (
+        f"build features from `train` and `test`, fit a model on the training rows, "
+        f"print a validation {label}, and assign `predictions`: {what}"
+    )
+    return Template(
+        script=script,
+        instruction=instruction,
+        required_names=(),
+        available=available,
+        example=example,
+        max_lines=MAX_LINES,
+    )
 
 
 def recover_prefix(code: str, max_lines: int) -> str | None:
@@ -203,6 +233,8 @@ def parse_section(reply: str, template: Template, salvage: bool = True) -> tuple
             raise
         code = recover_prefix(cut[-1].code, template.max_lines)
         if code is None:
-            raise ActionParseError("the ```python block is cut off (not closed with ```) and "
-                                   "no complete statement comes before the cut") from err
+            raise ActionParseError(
+                "the ```python block is cut off (not closed with ```) and "
+                "no complete statement comes before the cut"
+            ) from err
         return fill_template(template, code), code

@@ -116,8 +116,9 @@ def salvage_region(reply: str, required: tuple[str, ...] = ("model",)) -> str | 
     return None
 
 
-def parse_reply(reply: str, template: Template | None, salvage: bool = True
-                ) -> tuple[str, str, str]:
+def parse_reply(
+    reply: str, template: Template | None, salvage: bool = True
+) -> tuple[str, str, str]:
     """(script to run, what the policy wrote, plan) of a reply; raises ActionParseError.
 
     template None: script mode (a plan and one ```python block); else the reply fills the

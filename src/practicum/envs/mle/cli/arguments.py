@@ -13,8 +13,10 @@ RAW_HELP = (
 )
 
 
-DATA_HELP = ("data folder, as $PRACTICUM_DATA: files go to DIR/mle/<id>/prepared/ (default: "
-             "$PRACTICUM_DATA/mle or ~/.cache/practicum/mle)")
+DATA_HELP = (
+    "data folder, as $PRACTICUM_DATA: files go to DIR/mle/<id>/prepared/ (default: "
+    "$PRACTICUM_DATA/mle or ~/.cache/practicum/mle)"
+)
 
 
 def mle_data_root(data: Path | None) -> Path | None:

@@ -43,14 +43,16 @@ def previous_solution(episode: EpisodeLike) -> dict[str, Any]:
     if turn is not None and turn.info.get("solution"):
         return dict(turn.info["solution"])
     reply = turn.action_text.strip()[:500] if turn is not None else ""
-    return {"code": reply, "output": "", "score": None, "reward": episode.reward,
-            "valid": False}
+    return {"code": reply, "output": "", "score": None, "reward": episode.reward, "valid": False}
 
 
 def summarise(rewards: list[float], valid: list[bool]) -> dict[str, float]:
     n = max(1, len(rewards))
-    return {"reward_mean": sum(rewards) / n, "valid_rate": sum(valid) / n,
-            "episodes": float(len(rewards))}
+    return {
+        "reward_mean": sum(rewards) / n,
+        "valid_rate": sum(valid) / n,
+        "episodes": float(len(rewards)),
+    }
 
 
 def _valid(episode: EpisodeLike) -> bool:
@@ -64,19 +66,27 @@ def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task]) -> dict[s
     record per task}. Ties keep the scratch attempt.
     """
     scratch = run_episodes(tasks, [f"eval-scratch/{t.task_id}" for t in tasks])
-    improve_tasks = [Task(t.task_id, {**t.data, "previous": previous_solution(e)})
-                     for t, e in zip(tasks, scratch)]
+    improve_tasks = [
+        Task(t.task_id, {**t.data, "previous": previous_solution(e)})
+        for t, e in zip(tasks, scratch)
+    ]
     improved = run_episodes(improve_tasks, [f"eval-improve/{t.task_id}" for t in tasks])
     records, best = [], []
     for task, first, second in zip(tasks, scratch, improved):
         keep = second if second.reward > first.reward else first
         best.append(keep)
-        records.append({"task_id": task.task_id, "scratch_reward": first.reward,
-                        "improve_reward": second.reward, "kept": "improve" if keep is second
-                        else "scratch", "scratch_valid": _valid(first),
-                        "improve_valid": _valid(second),
-                        "scratch_action": first.turns[-1].action_text if first.turns else "",
-                        "improve_action": second.turns[-1].action_text if second.turns else ""})
+        records.append(
+            {
+                "task_id": task.task_id,
+                "scratch_reward": first.reward,
+                "improve_reward": second.reward,
+                "kept": "improve" if keep is second else "scratch",
+                "scratch_valid": _valid(first),
+                "improve_valid": _valid(second),
+                "scratch_action": first.turns[-1].action_text if first.turns else "",
+                "improve_action": second.turns[-1].action_text if second.turns else "",
+            }
+        )
     return {
         "scratch": summarise([e.reward for e in scratch], [_valid(e) for e in scratch]),
         "improve": summarise([e.reward for e in improved], [_valid(e) for e in improved]),
@@ -87,8 +97,11 @@ def scratch_then_improve(run_episodes: RunEpisodes, tasks: list[Task]) -> dict[s
 
 def add_evaluate_command(sub: argparse._SubParsersAction, host: CommandHost) -> None:
     """Register `evaluate` on the `mle` subparsers; its episodes run in `host`'s sessions."""
-    ev = sub.add_parser("evaluate", help="held-out evaluation: scratch, then one improvement, "
-                        "keep the better (uses the run's latest checkpoint)")
+    ev = sub.add_parser(
+        "evaluate",
+        help="held-out evaluation: scratch, then one improvement, "
+        "keep the better (uses the run's latest checkpoint)",
+    )
     ev.add_argument("config", help="YAML config of the run (task.name must be mle)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.temperature=0")
     ev.add_argument("--label", default=None, help="name of RUN/eval/<label>.json")
@@ -104,9 +117,11 @@ def evaluate(args: argparse.Namespace, host: CommandHost) -> int:
     require_mle(cfg.task.name)
     session = host.open_session(cfg)  # the run's latest checkpoint, if any
     try:
+
         def run_episodes(tasks, ids):
-            return session.rollout([(t, gid, 0) for t, gid in zip(tasks, ids)],
-                                   cfg.eval.temperature)
+            return session.rollout(
+                [(t, gid, 0) for t, gid in zip(tasks, ids)], cfg.eval.temperature
+            )
 
         result = scratch_then_improve(run_episodes, session.suite.eval_tasks)
         result["policy_version"] = session.server.version
@@ -120,8 +135,9 @@ def evaluate(args: argparse.Namespace, host: CommandHost) -> int:
 def require_mle(task_name: str) -> None:
     """ConfigError unless the run's task is this environment."""
     if task_name != "mle":
-        raise ConfigError(f"config error at task.name: mle evaluate needs task.name=mle, "
-                          f"got {task_name!r}")
+        raise ConfigError(
+            f"config error at task.name: mle evaluate needs task.name=mle, got {task_name!r}"
+        )
 
 
 def default_label(step: int) -> str:

@@ -24,9 +24,11 @@ from rich.table import Table
 from practicum.envs.mle.cli.arguments import DATA_HELP, RAW_HELP, mle_data_root
 from practicum.errors import PracticumError, read_text_file
 
-NO_POLICY = ("--instrumenter {spec}: `mle run` has no live policy to take a frozen base from; "
-             "use --instrumenter local:smollm2-135m-instruct (the same base model, loaded here), "
-             "openai:<base_url>|<model> or rules")
+NO_POLICY = (
+    "--instrumenter {spec}: `mle run` has no live policy to take a frozen base from; "
+    "use --instrumenter local:smollm2-135m-instruct (the same base model, loaded here), "
+    "openai:<base_url>|<model> or rules"
+)
 
 
 def _positive(cast):
@@ -42,24 +44,35 @@ def _positive(cast):
 
 
 def add_run_command(sub: argparse._SubParsersAction, parents: list) -> None:
-    run = sub.add_parser("run", parents=parents,
-                         help="run a solution sandboxed, instrumented and graded")
+    run = sub.add_parser(
+        "run", parents=parents, help="run a solution sandboxed, instrumented and graded"
+    )
     run.add_argument("competition", metavar="ID", help="competition id or folder")
     run.add_argument("solution", type=Path, metavar="SOLUTION.py")
-    run.add_argument("--mode", choices=["script", "template", "section"], default="script",
-                     help="script: the file is the whole script; template: the code of the "
-                     "template's region; section: the modelling section")
-    run.add_argument("--instrumenter", default="rules",
-                     help="rules (default), local:<model>, openai:<base_url>|<model>")
+    run.add_argument(
+        "--mode",
+        choices=["script", "template", "section"],
+        default="script",
+        help="script: the file is the whole script; template: the code of the "
+        "template's region; section: the modelling section",
+    )
+    run.add_argument(
+        "--instrumenter",
+        default="rules",
+        help="rules (default), local:<model>, openai:<base_url>|<model>",
+    )
     run.add_argument("--data", type=Path, metavar="DIR", help=DATA_HELP)
     run.add_argument("--raw", type=Path, metavar="DIR", help=RAW_HELP)
-    run.add_argument("--wall", type=_positive(float), default=60.0,
-                     help="wall-clock limit in seconds")
+    run.add_argument(
+        "--wall", type=_positive(float), default=60.0, help="wall-clock limit in seconds"
+    )
     run.add_argument("--memory", type=_positive(int), default=2048, help="memory limit in MiB")
-    run.add_argument("--backend", choices=["auto", "bwrap", "namespaces"], default="auto",
-                     help="sandbox backend")
-    run.add_argument("--no-partial-credit", action="store_true",
-                     help="milestones earn nothing (the ablation)")
+    run.add_argument(
+        "--backend", choices=["auto", "bwrap", "namespaces"], default="auto", help="sandbox backend"
+    )
+    run.add_argument(
+        "--no-partial-credit", action="store_true", help="milestones earn nothing (the ablation)"
+    )
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")
     run.set_defaults(func=cmd_run)
 
@@ -80,9 +93,15 @@ def run_solution(args: argparse.Namespace):
     check_instrumenter(spec, "--instrumenter")
     code = read_text_file(args.solution, "solution file")
     comp = load_competition(args.competition, args.competitions)
-    opts = MleOptions(mode=args.mode, instrumenter=spec, wall_seconds=args.wall,
-                      memory_mb=args.memory, backend=args.backend,
-                      partial_credit=not args.no_partial_credit, salvage=False)
+    opts = MleOptions(
+        mode=args.mode,
+        instrumenter=spec,
+        wall_seconds=args.wall,
+        memory_mb=args.memory,
+        backend=args.backend,
+        partial_credit=not args.no_partial_credit,
+        salvage=False,
+    )
     comp.prepare(mle_data_root(args.data), raw=args.raw)
     data = load_competition_data(comp, mle_data_root(args.data))
     # a service without a server: rules, a local model or an endpoint
@@ -102,8 +121,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = 0 if outcome.valid else 1
     medal = comp.medal(outcome.score) if outcome.valid else None
     if args.json:
-        shown = {"competition": comp.id, **outcome.info(), "medal": medal,
-                 "observation": observation}
+        shown = {
+            "competition": comp.id,
+            **outcome.info(),
+            "medal": medal,
+            "observation": observation,
+        }
         sys.stdout.write(json.dumps(shown, indent=2, default=str) + "\n")
         return status
     table = Table(title=f"{comp.id}: {args.solution}", show_header=False)
@@ -118,15 +141,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         table.add_row("valid", "[red]no[/red]")
         reason = outcome.failure_reason or ""
-        table.add_row("reason", f"{reason}: {outcome.parse_error}" if outcome.parse_error
-                      else reason)
+        table.add_row(
+            "reason", f"{reason}: {outcome.parse_error}" if outcome.parse_error else reason
+        )
     b = outcome.reward
-    table.add_row("reward", f"{b.total:.4f} = failure {b.failure:g} + milestones "
-                  f"{b.milestone_credit:.4g} + score {b.score_credit:.6g}")
-    rejected = (f" (LLM rewrite rejected: {outcome.instrument_rejected})"
-                if outcome.instrument_rejected else "")
-    table.add_row("run", f"{outcome.duration:.2f} s, instrumented by "
-                  f"{outcome.instrumenter}{rejected}")
+    table.add_row(
+        "reward",
+        f"{b.total:.4f} = failure {b.failure:g} + milestones "
+        f"{b.milestone_credit:.4g} + score {b.score_credit:.6g}",
+    )
+    rejected = (
+        f" (LLM rewrite rejected: {outcome.instrument_rejected})"
+        if outcome.instrument_rejected
+        else ""
+    )
+    table.add_row(
+        "run", f"{outcome.duration:.2f} s, instrumented by {outcome.instrumenter}{rejected}"
+    )
     if outcome.forged_markers:
         table.add_row("forged markers", str(outcome.forged_markers))
     console = Console()

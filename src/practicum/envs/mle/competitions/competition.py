@@ -128,10 +128,16 @@ class Competition:
     def _encode(self, public: Path, private: Path, paths: PreparedPaths) -> dict:
         section = self.practicum
         return secret_transform.apply(
-            public, private, cid=self.id, id_column=section.id_column,
-            targets=list(section.target_columns), task=section.task,
-            answers_name=paths.answers.name, sample_name=paths.sample_submission.name,
-            secret=secret_transform.machine_secret())
+            public,
+            private,
+            cid=self.id,
+            id_column=section.id_column,
+            targets=list(section.target_columns),
+            task=section.task,
+            answers_name=paths.answers.name,
+            sample_name=paths.sample_submission.name,
+            secret=secret_transform.machine_secret(),
+        )
 
     def expected_checksums(self) -> dict | None:
         """checksums.yaml as parsed; None when the folder has none."""
@@ -178,7 +184,8 @@ class Competition:
             if pd.api.types.is_numeric_dtype(values) and np.isinf(values.to_numpy(float)).any():
                 raise InvalidSubmissionError(
                     f"submission column '{column}' holds infinite values: predictions must be "
-                    f"finite numbers")
+                    f"finite numbers"
+                )
         try:
             # a far-out prediction (1e308) overflows inside the metric: the non-finite score
             # is reported below, so numpy's warning would only repeat it as noise
@@ -200,7 +207,8 @@ class Competition:
             raise InvalidSubmissionError(
                 f"the grader returned {'NaN' if math.isnan(score) else score} for this "
                 f"submission, not a finite score "
-                f"(are some predictions infinite, NaN or far out of range?)")
+                f"(are some predictions infinite, NaN or far out of range?)"
+            )
         return score
 
     def medal_thresholds(self) -> dict | None:

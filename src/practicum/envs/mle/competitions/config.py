@@ -42,9 +42,10 @@ class PracticumSection(BaseModel, extra="forbid"):
     rows: int | None = Field(None, description="Rows in train + test (informative).")
     seed: int | None = Field(None, description="random_state of the train/test split.")
     secret_transform: bool = Field(
-        False, description="Re-encode the prepared split with the machine's secret (numeric "
+        False,
+        description="Re-encode the prepared split with the machine's secret (numeric "
         "features: positive affine maps; multi-class labels: a derangement) so its answers "
-        "cannot be looked up in the public source data (see secret_transform)."
+        "cannot be looked up in the public source data (see secret_transform).",
     )
 
 

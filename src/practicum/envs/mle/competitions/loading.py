@@ -106,9 +106,13 @@ def load_folder(folder: Path) -> Competition:
         metric=metric,
         lower_is_better=lower,
         config=config,
-        description=description_path.read_text().rstrip() + (
+        description=description_path.read_text().rstrip()
+        + (
             secret_transform.note((section.task or "").lower() in secret_transform.LABEL_TASKS)
-            if section.secret_transform else "") + "\n",
+            if section.secret_transform
+            else ""
+        )
+        + "\n",
         leaderboard=leaderboard,
         practicum=section,
     )

@@ -90,8 +90,18 @@ def derangement(labels: list[str], rng: np.random.Generator) -> dict[str, str]:
             return {labels[i]: labels[int(order[i])] for i in range(len(labels))}
 
 
-def apply(public: Path, private: Path, *, cid: str, id_column: str, targets: list[str],
-          task: str | None, answers_name: str, sample_name: str, secret: bytes) -> dict:
+def apply(
+    public: Path,
+    private: Path,
+    *,
+    cid: str,
+    id_column: str,
+    targets: list[str],
+    task: str | None,
+    answers_name: str,
+    sample_name: str,
+    secret: bytes,
+) -> dict:
     """Re-encode the prepared files in place (module docstring). Returns what was changed
     (column names and counts, never the secret parameters)."""
     rng = _rng(secret, cid)
@@ -102,8 +112,10 @@ def apply(public: Path, private: Path, *, cid: str, id_column: str, targets: lis
     features = [c for c in test.columns if c != id_column and c not in targets]
     encoded = []
     for column in features:
-        if not (pd.api.types.is_numeric_dtype(train[column])
-                and pd.api.types.is_numeric_dtype(test[column])):
+        if not (
+            pd.api.types.is_numeric_dtype(train[column])
+            and pd.api.types.is_numeric_dtype(test[column])
+        ):
             continue
         values = pd.concat([train[column], test[column]]).astype(float)
         spread = float(values.std()) or 1.0
@@ -130,6 +142,9 @@ def apply(public: Path, private: Path, *, cid: str, id_column: str, targets: lis
 
 def note(relabels: bool) -> str:
     """The sentence appended to the description of a re-encoded competition."""
-    labels = (" and which name stands for which class is a secret permutation of the class "
-              "names" if relabels else "")
+    labels = (
+        " and which name stands for which class is a secret permutation of the class names"
+        if relabels
+        else ""
+    )
     return NOTE.format(labels=labels)

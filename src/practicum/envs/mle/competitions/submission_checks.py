@@ -2,8 +2,8 @@
 
 A competition's grade.py is a `label_grader` or `value_grader`, or calls `aligned_labels`,
 `aligned_values` or `aligned_probabilities` (built from `align_submission`, `numeric_values`,
-`check_probabilities`) first, so a bad submission fails with a readable reason (`InvalidSubmissionError`, naming the column, row or id
-at fault) instead of a numpy traceback.
+`check_probabilities`) first, so a bad submission fails with a readable reason
+(`InvalidSubmissionError`, naming the column, row or id at fault) instead of a numpy traceback.
 """
 
 from __future__ import annotations
@@ -129,15 +129,20 @@ def numeric_values(
     return np.stack(out, axis=1)
 
 
-def check_probabilities(values: np.ndarray, columns: Sequence[str],
-                        lines: Sequence[int] | None = None) -> None:
+def check_probabilities(
+    values: np.ndarray, columns: Sequence[str], lines: Sequence[int] | None = None
+) -> None:
     """Every value in [0, 1]; for several columns, every row's sum positive (it is renormalised).
 
     lines: each row's line in the submission file (`align_submission`'s `attrs["lines"]`), so
     the message names the line a person can find; without it, the row of `values`."""
+
     def where(row: int) -> str:
-        return (f"line {lines[row]} of the submission file" if lines is not None
-                else f"row {row + 1} of the submission")
+        return (
+            f"line {lines[row]} of the submission file"
+            if lines is not None
+            else f"row {row + 1} of the submission"
+        )
 
     values = np.atleast_2d(np.asarray(values, dtype=float).T).T
     outside = (values < 0) | (values > 1)
@@ -165,15 +170,17 @@ def one_hot(labels: Sequence, classes: Sequence[str]) -> np.ndarray:
     return out
 
 
-def aligned_labels(submission: pd.DataFrame, answers: pd.DataFrame,
-                   column: str) -> tuple[pd.Series, pd.Series]:
+def aligned_labels(
+    submission: pd.DataFrame, answers: pd.DataFrame, column: str
+) -> tuple[pd.Series, pd.Series]:
     """(true, predicted) labels of column `column`, aligned by id and normalised for comparison."""
     sub, ans = align_submission(submission, answers, "id", [column])
     return normalise_keys(ans[column]), normalise_keys(sub[column])
 
 
-def aligned_values(submission: pd.DataFrame, answers: pd.DataFrame,
-                   column: str) -> tuple[np.ndarray, np.ndarray]:
+def aligned_values(
+    submission: pd.DataFrame, answers: pd.DataFrame, column: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(true, predicted) numbers of column `column`, aligned by id; text or infinities rejected."""
     sub, ans = align_submission(submission, answers, "id", [column])
     return ans[column].to_numpy(dtype=float), numeric_values(sub, [column])[:, 0]
@@ -191,14 +198,19 @@ def value_grader(metric: Callable[[np.ndarray, np.ndarray], float], column: str)
     """grade(submission, answers) = metric(true, predicted) over the numbers of `column`."""
     return lambda submission, answers: metric(*aligned_values(submission, answers, column))
 
-def aligned_probabilities(submission: pd.DataFrame, answers: pd.DataFrame, columns: Sequence[str],
-                          answer_columns: Sequence[str] | None = None
-                          ) -> tuple[pd.DataFrame, np.ndarray]:
+
+def aligned_probabilities(
+    submission: pd.DataFrame,
+    answers: pd.DataFrame,
+    columns: Sequence[str],
+    answer_columns: Sequence[str] | None = None,
+) -> tuple[pd.DataFrame, np.ndarray]:
     """(answers aligned by id, predicted probabilities [N, len(columns)]), each in [0, 1]."""
     sub, ans = align_submission(submission, answers, "id", columns, answer_columns)
     proba = numeric_values(sub, columns)
     check_probabilities(proba, columns, lines=sub.attrs["lines"])
     return ans, proba
+
 
 # ---------------------------------------------------------------------------------------------
 # Reading a submission file.

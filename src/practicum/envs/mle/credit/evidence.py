@@ -34,9 +34,20 @@ ESTIMATOR = "__practicum_estimator__"
 """Run-time helper: 1 when the object is a library estimator (module docstring), else 0."""
 ML_LIBRARIES = frozenset(
     "numpy pandas sklearn scipy torch tensorflow keras xgboost lightgbm catboost statsmodels "
-    "polars jax csv".split())
-_PURE = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Slice, ast.Tuple, ast.List,
-         ast.UnaryOp, ast.expr_context, ast.unaryop)
+    "polars jax csv".split()
+)
+_PURE = (
+    ast.Name,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Constant,
+    ast.Slice,
+    ast.Tuple,
+    ast.List,
+    ast.UnaryOp,
+    ast.expr_context,
+    ast.unaryop,
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +64,11 @@ def _pure(node: ast.AST) -> bool:
 
 
 def _first_target(stmt: ast.stmt) -> str | None:
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-        [stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else [])
+    targets = (
+        stmt.targets
+        if isinstance(stmt, ast.Assign)
+        else ([stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else [])
+    )
     for target in targets:
         if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
             target = target.elts[0]
@@ -70,10 +84,14 @@ def _call_name(call: ast.Call) -> str:
 
 def _fit_rows_expr(stmt: ast.stmt) -> str | None:
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
-        if _call_name(call) in ("fit", "train", "fit_predict") and isinstance(call.func,
-                                                                              ast.Attribute):
-            data = call.args[0] if call.args else next(
-                (k.value for k in call.keywords if k.arg in ("X", "x")), None)
+        if _call_name(call) in ("fit", "train", "fit_predict") and isinstance(
+            call.func, ast.Attribute
+        ):
+            data = (
+                call.args[0]
+                if call.args
+                else next((k.value for k in call.keywords if k.arg in ("X", "x")), None)
+            )
             if data is not None and _pure(data):
                 return ast.unparse(data)
     return None
@@ -135,9 +153,10 @@ def attach(code: str, nonce: str) -> tuple[str, list[int]]:
             if text is None or not text.startswith(prefix):
                 previous = stmt
                 continue
-            milestone = text[len(prefix):].split("]]", 1)[0]
-            indent = lines[stmt.lineno - 1][: len(lines[stmt.lineno - 1])
-                                            - len(lines[stmt.lineno - 1].lstrip())]
+            milestone = text[len(prefix) :].split("]]", 1)[0]
+            indent = lines[stmt.lineno - 1][
+                : len(lines[stmt.lineno - 1]) - len(lines[stmt.lineno - 1].lstrip())
+            ]
             value = _value_of(stmt)
             expr = evidence_expr(milestone, previous) if milestone in MILESTONES else None
             fmt, args = f"{prefix}{milestone}]]", []

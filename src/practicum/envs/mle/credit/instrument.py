@@ -76,9 +76,13 @@ class LLMInstrumenter:
     LINES_BUDGET = 120
     """Tokens of a "lines" answer: seven `milestone: N` lines are about 60."""
 
-    def __init__(self, client: ModelClient, max_new_tokens: int = 2048,
-                 max_script_chars: int | None = None,
-                 protocol: Literal["rewrite", "lines"] = "rewrite"):
+    def __init__(
+        self,
+        client: ModelClient,
+        max_new_tokens: int = 2048,
+        max_script_chars: int | None = None,
+        protocol: Literal["rewrite", "lines"] = "rewrite",
+    ):
         if protocol not in ("rewrite", "lines"):
             raise ValueError(f"protocol must be 'rewrite' or 'lines', got {protocol!r}")
         self.client = client
@@ -116,10 +120,15 @@ class LLMInstrumenter:
 
         example = []
         if self.protocol == "lines":
-            example = [{"role": "user", "content": line_markers.EXAMPLE[0]},
-                       {"role": "assistant", "content": line_markers.EXAMPLE[1]}]
-        messages = [{"role": "system", "content": self.SYSTEM}, *example,
-                    {"role": "user", "content": self.prompt(code, nonce)}]
+            example = [
+                {"role": "user", "content": line_markers.EXAMPLE[0]},
+                {"role": "assistant", "content": line_markers.EXAMPLE[1]},
+            ]
+        messages = [
+            {"role": "system", "content": self.SYSTEM},
+            *example,
+            {"role": "user", "content": self.prompt(code, nonce)},
+        ]
         params = SamplingParams(temperature=0.0, max_new_tokens=self.budget(code))
         return self.client.complete(messages, params)
 
@@ -174,8 +183,9 @@ def instrument(code: str, nonce: str, llm: LLMInstrumenter | None = None) -> Ins
             elif unknown := unbound_marker_names(code, rewritten):
                 reason = f"a marker value reads names the script never binds: {sorted(unknown)}"
             else:
-                return InstrumentResult(rewritten, "llm", None,
-                                        time.perf_counter() - started, tokens)
+                return InstrumentResult(
+                    rewritten, "llm", None, time.perf_counter() - started, tokens
+                )
         seconds = time.perf_counter() - started
     try:
         ruled = rule_instrument(code, nonce)

@@ -28,7 +28,7 @@ from practicum.envs.sandbox.workdir import write_script
 
 SCRIPT = "main.py"
 
-BOOTSTRAP = r'''
+BOOTSTRAP = r"""
 import ast as _a, builtins as _b, json as _j, os as _o, sys as _s, types as _y
 def _run():
     payload = _j.loads(_s.stdin.read())
@@ -79,11 +79,12 @@ except BaseException as _e:
     import traceback as _t
     _t.print_exception(type(_e), _e, _e.__traceback__.tb_next)
     _s.exit(1)
-'''
+"""
 
 
-def run_instrumented(original: str, instrumented: str, markers: list[int], workdir: Path,
-                     limits: Limits, **sandbox) -> RunResult:
+def run_instrumented(
+    original: str, instrumented: str, markers: list[int], workdir: Path, limits: Limits, **sandbox
+) -> RunResult:
     """Write `original` as main.py, run `instrumented` through the bootstrap (docstring).
 
     markers: 1-based lines of `instrumented` that are inserted marker prints.
@@ -91,5 +92,4 @@ def run_instrumented(original: str, instrumented: str, markers: list[int], workd
     """
     write_script(Path(workdir), SCRIPT, original)
     payload = json.dumps({"code": instrumented, "markers": markers})
-    return run_command([sys.executable, "-c", BOOTSTRAP], workdir, limits, stdin=payload,
-                       **sandbox)
+    return run_command([sys.executable, "-c", BOOTSTRAP], workdir, limits, stdin=payload, **sandbox)

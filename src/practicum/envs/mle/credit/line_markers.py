@@ -48,8 +48,10 @@ X = df[["a", "b"]]
 reg = Ridge()
 reg.fit(X, df["y"])
 """
-EXAMPLE = (prompt(_EXAMPLE_SCRIPT), "libraries_imported: 2\ndata_loaded: 4\nfeatures_prepared: 5\n"
-           "model_built: 6\nmodel_trained: 7")
+EXAMPLE = (
+    prompt(_EXAMPLE_SCRIPT),
+    "libraries_imported: 2\ndata_loaded: 4\nfeatures_prepared: 5\nmodel_built: 6\nmodel_trained: 7",
+)
 """One worked exchange (prompt, answer), shown to the model as a chat turn before the real
 prompt: small models copy a format from an example far better than from a description."""
 
@@ -68,8 +70,12 @@ def _statements_ending_on(tree: ast.Module, number: int) -> list[ast.stmt]:
     """Simple statements (no body of their own) that end on line `number`, innermost last."""
     out = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.stmt) and node.end_lineno == number
-                and not hasattr(node, "body") and not hasattr(node, "cases")):
+        if (
+            isinstance(node, ast.stmt)
+            and node.end_lineno == number
+            and not hasattr(node, "body")
+            and not hasattr(node, "cases")
+        ):
             out.append(node)
     return sorted(out, key=lambda s: s.col_offset)
 

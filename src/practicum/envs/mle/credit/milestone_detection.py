@@ -125,8 +125,12 @@ def milestones_of(stmt: ast.stmt) -> list[tuple[str, str | None]]:
         and _numeric(value)
     ):
         found.append(("validation_scored", stmt.targets[0].id))
-    elif (isinstance(stmt, ast.Expr) and isinstance(value, ast.Call)
-          and _call_name(value) == "print" and names & _SCORERS):
+    elif (
+        isinstance(stmt, ast.Expr)
+        and isinstance(value, ast.Call)
+        and _call_name(value) == "print"
+        and names & _SCORERS
+    ):
         found.append(("validation_scored", None))  # print("acc", accuracy_score(...)): no value
     writes = [c for c in calls if _writes(c)]
     if any("submission" in ast.unparse(c).lower() or "sub" in _receiver(c).lower() for c in writes):

@@ -21,7 +21,8 @@ MILESTONES: dict[str, str] = {
     "libraries_imported": "after the last import statement",
     "data_loaded": "after the training data is read (read_csv, np.load, open(...))",
     "features_prepared": (
-        "after the feature matrix / inputs are built (X = ..., fit_transform, split)"),
+        "after the feature matrix / inputs are built (X = ..., fit_transform, split)"
+    ),
     "model_built": "after the model object is created (model = SomeClassifier(...))",
     "model_trained": "after the model is fitted (.fit(...))",
     "validation_scored": "after a validation score is computed (prints its value)",
@@ -33,7 +34,8 @@ MARKER_PREFIX = "[[PRACTICUM:"
 
 # Anything that looks like a marker, whatever its nonce; group 1 nonce, 2 name, 3 value.
 _MARKER = re.compile(
-    r"\[\[PRACTICUM:([^:\]\s]*):([A-Za-z_]+)\]\](?:[ \t]+value=(\S+))?(?:[ \t]+n=(-?\d+))?")
+    r"\[\[PRACTICUM:([^:\]\s]*):([A-Za-z_]+)\]\](?:[ \t]+value=(\S+))?(?:[ \t]+n=(-?\d+))?"
+)
 
 
 def new_nonce() -> str:

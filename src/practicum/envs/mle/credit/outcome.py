@@ -92,12 +92,15 @@ class RunOutcome:
         lines = [f"Run took {self.duration:.1f} s."]
         if self.crash:
             lines.append(f"The script ended abnormally: {self.crash}.")
-        lines.append(f"Milestones reached ({len(self.milestones)}/{len(MILESTONES)}): "
-                     f"{', '.join(self.milestones) or 'none'}.")
+        lines.append(
+            f"Milestones reached ({len(self.milestones)}/{len(MILESTONES)}): "
+            f"{', '.join(self.milestones) or 'none'}."
+        )
         if self.valid:
             direction = "lower" if self.lower_is_better else "higher"
-            lines.append(f"Submission valid: test {self.metric} = {self.score:.5g} "
-                         f"({direction} is better).")
+            lines.append(
+                f"Submission valid: test {self.metric} = {self.score:.5g} ({direction} is better)."
+            )
         else:
             lines.append(f"No valid submission: {self.failure_reason}.")
         out = solution_output(self.stdout, output_chars).strip()
@@ -109,10 +112,19 @@ class RunOutcome:
         return "\n".join(lines)
 
 
-def judge_run(run: RunResult, code: str, inst: InstrumentResult, nonce: str, workdir: Path,
-              comp: Competition, answers: pd.DataFrame, cfg: RewardConfig,
-              max_submission_bytes: int, sizes: Sizes | None = None,
-              anchors: tuple[float, float] | None = None) -> RunOutcome:
+def judge_run(
+    run: RunResult,
+    code: str,
+    inst: InstrumentResult,
+    nonce: str,
+    workdir: Path,
+    comp: Competition,
+    answers: pd.DataFrame,
+    cfg: RewardConfig,
+    max_submission_bytes: int,
+    sizes: Sizes | None = None,
+    anchors: tuple[float, float] | None = None,
+) -> RunOutcome:
     """The outcome of `code` (as the policy wrote it; `inst` is what ran) after `run`.
 
     sizes: the competition's train/test row counts; with them a milestone counts only with
@@ -128,8 +140,11 @@ def judge_run(run: RunResult, code: str, inst: InstrumentResult, nonce: str, wor
     valid, score, reason, rows = grade_workdir(workdir, comp, answers, max_submission_bytes)
     unproven = []
     if sizes is not None:
-        unproven = [m for m in report.reached
-                    if not _has_evidence(m, report.evidence.get(m, []), sizes, code, rows)]
+        unproven = [
+            m
+            for m in report.reached
+            if not _has_evidence(m, report.evidence.get(m, []), sizes, code, rows)
+        ]
         report.reached = [m for m in report.reached if m not in unproven]
     timed_out = run.killed_reason == "timeout"
     if run.killed_reason:
@@ -144,18 +159,33 @@ def judge_run(run: RunResult, code: str, inst: InstrumentResult, nonce: str, wor
     elif not valid and crash:
         reason = f"{crash}; {reason}"
     breakdown = mle_reward(report.reached, valid, score, comp.lower_is_better, cfg, anchors)
-    return RunOutcome(valid, score, list(breakdown.details["milestones"]), breakdown,
-                      comp.metric, comp.lower_is_better, failure_reason=reason,
-                      duration=run.duration, crash=crash, instrumenter=inst.method,
-                      instrument_rejected=inst.rejected_reason, forged_markers=report.forged,
-                      instrument_seconds=inst.llm_seconds, instrument_tokens=inst.llm_tokens,
-                      self_inspection=inspecting, validation_score=report.validation_score,
-                      unproven=unproven, timed_out=timed_out,
-                      stdout=run.stdout, stderr=run.stderr)
+    return RunOutcome(
+        valid,
+        score,
+        list(breakdown.details["milestones"]),
+        breakdown,
+        comp.metric,
+        comp.lower_is_better,
+        failure_reason=reason,
+        duration=run.duration,
+        crash=crash,
+        instrumenter=inst.method,
+        instrument_rejected=inst.rejected_reason,
+        forged_markers=report.forged,
+        instrument_seconds=inst.llm_seconds,
+        instrument_tokens=inst.llm_tokens,
+        self_inspection=inspecting,
+        validation_score=report.validation_score,
+        unproven=unproven,
+        timed_out=timed_out,
+        stdout=run.stdout,
+        stderr=run.stderr,
+    )
 
 
-def _has_evidence(milestone: str, numbers: list[int], sizes: Sizes, code: str,
-                  submission_rows: int | None) -> bool:
+def _has_evidence(
+    milestone: str, numbers: list[int], sizes: Sizes, code: str, submission_rows: int | None
+) -> bool:
     if milestone == "libraries_imported":
         return imports_ml_library(code)
     if milestone == "predictions_written":
@@ -163,22 +193,49 @@ def _has_evidence(milestone: str, numbers: list[int], sizes: Sizes, code: str,
     return proven(milestone, numbers, sizes)
 
 
-def not_run(comp: Competition, cfg: RewardConfig, failure_reason: str, **fields: Any
-            ) -> RunOutcome:
+def not_run(comp: Competition, cfg: RewardConfig, failure_reason: str, **fields: Any) -> RunOutcome:
     """The outcome of an action that did not run (unparsable reply, sandbox failure): no
     submission, no milestone, the failure reward."""
     breakdown = mle_reward([], False, None, comp.lower_is_better, cfg)
-    return RunOutcome(False, None, [], breakdown, comp.metric, comp.lower_is_better,
-                      failure_reason=failure_reason, **fields)
+    return RunOutcome(
+        False,
+        None,
+        [],
+        breakdown,
+        comp.metric,
+        comp.lower_is_better,
+        failure_reason=failure_reason,
+        **fields,
+    )
 
 
 SUBMISSION = "submission.csv"
 _MARKER_ONLY = re.compile(r"^\[milestone: [a-z_]+( n=-?\d+)?\]$")
 
-_INSPECTION_NAMES = {"co_consts", "_getframe", "get_objects", "get_referrers", "get_referents",
-                     "f_code", "__code__", "currentframe", "f_back", "tb_frame", "gi_frame",
-                     "cr_frame", "ag_frame", "f_locals", "f_globals", "walk_stack", "settrace",
-                     "setprofile", "_current_frames", "string_at", "co_code", "monitoring"}
+_INSPECTION_NAMES = {
+    "co_consts",
+    "_getframe",
+    "get_objects",
+    "get_referrers",
+    "get_referents",
+    "f_code",
+    "__code__",
+    "currentframe",
+    "f_back",
+    "tb_frame",
+    "gi_frame",
+    "cr_frame",
+    "ag_frame",
+    "f_locals",
+    "f_globals",
+    "walk_stack",
+    "settrace",
+    "setprofile",
+    "_current_frames",
+    "string_at",
+    "co_code",
+    "monitoring",
+}
 _INSPECTION_TEXT = ("practicum", "/proc/self", "/proc/1/", "/mem", *_INSPECTION_NAMES)
 
 
@@ -213,14 +270,17 @@ def self_inspection(code: str) -> str | None:
 
 def solution_output(stdout: str, max_chars: int) -> str:
     """Run output for prompts: markers redacted, lines that are only a marker dropped."""
-    lines = [ln for ln in excerpt(stdout, 10 * max_chars).splitlines()
-             if not _MARKER_ONLY.match(ln.strip())]
+    lines = [
+        ln
+        for ln in excerpt(stdout, 10 * max_chars).splitlines()
+        if not _MARKER_ONLY.match(ln.strip())
+    ]
     return excerpt("\n".join(lines), max_chars)
 
 
-def grade_workdir(workdir: Path, comp: Competition, answers: pd.DataFrame,
-                  max_bytes: int = 64 * 2**20
-                  ) -> tuple[bool, float | None, str | None, int | None]:
+def grade_workdir(
+    workdir: Path, comp: Competition, answers: pd.DataFrame, max_bytes: int = 64 * 2**20
+) -> tuple[bool, float | None, str | None, int | None]:
     """(valid, raw score, reason when invalid, rows of submission.csv or None) of the
     submission.csv the run left in `workdir`.
 

@@ -60,8 +60,9 @@ class RewardConfig:
                 f"got {self.lower_is_better_transform!r}"
             )
         if self.score_scale not in ("raw", "leaderboard"):
-            raise ValueError(f"RewardConfig.score_scale must be 'raw' or 'leaderboard', got "
-                             f"{self.score_scale!r}")
+            raise ValueError(
+                f"RewardConfig.score_scale must be 'raw' or 'leaderboard', got {self.score_scale!r}"
+            )
         if self.beta <= 0:
             raise ValueError(f"RewardConfig.beta must be > 0, got {self.beta}")
 
@@ -111,8 +112,9 @@ def normalise_score(score: float, anchors: tuple[float, float]) -> float:
 
 
 def usable_anchors(anchors: tuple[float, float] | None) -> bool:
-    return (anchors is not None and all(math.isfinite(a) for a in anchors)
-            and anchors[0] != anchors[1])
+    return (
+        anchors is not None and all(math.isfinite(a) for a in anchors) and anchors[0] != anchors[1]
+    )
 
 
 def mle_reward(
@@ -149,6 +151,5 @@ def mle_reward(
         transform = "leaderboard"
     else:
         transform = cfg.lower_is_better_transform if lower_is_better else "identity"
-    details = {"milestones": distinct, "raw_score": score, "valid": valid,
-               "transform": transform}
+    details = {"milestones": distinct, "raw_score": score, "valid": valid, "transform": transform}
     return RewardBreakdown(failure + credit + score_credit, failure, credit, score_credit, details)

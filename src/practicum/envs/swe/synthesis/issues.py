@@ -41,7 +41,7 @@ def failure_block(log: str, test_id: str) -> str:
         m = header.match(line)
         if m and m.group(1) == name:
             block = []
-            for nxt in lines[i + 1:]:
+            for nxt in lines[i + 1 :]:
                 if header.match(nxt) or nxt.startswith("=" * 5):
                     break
                 block.append(nxt)
@@ -59,7 +59,7 @@ def summary_messages(log: str, ids: tuple[str, ...]) -> dict[str, str]:
         for t in ids:
             for status in ("FAILED ", "ERROR "):
                 if line.startswith(status + t + " - "):
-                    out[t] = line[len(status + t + " - "):][:300]
+                    out[t] = line[len(status + t + " - ") :][:300]
     return out
 
 
@@ -75,18 +75,26 @@ def template_issue(facts: Facts, tier: int) -> str:
     first = facts.failing[0]
     if tier <= 1:
         block = f"\n\n```\n{facts.block}\n```" if facts.block else ""
-        return (f"`{facts.function}` in `{facts.file}` gives wrong results.\n\n"
-                f"`{first}` fails{block}\n\n"
-                f"{n} test{'s fail' if n > 1 else ' fails'} in total:\n{_bullets(facts.failing)}\n\n"
-                f"Fix `{facts.function}` so that these tests pass without breaking the others.")
+        return (
+            f"`{facts.function}` in `{facts.file}` gives wrong results.\n\n"
+            f"`{first}` fails{block}\n\n"
+            f"{n} test{'s fail' if n > 1 else ' fails'} in total:\n{_bullets(facts.failing)}\n\n"
+            f"Fix `{facts.function}` so that these tests pass without breaking the others."
+        )
     if tier == 2:
         lines = [f"- `{t}`: {facts.messages.get(t, 'fails')}" for t in facts.failing[:3]]
         more = f"\n- ... and {n - 3} more" if n > 3 else ""
-        return (f"Something in {facts.package} is broken: {n} test{'s' if n > 1 else ''} of its "
-                f"own suite fail.\n\n" + "\n".join(lines) + more +
-                "\n\nFind the cause in the package's source and fix it.")
-    return (f"A user of {facts.package} reports wrong behaviour; the test `{first}` fails on the "
-            f"current code. Find and fix the bug in the package's source (not in the tests).")
+        return (
+            f"Something in {facts.package} is broken: {n} test{'s' if n > 1 else ''} of its "
+            f"own suite fail.\n\n"
+            + "\n".join(lines)
+            + more
+            + "\n\nFind the cause in the package's source and fix it."
+        )
+    return (
+        f"A user of {facts.package} reports wrong behaviour; the test `{first}` fails on the "
+        f"current code. Find and fix the bug in the package's source (not in the tests)."
+    )
 
 
 ISSUE_PROMPT = (
@@ -101,8 +109,9 @@ def model_issue(facts: Facts, tier: int, complete) -> str:
     `ModelService.complete`). Falls back to the template when the reply is empty or short."""
     base = template_issue(facts, tier)
     try:
-        reply = complete([{"role": "user",
-                           "content": ISSUE_PROMPT.format(package=facts.package, facts=base)}])
+        reply = complete(
+            [{"role": "user", "content": ISSUE_PROMPT.format(package=facts.package, facts=base)}]
+        )
     except Exception:  # noqa: BLE001 - any model failure falls back to the template
         return base
     reply = (reply or "").strip()

@@ -24,18 +24,42 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-_FLIP_BIN = {cst.Add: cst.Subtract, cst.Subtract: cst.Add, cst.Multiply: cst.FloorDivide,
-             cst.FloorDivide: cst.Multiply, cst.Divide: cst.Multiply, cst.Modulo: cst.FloorDivide,
-             cst.BitAnd: cst.BitOr, cst.BitOr: cst.BitAnd, cst.LeftShift: cst.RightShift,
-             cst.RightShift: cst.LeftShift}
-_FLIP_CMP = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.LessThan: cst.GreaterThanEqual,
-             cst.GreaterThanEqual: cst.LessThan, cst.GreaterThan: cst.LessThanEqual,
-             cst.LessThanEqual: cst.GreaterThan, cst.In: cst.NotIn, cst.NotIn: cst.In,
-             cst.Is: cst.IsNot, cst.IsNot: cst.Is}
+_FLIP_BIN = {
+    cst.Add: cst.Subtract,
+    cst.Subtract: cst.Add,
+    cst.Multiply: cst.FloorDivide,
+    cst.FloorDivide: cst.Multiply,
+    cst.Divide: cst.Multiply,
+    cst.Modulo: cst.FloorDivide,
+    cst.BitAnd: cst.BitOr,
+    cst.BitOr: cst.BitAnd,
+    cst.LeftShift: cst.RightShift,
+    cst.RightShift: cst.LeftShift,
+}
+_FLIP_CMP = {
+    cst.Equal: cst.NotEqual,
+    cst.NotEqual: cst.Equal,
+    cst.LessThan: cst.GreaterThanEqual,
+    cst.GreaterThanEqual: cst.LessThan,
+    cst.GreaterThan: cst.LessThanEqual,
+    cst.LessThanEqual: cst.GreaterThan,
+    cst.In: cst.NotIn,
+    cst.NotIn: cst.In,
+    cst.Is: cst.IsNot,
+    cst.IsNot: cst.Is,
+}
 _FLIP_BOOL = {cst.And: cst.Or, cst.Or: cst.And}
 
-MUTATORS = ("op_flip", "op_swap", "change_const", "remove_cond", "remove_loop", "remove_assign",
-            "invert_if", "shuffle")
+MUTATORS = (
+    "op_flip",
+    "op_swap",
+    "change_const",
+    "remove_cond",
+    "remove_loop",
+    "remove_assign",
+    "invert_if",
+    "shuffle",
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +88,9 @@ class _Functions(cst.CSTVisitor):
     def visit_FunctionDef(self, node):
         pos = self.get_metadata(PositionProvider, node)
         self.stack.append(node.name.value)
-        self.found.append(Function(".".join(self.stack), pos.start.line, pos.end.line,
-                                   _complexity(node)))
+        self.found.append(
+            Function(".".join(self.stack), pos.start.line, pos.end.line, _complexity(node))
+        )
 
     def leave_FunctionDef(self, node):
         self.stack.pop()
@@ -73,8 +98,16 @@ class _Functions(cst.CSTVisitor):
 
 def _complexity(node: cst.CSTNode) -> int:
     """1 + branches, loops, boolean operators, comparisons and except clauses (McCabe-like)."""
-    kinds = (cst.If, cst.For, cst.While, cst.BooleanOperation, cst.Comparison, cst.ExceptHandler,
-             cst.IfExp, cst.CompFor)
+    kinds = (
+        cst.If,
+        cst.For,
+        cst.While,
+        cst.BooleanOperation,
+        cst.Comparison,
+        cst.ExceptHandler,
+        cst.IfExp,
+        cst.CompFor,
+    )
     count = 1
 
     class V(cst.CSTVisitor):
@@ -150,15 +183,24 @@ class _Mutate(cst.CSTTransformer):
 
     def leave_Comparison(self, original, updated):
         ops = updated.comparisons
-        if self.kind == "op_flip" and len(ops) == 1 and type(ops[0].operator) in _FLIP_CMP \
-                and self._hit():
+        if (
+            self.kind == "op_flip"
+            and len(ops) == 1
+            and type(ops[0].operator) in _FLIP_CMP
+            and self._hit()
+        ):
             new_op = _FLIP_CMP[type(ops[0].operator)]()
             return updated.with_changes(comparisons=[ops[0].with_changes(operator=new_op)])
-        if self.kind == "op_swap" and len(ops) == 1 and \
-                type(ops[0].operator) in (cst.LessThan, cst.GreaterThan, cst.LessThanEqual,
-                                          cst.GreaterThanEqual) and self._hit():
-            return updated.with_changes(left=ops[0].comparator,
-                                        comparisons=[ops[0].with_changes(comparator=updated.left)])
+        if (
+            self.kind == "op_swap"
+            and len(ops) == 1
+            and type(ops[0].operator)
+            in (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
+            and self._hit()
+        ):
+            return updated.with_changes(
+                left=ops[0].comparator, comparisons=[ops[0].with_changes(comparator=updated.left)]
+            )
         return updated
 
     def leave_BooleanOperation(self, original, updated):
@@ -176,16 +218,21 @@ class _Mutate(cst.CSTTransformer):
     # -- statements --------------------------------------------------------------------
     def leave_If(self, original, updated):
         if self.kind == "invert_if" and isinstance(updated.orelse, cst.Else) and self._hit():
-            return updated.with_changes(body=updated.orelse.body,
-                                        orelse=updated.orelse.with_changes(body=updated.body))
+            return updated.with_changes(
+                body=updated.orelse.body, orelse=updated.orelse.with_changes(body=updated.body)
+            )
         return updated
 
     def leave_IndentedBlock(self, original, updated):
         return self._statements(original, updated)
 
     def _statements(self, original, updated):
-        if not self.depth or self.kind not in ("remove_cond", "remove_loop", "remove_assign",
-                                               "shuffle"):
+        if not self.depth or self.kind not in (
+            "remove_cond",
+            "remove_loop",
+            "remove_assign",
+            "shuffle",
+        ):
             return updated
         block = updated
         body = list(block.body)
@@ -199,7 +246,7 @@ class _Mutate(cst.CSTTransformer):
             return updated
         for i, stmt in enumerate(body):
             if self._removable(stmt) and len(body) > 1 and self._hit():
-                return block.with_changes(body=body[:i] + body[i + 1:])
+                return block.with_changes(body=body[:i] + body[i + 1 :])
         return updated
 
     def _removable(self, stmt) -> bool:
@@ -208,15 +255,21 @@ class _Mutate(cst.CSTTransformer):
         if self.kind == "remove_loop":
             return isinstance(stmt, (cst.For, cst.While))
         if self.kind == "remove_assign":
-            return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and \
-                isinstance(stmt.body[0], (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            return (
+                isinstance(stmt, cst.SimpleStatementLine)
+                and len(stmt.body) == 1
+                and isinstance(stmt.body[0], (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            )
         return False
 
 
 def _is_docstring(stmt) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr)
-            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def site_counts(module: MetadataWrapper, mutator: str) -> dict[int, int]:
@@ -242,8 +295,9 @@ def mutate(source: str, function: Function, mutator: str, site: int) -> str | No
     return new
 
 
-def candidates(source: str, min_complexity: int = 3,
-               mutators: Sequence[str] = MUTATORS) -> list[tuple[Function, str, int]]:
+def candidates(
+    source: str, min_complexity: int = 3, mutators: Sequence[str] = MUTATORS
+) -> list[tuple[Function, str, int]]:
     """Every (function, mutator, site) of a module, for functions of complexity >= the bound."""
     module = MetadataWrapper(cst.parse_module(source))
     fv = _Functions()

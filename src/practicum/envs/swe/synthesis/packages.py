@@ -35,12 +35,20 @@ def resolve(spec: str, scratch: Path) -> PackageSource:
     bundled = bundled_packages()
     if spec in bundled:
         r = bundled[spec]
-        return PackageSource(spec, r["version"], r["module"], HERE / r["archive"],
-                             tuple(r.get("test_args", ())), r.get("license", ""))
+        return PackageSource(
+            spec,
+            r["version"],
+            r["module"],
+            HERE / r["archive"],
+            tuple(r.get("test_args", ())),
+            r.get("license", ""),
+        )
     path = Path(spec)
     if not path.exists():
-        raise RepoError(f"package {spec!r}: not a bundled name ({', '.join(bundled)}) "
-                        "nor an existing sdist or folder")
+        raise RepoError(
+            f"package {spec!r}: not a bundled name ({', '.join(bundled)}) "
+            "nor an existing sdist or folder"
+        )
     stem = path.name.removesuffix(".tar.gz").removesuffix(".tgz").removesuffix(".zip")
     tree = scratch / "import" / stem
     extract_source(path, tree)
@@ -55,11 +63,17 @@ def resolve(spec: str, scratch: Path) -> PackageSource:
 
 
 def _module(tree: Path) -> str:
-    pkgs = [p.name for p in sorted(tree.iterdir())
-            if p.is_dir() and (p / "__init__.py").exists() and not is_protected(p.name + "/x.py")]
+    pkgs = [
+        p.name
+        for p in sorted(tree.iterdir())
+        if p.is_dir() and (p / "__init__.py").exists() and not is_protected(p.name + "/x.py")
+    ]
     if not pkgs:
-        pkgs = [p.stem for p in sorted(tree.glob("*.py"))
-                if not is_protected(p.name) and p.stem not in ("setup", "conftest")]
+        pkgs = [
+            p.stem
+            for p in sorted(tree.glob("*.py"))
+            if not is_protected(p.name) and p.stem not in ("setup", "conftest")
+        ]
     if not pkgs:
         raise RepoError(f"{tree}: no top-level package or module found")
     return pkgs[0]
@@ -70,9 +84,14 @@ def pack(tree: Path, archive: Path) -> None:
     with tarfile.open(archive, "w:gz") as tar:
         for p in sorted(tree.rglob("*")):
             rel = p.relative_to(tree)
-            if not p.is_file() or p.is_symlink() or any(
+            if (
+                not p.is_file()
+                or p.is_symlink()
+                or any(
                     part in (".git", "__pycache__", ".tox") or part.endswith(".egg-info")
-                    for part in rel.parts):
+                    for part in rel.parts
+                )
+            ):
                 continue
             data = p.read_bytes()
             info = tarfile.TarInfo(rel.as_posix())
@@ -82,8 +101,11 @@ def pack(tree: Path, archive: Path) -> None:
 
 def source_and_test_files(tree: Path, module: str) -> tuple[list[str], list[str]]:
     """(module source files to mutate, test files) as repository paths."""
-    tests = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py")
-                   if p.name.startswith("test_") or p.name.endswith("_test.py"))
+    tests = sorted(
+        p.relative_to(tree).as_posix()
+        for p in tree.rglob("*.py")
+        if p.name.startswith("test_") or p.name.endswith("_test.py")
+    )
     root = tree / module
     files = [root.with_suffix(".py")] if not root.is_dir() else sorted(root.rglob("*.py"))
     sources = [p.relative_to(tree).as_posix() for p in files if p.is_file()]

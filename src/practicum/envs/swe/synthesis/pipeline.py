@@ -106,10 +106,16 @@ def synthesize_package(
     passed = sorted(t for t, s in baseline.reported.items() if s == "PASSED")
     stats.baseline_passed = len(passed)
     if not passed:
-        raise RuntimeError(f"{pkg.name}: no test passes at the fixed state:\n{baseline.log[-2000:]}")
-    limits = Limits(wall_seconds=max(30.0, 4 * baseline.seconds + 15),
-                    memory_mb=TEST_LIMITS.memory_mb, max_processes=TEST_LIMITS.max_processes,
-                    output_bytes=TEST_LIMITS.output_bytes, file_size_mb=TEST_LIMITS.file_size_mb)
+        raise RuntimeError(
+            f"{pkg.name}: no test passes at the fixed state:\n{baseline.log[-2000:]}"
+        )
+    limits = Limits(
+        wall_seconds=max(30.0, 4 * baseline.seconds + 15),
+        memory_mb=TEST_LIMITS.memory_mb,
+        max_processes=TEST_LIMITS.max_processes,
+        output_bytes=TEST_LIMITS.output_bytes,
+        file_size_mb=TEST_LIMITS.file_size_mb,
+    )
 
     texts = {s: (fixed / s).read_text() for s in sources}
     cands = []
@@ -138,8 +144,15 @@ def synthesize_package(
         stats.tried += 1
         work = _fresh(fixed, scratch / f"{pkg.name}-m{stats.tried}")
         (work / path).write_text(new)
-        verdict, run = _check(work, _module_name(path), tests, pkg.test_args, limits, passed,
-                              options.max_fail_fraction)
+        verdict, run = _check(
+            work,
+            _module_name(path),
+            tests,
+            pkg.test_args,
+            limits,
+            passed,
+            options.max_fail_fraction,
+        )
         shutil.rmtree(work.parent, ignore_errors=True)
         if on_step:
             on_step(verdict if isinstance(verdict, str) else "kept")
@@ -149,9 +162,24 @@ def synthesize_package(
         failing = verdict
         per_fn[key] += 1
         tier = options.tiers[len(records) % len(options.tiers)]
-        records.append(_record(pkg, archive.relative_to(out_dir), path, fn, kind, site,
-                               texts[path], new, failing, passed, tests, tier, run.log,
-                               complete))
+        records.append(
+            _record(
+                pkg,
+                archive.relative_to(out_dir),
+                path,
+                fn,
+                kind,
+                site,
+                texts[path],
+                new,
+                failing,
+                passed,
+                tests,
+                tier,
+                run.log,
+                complete,
+            )
+        )
     stats.kept = len(records)
     stats.rejected = dict(rejected)
     stats.by_mutator = dict(Counter(r["meta"]["mutation"]["mutator"] for r in records))
@@ -167,12 +195,21 @@ def _fresh(fixed: Path, where: Path) -> Path:
     return repo
 
 
-def _check(work: Path, module: str, tests: Sequence[str], test_args, limits: Limits,
-           passed: list[str], max_fraction: float):
+def _check(
+    work: Path,
+    module: str,
+    tests: Sequence[str],
+    test_args,
+    limits: Limits,
+    passed: list[str],
+    max_fraction: float,
+):
     """('reason', run) for a rejected mutant, (failing ids, run) for a kept one."""
-    imp = run_command(["python", "-I", "-c",
-                       f"import os, sys; sys.path.insert(0, os.getcwd()); import {module}"],
-                      work, Limits(wall_seconds=30, memory_mb=2048, max_processes=16))
+    imp = run_command(
+        ["python", "-I", "-c", f"import os, sys; sys.path.insert(0, os.getcwd()); import {module}"],
+        work,
+        Limits(wall_seconds=30, memory_mb=2048, max_processes=16),
+    )
     if not imp.ok:
         return "import_error", None
     run = run_tests(work, tests, test_args=test_args, limits=limits)
@@ -187,16 +224,37 @@ def _check(work: Path, module: str, tests: Sequence[str], test_args, limits: Lim
     return failing, run
 
 
-def _record(pkg: PackageSource, archive_rel: Path, path: str, fn: Function, kind: str,
-            site: int, fixed_text: str, mutant: str, failing: list[str], passed: list[str],
-            tests: list[str], tier: int, log: str, complete) -> dict:
+def _record(
+    pkg: PackageSource,
+    archive_rel: Path,
+    path: str,
+    fn: Function,
+    kind: str,
+    site: int,
+    fixed_text: str,
+    mutant: str,
+    failing: list[str],
+    passed: list[str],
+    tests: list[str],
+    tier: int,
+    log: str,
+    complete,
+) -> dict:
     failing_set = set(failing)
     f2p = tuple(failing)
-    facts = issues.Facts(package=pkg.name, file=path, function=fn.name, failing=f2p,
-                         messages=issues.summary_messages(log, f2p[:3]),
-                         block=issues.failure_block(log, f2p[0]))
-    text = (issues.model_issue(facts, tier, complete) if complete
-            else issues.template_issue(facts, tier))
+    facts = issues.Facts(
+        package=pkg.name,
+        file=path,
+        function=fn.name,
+        failing=f2p,
+        messages=issues.summary_messages(log, f2p[:3]),
+        block=issues.failure_block(log, f2p[0]),
+    )
+    text = (
+        issues.model_issue(facts, tier, complete)
+        if complete
+        else issues.template_issue(facts, tier)
+    )
     digest = hashlib.sha1(mutant.encode()).hexdigest()[:8]
     return {
         "instance_id": f"{pkg.name}__{fn.name.split('.')[-1]}__{kind}__{digest}",
@@ -216,9 +274,16 @@ def _record(pkg: PackageSource, archive_rel: Path, path: str, fn: Function, kind
         "test_files": tests,
         "test_args": list(pkg.test_args),
         "tier": tier,
-        "meta": {"package": pkg.name, "mutation": {"file": path, "function": fn.name,
-                                                   "mutator": kind, "site": site,
-                                                   "line": fn.line}},
+        "meta": {
+            "package": pkg.name,
+            "mutation": {
+                "file": path,
+                "function": fn.name,
+                "mutator": kind,
+                "site": site,
+                "line": fn.line,
+            },
+        },
     }
 
 

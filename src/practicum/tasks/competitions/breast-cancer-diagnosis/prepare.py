@@ -13,6 +13,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = data.data.rename(columns=snake_case)
     frame["malignant"] = 1 - data.target  # scikit-learn codes malignant as 0
     write_split(
-        frame, public, private, targets=["malignant"], test_size=0.3, seed=0, stratify="malignant",
+        frame,
+        public,
+        private,
+        targets=["malignant"],
+        test_size=0.3,
+        seed=0,
+        stratify="malignant",
         sample=lambda train: {"malignant": round(float(train["malignant"].mean()), 4)},
     )

@@ -12,6 +12,11 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = data.data.copy()
     frame["progression"] = data.target
     write_split(
-        frame, public, private, targets=["progression"], test_size=0.25, seed=0,
+        frame,
+        public,
+        private,
+        targets=["progression"],
+        test_size=0.25,
+        seed=0,
         sample=lambda train: {"progression": round(float(train["progression"].mean()), 1)},
     )

@@ -12,6 +12,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = data.data.astype(int)
     frame["digit"] = data.target
     write_split(
-        frame, public, private, targets=["digit"], test_size=0.25, seed=0, stratify="digit",
+        frame,
+        public,
+        private,
+        targets=["digit"],
+        test_size=0.25,
+        seed=0,
+        stratify="digit",
         sample=lambda train: {"digit": int(train["digit"].mode()[0])},
     )

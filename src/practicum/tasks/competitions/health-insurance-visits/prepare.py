@@ -12,6 +12,11 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = randhie.load_pandas().data.copy()
     frame["visits"] = frame.pop("mdvis").astype(int)
     write_split(
-        frame, public, private, targets=["visits"], test_size=0.2, seed=0,
+        frame,
+        public,
+        private,
+        targets=["visits"],
+        test_size=0.2,
+        seed=0,
         sample=lambda train: {"visits": float(train["visits"].median())},
     )

@@ -12,6 +12,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = data.data.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
     frame["species"] = data.target.map(dict(enumerate(data.target_names)))
     write_split(
-        frame, public, private, targets=["species"], test_size=0.3, seed=0, stratify="species",
+        frame,
+        public,
+        private,
+        targets=["species"],
+        test_size=0.3,
+        seed=0,
+        stratify="species",
         sample=lambda train: {"species": train["species"].mode()[0]},
     )

@@ -14,6 +14,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = fair.load_pandas().data.copy()
     frame["affair"] = (frame.pop("affairs") > 0).astype(int)
     write_split(
-        frame, public, private, targets=["affair"], test_size=0.2, seed=0, stratify="affair",
+        frame,
+        public,
+        private,
+        targets=["affair"],
+        test_size=0.2,
+        seed=0,
+        stratify="affair",
         sample=lambda train: {"affair": round(float(train["affair"].mean()), 4)},
     )

@@ -17,6 +17,12 @@ SNAPSHOT = Path(__file__).parent / "source" / "paragraphs.csv"
 def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = pd.read_csv(SNAPSHOT)[["text", "chapter"]]
     write_split(
-        frame, public, private, targets=["chapter"], test_size=0.25, seed=0, stratify="chapter",
+        frame,
+        public,
+        private,
+        targets=["chapter"],
+        test_size=0.25,
+        seed=0,
+        stratify="chapter",
         sample=lambda train: {"chapter": train["chapter"].mode()[0]},
     )

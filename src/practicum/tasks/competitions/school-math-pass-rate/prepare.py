@@ -14,6 +14,11 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = frame.rename(columns=snake_case)
     frame["pass_rate"] = (above / (above + below)).round(6)
     write_split(
-        frame, public, private, targets=["pass_rate"], test_size=0.3, seed=0,
+        frame,
+        public,
+        private,
+        targets=["pass_rate"],
+        test_size=0.3,
+        seed=0,
         sample=lambda train: {"pass_rate": round(float(train["pass_rate"].median()), 4)},
     )

@@ -19,6 +19,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     chosen = long[long["choice"] == 1].set_index("individual")["mode"].rename("mode")
     frame = people.join(wide).join(chosen).reset_index(drop=True)
     write_split(
-        frame, public, private, targets=["mode"], test_size=0.3, seed=0, stratify="mode",
+        frame,
+        public,
+        private,
+        targets=["mode"],
+        test_size=0.3,
+        seed=0,
+        stratify="mode",
         sample=lambda train: {"mode": train["mode"].mode()[0]},
     )

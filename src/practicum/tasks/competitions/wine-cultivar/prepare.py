@@ -15,6 +15,12 @@ def prepare(raw: Path, public: Path, private: Path) -> None:
     frame = data.data.rename(columns=snake_case)
     frame["cultivar"] = data.target.map(lambda k: CLASSES[k])
     write_split(
-        frame, public, private, targets=["cultivar"], test_size=0.3, seed=0, stratify="cultivar",
+        frame,
+        public,
+        private,
+        targets=["cultivar"],
+        test_size=0.3,
+        seed=0,
+        stratify="cultivar",
         sample=lambda train: {c: 1 / len(CLASSES) for c in CLASSES},
     )
