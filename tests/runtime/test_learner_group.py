@@ -81,10 +81,10 @@ def test_a_ray_group_trains_rl_and_sft_as_one_process_and_a_dead_rank_stops(
 
         ray.kill(group.handles[1], no_restart=True)
         start = time.monotonic()
-        with pytest.raises(
+        with pytest.raises(  # ray.kill is asynchronous: the rank may take the call first
             TrainingError,
             match=r"learner rank 1 failed during train_step .*; "
-            r"its last phase: idle after export 2 .*"
+            r"its last phase: (idle after export 2|train_step 3) .*"
             r"the step was not taken",
         ):
             rl_step(group, episodes(2))
