@@ -62,8 +62,8 @@ def _main():
     code = int(pytest.main(sys.argv[1:], plugins=[Record()]))
     sys.stdout.flush()
     sys.stderr.flush()
-    text = "\\n%s pytest exit %d\\n%s short test summary info %s\\n%s%s\\n" % (
-        end, code, "=" * 8, "=" * 8, "".join(line + "\\n" for line in lines), "=" * 8)
+    text = "\\n%s pytest exit %d\\n%s" % (end, code, "".join(
+        "%s %s\\n" % (end, line) for line in lines))
     data = text.encode()
     while data:
         data = data[os.write(1, data):]
@@ -75,7 +75,9 @@ sys.path, runs pytest with a plugin that records every test's status, then print
 and, after it, those statuses as a short test summary, and leaves with os._exit (no atexit hook
 of the code under test runs after it). pytest's own summary is only for people: code under
 test can rewrite it (a source file that patches the terminal reporter forged one, found by
-`practicum audit`), while the recorded statuses come after a marker it does not know."""
+`practicum audit`), while each recorded status is a line that starts with a marker it does not
+know: a process the code left behind, writing a summary of its own to the real stdout while the
+runner prints (the red-team test hands pytest's saved stdout down to one), adds nothing."""
 
 PYTEST_ARGS = (
     "-rA",
@@ -114,10 +116,22 @@ class TestRun:
 
 
 def after_marker(log: str, marker: str) -> str:
-    """The runner's recorded statuses: the log after the last line starting with `marker` (''
-    when the marker is absent: pytest never returned, so nothing in the log can be trusted)."""
+    """The runner's recorded statuses as a short test summary: the lines after the last
+    `marker pytest exit` line that start with `marker` (each status is printed on one such
+    line), the marker taken off; '' when the exit line is absent (pytest never returned, so
+    nothing in the log can be trusted). Lines without the marker, interleaved by any other
+    process writing to the same output, are not read."""
     cut = log.rfind("\n" + marker + " pytest exit ")
-    return log[cut + 1 :] if cut >= 0 else ""
+    if cut < 0:
+        return ""
+    prefix = marker + " "
+    statuses = [
+        line[len(prefix) :] for line in log[cut + 1 :].splitlines()[1:] if line.startswith(prefix)
+    ]
+    bar = "=" * 8
+    return (
+        f"{bar} short test summary info {bar}\n" + "".join(f"{x}\n" for x in statuses) + f"{bar}\n"
+    )
 
 
 def summary_lines(log: str) -> list[tuple[str, str]]:
