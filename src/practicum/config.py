@@ -321,7 +321,9 @@ class TrainConfig(Section):
         4,
         ge=1,
         description="Stop with an error after this many batches in a row had nothing "
-        "to train on (every group's rewards equal, or every episode stale).",
+        "to train on (every group's rewards equal, or every episode stale); when every "
+        "episode of those batches was solved, training ends as converged instead (final "
+        "evaluation, summary's converged_at_step).",
     )
 
 

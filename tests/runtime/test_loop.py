@@ -132,3 +132,43 @@ def test_a_skipped_batch_still_brings_back_weights_a_sleeping_sampler_dropped(
     summary = train_run(load_config(None, toy_overrides(tiny_model_dir, tmp_path, 3)))
     assert summary["steps"] == 3 and summary["skipped_batches"] == 1
     assert wrapped[0].loaded == [1, 1, 2, 3]  # step 1, the skipped step's reload, 2, 3
+
+
+@pytest.mark.parametrize("solves", [True, False])
+def test_batches_all_solved_alike_end_training_as_converged(
+    tiny_model_dir, tmp_path, toy_overrides, train_run, monkeypatch, solves
+):
+    """Every episode earns the same reward, so dynamic sampling filters every group. When all
+    of them are solved the policy has nothing left to learn there: after
+    train.max_skipped_batches such batches training ends as converged, with its final
+    evaluation and summary; the same batches unsolved still stop the run with the error."""
+    from practicum.envs.base import StepResult
+    from practicum.envs.toy import LetterEnv
+
+    monkeypatch.setattr(
+        LetterEnv,
+        "step",
+        lambda self, action: StepResult(reward=1.0 if solves else 0.0, done=True, solved=solves),
+    )
+    cfg = load_config(
+        None,
+        toy_overrides(
+            tiny_model_dir,
+            tmp_path,
+            5,
+            "algo.dynamic_sampling=true",
+            "algo.max_refill_rounds=0",
+            "train.max_skipped_batches=2",
+        ),
+    )
+    if not solves:
+        with pytest.raises(TrainingError, match="2 batches in a row had nothing to train on"):
+            train_run(cfg)
+        return
+    summary = train_run(cfg)
+    assert summary["converged_at_step"] == 0 and summary["steps"] == 0
+    rows = read_ledger(cfg.run_dir / "consumed.jsonl")
+    assert len(rows) == 2 and all(r["filtered"] and not r["trained"] for r in rows)
+    assert (cfg.run_dir / "summary.json").exists()
+    progress = (cfg.run_dir / "progress.log").read_text()
+    assert "training converged at step 0" in progress

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from practicum.episode import Episode
 from practicum.errors import TrainingError
-from practicum.report import episode_metrics
+from practicum.report import episode_metrics, solved
 from practicum.runtime.progress import TrainProgress
 
 if TYPE_CHECKING:
@@ -78,7 +78,8 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
     bar = TrainProgress(cfg.train.steps, s.learner.step, enabled=progress, log_dir=s.run_dir)
     if s.learner.step == 0 and not (s.run_dir / "eval" / "step_000000.json").exists():
         _log_eval(s, _evaluate(s, bar, "before training"), 0)
-    skipped_in_row = 0
+    skipped_in_row = solved_in_row = 0
+    converged_at = None
     source.start()
     try:
         with bar:
@@ -103,9 +104,13 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
                     s.curriculum.record([e for _, e in batch.trained + batch.filtered])
                     s.skipped_batches += 1
                     skipped_in_row += 1
-                    _warn_skipped(s, batch, skipped_in_row, bar)
+                    all_solved = _all_solved(batch, cfg.curriculum.solved_reward)
+                    solved_in_row = solved_in_row + 1 if all_solved else 0
+                    if _warn_skipped(s, batch, skipped_in_row, solved_in_row, bar):
+                        converged_at = s.learner.step
+                        break
                     continue
-                skipped_in_row = 0
+                skipped_in_row = solved_in_row = 0
                 source.after_update(s.learner.step)
                 s.ledger.record(
                     s.learner.step,
@@ -142,7 +147,10 @@ def train(s: Session, source: BatchSource, progress: bool = True) -> dict:
     finally:
         source.stop()
     final = _evaluate(s, bar, "after training")
-    return s.finish(started, extra_summary=source.summary(), final=final)
+    extra = source.summary()
+    if converged_at is not None:
+        extra["converged_at_step"] = converged_at
+    return s.finish(started, extra_summary=extra, final=final)
 
 
 def _evaluate(s: Session, bar: TrainProgress, when: str = "") -> dict:
@@ -159,7 +167,21 @@ def _log_eval(s: Session, result: dict, step: int) -> None:
     s.metrics.log(step, {f"eval/{k}": v for k, v in result.items() if isinstance(v, (int, float))})
 
 
-def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> None:
+def _all_solved(batch: Batch, solved_reward: float) -> bool:
+    """Dynamic sampling filtered every group, and every episode of them was solved: the
+    policy solves each task it drew, alike in every sample (no group left to learn from)."""
+    return (
+        not batch.trained
+        and bool(batch.filtered)
+        and all(solved(e, solved_reward) for _, e in batch.filtered)
+    )
+
+
+def _warn_skipped(
+    s: Session, batch: Batch, in_row: int, solved_in_row: int, bar: TrainProgress
+) -> bool:
+    """Warn about a batch that trained nothing; at `train.max_skipped_batches` in a row, end
+    training as converged (True) when every one of them was all solved, else stop the run."""
     n = len(batch.trained) + len(batch.filtered)
     limit = s.cfg.train.max_skipped_batches
     why = (
@@ -174,9 +196,17 @@ def _warn_skipped(s: Session, batch: Batch, in_row: int, bar: TrainProgress) -> 
     if not (bar.enabled or bar.plain):  # shown already: one line, not one per stream
         log.warning(msg)
     bar.note(msg)
+    if in_row >= limit and solved_in_row >= in_row:
+        bar.note(
+            f"training converged at step {s.learner.step}: {in_row} batches in a row had every "
+            f"episode solved, with equal rewards in every group, so nothing is left to learn "
+            f"from these tasks (train.max_skipped_batches={limit}); evaluating."
+        )
+        return True
     if in_row >= limit:
         raise TrainingError(
             f"{in_row} batches in a row had nothing to train on ({why}); the task may be too "
             f"hard or too easy for the policy, or the reward constant. Stopping at step "
             f"{s.learner.step} (train.max_skipped_batches={limit})."
         )
+    return False
