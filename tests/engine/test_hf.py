@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from practicum.engine.base import SamplingParams
-from practicum.engine.device import auto_dtype
 from practicum.engine.hf import PolicyConfig, load_frozen_sampler, load_hf_engine
 from practicum.engine.hf_model import FrozenReference, load_lm, load_tokenizer
 from practicum.engine.hf_sampler import HFSampler
@@ -637,24 +636,6 @@ def test_bf16_generate_and_token_logprobs_roughly_agree(tiny_model_dir, prompts)
     for p, s in zip(prompts, out):
         got = logprobs_of(trainable, p + s.token_ids)[len(p) :]
         assert torch.allclose(got, torch.tensor(s.logprobs), atol=0.1)
-
-
-def test_auto_dtype_is_fp32_for_full_finetuning():
-    assert auto_dtype(torch.device("cpu"), lora=False) == torch.float32
-    assert auto_dtype(torch.device("cpu"), lora=True) in (torch.float32, torch.bfloat16)
-    assert auto_dtype(torch.device("cpu"), lora=False, sampler=True) == torch.float32
-
-
-@pytest.mark.parametrize("native", [True, False])
-def test_a_sampler_of_its_own_samples_full_finetuning_in_bf16_on_a_gpu(monkeypatch, native):
-    """The decision only (no GPU here): on a GPU with native bf16 the learner of full
-    fine-tuning stays fp32 while a sampler holding its own weights takes bf16."""
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: native)
-    gpu = torch.device("cuda")
-    want = torch.bfloat16 if native else torch.float32
-    assert auto_dtype(gpu, lora=False) == torch.float32
-    assert auto_dtype(gpu, lora=False, sampler=True) == want
-    assert auto_dtype(gpu, lora=True) == auto_dtype(gpu, lora=True, sampler=True) == want
 
 
 def test_frozen_sampler_samples_like_the_untrained_engine(tiny_model_dir, engine, prompts):

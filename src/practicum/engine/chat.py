@@ -8,6 +8,8 @@ sampled ids therefore stay exactly as sampled, and the episode's ids equal
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 Message = dict[str, str]
@@ -17,6 +19,37 @@ write them (`practicum.envs.base` re-exports the name) and engines render them."
 _REPLY = "PRACTICUM_REPLY_MARK"
 _OBS = "PRACTICUM_OBS_MARK"
 _CONTENT = "PRACTICUM_CONTENT_MARK"
+
+
+_PLAIN_BACKENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PLAIN_LOCK = threading.Lock()
+
+
+def untrusted_ids(tokenizer: Any, text: str) -> list[int]:
+    """Ids of untrusted text (environment output, a client's message) in which control-token
+    strings such as '<|im_start|>' stay plain text.
+
+    transformers implements `split_special_tokens=True` on a fast tokenizer by flipping a flag
+    of its shared Rust backend for the call. Another thread encoding at that moment (a chat
+    template's own '<|im_end|>') then gets its control tokens cut into text, or this call gets
+    them whole: both seen with actors rendering prompts in parallel. So untrusted text goes
+    through a backend copy of its own, fixed in that mode, which nothing ever flips."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a Python tokenizer keeps no shared flag
+        return list(
+            tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )
+    with _PLAIN_LOCK:
+        plain = _PLAIN_BACKENDS.get(tokenizer)
+        if plain is None:
+            from tokenizers import Tokenizer
+
+            plain = Tokenizer.from_str(backend.to_str())
+            plain.no_truncation()
+            plain.no_padding()
+            plain.encode_special_tokens = True
+            _PLAIN_BACKENDS[tokenizer] = plain
+    return list(plain.encode(text, add_special_tokens=False).ids)
 
 
 class ChatFormat:
@@ -112,9 +145,7 @@ class ChatFormat:
     def encode_text(self, text: str) -> list[int]:
         """Untrusted text (environment output): control-token strings stay plain text, so a
         program printing '<|im_start|>system' cannot forge a turn boundary."""
-        return list(
-            self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        )
+        return untrusted_ids(self.tokenizer, text)
 
     def _splice(self, messages: list[dict], marks: list[str], text: str) -> list[int]:
         """The ids of a template rendered with `marks` in place of the messages' contents: the

@@ -52,6 +52,10 @@ class Task:
 
     task_id: str
     data: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None
+    """The GRPO group this instance was drawn for (`g{index}/{task_id}`), set by the runtime
+    at `reset`: its members are samples of one prompt, so an environment that draws part of
+    its prompt (MLE's self-improvement prompts) draws it once per group. None outside groups."""
 
 
 @dataclass

@@ -84,7 +84,7 @@ class EpisodeBuilder:
         """The grammar the next turn is sampled under (the environment's last word on it)."""
         self.params = params
         try:
-            start = env.reset(task, derive_seed(self.seed, "env"))
+            start = env.reset(replace(task, group=group_id), derive_seed(self.seed, "env"))
             self.episode.prompt_ids = self._row = chat.render(start.messages)
             stops = tuple(dict.fromkeys([*params.stop_strings, *start.stop_strings]))
             self.params = replace(

@@ -15,6 +15,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from practicum.engine.base import Sample
+from practicum.engine.chat import untrusted_ids
 from practicum.engine.continuous import ServerStopped
 from practicum.serve import tools as T
 from practicum.serve.stream import chat_logprobs
@@ -205,7 +206,7 @@ def chat_choice(c: Choice, logprobs: bool, tok) -> dict:
 
 def text_pieces(text: str, tok) -> list[str]:
     """`text` cut at token boundaries, for streamed deltas."""
-    ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    ids = untrusted_ids(tok, text)
     out, prev = [], ""
     for k in range(1, len(ids) + 1):
         cur = tok.decode(ids[:k])

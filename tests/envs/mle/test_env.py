@@ -6,6 +6,7 @@ of a second; one template-mode test runs scikit-learn."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +38,7 @@ def make_suite(data_root: Path, **options):
         "data_root": str(data_root),
         "wall_seconds": 20,
         "score_scale": "raw",
+        "reuse_runs": False,  # every step a run of its own; reuse has its own tests
         **options,
     }
     return mle_suite(MleOptions(**values), SuiteContext(failure_reward=ENV_FAILURE_REWARD))
@@ -215,12 +217,18 @@ def test_improve_prompts_show_a_stored_solution_on_training_tasks_only(data_root
     env.close()
 
 
-def test_the_seed_decides_the_prompt_mode(data_root, answers):
+def improvable(data_root, answers):
+    """A suite whose buffer holds a valid iris solution (improving possible), and an env."""
     s = make_suite(data_root, improve_prob=0.5)
     env = s.make_env(SERVICE)
     env.reset(IRIS_TRAIN, seed=0)
-    assert env.step(block(perfect_script(answers))).info["valid"]  # stored: improving possible
+    assert env.step(block(perfect_script(answers))).info["valid"]
     env.close()
+    return s, env
+
+
+def test_the_seed_decides_the_prompt_mode(data_root, answers):
+    s, env = improvable(data_root, answers)
 
     def modes(env):
         out = []
@@ -231,6 +239,27 @@ def test_the_seed_decides_the_prompt_mode(data_root, answers):
 
     first, again = modes(env), modes(s.make_env(SERVICE))
     assert first == again and {"scratch", "improve"} == set(first)
+
+
+def test_the_members_of_a_group_share_one_prompt(data_root, answers):
+    """A GRPO group is samples of one prompt: whatever each member's seed, and although the
+    buffer gains solutions while the group runs, every member shows the first one's choice."""
+    _, env = improvable(data_root, answers)
+
+    def prompts_of(group, seeds):
+        out = []
+        for seed in seeds:
+            start = env.reset(replace(IRIS_TRAIN, group=group), seed)
+            out.append((env.prompt_mode, start.messages[-1]["content"]))
+            env.close()
+        return out
+
+    groups = [prompts_of(f"g{i}/iris-species", range(i * 8, i * 8 + 8)) for i in range(8)]
+    assert all(len(set(members)) == 1 for members in groups)
+    assert {members[0][0] for members in groups} == {"scratch", "improve"}
+    # outside a group (SFT, evaluation tools) each seed draws for itself, as before
+    lone = prompts_of(None, range(16))
+    assert len({mode for mode, _ in lone}) == 2
 
 
 def test_previous_solution_given_by_the_task_is_shown(suite):

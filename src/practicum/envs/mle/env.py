@@ -11,6 +11,8 @@ One episode = one competition and `attempts` actions (default 1). Each action:
                                    answers (and the whole data root) are hidden paths
           --judge_run--> RunOutcome: milestones, submission graded without following symlinks,
                          reward failure -10 / +0.1 per milestone / oriented score (credit)
+A program that already ran to its end on the same competition is not run again: its copy gets
+that run's outcome (`run_cache`, option `reuse_runs`; with the rules instrumenter only).
 
 What a step reports (`StepResult`):
 - duration: the sandbox run time (feeds the duration-aware weights);
@@ -56,7 +58,6 @@ from practicum.envs.mle.actions.self_improve import (
     Solution,
     SolutionBuffer,
     improvement_prompt,
-    sample_prompt_mode,
 )
 from practicum.envs.mle.actions.template import Template, parse_reply
 from practicum.envs.mle.competitions.config import CompetitionError
@@ -73,6 +74,7 @@ from practicum.envs.mle.credit.outcome import (
 )
 from practicum.envs.mle.credit.rewards import RewardConfig, mle_reward
 from practicum.envs.mle.episode_data import CompetitionData
+from practicum.envs.mle.run_cache import RunCache
 from practicum.envs.sandbox import Limits, SandboxError, run_python
 
 if TYPE_CHECKING:
@@ -97,6 +99,8 @@ class _Progress:
     malformed: int = 0
     runs: int = 0
     """Attempts that ran in the sandbox."""
+    reused: int = 0
+    """Of those, runs whose outcome came from an earlier run of the same program."""
     llm_runs: int = 0
     """Runs whose markers the LLM instrumenter inserted."""
     instrument_seconds: float = 0.0
@@ -132,6 +136,7 @@ class MleEnv(Env):
         buffer: SolutionBuffer | None = None,
         instrumenter: LLMInstrumenter | None = None,
         env_failure_reward: float = 0.0,
+        runs: RunCache | None = None,
     ):
         self.options = options
         self.competitions = competitions
@@ -141,6 +146,8 @@ class MleEnv(Env):
         """The LLM that inserts milestone prints; None: the rules only."""
         self.env_failure_reward = env_failure_reward
         """Reward of an episode the sandbox failed (`SuiteContext.failure_reward`)."""
+        self.runs = runs if instrumenter is None else None  # an LLM's marks differ per copy
+        """Outcomes of programs already run, shared by the suite's envs (`run_cache`)."""
         self.limits = Limits(
             wall_seconds=options.wall_seconds,
             memory_mb=options.memory_mb,
@@ -304,8 +311,7 @@ class MleEnv(Env):
             return given if isinstance(given, Solution) else Solution(**given)
         if task.data.get("split", "train") != "train" or self.buffer is None:
             return None
-        mode = sample_prompt_mode(self.rng, self.options.improve_prob, self.buffer.has(cid))
-        return self.buffer.pick(cid, self.rng) if mode == "improve" else None
+        return self.buffer.previous_for(task.group, cid, self.rng, self.options.improve_prob)
 
     # -- step ---------------------------------------------------------------------------------
     def step(self, action: str) -> StepResult:
@@ -390,6 +396,23 @@ class MleEnv(Env):
         )
 
     def _run(self, code: str) -> RunOutcome:
+        """Run `code` in the sandbox and judge it, or reuse a run of the same program."""
+        if self.runs is None:
+            return self._run_fresh(code)[0]
+        got = self.runs.outcome(
+            (self._data.comp.id, code), lambda: self._run_fresh(code), self._cancel
+        )
+        if got is None:
+            return not_run(
+                self._data.comp, self.reward_config, "cancelled by kill()", infra_error="cancelled"
+            )
+        outcome, reused = got
+        self._progress.reused += reused
+        return outcome
+
+    def _run_fresh(self, code: str) -> tuple[RunOutcome, bool]:
+        """The judged outcome of a new sandboxed run, and whether it may be reused (the code
+        ran to its end: nothing failed, cancelled or killed it)."""
         data = self._data
         nonce = new_nonce()
         inst = instrument(code, nonce, self.instrumenter)
@@ -419,7 +442,7 @@ class MleEnv(Env):
                 )
         except SandboxError as err:
             log.warning("sandbox failed on %s: %s", data.comp.id, err)
-            return not_run(
+            failed = not_run(
                 data.comp,
                 self.reward_config,
                 f"sandbox error: {err}",
@@ -427,8 +450,9 @@ class MleEnv(Env):
                 instrumenter=inst.method,
                 instrument_rejected=inst.rejected_reason,
             )
+            return failed, False
         if run.killed_reason == "cancelled":  # runtime shutdown: nothing to grade
-            return not_run(
+            cancelled = not_run(
                 data.comp,
                 self.reward_config,
                 "cancelled by kill()",
@@ -436,7 +460,8 @@ class MleEnv(Env):
                 instrumenter=inst.method,
                 instrument_rejected=inst.rejected_reason,
             )
-        return judge_run(
+            return cancelled, False
+        judged = judge_run(
             run,
             code,
             inst,
@@ -449,6 +474,7 @@ class MleEnv(Env):
             data.sizes,
             data.anchors,
         )
+        return judged, run.killed_reason is None
 
     def _reward(self, reward: float, last: bool) -> float:
         """This attempt's reward; on the last, the best of the episode's attempts."""
@@ -470,6 +496,8 @@ class MleEnv(Env):
             "malformed": float(p.malformed),
             "improve_prompt": float(self.prompt_mode == "improve"),
         }
+        if self.runs is not None:
+            metrics["reused_runs"] = float(p.reused)
         if self.instrumenter is not None:
             metrics["llm_instrumented"] = p.llm_runs / max(1, p.runs)
             metrics["instrument_seconds"] = p.instrument_seconds
@@ -529,6 +557,8 @@ class MleEnvFactory:
     """competition id -> CompetitionData (`episode_data.CompetitionCache`)."""
     buffer: SolutionBuffer | None = None
     env_failure_reward: float = 0.0
+    runs: RunCache | None = None
+    """Shared by every env of the suite (`options.reuse_runs`)."""
 
     def __call__(self, service: ModelService) -> MleEnv:
         client = service.client(self.options.instrumenter)  # None for "rules"
@@ -543,4 +573,6 @@ class MleEnvFactory:
             if client is not None
             else None
         )
-        return MleEnv(self.options, self.competitions, self.buffer, llm, self.env_failure_reward)
+        return MleEnv(
+            self.options, self.competitions, self.buffer, llm, self.env_failure_reward, self.runs
+        )

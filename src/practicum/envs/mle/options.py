@@ -93,6 +93,13 @@ class MleOptions(BaseModel):
         description="Probability of a self-improvement prompt when the task has a stored solution.",
     )
     buffer_size: int = Field(4, ge=1, description="Solutions kept per competition.")
+    reuse_runs: bool = Field(
+        True,
+        description="A reply whose program (the whole script) already ran on this competition "
+        "gets that run's outcome instead of a new sandboxed run (`run_cache`): copies in a "
+        "GRPO group are common. Only runs that ended on their own are reused, and only with the "
+        "rules instrumenter; code drawing unseeded random numbers shares its first draw.",
+    )
     failure_reward: float = Field(
         -10.0,
         description="Reward of a run without valid submission "

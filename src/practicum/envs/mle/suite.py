@@ -66,6 +66,7 @@ def mle_suite(options: MleOptions, ctx: SuiteContext) -> Suite:
     from practicum.envs.mle.competitions.loading import discover
     from practicum.envs.mle.env import MleEnvFactory
     from practicum.envs.mle.episode_data import CompetitionCache
+    from practicum.envs.mle.run_cache import RunCache
 
     check_instrumenter(options.instrumenter)
     folders = discover([Path(d) for d in options.competitions_dirs])
@@ -83,7 +84,8 @@ def mle_suite(options: MleOptions, ctx: SuiteContext) -> Suite:
                 f"or use mode: script)"
             )
     buffer = SolutionBuffer(k=options.buffer_size)
-    factory = MleEnvFactory(options, cache, buffer, ctx.failure_reward)
+    runs = RunCache() if options.reuse_runs else None
+    factory = MleEnvFactory(options, cache, buffer, ctx.failure_reward, runs)
     train = [
         Task(cid, {"competition": cid, "split": "train"})
         for _ in range(options.train_repeats)

@@ -13,6 +13,7 @@ import os
 import random
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -59,6 +60,10 @@ def sample_prompt_mode(
     return "improve" if can_improve and draw < p else "scratch"
 
 
+MAX_GROUPS = 4096
+"""Groups whose prompt choice a buffer remembers (the oldest is forgotten first)."""
+
+
 class SolutionBuffer:
     """The best `k` solutions of each task, ranked by reward (thread-safe, JSON on disk)."""
 
@@ -68,6 +73,8 @@ class SolutionBuffer:
         self.k = k
         self.valid_only = valid_only
         self._tasks: dict[str, list[Solution]] = {}
+        self._groups: OrderedDict[str, Solution | None] = OrderedDict()
+        """Group id -> the solution its prompt shows (None: from scratch)."""
         self._lock = threading.Lock()
 
     def add(self, task_id: str, solution: Solution) -> bool:
@@ -98,6 +105,26 @@ class SolutionBuffer:
     def best(self, task_id: str) -> Solution | None:
         kept = self.solutions(task_id)
         return kept[0] if kept else None
+
+    def previous_for(
+        self, group: str | None, task_id: str, rng: random.Random, improve_prob: float
+    ) -> Solution | None:
+        """What a training prompt shows: a kept solution to improve, or None (from scratch),
+        drawn with `rng`. With a `group`, drawn once and shared by every member: a GRPO group
+        is samples of one prompt (and the learner then runs that prompt once per group)."""
+        with self._lock:
+            if group is not None and group in self._groups:
+                self._groups.move_to_end(group)
+                return self._groups[group]
+        mode = sample_prompt_mode(rng, improve_prob, self.has(task_id))
+        chosen = self.pick(task_id, rng) if mode == "improve" else None
+        if group is None:
+            return chosen
+        with self._lock:  # a member that drew at the same time takes the first one's
+            chosen = self._groups.setdefault(group, chosen)
+            while len(self._groups) > MAX_GROUPS:
+                self._groups.popitem(last=False)
+        return chosen
 
     def pick(self, task_id: str, rng: random.Random) -> Solution:
         """A kept solution chosen uniformly (diversity among the top k); KeyError if none."""
