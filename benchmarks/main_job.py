@@ -86,11 +86,17 @@ def run(cmd: list[str], env: dict, procs: Path | None, log: Path) -> float:
 
     t0 = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=enter
         )
-    if done.returncode != 0:
-        raise SystemExit(f"main_job: {cmd[1]} failed (exit {done.returncode}); see {log}")
+        try:
+            returncode = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: the job unwinds too (its work folders go)
+            proc.terminate()
+            proc.wait(120)
+            raise
+    if returncode != 0:
+        raise SystemExit(f"main_job: {cmd[1]} failed (exit {returncode}); see {log}")
     return time.perf_counter() - t0
 
 
@@ -194,4 +200,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from practicum.terminate import unwind_on_sigterm
+
+    unwind_on_sigterm()  # `kill` unwinds: the job stops, the temporary folder and cgroup go
     main()
