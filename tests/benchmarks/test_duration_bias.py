@@ -98,7 +98,9 @@ def _run(steps: int, **kw):
 @pytest.mark.slow
 def test_time_slice_with_reward_as_advantage_drifts_to_the_fast_arm():
     r = _run(40, batching="streaming", allocation="time_slice", advantage="reward")
-    assert r.best_curve()[-1] < 0.25
+    # from 0.5; about 0.2 on an idle machine, 0.26 seen under a loaded CI (the arms are real
+    # sleeps, so load shrinks their time gap)
+    assert r.best_curve()[-1] < 0.35
     assert r.completions["fast"] > 3 * r.completions["slow"]
 
 

@@ -71,25 +71,29 @@ def test_the_group_is_reached_at_its_host_and_binds_its_sockets_there():
     (not the address the host name resolves to); a receiver in a thread of its own here."""
     import psutil
 
+    def listening():  # this process's listening sockets (other tests' may be among them)
+        return {
+            c.laddr
+            for c in psutil.Process().net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+
     tensors = weight_tensors()
     meta = meta_of(tensors)
+    before = listening()
     pending = WeightGroup.open_server(2, "gloo", host="127.0.0.2", timeout_s=60)
     with ThreadPoolExecutor(1) as pool:
         joined = pool.submit(WeightGroup.join, "127.0.0.2", pending.port, 1, 2, "gloo", 60)
         sender = pending.connect()
         receiver = joined.result()
-    listening = {
-        c.laddr.ip
-        for c in psutil.Process().net_connections("tcp")
-        if c.status == psutil.CONN_LISTEN
-    }
+    opened = {addr.ip for addr in listening() - before}
     with ThreadPoolExecutor(1) as pool:
         got = pool.submit(lambda: {k: v.clone() for k, v in receiver.receive(meta)})
         sender.send(list(tensors.values()), meta)
         got = got.result()
     sender.close()
     receiver.close()
-    assert "127.0.0.2" in listening and "127.0.0.1" not in listening
+    assert "127.0.0.2" in opened and "127.0.0.1" not in opened
     assert all(torch.equal(got[k], v) for k, v in tensors.items())
 
 

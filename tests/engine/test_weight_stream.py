@@ -7,6 +7,7 @@ processes on this machine (shared memory on CPU) and refuses one on another mach
 import glob
 import multiprocessing as mp
 import os
+import threading
 import time
 from dataclasses import asdict
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from practicum.engine.weight_check import StaleWeights, fingerprint
-from practicum.engine.weight_group import meta_of
+from practicum.engine.weight_group import FormationAborted, meta_of
 from practicum.engine.weight_stream import (
     Membership,
     StreamedUpdate,
@@ -81,6 +82,39 @@ def test_a_receiver_that_fails_mid_stream_does_not_leave_the_sender_waiting():
     with pytest.raises(ValueError, match="no place"):
         stream(target, tensors, torch.float32, receive)
     assert time.monotonic() - start < 60
+
+
+def test_a_receiver_that_fails_before_joining_stops_the_sender_at_once():
+    """A vLLM worker that cannot start never joins: the sender, waiting for the group to form,
+    is told to stop (`abort`) and the publish fails with the receiver's error in seconds, not
+    after the group's 120 s timeout; a second member still waiting is stopped with the reason."""
+    tensors = weight_tensors()
+    rendezvous = WeightRendezvous(timeout_s=120)
+    target = rendezvous.target(3, "gloo", "float32", 0.001)
+    waiting: dict = {}
+
+    def other_receiver():
+        try:
+            Membership().of(target, 2)
+        except FormationAborted as err:
+            waiting["error"] = err
+
+    def receive():
+        threading.Thread(target=other_receiver).start()
+        time.sleep(0.5)
+        raise RuntimeError("the worker could not import its extension")
+
+    sender = Membership()
+    meta = meta_of(tensors, torch.float32)
+    update = StreamedUpdate(1, lambda t: send_stream(t, meta, iter(tensors.items()), sender))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="could not import"):
+        publish(update, target, receive)
+    assert time.monotonic() - start < 30
+    deadline = time.monotonic() + 10
+    while "error" not in waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "could not import its extension" in str(waiting["error"])
 
 
 def shared_files() -> list[str]:

@@ -74,3 +74,21 @@ def test_a_confined_agent_sees_no_hidden_answers_and_writes_only_its_folder(tmp_
     assert done.stdout.count("host port closed") == 2, done.stdout  # the network is unshared
     assert "connected" in done.stdout and got == b"ping"  # through the forwarder and socket
     assert (work / "mine.txt").read_text() == "ok"
+
+
+def test_venvs_along_the_interpreters_symlinks_stay_visible(tmp_path):
+    """An agent's venv made from practicum's venv links its python to that one; with the
+    checkout under /tmp (a private tmpfs inside) both venvs must be bound, and practicum's
+    own interpreter folders for the forwarder."""
+    from practicum.envs.sandbox.plan import python_roots
+    from practicum.serve.agents import interpreter_folders
+
+    outer, inner = tmp_path / "venv a", tmp_path / "venv b"
+    for venv in (outer, inner):
+        (venv / "bin").mkdir(parents=True)
+        (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (outer / "bin" / "python").symlink_to(sys.executable)
+    (inner / "bin" / "python").symlink_to(outer / "bin" / "python")
+    folders = interpreter_folders(str(inner / "bin" / "python"))
+    assert {outer, inner} <= set(folders)
+    assert set(python_roots()) <= set(folders)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -115,6 +116,39 @@ def _numel(shape: Sequence[int]) -> int:
     return n
 
 
+class FormationAborted(RuntimeError):
+    """Another member gave up before the group formed (`abort_formation`)."""
+
+
+def check_in(store: dist.Store, rank: int, world: int, timeout_s: float) -> None:
+    """Wait until every member has checked in to this formation, or one aborted it.
+
+    The backend's own rendezvous can only wait out its timeout, so a member that fails before
+    joining (a vLLM worker that cannot start) would hold the others for the whole of it; a
+    member that fails sets `aborted` instead, and the others stop at once with its reason."""
+    store.set(f"arrived/{rank}", b"1")
+    everyone = [f"arrived/{r}" for r in range(world)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(everyone):
+        if store.check(["aborted"]):
+            raise FormationAborted(store.get("aborted").decode(errors="replace"))
+        if time.monotonic() > deadline:
+            missing = [k for k in everyone if not store.check([k])]
+            raise TimeoutError(
+                f"weight group: {missing} did not join (timed out after {timeout_s:.0f} s)"
+            )
+        time.sleep(0.05)
+
+
+def abort_formation(host: str, port: int, prefix: str, reason: str) -> None:
+    """Tell the members of formation `prefix` still waiting in `check_in` to give up."""
+    try:
+        store = dist.TCPStore(host, port, None, False, timedelta(seconds=10))
+        dist.PrefixStore(prefix, store).set("aborted", reason.encode())
+    except (RuntimeError, OSError):  # the store is gone: nobody is left waiting on it
+        pass
+
+
 @dataclass
 class WeightGroup:
     """One member of the weight group (module doc)."""
@@ -175,6 +209,7 @@ class WeightGroup:
     ) -> WeightGroup:
         prefixed = dist.PrefixStore(prefix, store)
         timeout = timedelta(seconds=timeout_s)
+        check_in(prefixed, rank, world, timeout_s)
         if backend == "gloo":  # its sockets on `host`, not on what the host name resolves to
             options = dist.ProcessGroupGloo._Options()
             options._timeout = timeout

@@ -42,7 +42,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from practicum.engine.weight_group import Meta, WeightGroup
+from practicum.engine.weight_group import Meta, WeightGroup, abort_formation
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,10 @@ class WeightTarget:
         return WeightGroup.join(
             self.host, self.port, rank, self.world, self.backend, self.timeout_s, self.prefix, bind
         )
+
+    def abort(self, reason: str) -> None:
+        """Members still waiting for this formation to form stop with `reason`."""
+        abort_formation(self.host, self.port, self.prefix, reason)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -235,10 +239,19 @@ def drained(arriving: Iterator):
 
 def publish(update: StreamedUpdate, target: WeightTarget, receive: Callable[[], None]) -> None:
     """Both sides of one streamed version: `update.send(target)` in a thread beside
-    `receive()` here; the first failure is raised once both have ended."""
+    `receive()` here. A receiver that fails is reported at once (a sender still waiting for
+    the group to form is told to stop); else the sender's failure, once both have ended."""
     with ThreadPoolExecutor(1, thread_name_prefix="weight-stream") as pool:
         sending = pool.submit(update.send, target)
         try:
             receive()
-        finally:
-            sending.result()
+        except BaseException as err:
+            # a receiver that failed before the group formed: the sender stops now, not at the
+            # group's timeout; the receiver's failure is the one to report
+            target.abort(f"a receiver failed: {type(err).__name__}: {err}"[:2000])
+            try:
+                sending.result()
+            except BaseException:  # noqa: BLE001 - a consequence of the receiver's failure
+                pass
+            raise
+        sending.result()

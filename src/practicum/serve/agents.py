@@ -83,6 +83,24 @@ class AgentRun:
     timed_out: bool = False
 
 
+def interpreter_folders(program: str) -> list[Path]:
+    """What the agent's interpreter and practicum's forwarder need to stay visible under the
+    private /tmp (a checkout, and its venvs, may live there): every venv along `program`'s
+    symlink chain (a venv made from another venv's python links to it) and this interpreter's
+    own folders (`python_roots`: an agent's venv may reuse their packages by a .pth file)."""
+    from practicum.envs.sandbox.plan import python_roots
+
+    found = set(python_roots())
+    hop = Path(program).absolute()
+    for _ in range(40):  # a symlink loop ends the walk
+        if (hop.parent.parent / "pyvenv.cfg").is_file():
+            found.add(hop.parent.parent)
+        if not hop.is_symlink():
+            break
+        hop = hop.parent / os.readlink(hop)
+    return sorted(found)
+
+
 def confined(
     cmd: list[str], workdir: Path, hidden: tuple[Path, ...], endpoint: Path | None = None
 ) -> list[str]:
@@ -112,9 +130,8 @@ def confined(
         "--unshare-net",
         "--die-with-parent",
     ]
-    venv = Path(cmd[0]).absolute().parent.parent
-    if (venv / "pyvenv.cfg").is_file():  # the agent's own venv stays visible, also under /tmp
-        args += ["--ro-bind", str(venv), str(venv)]
+    for folder in interpreter_folders(cmd[0]):  # visible read-only, also under /tmp
+        args += ["--ro-bind", str(folder), str(folder)]
     if endpoint is not None:
         args += ["--ro-bind", str(endpoint.parent), str(endpoint.parent)]
         cmd = [
